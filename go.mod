@@ -1,0 +1,3 @@
+module github.com/foldhost/foldhost
+
+go 1.26.8

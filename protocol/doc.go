@@ -1,0 +1,24 @@
+// Package protocol holds every decision foldhost's guarantees rest on, as
+// pure functions: values in, decisions out. No I/O, no clock, no goroutines,
+// no imports outside the standard library (a test enforces both). Time, when a
+// decision needs it, is a parameter.
+//
+// Production code calls these functions; it never re-implements them. The
+// exhaustive model tests in this package (model_*_test.go) call the same
+// functions, and express each mutation by forging a kernel's input, never by
+// re-implementing a decision. A change to a kernel is therefore re-verified
+// against every bounded state space on the next test run.
+//
+// The guarantees, and the kernel that carries each:
+//
+//   - Cursor-after-apply: [CursorAfterBatch].
+//   - No silent divergence after NATS compaction: [ResumeWindowOK], [CheckResume],
+//     [GapHoldsNoEviction].
+//   - Repair never deletes what the bucket still holds, never moves the fold
+//     backward: [ListingIsTruth], [PlanRepair], [CursorlessStartNeedsRepair],
+//     [RestoreAllowed], [RestoreKey].
+//   - Monotone artifact pointer, never dangling: [PointerPublishAllowed],
+//     [PayloadPrunable].
+//
+// See RATIONALE.md at the repository root for why each guard has its shape.
+package protocol
