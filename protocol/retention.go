@@ -33,10 +33,13 @@ func (r Retention) EvictsCurrentValues() bool {
 	return r.MaxAge > 0 || r.PerMessageTTL || r.DiscardOldLimit
 }
 
-// HasEvicted reports whether this reading proves retention has evicted a
+// HasEvicted reports whether this reading shows retention may have evicted a
 // current value: eviction is in force and the log no longer starts at
-// revision 1. The first time a fold reads this as true it sets its cursor's
-// EvictionSeen memo, and never clears it.
+// revision 1. It is conservative: the first retained revision also rises when
+// only superseded messages went, and NATS cannot tell the two apart, so the
+// answer errs towards "evicted" (a restore where a key-listing diff would have
+// done), never the other way. The first time a fold reads this as true it
+// sets its cursor's EvictionSeen memo, and never clears it.
 func (r Retention) HasEvicted() bool {
 	return r.EvictsCurrentValues() && r.First > 1
 }
