@@ -1,0 +1,96 @@
+// Package embeddednats runs a nats-server with JetStream inside the foldhost
+// process: the default when no NATS URL is configured, and the real server
+// every test in this repository talks to (no mocks of NATS).
+package embeddednats
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Options configures an embedded server. The zero value is not usable: Dir
+// is required.
+type Options struct {
+	// Dir holds JetStream's storage. Streams survive a restart on the same
+	// Dir.
+	Dir string
+	// Host to listen on; default "127.0.0.1" (loopback only).
+	Host string
+	// Port to listen on; 0 (default) picks a free port. Restarting on the
+	// same port keeps client URLs valid across a server restart.
+	Port int
+	// StartTimeout bounds the wait for the server to accept connections;
+	// default 10s.
+	StartTimeout time.Duration
+	// Logs enables the server's own log output on stderr.
+	Logs bool
+}
+
+// Server is a running embedded nats-server.
+type Server struct {
+	ns *server.Server
+}
+
+// ErrNotReady is returned when the server does not accept connections in
+// time.
+var ErrNotReady = errors.New("embeddednats: server not ready")
+
+// Start starts a server and waits until it accepts connections.
+func Start(o Options) (*Server, error) {
+	if o.Dir == "" {
+		return nil, errors.New("embeddednats: Options.Dir is required")
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	if o.Port == 0 {
+		o.Port = server.RANDOM_PORT
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = 10 * time.Second
+	}
+	ns, err := server.NewServer(&server.Options{
+		Host:      o.Host,
+		Port:      o.Port,
+		JetStream: true,
+		StoreDir:  o.Dir,
+		NoSigs:    true,
+		NoLog:     !o.Logs,
+		// Two cores here and in CI: keep the server's own footprint small.
+		JetStreamMaxMemory: 256 << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embeddednats: configure: %w", err)
+	}
+	if o.Logs {
+		ns.ConfigureLogger()
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(o.StartTimeout) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("%w after %v", ErrNotReady, o.StartTimeout)
+	}
+	return &Server{ns: ns}, nil
+}
+
+// ClientURL is the nats:// URL clients connect to.
+func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// Port is the port the server listens on (useful to restart on the same one).
+func (s *Server) Port() int {
+	if a, ok := s.ns.Addr().(*net.TCPAddr); ok {
+		return a.Port
+	}
+	return 0
+}
+
+// Shutdown stops the server and waits until it has stopped. Safe to call
+// more than once.
+func (s *Server) Shutdown() {
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+}

@@ -1,0 +1,157 @@
+package natskv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/foldhost/foldhost/protocol"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultRequestTimeout bounds every request to the server unless Options
+// says otherwise. Without a bound, a half-dead TCP connection (CLOSE_WAIT)
+// parks the caller forever: the client does not fail in-flight requests when
+// the socket dies silently.
+const DefaultRequestTimeout = 10 * time.Second
+
+// BucketConfig describes a bucket to create when it does not exist. It
+// applies only at creation: an existing bucket is used as it is, and its
+// retention is always read live from the stream (Bucket.Retention), never
+// from this config.
+type BucketConfig struct {
+	Name string
+	// History is the number of revisions kept per key; default 1.
+	History uint8
+	// MaxAge evicts messages older than this, current values included;
+	// 0 (default) keeps them forever.
+	MaxAge time.Duration
+	// MaxBytes caps the bucket's size; 0 (default) means unlimited. KV
+	// buckets refuse writes at the cap (discard new).
+	MaxBytes int64
+	// Replicas in a cluster; default 1.
+	Replicas int
+	// Memory storage instead of file storage.
+	Memory bool
+	// LimitMarkerTTL > 0 makes age expiry visible to watchers as purge
+	// markers (NATS 2.11+), kept for this long.
+	LimitMarkerTTL time.Duration
+}
+
+// Options tunes a Bucket.
+type Options struct {
+	// RequestTimeout bounds each request; default DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// ProbeInterval is the floor guard's backstop period on a whole-bucket
+	// watch with no deliveries; default 30s.
+	ProbeInterval time.Duration
+}
+
+// Bucket is an open KV bucket.
+type Bucket struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	kv      jetstream.KeyValue
+	name    string
+	stream  string
+	opts    Options
+	connURL string
+}
+
+// ErrBucketConfig is returned for an invalid BucketConfig.
+var ErrBucketConfig = errors.New("natskv: invalid bucket config")
+
+// OpenBucket opens the bucket named by cfg, creating it from cfg if it does
+// not exist.
+func OpenBucket(ctx context.Context, nc *nats.Conn, cfg BucketConfig, o Options) (*Bucket, error) {
+	if cfg.Name == "" {
+		return nil, fmt.Errorf("%w: no name", ErrBucketConfig)
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = 30 * time.Second
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("natskv: jetstream: %w", err)
+	}
+	b := &Bucket{nc: nc, js: js, name: cfg.Name, stream: "KV_" + cfg.Name, opts: o, connURL: redactURL(nc.ConnectedUrl())}
+	rctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	kv, err := js.KeyValue(rctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(rctx, toKVConfig(cfg))
+		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			kv, err = js.KeyValue(rctx, cfg.Name) // lost a creation race: use the winner's
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("natskv: open bucket %q: %w", cfg.Name, err)
+	}
+	b.kv = kv
+	return b, nil
+}
+
+func toKVConfig(c BucketConfig) jetstream.KeyValueConfig {
+	kc := jetstream.KeyValueConfig{
+		Bucket:         c.Name,
+		History:        c.History,
+		TTL:            c.MaxAge,
+		MaxBytes:       c.MaxBytes,
+		Replicas:       c.Replicas,
+		LimitMarkerTTL: c.LimitMarkerTTL,
+	}
+	if kc.History == 0 {
+		kc.History = 1
+	}
+	if kc.MaxBytes == 0 {
+		kc.MaxBytes = -1
+	}
+	if c.Memory {
+		kc.Storage = jetstream.MemoryStorage
+	}
+	return kc
+}
+
+func (b *Bucket) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.opts.RequestTimeout)
+}
+
+// Name is the bucket's name.
+func (b *Bucket) Name() string { return b.name }
+
+// KV exposes the underlying bucket for plain reads and writes (CLI helpers,
+// tests). Callers bound their own requests.
+func (b *Bucket) KV() jetstream.KeyValue { return b.kv }
+
+// Retention reads the stream's live retention and the server's clock.
+func (b *Bucket) Retention(ctx context.Context) (protocol.Retention, time.Time, error) {
+	rctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	s, err := b.js.Stream(rctx, b.stream)
+	if err != nil {
+		return protocol.Retention{}, time.Time{}, fmt.Errorf("natskv: stream info %s: %w", b.stream, err)
+	}
+	info := s.CachedInfo()
+	return retentionOf(info), info.TimeStamp, nil
+}
+
+func retentionOf(info *jetstream.StreamInfo) protocol.Retention {
+	c := info.Config
+	return protocol.Retention{
+		Window: protocol.Window{
+			First: protocol.Revision(info.State.FirstSeq),
+			Last:  protocol.Revision(info.State.LastSeq),
+		},
+		MaxAge:        c.MaxAge,
+		PerMessageTTL: c.AllowMsgTTL,
+		// The per-subject limit (KV history) only evicts superseded
+		// revisions; a stream-wide limit under discard-old evicts current
+		// values.
+		DiscardOldLimit: c.Discard == jetstream.DiscardOld && (c.MaxBytes > 0 || c.MaxMsgs > 0),
+	}
+}

@@ -1,0 +1,99 @@
+package natskv
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// ConnOptions says how to reach NATS. Credentials priority: Creds, then
+// CredsFile, then user:pass embedded in URL, then none.
+type ConnOptions struct {
+	// URL of the server(s), comma-separated; nats:// or tls://, optionally
+	// with user:pass@ for legacy authentication.
+	URL string
+	// Creds is the content of a .creds file (JWT + seed), for deployments
+	// that pass secrets as values rather than mounted files.
+	Creds string
+	// CredsFile is the path of a .creds file.
+	CredsFile string
+	// TLS client settings; all optional. CAFile adds a root CA; CertFile and
+	// KeyFile present a client certificate (both or neither).
+	CAFile, CertFile, KeyFile string
+	// Name identifies this client in the server's monitoring.
+	Name string
+	// Timeout bounds the initial dial; default 5s.
+	Timeout time.Duration
+}
+
+// Connect dials NATS. The connection reconnects forever (a fold outlives
+// server restarts); every later request is bounded by its own timeout.
+func Connect(o ConnOptions) (*nats.Conn, error) {
+	if o.URL == "" {
+		return nil, errors.New("natskv: connect: no URL")
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		return nil, errors.New("natskv: connect: TLS client certificate needs both CertFile and KeyFile")
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 5 * time.Second
+	}
+	opts := []nats.Option{
+		nats.Timeout(o.Timeout),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		// A dead peer is noticed within ~PingInterval*MaxPingsOutstanding.
+		nats.PingInterval(10 * time.Second),
+		nats.MaxPingsOutstanding(3),
+		nats.RetryOnFailedConnect(false),
+	}
+	if o.Name != "" {
+		opts = append(opts, nats.Name(o.Name))
+	}
+	switch {
+	case o.Creds != "":
+		jwt, err := nkeys.ParseDecoratedJWT([]byte(o.Creds))
+		if err != nil {
+			return nil, fmt.Errorf("natskv: connect: creds: %w", err)
+		}
+		kp, err := nkeys.ParseDecoratedNKey([]byte(o.Creds))
+		if err != nil {
+			return nil, fmt.Errorf("natskv: connect: creds: %w", err)
+		}
+		seed, err := kp.Seed()
+		if err != nil {
+			return nil, fmt.Errorf("natskv: connect: creds: %w", err)
+		}
+		opts = append(opts, nats.UserJWTAndSeed(jwt, string(seed)))
+	case o.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.CAFile != "" {
+		opts = append(opts, nats.RootCAs(o.CAFile))
+	}
+	if o.CertFile != "" {
+		opts = append(opts, nats.ClientCert(o.CertFile, o.KeyFile))
+	}
+	nc, err := nats.Connect(o.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("natskv: connect %s: %w", redactURL(o.URL), err)
+	}
+	return nc, nil
+}
+
+// redactURL hides credentials embedded in a URL before it reaches a log.
+func redactURL(u string) string {
+	at := strings.LastIndex(u, "@")
+	if at < 0 {
+		return u
+	}
+	start := 0
+	if i := strings.Index(u, "://"); i >= 0 && i < at {
+		start = i + 3
+	}
+	return u[:start] + "***" + u[at:]
+}

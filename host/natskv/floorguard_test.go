@@ -1,0 +1,152 @@
+package natskv
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/foldhost/foldhost/protocol"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestFloorGuardTripsWhenRetentionOverrunsAStalledWatch: a whole-bucket watch
+// whose reader stalls while a burst overruns a discard-old limit must end
+// with ErrCursorExpired (mid-watch) before it hands on anything past the
+// gap, where a raw NATS watch silently skips the evicted messages.
+func TestFloorGuardTripsWhenRetentionOverrunsAStalledWatch(t *testing.T) {
+	s := startServer(t, t.TempDir(), 0)
+	nc := connect(t, s.ClientURL())
+	b := openBucket(t, nc, BucketConfig{Name: "overrun"})
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(t.Context(), b.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.Discard = jetstream.DiscardOld
+	cfg.MaxMsgs = 100
+	if _, err := js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	put(t, b, "k0", "first")
+	w, err := b.Watch(t.Context(), Scope{}, protocol.Cursor{Rev: 1}, WatchOptions{Buffer: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	// The burst, while nobody reads: 20 MB of distinct keys.
+	val := []byte(strings.Repeat("x", 2048))
+	const n = 10000
+	for i := 0; i < n; i++ {
+		if _, err := js.PublishAsync(fmt.Sprintf("$KV.overrun.k%d", i+1), val); err != nil {
+			t.Fatal(err)
+		}
+		if i%1000 == 999 { // stay under the client's outstanding-ack limit
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(60 * time.Second):
+				t.Fatal("burst not acknowledged within 60s")
+			}
+		}
+	}
+
+	frontier := protocol.Revision(1)
+	for ev := range w.Events() {
+		if ev.Synced {
+			continue
+		}
+		if ev.Rev != frontier+1 {
+			t.Fatalf("watch handed on revision %d after %d: a gap passed the floor guard", ev.Rev, frontier)
+		}
+		frontier = ev.Rev
+	}
+	err = w.Err()
+	var ce *CursorError
+	if !errors.Is(err, ErrCursorExpired) || !errors.As(err, &ce) || !ce.MidWatch {
+		t.Fatalf("watch ended with %v after revision %d, want a mid-watch ErrCursorExpired", err, frontier)
+	}
+	if ce.Cursor != frontier || ce.Retention.First <= frontier+1 {
+		t.Fatalf("guard reported frontier %d first %d; delivered up to %d", ce.Cursor, ce.Retention.First, frontier)
+	}
+	t.Logf("delivered contiguously up to %d of %d, then: %v", frontier, n+1, err)
+}
+
+// TestWatchSurvivesServerRestart: a watch keeps delivering across a restart
+// of the server (same port, same storage), and Stop leaves no consumer
+// behind.
+func TestWatchSurvivesServerRestart(t *testing.T) {
+	dir := t.TempDir()
+	s := startServer(t, dir, 0)
+	port := s.Port()
+	nc := connect(t, s.ClientURL())
+	b := openBucket(t, nc, BucketConfig{Name: "restart"})
+	put(t, b, "a", "1")
+	w, err := b.Watch(t.Context(), Scope{}, protocol.Cursor{}, WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := collect(t, w, 1); got[0] != 1 {
+		t.Fatalf("got %v", got)
+	}
+	s.Shutdown()
+	s2 := startServer(t, dir, port)
+	// Wait for the client to reconnect, then write.
+	deadline := time.Now().Add(20 * time.Second)
+	for !nc.IsConnected() {
+		if time.Now().After(deadline) {
+			t.Fatal("client did not reconnect within 20s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var rev protocol.Revision
+	for rev == 0 {
+		r, err := b.KV().Put(t.Context(), "b", []byte("2"))
+		if err == nil {
+			rev = protocol.Revision(r)
+		} else if time.Now().After(deadline) {
+			t.Fatalf("put after restart: %v", err)
+		}
+	}
+	// The client notices the lost (in-memory) consumer through missed
+	// heartbeats and recreates it from the last delivered revision.
+	restarted := time.Now()
+	timeout := time.After(60 * time.Second)
+	for got := false; !got; {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				t.Fatalf("watch ended at the restart: %v", w.Err())
+			}
+			if ev.Synced {
+				continue // the marker after the initial value
+			}
+			if ev.Rev != rev {
+				t.Fatalf("after restart got %+v, want revision %d", ev, rev)
+			}
+			got = true
+		case <-timeout:
+			t.Fatal("no delivery within 60s of the server restart")
+		}
+	}
+	t.Logf("first delivery %v after the put that followed the restart", time.Since(restarted).Round(time.Millisecond))
+	w.Stop()
+	if w.Err() != nil {
+		t.Fatalf("Err after Stop = %v", w.Err())
+	}
+	// No consumer left behind: the ordered consumer is deleted on Stop.
+	js, _ := jetstream.New(nc)
+	for {
+		st, err := js.Stream(t.Context(), b.stream)
+		if err == nil && st.CachedInfo().State.Consumers == 0 {
+			break
+		}
+		if time.Now().After(deadline.Add(10 * time.Second)) {
+			t.Fatalf("consumers still on the stream after Stop: %v %v", st.CachedInfo().State.Consumers, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = s2
+}

@@ -1,0 +1,430 @@
+package natskv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/foldhost/foldhost/protocol"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Op is what an update does to its key.
+type Op uint8
+
+const (
+	// OpPut sets the key's value.
+	OpPut Op = iota
+	// OpDelete removes the key (a delete marker, or a server "Remove" marker).
+	OpDelete
+	// OpPurge removes the key and its history (a purge, or a server limit
+	// marker such as MaxAge expiry on a bucket with limit markers).
+	OpPurge
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpPut:
+		return "put"
+	case OpDelete:
+		return "delete"
+	case OpPurge:
+		return "purge"
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// Update is one message of the bucket's stream.
+type Update struct {
+	Key   string
+	Value []byte // owned by the receiver
+	Rev   protocol.Revision
+	Op    Op
+	// Time is the server's timestamp of the message, Unix nanoseconds.
+	Time int64
+}
+
+// Event is what a Watcher delivers: an Update, or (Synced) the marker that
+// every value present when the watch started has been delivered.
+type Event struct {
+	Update
+	Synced bool
+}
+
+var (
+	// ErrCursorExpired: retention evicted revisions after the cursor (at
+	// resume, or mid-watch via the floor guard). The fold needs the
+	// cursor-expiry repair. Match with errors.Is; errors.As a *CursorError
+	// for details.
+	ErrCursorExpired = errors.New("natskv: cursor expired: retention evicted revisions after it")
+	// ErrCursorBeyondHead: the cursor is past the stream's last revision
+	// (or at the maximum revision). The bucket was most likely deleted and
+	// recreated; the fold does not belong to this stream's history.
+	ErrCursorBeyondHead = errors.New("natskv: cursor beyond the stream head")
+	// ErrWatchClosed: the server side of the watch ended (connection
+	// closed, subscription dropped).
+	ErrWatchClosed = errors.New("natskv: watch closed")
+)
+
+// CursorError explains a refused or ended watch.
+type CursorError struct {
+	Verdict   protocol.ResumeVerdict
+	Cursor    protocol.Revision // the resume cursor, or the frontier mid-watch
+	Retention protocol.Retention
+	MidWatch  bool // detected by the floor guard during a live watch
+}
+
+func (e *CursorError) Error() string {
+	where := "resume"
+	if e.MidWatch {
+		where = "live watch (floor guard)"
+	}
+	w := e.Retention.Window
+	return fmt.Sprintf("natskv: %s from revision %d refused: %s (stream retains %d..%d)", where, e.Cursor, e.Verdict, w.First, w.Last)
+}
+
+// Is maps the verdict to ErrCursorExpired or ErrCursorBeyondHead.
+func (e *CursorError) Is(target error) bool {
+	switch e.Verdict {
+	case protocol.ResumeExpired:
+		return target == ErrCursorExpired
+	case protocol.ResumeBeyondHead, protocol.ResumeAtMax:
+		return target == ErrCursorBeyondHead
+	}
+	return false
+}
+
+// Watcher streams a bucket's updates. Events is closed when the watch ends;
+// Err then says why (nil after Stop).
+type Watcher struct {
+	b      *Bucket
+	scope  Scope
+	events chan Event
+	stop   chan struct{}
+	once   sync.Once
+	done   chan struct{}
+	err    error
+
+	headAtStart protocol.Revision
+}
+
+// Events delivers updates in revision order. The channel is closed when the
+// watch ends.
+func (w *Watcher) Events() <-chan Event { return w.events }
+
+// Err returns why the watch ended; it waits until it has.
+func (w *Watcher) Err() error {
+	<-w.done
+	return w.err
+}
+
+// HeadAtStart is the stream's last revision when the watch started: a fold
+// that has applied it has caught up with what existed at start.
+func (w *Watcher) HeadAtStart() protocol.Revision { return w.headAtStart }
+
+// Stop ends the watch and releases its server-side consumer. Safe to call
+// more than once and concurrently with a reader of Events.
+func (w *Watcher) Stop() {
+	w.once.Do(func() { close(w.stop) })
+	<-w.done
+}
+
+// WatchOptions tunes one watch.
+type WatchOptions struct {
+	// Buffer is the capacity of the Events channel; default 256.
+	Buffer int
+}
+
+// Watch starts a watch over scope. With from.Rev == 0 it is a state-sync:
+// the current value of every key in scope, then a Synced event, then live
+// updates. Otherwise it resumes at from.Rev+1, only after protocol.CheckResume
+// accepts the cursor against the stream's live retention; a refusal is a
+// *CursorError matching ErrCursorExpired or ErrCursorBeyondHead. On an
+// age-only bucket, a cursor that looks expired but whose message is young
+// enough (protocol.GapHoldsNoEviction) resumes from the first retained
+// revision instead: every missing message was superseded, not evicted.
+//
+// When the connection comes back after an outage (a server restart, a
+// network cut), the watch re-arms itself from the last revision it delivered,
+// through the same resume check, rather than trusting the client's consumer
+// recovery (which resumes silently clamped, and only after its heartbeats
+// time out).
+//
+// A whole-bucket watch runs the floor guard: it ends with a *CursorError
+// (MidWatch) when a delivery skips revisions that retention evicted, or when
+// an idle probe finds retention past the frontier. Prefix watches deliver
+// sparse revisions by nature and cannot tell eviction from filtering; they
+// rely on retention outliving the watcher's lag.
+func (b *Bucket) Watch(ctx context.Context, scope Scope, from protocol.Cursor, o WatchOptions) (*Watcher, error) {
+	if err := scope.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Buffer <= 0 {
+		o.Buffer = 256
+	}
+	ret, start, err := b.resumePoint(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	// Listen before the consumer exists, so no outage goes unnoticed.
+	status := b.nc.StatusChanged(nats.CONNECTED)
+	c, err := b.openWatch(ctx, scope, start)
+	if err != nil {
+		b.nc.RemoveStatusListener(status)
+		return nil, err
+	}
+	w := &Watcher{
+		b:           b,
+		scope:       scope,
+		events:      make(chan Event, o.Buffer),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+		headAtStart: ret.Last,
+	}
+	g := &floorGuard{b: b, on: scope.WholeBucket(), frontier: from.Rev, frontierTime: from.MsgUnixNano}
+	if start != 0 {
+		g.frontier = start - 1 // a gap-holds resume starts below the cursor
+	}
+	go w.run(c, g, start != 0, status)
+	return w, nil
+}
+
+// resumePoint decides where a watch from cursor starts: 0 for a state-sync,
+// else the first revision to read.
+func (b *Bucket) resumePoint(ctx context.Context, from protocol.Cursor) (protocol.Retention, protocol.Revision, error) {
+	ret, now, err := b.Retention(ctx)
+	if err != nil || from.Rev == 0 {
+		return ret, 0, err
+	}
+	switch v := protocol.CheckResume(from.Rev, ret.Window); v {
+	case protocol.ResumeOK:
+		return ret, from.Rev + 1, nil
+	case protocol.ResumeExpired:
+		if protocol.GapHoldsNoEviction(ret, from.MsgUnixNano, now.UnixNano()) {
+			return ret, ret.First, nil
+		}
+		return ret, 0, &CursorError{Verdict: v, Cursor: from.Rev, Retention: ret}
+	default:
+		return ret, 0, &CursorError{Verdict: v, Cursor: from.Rev, Retention: ret}
+	}
+}
+
+// consumer is one server-side watch.
+type consumer struct {
+	kw     jetstream.KeyWatcher
+	cancel context.CancelFunc
+}
+
+// close unsubscribes, then drains: the client's delivery callback may be
+// blocked sending into the watcher's channel; it only exits (and the channel
+// only closes) once that send completes.
+func (c consumer) close() {
+	_ = c.kw.Stop()
+	c.cancel()
+	for range c.kw.Updates() {
+	}
+}
+
+// openWatch creates the consumer: a state-sync when start is 0, else from
+// start. The client ties the subscription's life to the context it was
+// created with (it unsubscribes when that context is done), so the consumer
+// gets a context of its own, cancelled only by close or a creation timeout.
+func (b *Bucket) openWatch(ctx context.Context, scope Scope, start protocol.Revision) (consumer, error) {
+	var wopts []jetstream.WatchOpt
+	if start != 0 {
+		wopts = append(wopts, jetstream.ResumeFromRevision(uint64(start)))
+	}
+	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
+	type created struct {
+		kw  jetstream.KeyWatcher
+		err error
+	}
+	res := make(chan created, 1)
+	go func() {
+		kw, err := b.kv.WatchFiltered(wctx, scope.filters(), wopts...)
+		res <- created{kw, err}
+	}()
+	var c created
+	select {
+	case c = <-res:
+	case <-time.After(b.opts.RequestTimeout):
+		wcancel()
+		if c = <-res; c.err == nil {
+			consumer{c.kw, wcancel}.close()
+		}
+		c.err = fmt.Errorf("creating the consumer took longer than %v: %w", b.opts.RequestTimeout, context.DeadlineExceeded)
+	case <-ctx.Done():
+		wcancel()
+		if c = <-res; c.err == nil {
+			consumer{c.kw, wcancel}.close()
+		}
+		c.err = ctx.Err()
+	}
+	if c.err != nil {
+		wcancel()
+		return consumer{}, fmt.Errorf("natskv: watch %s (%s): %w", b.name, scope, c.err)
+	}
+	return consumer{c.kw, wcancel}, nil
+}
+
+func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats.Status) {
+	defer close(w.done)
+	defer close(w.events)
+	defer w.b.nc.RemoveStatusListener(status)
+	defer func() { c.close() }()
+
+	// In resume mode deliveries are contiguous from the start; in a
+	// state-sync they are sparse until the Synced marker.
+	guarding := g.on && resuming
+	synced := false
+	var probe <-chan time.Time
+	if g.on {
+		t := time.NewTicker(w.b.opts.ProbeInterval)
+		defer t.Stop()
+		probe = t.C
+	}
+	delivered := false
+	send := func(ev Event) bool {
+		select {
+		case w.events <- ev:
+			return true
+		case <-w.stop:
+			return false
+		}
+	}
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-status:
+			// Connected again after an outage: re-arm from what we
+			// delivered, through the resume check. Before the Synced
+			// marker, a state-sync starts over; revisions already
+			// delivered are skipped below (the re-sync repeats them in
+			// the same order).
+			c.close()
+			var err error
+			var start protocol.Revision
+			if resuming || synced {
+				_, start, err = w.b.resumePoint(context.Background(), protocol.Cursor{Rev: g.frontier, MsgUnixNano: g.frontierTime})
+			}
+			if err == nil {
+				c, err = w.b.openWatch(context.Background(), w.scope, start)
+			}
+			if err != nil {
+				c = consumer{kw: closedWatcher{}, cancel: func() {}}
+				w.err = err
+				return
+			}
+			resuming = resuming || synced
+		case e, ok := <-c.kw.Updates():
+			if !ok {
+				w.err = ErrWatchClosed
+				return
+			}
+			if e == nil {
+				// The marker repeats after a re-armed consumer; only the
+				// first means anything.
+				if synced {
+					continue
+				}
+				synced = true
+				// Everything current up to the head at start was just
+				// delivered; what follows is live. The frontier is that
+				// head, not the highest delivered revision: the last
+				// messages before it may be gone (purged, superseded),
+				// and a frontier below them would trip the guard on the
+				// first live delivery, forever.
+				if w.headAtStart > g.frontier {
+					g.frontier = w.headAtStart
+				}
+				guarding = g.on
+				if !send(Event{Synced: true}) {
+					return
+				}
+				continue
+			}
+			rev := protocol.Revision(e.Revision())
+			if rev <= g.frontier && !synced && !resuming {
+				continue // a restarted state-sync repeating itself
+			}
+			if guarding && rev > g.frontier+1 {
+				if err := g.check(true); err != nil {
+					w.err = err
+					return
+				}
+			}
+			u := Update{Key: e.Key(), Value: e.Value(), Rev: rev, Op: opOf(e.Operation()), Time: e.Created().UnixNano()}
+			if rev > g.frontier {
+				g.frontier, g.frontierTime = rev, u.Time
+			}
+			delivered = true
+			if !send(Event{Update: u}) {
+				return
+			}
+		case <-probe:
+			if guarding && !delivered {
+				if err := g.check(false); err != nil {
+					w.err = err
+					return
+				}
+			}
+			delivered = false
+		}
+	}
+}
+
+// closedWatcher stands in for a consumer that could not be re-armed.
+type closedWatcher struct{}
+
+func (closedWatcher) Updates() <-chan jetstream.KeyValueEntry {
+	ch := make(chan jetstream.KeyValueEntry)
+	close(ch)
+	return ch
+}
+func (closedWatcher) Stop() error { return nil }
+
+func opOf(op jetstream.KeyValueOp) Op {
+	switch op {
+	case jetstream.KeyValueDelete:
+		return OpDelete
+	case jetstream.KeyValuePurge:
+		return OpPurge
+	}
+	return OpPut
+}
+
+// floorGuard is the live check that retention has not overrun a
+// whole-bucket watch (protocol.ResumeWindowOK against the frontier).
+type floorGuard struct {
+	b            *Bucket
+	on           bool
+	frontier     protocol.Revision
+	frontierTime int64
+}
+
+// check reads retention and returns a *CursorError if it overran the
+// frontier. In band (a delivery skipped revisions) the skipped revisions are
+// evidence that must be examined before the delivery is handed on, so a
+// failed read ends the watch too; the caller re-watches from its applied
+// cursor, which re-runs the resume check. A failed backstop probe is no
+// evidence of anything and is retried at the next tick.
+func (g *floorGuard) check(inBand bool) error {
+	ret, now, err := g.b.Retention(context.Background())
+	if err != nil {
+		if inBand {
+			return fmt.Errorf("natskv: floor guard: delivery skipped from %d, and retention could not be read: %w", g.frontier, err)
+		}
+		return nil
+	}
+	if protocol.ResumeWindowOK(g.frontier, ret.First) {
+		return nil
+	}
+	if protocol.GapHoldsNoEviction(ret, g.frontierTime, now.UnixNano()) {
+		return nil
+	}
+	return &CursorError{Verdict: protocol.ResumeExpired, Cursor: g.frontier, Retention: ret, MidWatch: true}
+}
