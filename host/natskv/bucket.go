@@ -155,3 +155,15 @@ func retentionOf(info *jetstream.StreamInfo) protocol.Retention {
 		DiscardOldLimit: c.Discard == jetstream.DiscardOld && (c.MaxBytes > 0 || c.MaxMsgs > 0),
 	}
 }
+
+// Consumers returns how many consumers the bucket's stream has (watches are
+// consumers: a number that keeps growing means leaked watches).
+func (b *Bucket) Consumers(ctx context.Context) (int, error) {
+	rctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	s, err := b.js.Stream(rctx, b.stream)
+	if err != nil {
+		return 0, fmt.Errorf("natskv: stream info %s: %w", b.stream, err)
+	}
+	return s.CachedInfo().State.Consumers, nil
+}

@@ -1,0 +1,102 @@
+package fold
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/foldhost/foldhost/protocol"
+)
+
+const benchKeySpace = 1 << 20
+
+var benchKeys = sync.OnceValue(func() []string {
+	keys := make([]string, benchKeySpace)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("bench.key.%07d", i)
+	}
+	return keys
+})
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// BenchmarkCommit measures sustained commit throughput: each iteration is one
+// Commit of `batch` raw puts (128-byte values, keys scattered over a 1M-key
+// space, so the LSM sees overwrites and compactions), reported as updates/s,
+// with the slowest single commit (a stall shows there first).
+//
+// Variants: batch size 100 / 1024, NoSync / Sync, pebble's default options
+// (untuned) / this package's tuning. Use a time-based -benchtime (e.g. 3s):
+// flush and compaction stalls only appear once enough data has been written.
+func BenchmarkCommit(b *testing.B) {
+	for _, batch := range []int{100, 1024} {
+		for _, sync := range []bool{false, true} {
+			for _, tuned := range []bool{false, true} {
+				name := fmt.Sprintf("batch=%d/sync=%v/tuned=%v", batch, sync, tuned)
+				b.Run(name, func(b *testing.B) {
+					benchCommit(b, batch, Options{Sync: sync, untuned: !tuned, Logger: quiet})
+				})
+			}
+		}
+	}
+}
+
+func benchCommit(b *testing.B, batch int, opts Options) {
+	keys := benchKeys()
+	s, _ := openTemp(b, opts)
+	value := make([]byte, 128)
+	for i := range value {
+		value[i] = byte(i * 7)
+	}
+	c := Commit{Raw: make([]RawUpdate, batch)}
+	var rev protocol.Revision
+	var slowest time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		for j := range c.Raw {
+			rev++
+			c.Raw[j] = RawUpdate{Key: keys[(uint64(rev)*2654435761)%benchKeySpace], Op: OpPut, Rev: rev, Value: value}
+		}
+		c.Cursor = protocol.Cursor{Rev: rev}
+		start := time.Now()
+		if err := s.Commit(c); err != nil {
+			b.Fatal(err)
+		}
+		slowest = max(slowest, time.Since(start))
+	}
+	b.StopTimer()
+	st, err := s.Stats()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(uint64(rev))/b.Elapsed().Seconds(), "updates/s")
+	b.ReportMetric(float64(st.WriteStalls), "stalls")
+	b.ReportMetric(st.WriteStallTime.Seconds(), "stall-s")
+	b.ReportMetric(float64(slowest.Microseconds())/1000, "max-ms/commit")
+}
+
+// BenchmarkRawKeys measures the repair diff's key listing over 100k keys.
+func BenchmarkRawKeys(b *testing.B) {
+	s, _ := openTemp(b, Options{Logger: quiet})
+	keys := benchKeys()
+	const n = 100_000
+	for base := 0; base < n; base += 10_000 {
+		c := Commit{Cursor: protocol.Cursor{Rev: protocol.Revision(base + 10_000)}}
+		for i := base; i < base+10_000; i++ {
+			c.Raw = append(c.Raw, RawUpdate{Key: keys[i], Op: OpPut, Rev: protocol.Revision(i + 1), Value: make([]byte, 128)})
+		}
+		mustCommit(b, s, c)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		count := 0
+		if err := s.RawKeys("", func([]byte) error { count++; return nil }); err != nil || count != n {
+			b.Fatal(count, err)
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "keys/s")
+}

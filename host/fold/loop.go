@@ -1,0 +1,285 @@
+package fold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// Source is what the loop consumes: a *natskv.Watcher in production.
+type Source interface {
+	Events() <-chan natskv.Event
+	Stop()
+	Err() error
+}
+
+var _ Source = (*natskv.Watcher)(nil)
+
+// Target is the store surface the loop writes to. *Store implements it;
+// tests wrap it to inject faults.
+type Target interface {
+	Reader
+	Commit(Commit) error
+}
+
+var _ Target = (*Store)(nil)
+
+// Defaults for LoopConfig.
+const (
+	DefaultWindow            = 10 * time.Millisecond
+	DefaultMaxBatch          = 100
+	DefaultMaxCommitFailures = 16
+)
+
+// LoopConfig tunes a Loop. The zero value takes the defaults.
+type LoopConfig struct {
+	// Window is how long a batch stays open after its first update;
+	// default DefaultWindow.
+	Window time.Duration
+	// MaxBatch closes a batch early at this many updates; default
+	// DefaultMaxBatch.
+	MaxBatch int
+	// MaxCommitFailures consecutive transient commit failures stop the
+	// loop; default DefaultMaxCommitFailures.
+	MaxCommitFailures int
+	// OnApplied, if set, is called on the loop's goroutine after every
+	// successful commit. It must not block for long: the loop waits.
+	OnApplied func(Applied)
+	// OnSynced, if set, is called once, when everything the source delivered
+	// before its Synced marker (a state-sync's initial values, or a resume's
+	// backlog) is committed.
+	OnSynced func(protocol.Cursor)
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Applied describes one committed batch.
+type Applied struct {
+	Cursor   protocol.Cursor
+	Updates  int // updates in the batch (re-queued ones included)
+	Rejected int
+	Views    int           // view mutations committed
+	Took     time.Duration // apply + commit
+}
+
+// Errors that stop the loop.
+var (
+	// ErrPlugin wraps a plugin's error: the batch was not committed and the
+	// cursor did not move.
+	ErrPlugin = errors.New("fold: plugin failed")
+	// ErrCommitFailures: MaxCommitFailures commits in a row failed.
+	ErrCommitFailures = errors.New("fold: too many consecutive commit failures")
+)
+
+// Loop is the applied loop: it batches a source's updates, hands each batch
+// to the plugin, and only after the plugin returned commits the raw updates,
+// the plugin's view mutations and the cursor (protocol.CursorAfterBatch) in
+// one store batch. A persisted cursor therefore never names an update the
+// plugin has not applied.
+//
+// A failed commit keeps the batch and retries it, in front of whatever
+// arrived since, after a backoff; it is never dropped (dropping it and
+// committing the next batch would leave a cursor gap that survives every
+// restart: protocol model 1, mutation dropFailedBatch).
+type Loop struct {
+	store  Target
+	plugin Plugin
+	cfg    LoopConfig
+	reqs   chan request
+
+	pending  []natskv.Update // the open batch, re-queued updates first
+	raw      []RawUpdate     // reused per flush
+	revs     []protocol.Revision
+	failures int
+	synced   bool // the source's Synced marker was seen
+	reported bool // OnSynced was called
+}
+
+type request struct {
+	fn    func(ctx context.Context, t Target) error
+	reply chan error
+}
+
+// NewLoop returns a loop that folds into store through plugin.
+func NewLoop(store Target, plugin Plugin, cfg LoopConfig) *Loop {
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.MaxCommitFailures <= 0 {
+		cfg.MaxCommitFailures = DefaultMaxCommitFailures
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Loop{store: store, plugin: plugin, cfg: cfg, reqs: make(chan request)}
+}
+
+// Do runs fn on the loop's goroutine between flushes, after the pending batch
+// was flushed: export and repair work, which must never run concurrently with
+// an apply. It fails without calling fn if the pending batch cannot be
+// committed. Do blocks until fn returned, ctx is done, or the loop stopped.
+func (l *Loop) Do(ctx context.Context, fn func(ctx context.Context, t Target) error) error {
+	r := request{fn: fn, reply: make(chan error, 1)}
+	select {
+	case l.reqs <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-r.reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run folds src until ctx is done (shutdown), src ends, or an error stops the
+// fold. On every exit it first flushes the pending batch, then stops src, and
+// returns the store's cursor: the applied position to resume from. The error
+// is nil for a shutdown or a cleanly ended source, src.Err() for a source
+// that failed (such as natskv.ErrCursorExpired), or the error that stopped
+// the fold.
+func (l *Loop) Run(ctx context.Context, src Source) (protocol.Cursor, error) {
+	defer src.Stop()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	armed := false
+	arm := func(d time.Duration) {
+		if !armed {
+			timer.Reset(d)
+			armed = true
+		}
+	}
+	events := src.Events()
+	for {
+		select {
+		case <-ctx.Done():
+			return l.finish(context.WithoutCancel(ctx), nil)
+		case ev, ok := <-events:
+			if !ok {
+				return l.finish(ctx, src.Err())
+			}
+			if ev.Synced {
+				l.synced = true
+				if err := l.flush(ctx); err != nil {
+					return l.store.Cursor(), err
+				}
+				continue
+			}
+			l.pending = append(l.pending, ev.Update)
+			if len(l.pending) >= l.cfg.MaxBatch && l.failures == 0 {
+				if err := l.flush(ctx); err != nil {
+					return l.store.Cursor(), err
+				}
+			} else {
+				arm(l.cfg.Window)
+			}
+		case <-timer.C:
+			armed = false
+			if err := l.flush(ctx); err != nil {
+				return l.store.Cursor(), err
+			}
+		case r := <-l.reqs:
+			err := l.flush(ctx)
+			if err == nil && len(l.pending) > 0 {
+				err = fmt.Errorf("fold: request refused: %d updates still uncommitted after a commit failure", len(l.pending))
+			}
+			if err == nil {
+				err = r.fn(ctx, l.store)
+			}
+			r.reply <- err
+		}
+		if len(l.pending) > 0 && l.failures > 0 {
+			arm(l.backoff())
+		}
+	}
+}
+
+// backoff is the delay before retrying a failed commit: the window doubled
+// per consecutive failure, at most one second.
+func (l *Loop) backoff() time.Duration {
+	d := l.cfg.Window << min(l.failures, 10)
+	return min(d, time.Second)
+}
+
+// finish flushes what is pending and returns the applied cursor. A batch
+// whose commit keeps failing is left to the resume: nothing was committed
+// for it, so the restart re-delivers it.
+func (l *Loop) finish(ctx context.Context, cause error) (protocol.Cursor, error) {
+	err := l.flush(ctx)
+	if cause != nil {
+		err = cause
+	}
+	return l.store.Cursor(), err
+}
+
+// flush applies and commits the pending batch. It returns an error only when
+// the fold must stop; a transient commit failure keeps the batch pending.
+func (l *Loop) flush(ctx context.Context) error {
+	if len(l.pending) == 0 {
+		l.reportSynced()
+		return nil
+	}
+	start := time.Now()
+	out, err := l.plugin.Apply(ctx, l.pending, l.store)
+	if err != nil {
+		first, last := l.pending[0].Rev, l.pending[len(l.pending)-1].Rev
+		return fmt.Errorf("%w on the batch of revisions %d..%d (nothing committed, cursor stays at %v): %w",
+			ErrPlugin, first, last, l.store.Cursor(), err)
+	}
+	l.raw, l.revs = l.raw[:0], l.revs[:0]
+	var highTime int64
+	var high protocol.Revision
+	for i := range l.pending {
+		u := &l.pending[i]
+		l.revs = append(l.revs, u.Rev)
+		if u.Rev > high {
+			high, highTime = u.Rev, u.Time
+		}
+		r := RawUpdate{Key: u.Key, Rev: u.Rev, Op: OpDelete}
+		if u.Op == natskv.OpPut {
+			r.Op, r.Value = OpPut, u.Value
+		}
+		l.raw = append(l.raw, r)
+	}
+	cursor := protocol.CursorAfterBatch(l.store.Cursor(), l.revs, highTime)
+	err = l.store.Commit(Commit{Raw: l.raw, Views: out.Views, Cursor: cursor})
+	if err != nil {
+		if errors.Is(err, ErrCursorRegression) || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidCommit) {
+			return err // broken invariant or no store: retrying cannot help
+		}
+		l.failures++
+		if l.failures >= l.cfg.MaxCommitFailures {
+			return fmt.Errorf("%w (%d): last: %w", ErrCommitFailures, l.failures, err)
+		}
+		l.cfg.Logger.Warn("fold: commit failed; batch kept for retry",
+			"updates", len(l.pending), "failures", l.failures, "err", err)
+		return nil
+	}
+	n := len(l.pending)
+	clear(l.pending) // drop value references
+	l.pending = l.pending[:0]
+	l.failures = 0
+	if l.cfg.OnApplied != nil {
+		l.cfg.OnApplied(Applied{Cursor: cursor, Updates: n, Rejected: out.Rejected, Views: len(out.Views), Took: time.Since(start)})
+	}
+	l.reportSynced()
+	return nil
+}
+
+func (l *Loop) reportSynced() {
+	if l.synced && !l.reported {
+		l.reported = true
+		if l.cfg.OnSynced != nil {
+			l.cfg.OnSynced(l.store.Cursor())
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package fold
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// Snapshot is a frozen, consistent view of a Store: its cursor and data come
+// from the same instant, so a reader can state exactly how stale an answer
+// is, and the repair diff can compare a listing against one fixed fold.
+// Commits made after the Snapshot was taken are not visible through it.
+//
+// A Snapshot pins old data in pebble (compactions cannot drop what it
+// sees): close it when done. Reads may run concurrently; Close must come
+// after the last read (like closing a file). It is released (reads return
+// ErrClosed) when its Store closes.
+type Snapshot struct {
+	s      *Store
+	snap   *pebble.Snapshot
+	cursor protocol.Cursor
+}
+
+// Snapshot takes a consistent read view of the latest committed state.
+func (s *Store) Snapshot() (*Snapshot, error) {
+	if !s.gate.enter() {
+		return nil, ErrClosed
+	}
+	defer s.gate.exit()
+	snap := s.db.NewSnapshot()
+	cur, err := readCursor(snap)
+	if err != nil {
+		_ = snap.Close()
+		return nil, fmt.Errorf("fold: snapshot: %w", err)
+	}
+	sn := &Snapshot{s: s, snap: snap, cursor: cur}
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	if s.snaps == nil { // Close already released the others
+		_ = snap.Close()
+		return nil, ErrClosed
+	}
+	s.snaps[sn] = struct{}{}
+	return sn, nil
+}
+
+// Close releases the Snapshot. Closing twice, or after the Store closed, is
+// a no-op.
+func (sn *Snapshot) Close() error {
+	s := sn.s
+	if !s.gate.enter() {
+		return nil // the Store released it
+	}
+	defer s.gate.exit()
+	s.snapMu.Lock()
+	_, open := s.snaps[sn]
+	delete(s.snaps, sn)
+	s.snapMu.Unlock()
+	if !open {
+		return nil
+	}
+	if err := sn.snap.Close(); err != nil {
+		return fmt.Errorf("fold: close snapshot: %w", err)
+	}
+	return nil
+}
+
+// enter admits an operation on the snapshot; the caller must call
+// sn.s.gate.exit() when ok.
+func (sn *Snapshot) enter() bool {
+	if !sn.s.gate.enter() {
+		return false
+	}
+	sn.s.snapMu.Lock()
+	_, open := sn.s.snaps[sn]
+	sn.s.snapMu.Unlock()
+	if !open {
+		sn.s.gate.exit()
+	}
+	return open
+}
+
+// Cursor implements [Reader]: the cursor committed with the data this
+// Snapshot sees.
+func (sn *Snapshot) Cursor() protocol.Cursor { return sn.cursor }
+
+// Get implements [Reader].
+func (sn *Snapshot) Get(key string) (Entry, bool, error) {
+	if !sn.enter() {
+		return Entry{}, false, ErrClosed
+	}
+	defer sn.s.gate.exit()
+	return getRaw(sn.snap, key)
+}
+
+// RawRange implements [Reader].
+func (sn *Snapshot) RawRange(prefix string, fn func(key []byte, rev protocol.Revision, value []byte) error) error {
+	if !sn.enter() {
+		return ErrClosed
+	}
+	defer sn.s.gate.exit()
+	return rawRange(sn.snap, prefix, fn)
+}
+
+// RawKeys implements [Reader].
+func (sn *Snapshot) RawKeys(prefix string, fn func(key []byte) error) error {
+	if !sn.enter() {
+		return ErrClosed
+	}
+	defer sn.s.gate.exit()
+	return rawKeys(sn.snap, prefix, fn)
+}
+
+// ViewGet implements [Reader].
+func (sn *Snapshot) ViewGet(key []byte) ([]byte, bool, error) {
+	if !sn.enter() {
+		return nil, false, ErrClosed
+	}
+	defer sn.s.gate.exit()
+	return viewGet(sn.snap, key)
+}
+
+// ViewRange implements [Reader].
+func (sn *Snapshot) ViewRange(prefix []byte, fn func(key, value []byte) error) error {
+	if !sn.enter() {
+		return ErrClosed
+	}
+	defer sn.s.gate.exit()
+	return viewRange(sn.snap, prefix, fn)
+}
+
+// PluginIdentity implements [Reader].
+func (sn *Snapshot) PluginIdentity() ([]byte, bool, error) {
+	if !sn.enter() {
+		return nil, false, ErrClosed
+	}
+	defer sn.s.gate.exit()
+	return pluginIdentity(sn.snap)
+}

@@ -1,0 +1,174 @@
+package fold
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// FormatVersion is the store layout version this build writes and the only
+// one it opens. Bump it whenever the layout in the package doc changes.
+const FormatVersion uint32 = 1
+
+// Store is a durable fold on pebble. See the package doc for its contract.
+// A Store is safe for concurrent use.
+type Store struct {
+	db    *pebble.DB
+	dir   string
+	opts  Options
+	write *pebble.WriteOptions
+	gate  gate
+
+	stalls stallTracker
+
+	// commitMu serializes Commit: validate against the stored cursor,
+	// apply, then publish the new cursor.
+	commitMu sync.Mutex
+	cursor   atomic.Pointer[protocol.Cursor]
+
+	snapMu sync.Mutex
+	snaps  map[*Snapshot]struct{}
+}
+
+// Open opens (creating if needed) the store in dir and returns it with the
+// recovered cursor: the cursor of the last commit that survived, or the zero
+// Cursor when nothing was ever committed. A new store gets the format marker
+// (synced) before Open returns.
+//
+// Open fails with a [*FormatError] (errors.Is ErrFormatVersion) when the
+// directory holds a store of an unknown format version, or a pebble database
+// that is not a fold store; it never modifies such a directory's contents.
+// A directory is locked by one open Store at a time.
+func Open(dir string, opts Options) (*Store, protocol.Cursor, error) {
+	opts = opts.withDefaults()
+	s := &Store{dir: dir, opts: opts, write: pebble.NoSync, snaps: map[*Snapshot]struct{}{}}
+	s.stalls.log = opts.Logger
+	db, err := pebble.Open(dir, opts.pebbleOptions(s.stalls.listener()))
+	if err != nil {
+		return nil, protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", dir, err)
+	}
+	s.db = db
+	if opts.Sync {
+		s.write = pebble.Sync
+	}
+	cur, err := s.recover()
+	if err != nil {
+		_ = db.Close()
+		return nil, protocol.Cursor{}, err
+	}
+	s.cursor.Store(&cur)
+	return s, cur, nil
+}
+
+// recover checks (or, for an empty database, writes) the format marker and
+// reads the stored cursor.
+func (s *Store) recover() (protocol.Cursor, error) {
+	if err := s.checkFormat(); err != nil {
+		return protocol.Cursor{}, err
+	}
+	return readCursor(s.db)
+}
+
+func (s *Store) checkFormat() error {
+	v, ok, err := getCopy(s.db, metaFormatKey)
+	if err != nil {
+		return fmt.Errorf("fold: open %s: read format marker: %w", s.dir, err)
+	}
+	if ok {
+		if len(v) != 4 {
+			return &FormatError{Dir: s.dir, Supported: FormatVersion,
+				Detail: fmt.Sprintf("malformed format marker (%d bytes)", len(v))}
+		}
+		if found := binary.BigEndian.Uint32(v); found != FormatVersion {
+			return &FormatError{Dir: s.dir, Found: found, Supported: FormatVersion}
+		}
+		return nil
+	}
+	empty, err := isEmpty(s.db)
+	if err != nil {
+		return fmt.Errorf("fold: open %s: %w", s.dir, err)
+	}
+	if !empty {
+		return &FormatError{Dir: s.dir, Supported: FormatVersion,
+			Detail: "pebble database without a format marker (not a fold store)"}
+	}
+	marker := binary.BigEndian.AppendUint32(nil, FormatVersion)
+	if err := s.db.Set(metaFormatKey, marker, pebble.Sync); err != nil {
+		return fmt.Errorf("fold: open %s: write format marker: %w", s.dir, err)
+	}
+	return nil
+}
+
+// Close waits for in-flight operations, releases open Snapshots and closes
+// pebble. Every later operation returns ErrClosed, and so does a second
+// Close. Close must not be called from inside a range callback.
+func (s *Store) Close() error {
+	if !s.gate.close() {
+		return ErrClosed
+	}
+	s.snapMu.Lock()
+	var errs []error
+	for sn := range s.snaps {
+		errs = append(errs, sn.snap.Close())
+	}
+	s.snaps = nil
+	s.snapMu.Unlock()
+	errs = append(errs, s.db.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("fold: close %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// Dir is the directory the store was opened in.
+func (s *Store) Dir() string { return s.dir }
+
+// Cursor returns the cursor of the last successful Commit (or the recovered
+// one). It reads memory, not pebble, and works after Close.
+func (s *Store) Cursor() protocol.Cursor { return *s.cursor.Load() }
+
+// readCursor reads the stored cursor from r; zero when none was committed.
+func readCursor(r pebble.Reader) (protocol.Cursor, error) {
+	v, ok, err := getCopy(r, metaCursorKey)
+	if err != nil {
+		return protocol.Cursor{}, fmt.Errorf("fold: read cursor: %w", err)
+	}
+	var c protocol.Cursor
+	if !ok {
+		return c, nil
+	}
+	if err := c.UnmarshalBinary(v); err != nil {
+		return protocol.Cursor{}, fmt.Errorf("%w: cursor: %w", ErrCorrupt, err)
+	}
+	return c, nil
+}
+
+// getCopy reads key from r into a fresh slice the caller owns.
+func getCopy(r pebble.Reader, key []byte) ([]byte, bool, error) {
+	v, closer, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	out := make([]byte, len(v))
+	copy(out, v)
+	return out, true, closer.Close()
+}
+
+// isEmpty reports whether the database holds no key at all.
+func isEmpty(r pebble.Reader) (bool, error) {
+	it, err := r.NewIter(nil)
+	if err != nil {
+		return false, err
+	}
+	has := it.First()
+	return !has, it.Close()
+}
