@@ -24,6 +24,11 @@ type natsEnv struct {
 
 func startNATS(t testing.TB, bucket string) *natsEnv {
 	t.Helper()
+	return startNATSWith(t, natskv.BucketConfig{Name: bucket})
+}
+
+func startNATSWith(t testing.TB, cfg natskv.BucketConfig) *natsEnv {
+	t.Helper()
 	dir := t.TempDir()
 	srv, err := embeddednats.Start(embeddednats.Options{Dir: dir})
 	if err != nil {
@@ -35,7 +40,7 @@ func startNATS(t testing.TB, bucket string) *natsEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: bucket}, natskv.Options{})
+	b, err := natskv.OpenBucket(context.Background(), nc, cfg, natskv.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
