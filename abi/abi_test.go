@@ -1,0 +1,227 @@
+package abi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+func TestBatchRoundTrip(t *testing.T) {
+	var e BatchEncoder
+	for round := 0; round < 2; round++ { // the second round reuses the buffer
+		e.Reset()
+		e.Add(OpPut, 7, 1700, "route.a", []byte(`{"x":1}`))
+		e.Add(OpDelete, 8, 1701, "route.b", nil)
+		e.Add(OpPurge, 0, 0, "", nil)
+		r := NewBatchReader(e.Bytes())
+		if r.Len() != 3 {
+			t.Fatalf("Len = %d", r.Len())
+		}
+		var got []string
+		for r.Next() {
+			u := r.Update()
+			got = append(got, fmt.Sprintf("%d/%d/%d/%s/%s", u.Op, u.Rev, u.Time, u.Key, u.Value))
+		}
+		if err := r.Err(); err != nil {
+			t.Fatal(err)
+		}
+		want := `[1/7/1700/route.a/{"x":1} 2/8/1701/route.b/ 3/0/0//]`
+		if fmt.Sprint(got) != want {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+	var empty BatchEncoder
+	r := NewBatchReader(empty.Bytes())
+	if r.Next() || r.Err() != nil {
+		t.Fatalf("empty batch: next or err %v", r.Err())
+	}
+}
+
+func TestBatchRejects(t *testing.T) {
+	var e BatchEncoder
+	e.Add(OpPut, 1, 1, "k", []byte("v"))
+	good := e.Bytes()
+	cases := map[string][]byte{
+		"empty":          {},
+		"truncated":      good[:len(good)-1],
+		"trailing":       append(append([]byte{}, good...), 0),
+		"huge count":     {0xff, 0xff, 0xff, 0xff},
+		"bad op":         append([]byte{1, 0, 0, 0, 9}, good[5:]...),
+		"key past end":   append(append([]byte{}, good[:21]...), 0xff, 0xff, 0, 0),
+		"count too high": append([]byte{2, 0, 0, 0}, good[4:]...),
+	}
+	for name, b := range cases {
+		r := NewBatchReader(b)
+		for r.Next() {
+		}
+		if !errors.Is(r.Err(), ErrMalformed) {
+			t.Errorf("%s: err = %v, want ErrMalformed", name, r.Err())
+		}
+	}
+}
+
+func TestOutputRoundTrip(t *testing.T) {
+	var w OutputWriter
+	w.Reset()
+	w.Put([]byte("h.a"), []byte("entry"))
+	w.Delete([]byte("h.b"))
+	w.Reject()
+	w.Reject()
+	var got []string
+	rej, err := DecodeOutput(w.Bytes(), func(op byte, k, v []byte) error {
+		got = append(got, fmt.Sprintf("%d:%s=%s", op, k, v))
+		return nil
+	})
+	if err != nil || rej != 2 || fmt.Sprint(got) != "[1:h.a=entry 2:h.b=]" {
+		t.Fatalf("rej %d err %v got %v", rej, err, got)
+	}
+	_, err = DecodeOutput(w.Error("bad route"), func(byte, []byte, []byte) error { return nil })
+	var ge *GuestError
+	if !errors.As(err, &ge) || ge.Message != "bad route" {
+		t.Fatalf("error record: %v", err)
+	}
+	stop := errors.New("stop")
+	w.Reset()
+	w.Put([]byte("k"), nil)
+	if _, err := DecodeOutput(w.Bytes(), func(byte, []byte, []byte) error { return stop }); err != stop {
+		t.Fatalf("callback error not returned: %v", err)
+	}
+	for name, b := range map[string][]byte{
+		"empty":      {},
+		"status 7":   {7, 0, 0, 0},
+		"truncated":  w.Bytes()[:len(w.Bytes())-1],
+		"bad op":     {0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 0},
+		"trailing":   append(append([]byte{}, w.Bytes()...), 1),
+		"huge count": {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f},
+	} {
+		if _, err := DecodeOutput(b, func(byte, []byte, []byte) error { return nil }); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: err = %v, want ErrMalformed", name, err)
+		}
+	}
+}
+
+func TestInfoAndReadRoundTrip(t *testing.T) {
+	in := Info{Name: "example-router", Version: "1.0.0", ViewSchema: 3}
+	got, err := DecodeInfo(AppendInfo(nil, in))
+	if err != nil || got != in {
+		t.Fatalf("info %+v %v", got, err)
+	}
+	if _, err := DecodeInfo(AppendInfo(nil, in)[:5]); !errors.Is(err, ErrMalformed) {
+		t.Fatal("truncated info accepted")
+	}
+	req := AppendReadRequest(nil, [][]byte{[]byte("a"), []byte("bb")})
+	var keys []string
+	if err := DecodeReadRequest(req, func(k []byte) error { keys = append(keys, string(k)); return nil }); err != nil || fmt.Sprint(keys) != "[a bb]" {
+		t.Fatalf("request %v %v", keys, err)
+	}
+	resp := AppendReadRawHit(AppendReadMiss(AppendReadHit(nil, []byte("v"))), 9, []byte("raw"))
+	var out []string
+	err = DecodeReadResponse(resp, 3, func(i int, found bool, v []byte) error {
+		out = append(out, fmt.Sprintf("%d:%v:%q", i, found, v))
+		return nil
+	})
+	if err != nil || fmt.Sprint(out) != `[0:true:"v" 1:false:"" 2:true:"\t\x00\x00\x00\x00\x00\x00\x00raw"]` {
+		t.Fatalf("response %v %v", out, err)
+	}
+	if err := DecodeReadResponse(resp, 2, func(int, bool, []byte) error { return nil }); !errors.Is(err, ErrMalformed) {
+		t.Fatal("response with trailing entries accepted")
+	}
+}
+
+func TestPackUnpack(t *testing.T) {
+	for _, c := range [][2]uint32{{0, 0}, {1, 2}, {0xffffffff, 0xffffffff}, {65536, 7}} {
+		p, l := Unpack(Pack(c[0], c[1]))
+		if p != c[0] || l != c[1] {
+			t.Fatalf("%v -> %d %d", c, p, l)
+		}
+	}
+}
+
+// TestStdlibOnly: abi is shared with guests; it must stay stdlib-only.
+func TestStdlibOnly(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if p != "github.com/foldhost/foldhost/abi" {
+			t.Errorf("non-stdlib dependency %s", p)
+		}
+	}
+}
+
+func FuzzBatchReader(f *testing.F) {
+	var e BatchEncoder
+	e.Add(OpPut, 1, 2, "k", []byte("v"))
+	f.Add(e.Bytes())
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := NewBatchReader(b)
+		var re BatchEncoder
+		re.Reset()
+		for r.Next() {
+			u := r.Update()
+			re.Add(u.Op, u.Rev, u.Time, string(u.Key), u.Value)
+		}
+		if r.Err() == nil && !bytes.Equal(re.Bytes(), b) {
+			t.Fatalf("accepted input does not re-encode to itself")
+		}
+	})
+}
+
+func FuzzDecodeOutput(f *testing.F) {
+	var w OutputWriter
+	w.Put([]byte("k"), []byte("v"))
+	w.Delete([]byte("d"))
+	f.Add(w.Bytes())
+	f.Add(w.Error("x"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var re OutputWriter
+		re.Reset()
+		rej, err := DecodeOutput(b, func(op byte, k, v []byte) error {
+			if op == MutPut {
+				re.Put(k, v)
+			} else {
+				re.Delete(k)
+			}
+			return nil
+		})
+		if err == nil {
+			for range rej {
+				re.Reject()
+			}
+			if !bytes.Equal(re.Bytes(), b) {
+				t.Fatalf("accepted output does not re-encode to itself")
+			}
+		}
+	})
+}
+
+func FuzzDecodeInfo(f *testing.F) {
+	f.Add(AppendInfo(nil, Info{Name: "n", Version: "v", ViewSchema: 1}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		in, err := DecodeInfo(b)
+		if err == nil && !bytes.Equal(AppendInfo(nil, in), b) {
+			t.Fatal("accepted info does not re-encode to itself")
+		}
+	})
+}
+
+func FuzzReadRecords(f *testing.F) {
+	f.Add(AppendReadRequest(nil, [][]byte{[]byte("a")}), 1)
+	f.Fuzz(func(t *testing.T, b []byte, n int) {
+		var keys [][]byte
+		if err := DecodeReadRequest(b, func(k []byte) error { keys = append(keys, k); return nil }); err == nil {
+			if !bytes.Equal(AppendReadRequest(nil, keys), b) {
+				t.Fatal("accepted request does not re-encode to itself")
+			}
+		}
+		if n < 0 || n > 1<<16 {
+			return
+		}
+		_ = DecodeReadResponse(b, n, func(int, bool, []byte) error { return nil })
+	})
+}
