@@ -20,10 +20,16 @@ type Plugin interface {
 	Apply(ctx context.Context, batch []natskv.Update, fold Reader) (Output, error)
 }
 
-// Output is what a plugin produced for one batch.
+// Output is what a plugin produced for one batch. Its slices may alias the
+// plugin's buffers: they stay valid until the next Apply (the loop commits
+// before it calls Apply again).
 type Output struct {
 	Views    []ViewMutation
 	Rejected int
+	// Identity, when non-nil, names the plugin build that produced Views
+	// (module hash, name, version, view schema); it is recorded in the
+	// fold's metadata in the same commit.
+	Identity []byte
 }
 
 // PluginFunc adapts a function to Plugin: the native Go implementation used

@@ -1,0 +1,159 @@
+package foldhost
+
+import (
+	"errors"
+	"unsafe"
+
+	"github.com/foldhost/foldhost/abi"
+)
+
+// Batch is the output side of one Apply: view mutations, and reads of the
+// committed fold that see this batch's own earlier writes.
+type Batch struct {
+	out     abi.OutputWriter
+	arena   arena
+	written map[string]entry // view keys written in this batch
+	cached  map[string]entry // view keys read from the host in this batch
+	req     []byte
+	resp    []byte
+	keys    [][]byte
+}
+
+type entry struct {
+	value []byte
+	found bool
+}
+
+// ErrRead is returned when the host refuses a read.
+var ErrRead = errors.New("foldhost: host read failed")
+
+func (b *Batch) reset() {
+	b.out.Reset()
+	b.arena.reset()
+	if b.written == nil {
+		b.written = make(map[string]entry)
+		b.cached = make(map[string]entry)
+	}
+	clear(b.written)
+	clear(b.cached)
+}
+
+// Put writes a view key. key and value are copied.
+func (b *Batch) Put(key, value []byte) {
+	b.out.Put(key, value)
+	b.written[b.arena.str(key)] = entry{value: b.arena.bytes(value), found: true}
+}
+
+// Delete removes a view key. key is copied.
+func (b *Batch) Delete(key []byte) {
+	b.out.Delete(key)
+	b.written[b.arena.str(key)] = entry{}
+}
+
+// Prefetch reads the given view keys from the committed fold in ONE host
+// call (a host call costs tens of nanoseconds; a per-key call per update adds
+// up), so later View calls for them are answered locally.
+func (b *Batch) Prefetch(keys ...[]byte) error {
+	b.keys = b.keys[:0]
+	for _, k := range keys {
+		if _, ok := b.written[unsafeString(k)]; ok {
+			continue
+		}
+		if _, ok := b.cached[unsafeString(k)]; ok {
+			continue
+		}
+		b.keys = append(b.keys, k)
+	}
+	if len(b.keys) == 0 {
+		return nil
+	}
+	b.req = abi.AppendReadRequest(b.req[:0], b.keys)
+	n := hostRead(abi.SpaceView, ptrOf(b.req), uint32(len(b.req)))
+	if n < 0 {
+		return ErrRead
+	}
+	if cap(b.resp) < int(n) {
+		b.resp = make([]byte, n)
+	}
+	b.resp = b.resp[:n]
+	if n > 0 {
+		hostReadResult(ptrOf(b.resp))
+	}
+	return abi.DecodeReadResponse(b.resp, len(b.keys), func(i int, found bool, v []byte) error {
+		b.cached[b.arena.str(b.keys[i])] = entry{value: b.arena.bytes(v), found: found}
+		return nil
+	})
+}
+
+// View returns a view key's value as this batch sees it: its own writes
+// first, then the committed fold. The value is valid until the batch ends.
+func (b *Batch) View(key []byte) ([]byte, bool, error) {
+	if e, ok := b.written[unsafeString(key)]; ok {
+		return e.value, e.found, nil
+	}
+	if e, ok := b.cached[unsafeString(key)]; !ok {
+		if err := b.Prefetch(key); err != nil {
+			return nil, false, err
+		}
+	} else {
+		return e.value, e.found, nil
+	}
+	e := b.cached[unsafeString(key)]
+	return e.value, e.found, nil
+}
+
+// Log sends a line to the host log (slog levels: -4 debug, 0 info, 4 warn,
+// 8 error).
+func (b *Batch) Log(level int32, msg string) {
+	if len(msg) == 0 {
+		return
+	}
+	hostLog(level, uint32(uintptr(unsafe.Pointer(unsafe.StringData(msg)))), uint32(len(msg)))
+}
+
+// unsafeString views b as a string for a map lookup (no copy, no escape).
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// arena hands out stable copies for one batch: bytes live in fixed chunks
+// that never move, so strings and slices pointing into them stay valid until
+// reset, and the chunks are reused by the next batch.
+type arena struct {
+	chunks [][]byte
+	cur    int
+}
+
+const chunkSize = 64 << 10
+
+func (a *arena) reset() {
+	a.cur = 0
+	for i := range a.chunks {
+		a.chunks[i] = a.chunks[i][:0]
+	}
+}
+
+func (a *arena) bytes(p []byte) []byte {
+	if len(p) == 0 {
+		return nil
+	}
+	if len(p) > chunkSize {
+		return append([]byte(nil), p...) // rare: its own allocation
+	}
+	for {
+		if a.cur == len(a.chunks) {
+			a.chunks = append(a.chunks, make([]byte, 0, chunkSize))
+		}
+		c := a.chunks[a.cur]
+		if cap(c)-len(c) >= len(p) {
+			start := len(c)
+			c = append(c, p...)
+			a.chunks[a.cur] = c
+			return c[start:len(c):len(c)]
+		}
+		a.cur++
+	}
+}
+
+func (a *arena) str(p []byte) string {
+	b := a.bytes(p)
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}

@@ -1,0 +1,43 @@
+//go:build wasip1
+
+package foldhost
+
+import (
+	"runtime"
+
+	"github.com/foldhost/foldhost/abi"
+)
+
+//go:wasmexport foldhost_abi_v1
+func abiV1() int32 { return abi.Minor }
+
+//go:wasmexport foldhost_alloc
+func alloc(size int32) int32 {
+	if size < 0 {
+		return 0
+	}
+	if cap(inbuf) < int(size) || cap(inbuf) == 0 {
+		inbuf = make([]byte, max(int(size), 64<<10, 2*cap(inbuf)))
+	}
+	inbuf = inbuf[:cap(inbuf)]
+	return int32(ptrOf(inbuf))
+}
+
+//go:wasmexport foldhost_info
+func info() int64 { return packed(infoBuf) }
+
+//go:wasmexport foldhost_apply
+func apply(n int32) int64 {
+	if active == nil {
+		var w abi.OutputWriter
+		return packed(w.Error("no plugin registered (call foldhost.Register in init)"))
+	}
+	if n < 0 || int(n) > len(inbuf) {
+		var w abi.OutputWriter
+		return packed(w.Error("apply: length outside the input buffer"))
+	}
+	return int64(active.apply(inbuf[:n]))
+}
+
+//go:wasmexport foldhost_gc
+func gc() { runtime.GC() }

@@ -1,0 +1,39 @@
+package wasm
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrInvalidModule is wrapped by every validation failure of Runtime.Load.
+var ErrInvalidModule = errors.New("wasm: invalid plugin module")
+
+// Kind classifies a plugin failure.
+type Kind string
+
+const (
+	KindGuest     Kind = "guest-error" // the plugin reported a status-1 error
+	KindTrap      Kind = "trap"        // unreachable, out of bounds, a panic, exit
+	KindTimeout   Kind = "timeout"     // the per-call deadline passed
+	KindOOM       Kind = "out-of-memory"
+	KindMalformed Kind = "malformed-output"
+)
+
+// PluginError is a failed call into a plugin. The batch it was applying is
+// not committed.
+type PluginError struct {
+	Kind   Kind
+	Module string // sha256 of the module, hex, shortened
+	Err    error
+	Stderr string // the tail of what the guest wrote to stderr
+}
+
+func (e *PluginError) Error() string {
+	s := fmt.Sprintf("wasm plugin %s: %s: %v", e.Module, e.Kind, e.Err)
+	if e.Stderr != "" {
+		s += "; stderr: " + e.Stderr
+	}
+	return s
+}
+
+func (e *PluginError) Unwrap() error { return e.Err }

@@ -1,0 +1,214 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/foldhost/foldhost/abi"
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/natskv"
+)
+
+// Plugin is a module running as a fold.Plugin.
+type Plugin struct {
+	r *Runtime
+
+	mu      sync.Mutex // guards next, status
+	next    *Module    // swapped in at the next batch boundary
+	status  Status
+	current *Module // used by Apply only
+
+	in    *instance
+	enc   abi.BatchEncoder
+	state callState
+	views []fold.ViewMutation
+	spans []span
+	arena []byte
+}
+
+// span locates one mutation's key and value in Plugin.arena.
+type span struct{ k0, k1, v0, v1 int }
+
+var _ fold.Plugin = (*Plugin)(nil)
+
+// Status is what operators see of a plugin.
+type Status struct {
+	Module       IdentityRecord
+	Path         string
+	Loaded       time.Time
+	Failures     int    // consecutive failed attempts
+	LastError    string // the last failure, including a refused reload
+	ReloadFailed bool   // the last reload attempt was refused; the old module runs
+}
+
+// NewPlugin runs m.
+func (r *Runtime) NewPlugin(m *Module) *Plugin {
+	p := &Plugin{r: r, current: m}
+	p.state.logger = r.opts.Logger
+	p.setStatus(m)
+	return p
+}
+
+func (p *Plugin) setStatus(m *Module) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.status.Module = IdentityRecord{SHA256: m.SHA256, Name: m.Info.Name, Version: m.Info.Version,
+		ViewSchema: m.Info.ViewSchema, ABI: fmt.Sprintf("v%d.%d", abi.Major, m.ABIMinor)}
+	p.status.Path = m.Path
+	p.status.Loaded = time.Now()
+	p.status.ReloadFailed = false
+}
+
+// Status returns a copy of the plugin's status.
+func (p *Plugin) Status() Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.status
+}
+
+// Swap makes m the module for the next batch; the batch in flight (if any)
+// finishes on the old one. m must come from Runtime.Load (validated).
+func (p *Plugin) Swap(m *Module) {
+	p.mu.Lock()
+	p.next = m
+	p.mu.Unlock()
+}
+
+// ReloadFailed records a refused reload: the old module keeps running.
+func (p *Plugin) ReloadFailed(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.status.LastError = err.Error()
+	p.status.ReloadFailed = true
+}
+
+// Close releases the instance.
+func (p *Plugin) Close(ctx context.Context) {
+	if p.in != nil {
+		p.in.close(ctx)
+		p.in = nil
+	}
+}
+
+// Apply implements fold.Plugin: one guest call for the batch, retried on a
+// fresh instance up to Options.Retries times. The returned Output aliases
+// buffers reused by the next Apply.
+func (p *Plugin) Apply(ctx context.Context, batch []natskv.Update, r fold.Reader) (fold.Output, error) {
+	p.mu.Lock()
+	if p.next != nil {
+		p.current, p.next = p.next, nil
+		p.mu.Unlock()
+		p.Close(ctx) // batch boundary: the old instance goes
+		p.setStatus(p.current)
+		p.r.opts.Logger.Info("wasm: plugin swapped", "module", p.current.Short(), "name", p.current.Info.Name, "version", p.current.Info.Version)
+	} else {
+		p.mu.Unlock()
+	}
+	p.enc.Reset()
+	for i := range batch {
+		u := &batch[i]
+		p.enc.Add(opOf(u.Op), uint64(u.Rev), u.Time, u.Key, u.Value)
+	}
+	var err error
+	for attempt := 0; attempt <= p.r.opts.Retries; attempt++ {
+		var out fold.Output
+		out, err = p.try(ctx, r)
+		if err == nil {
+			p.mu.Lock()
+			p.status.Failures = 0
+			p.mu.Unlock()
+			return out, nil
+		}
+		p.Close(ctx) // never reuse an instance after a failure
+		p.mu.Lock()
+		p.status.Failures++
+		p.status.LastError = err.Error()
+		p.mu.Unlock()
+		var ge *abi.GuestError
+		if errors.As(err, &ge) || ctx.Err() != nil {
+			break // the plugin's own verdict, or shutdown: a retry cannot help
+		}
+		p.r.opts.Logger.Warn("wasm: plugin call failed; retrying on a fresh instance",
+			"module", p.current.Short(), "attempt", attempt+1, "err", err)
+	}
+	return fold.Output{}, err
+}
+
+func opOf(op natskv.Op) byte {
+	switch op {
+	case natskv.OpDelete:
+		return abi.OpDelete
+	case natskv.OpPurge:
+		return abi.OpPurge
+	}
+	return abi.OpPut
+}
+
+func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
+	if p.in == nil {
+		in, err := p.r.instantiate(ctx, p.current)
+		if err != nil {
+			return fold.Output{}, &PluginError{Kind: KindTrap, Module: p.current.Short(), Err: fmt.Errorf("instantiate: %w", err)}
+		}
+		p.in = in
+	}
+	p.state.fold, p.state.module = r, p.current.Short()
+	cctx := context.WithValue(ctx, callKey{}, &p.state)
+	if d := p.r.opts.CallTimeout; d > 0 {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(cctx, d)
+		defer cancel()
+	}
+	batch := p.enc.Bytes()
+	if err := p.in.write(cctx, batch); err != nil {
+		return fold.Output{}, err
+	}
+	packed, err := p.in.call(cctx, p.in.apply, uint64(len(batch)))
+	if err != nil {
+		return fold.Output{}, err
+	}
+	raw, err := p.in.read(packed)
+	if err != nil {
+		return fold.Output{}, err
+	}
+	// Copy the mutations out of guest memory into one reusable arena: the
+	// next call into the guest may overwrite or move them.
+	p.views, p.spans, p.arena = p.views[:0], p.spans[:0], p.arena[:0]
+	rejected, err := abi.DecodeOutput(raw, func(op byte, key, value []byte) error {
+		s := span{k0: len(p.arena)}
+		p.arena = append(p.arena, key...)
+		s.k1, s.v0 = len(p.arena), len(p.arena)
+		p.arena = append(p.arena, value...)
+		s.v1 = len(p.arena)
+		p.spans = append(p.spans, s)
+		m := fold.ViewMutation{Op: fold.OpPut}
+		if op == abi.MutDelete {
+			m.Op = fold.OpDelete
+		}
+		p.views = append(p.views, m)
+		return nil
+	})
+	if err != nil {
+		var ge *abi.GuestError
+		if errors.As(err, &ge) {
+			return fold.Output{}, &PluginError{Kind: KindGuest, Module: p.current.Short(), Err: ge, Stderr: p.in.stderr.String()}
+		}
+		return fold.Output{}, &PluginError{Kind: KindMalformed, Module: p.current.Short(), Err: err, Stderr: p.in.stderr.String()}
+	}
+	for i, s := range p.spans { // the arena may have moved while growing
+		p.views[i].Key = p.arena[s.k0:s.k1:s.k1]
+		if p.views[i].Op == fold.OpPut {
+			p.views[i].Value = p.arena[s.v0:s.v1:s.v1]
+		}
+	}
+	p.in.batches++
+	if p.in.gc != nil && p.in.batches%p.r.opts.GCEvery == 0 {
+		if _, err := p.in.call(cctx, p.in.gc, 0); err != nil {
+			return fold.Output{}, err
+		}
+	}
+	return fold.Output{Views: p.views, Rejected: rejected, Identity: p.current.Identity()}, nil
+}

@@ -1,0 +1,176 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+var (
+	buildOnce sync.Once
+	goRouter  string
+	buildErr  error
+)
+
+// goRouterWasm builds the Go example-router plugin once per test binary.
+func goRouterWasm(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "foldhost-wasm-test")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		goRouter = filepath.Join(dir, "router-go.wasm")
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", goRouter, "github.com/foldhost/foldhost/plugins/example-router/go")
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("building the Go router plugin: %v", buildErr)
+	}
+	return goRouter
+}
+
+func newRuntime(t testing.TB, o Options) *Runtime {
+	t.Helper()
+	r, err := NewRuntime(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(context.Background()) })
+	return r
+}
+
+// feed is a fold.Source over a fixed list of events: the tests' way to hand
+// the real loop exact batches.
+type feed struct {
+	ch chan natskv.Event
+}
+
+func newFeed(batches ...[]natskv.Update) *feed {
+	n := 0
+	for _, b := range batches {
+		n += len(b)
+	}
+	f := &feed{ch: make(chan natskv.Event, n)}
+	for _, b := range batches {
+		for _, u := range b {
+			f.ch <- natskv.Event{Update: u}
+		}
+	}
+	close(f.ch)
+	return f
+}
+
+func (f *feed) Events() <-chan natskv.Event { return f.ch }
+func (f *feed) Stop()                       {}
+func (f *feed) Err() error                  { return nil }
+
+func views(t testing.TB, st *fold.Store) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	if err := st.ViewRange(nil, func(k, v []byte) error {
+		out[string(k)] = string(v)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestLoadReadsInfoAndIdentity(t *testing.T) {
+	r := newRuntime(t, Options{})
+	m, err := r.LoadFile(context.Background(), goRouterWasm(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Info.Name != "example-router" || m.Info.Version != "1.0.0" || m.Info.ViewSchema != 1 || len(m.SHA256) != 64 {
+		t.Fatalf("module %+v", m)
+	}
+	if !strings.Contains(string(m.Identity()), `"abi":"v1.0"`) {
+		t.Fatalf("identity %s", m.Identity())
+	}
+}
+
+func TestLoadRejectsGarbage(t *testing.T) {
+	r := newRuntime(t, Options{})
+	for name, b := range map[string][]byte{
+		"empty":      {},
+		"text":       []byte("not wasm"),
+		"truncated":  []byte("\x00asm\x01\x00\x00\x00\x01"),
+		"bare magic": []byte("\x00asm\x01\x00\x00\x00"),
+	} {
+		_, err := r.Load(context.Background(), b)
+		if !errors.Is(err, ErrInvalidModule) {
+			t.Errorf("%s: err = %v, want ErrInvalidModule", name, err)
+		}
+	}
+}
+
+func TestRouterThroughTheLoop(t *testing.T) {
+	r := newRuntime(t, Options{})
+	m, err := r.LoadFile(context.Background(), goRouterWasm(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.NewPlugin(m)
+	defer p.Close(context.Background())
+	st, _, err := fold.Open(t.TempDir(), fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	put := func(rev protocol.Revision, key, val string) natskv.Update {
+		return natskv.Update{Key: key, Value: []byte(val), Rev: rev, Op: natskv.OpPut}
+	}
+	var rejected int
+	loop := fold.NewLoop(st, p, fold.LoopConfig{MaxBatch: 3, OnApplied: func(a fold.Applied) { rejected += a.Rejected }})
+	src := newFeed(
+		[]natskv.Update{
+			put(1, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80","weight":3},{"addr":"10.0.0.2:80"}]}`),
+			put(2, "route.b", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`),
+			put(3, "route.c", `{"upstreams":[]}`), // rejected: empty
+		},
+		[]natskv.Update{
+			put(4, "route.a", `{"upstreams":[{"addr":"10.0.0.3:80","weight":2}]}`),
+			put(5, "other", `x`), // rejected: not a route
+			{Key: "route.b", Rev: 6, Op: natskv.OpDelete},
+		},
+	)
+	cur, err := loop.Run(context.Background(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.Rev != 6 || rejected != 2 {
+		t.Fatalf("cursor %v rejected %d", cur, rejected)
+	}
+	got := views(t, st)
+	want := map[string]string{
+		"host/a":                 "10.0.0.3:80=2",
+		"upstream/10.0.0.3:80/a": "",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("views %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("views %v, want %v", got, want)
+		}
+	}
+	id, ok, err := st.PluginIdentity()
+	if err != nil || !ok || !strings.Contains(string(id), m.SHA256) {
+		t.Fatalf("plugin identity %s %v %v", id, ok, err)
+	}
+}
