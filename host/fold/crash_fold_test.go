@@ -197,7 +197,10 @@ func TestFoldCrashSafety(t *testing.T) {
 		from = st.Cursor().Rev
 		st.Close()
 	}
-	t.Logf("%d writes, %d kills, %d of them after the child committed something", w.n, kills, advanced)
+	w.mu.Lock()
+	writes := w.n
+	w.mu.Unlock()
+	t.Logf("%d writes, %d kills, %d of them after the child committed something", writes, kills, advanced)
 	if advanced < kills/4 {
 		t.Fatalf("the child committed in only %d of %d rounds: the kills did not land mid-fold", advanced, kills)
 	}

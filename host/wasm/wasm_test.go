@@ -174,3 +174,17 @@ func TestRouterThroughTheLoop(t *testing.T) {
 		t.Fatalf("plugin identity %s %v %v", id, ok, err)
 	}
 }
+
+// emptyReader is a fold.Reader over an empty fold, for calls that need no
+// committed state.
+type emptyReader struct{}
+
+func (emptyReader) Cursor() protocol.Cursor                  { return protocol.Cursor{} }
+func (emptyReader) Get(string) (fold.Entry, bool, error)     { return fold.Entry{}, false, nil }
+func (emptyReader) ViewGet([]byte) ([]byte, bool, error)     { return nil, false, nil }
+func (emptyReader) PluginIdentity() ([]byte, bool, error)    { return nil, false, nil }
+func (emptyReader) RawKeys(string, func([]byte) error) error { return nil }
+func (emptyReader) RawRange(string, func([]byte, protocol.Revision, []byte) error) error {
+	return nil
+}
+func (emptyReader) ViewRange([]byte, func(k, v []byte) error) error { return nil }

@@ -78,6 +78,7 @@ type typed[R any] struct {
 	p     Plugin[R]
 	recs  []R
 	batch Batch
+	last  []byte // the last output record (for tests)
 }
 
 func (t *typed[R]) apply(in []byte) uint64 {
@@ -100,13 +101,14 @@ func (t *typed[R]) apply(in []byte) uint64 {
 			b.out.Reject()
 		}
 	}
+	var out []byte
 	if err := br.Err(); err != nil {
-		return abi.Pack(ptrOf(b.out.Error("host sent a malformed batch: "+err.Error())), uint32(len(b.out.Bytes())))
+		out = b.out.Error("host sent a malformed batch: " + err.Error())
+	} else if err := t.p.Apply(b, t.recs); err != nil {
+		out = b.out.Error(err.Error())
+	} else {
+		out = b.out.Bytes()
 	}
-	if err := t.p.Apply(b, t.recs); err != nil {
-		out := b.out.Error(err.Error())
-		return abi.Pack(ptrOf(out), uint32(len(out)))
-	}
-	out := b.out.Bytes()
+	t.last = out
 	return abi.Pack(ptrOf(out), uint32(len(out)))
 }

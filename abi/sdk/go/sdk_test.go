@@ -1,0 +1,84 @@
+package foldhost
+
+import (
+	"testing"
+
+	"github.com/foldhost/foldhost/abi"
+)
+
+// countPlugin is the smallest plugin: it keeps every put and writes one view
+// key per update.
+type countPlugin struct{}
+
+type rec struct {
+	key []byte
+	del bool
+}
+
+func (countPlugin) Info() abi.Info { return abi.Info{Name: "count"} }
+
+func (countPlugin) Parse(u *Update, r *rec) bool {
+	if len(u.Key) == 0 {
+		return false
+	}
+	r.key = append(r.key[:0], u.Key...)
+	r.del = u.Removes()
+	return true
+}
+
+func (countPlugin) Apply(b *Batch, recs []rec) error {
+	for i := range recs {
+		if recs[i].del {
+			b.Delete(recs[i].key)
+		} else {
+			b.Put(recs[i].key, recs[i].key)
+		}
+	}
+	return nil
+}
+
+// TestSDKPathDoesNotAllocatePerUpdate runs the SDK's decode -> Parse ->
+// Apply -> encode path natively and requires at most one allocation per
+// batch (the Update handed to Parse through an interface escapes), whatever
+// the batch size, once its buffers are warm.
+func TestSDKPathDoesNotAllocatePerUpdate(t *testing.T) {
+	run := &typed[rec]{p: countPlugin{}}
+	var enc abi.BatchEncoder
+	enc.Reset()
+	for i := range 500 {
+		op := abi.OpPut
+		if i%7 == 0 {
+			op = abi.OpDelete
+		}
+		enc.Add(op, uint64(i+1), int64(i), "route.host-"+string(rune('a'+i%26)), []byte(`{"upstreams":[]}`))
+	}
+	enc.Add(abi.OpPut, 999, 0, "", nil) // rejected
+	batch := enc.Bytes()
+	run.apply(batch) // warm up
+	allocs := testing.AllocsPerRun(20, func() { run.apply(batch) })
+	if allocs > 1 {
+		t.Fatalf("%.1f allocations per 501-update batch, want at most 1", allocs)
+	}
+	rejected, err := abi.DecodeOutput(run.last, func(byte, []byte, []byte) error { return nil })
+	if err != nil || rejected != 1 {
+		t.Fatalf("output: rejected %d err %v", rejected, err)
+	}
+}
+
+func TestSDKReportsPluginErrorsAndBadBatches(t *testing.T) {
+	run := &typed[rec]{p: countPlugin{}}
+	run.apply([]byte{1, 0, 0, 0}) // declares one update, has none
+	_, err := abi.DecodeOutput(run.last, func(byte, []byte, []byte) error { return nil })
+	var ge *abi.GuestError
+	if err == nil || !asGuest(err, &ge) {
+		t.Fatalf("malformed batch: %v", err)
+	}
+}
+
+func asGuest(err error, target **abi.GuestError) bool {
+	ge, ok := err.(*abi.GuestError)
+	if ok {
+		*target = ge
+	}
+	return ok
+}

@@ -1,0 +1,57 @@
+package wasm
+
+import (
+	"context"
+	"os"
+	"time"
+)
+
+// Reload loads the module at path (off the hot path: compiling and
+// validating happen here, on the caller's goroutine) and, if it passes
+// every check, swaps it into p at the next batch boundary. A module that
+// fails is never used: p keeps running its current module and records the
+// error in its Status.
+func (r *Runtime) Reload(ctx context.Context, p *Plugin, path string) error {
+	m, err := r.LoadFile(ctx, path)
+	if err != nil {
+		p.ReloadFailed(err)
+		r.opts.Logger.Error("wasm: plugin reload refused; the running module stays", "path", path, "err", err)
+		return err
+	}
+	if cur := p.Status().Module.SHA256; cur == m.SHA256 {
+		return nil // same bytes: nothing to swap
+	}
+	p.Swap(m)
+	r.opts.Logger.Info("wasm: plugin reload accepted; swapping at the next batch", "path", path, "module", m.Short(),
+		"name", m.Info.Name, "version", m.Info.Version)
+	return nil
+}
+
+// WatchFile reloads p whenever the file at path changes (size or
+// modification time), checking every interval, until ctx is done. A file
+// being written is seen as changed again once it settles, so a half-written
+// module that fails validation is followed by a successful reload.
+func (r *Runtime) WatchFile(ctx context.Context, p *Plugin, path string, interval time.Duration) {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	last, _ := os.Stat(path)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			continue // being replaced; look again next tick
+		}
+		if last != nil && fi.Size() == last.Size() && fi.ModTime().Equal(last.ModTime()) {
+			continue
+		}
+		last = fi
+		_ = r.Reload(ctx, p, path)
+	}
+}

@@ -1,0 +1,93 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/foldhost/foldhost/host/natskv"
+)
+
+// TestHotReload: a good module swaps in at the next batch; a bad file never
+// replaces it, and the refusal shows in Status.
+func TestHotReload(t *testing.T) {
+	r := newRuntime(t, Options{})
+	dir := t.TempDir()
+	path := filepath.Join(dir, "plugin.wasm")
+	good, err := os.ReadFile(goRouterWasm(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.LoadFile(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.NewPlugin(m)
+	defer p.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.WatchFile(ctx, p, path, 10*time.Millisecond)
+
+	apply := func() {
+		t.Helper()
+		_, err := p.Apply(context.Background(), []natskv.Update{{Key: "route.a", Rev: 1, Op: natskv.OpPut,
+			Value: []byte(`{"upstreams":[{"addr":"x:1"}]}`)}}, emptyReader{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply()
+
+	// A broken file: refused, the old module keeps working.
+	if err := os.WriteFile(path, []byte("garbage, not wasm"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return p.Status().ReloadFailed })
+	if st := p.Status(); st.Module.SHA256 != m.SHA256 || !strings.Contains(st.LastError, "does not compile") {
+		t.Fatalf("after a bad reload: %+v", st)
+	}
+	apply()
+
+	// A different, valid module (the same plugin with a trailing custom
+	// section, so its hash differs): swapped at the next batch.
+	other := append(append([]byte{}, good...), 0, 5, 3, 'x', 'y', 'z', '!')
+	if err := os.WriteFile(path, other, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.next != nil
+	})
+	if p.Status().Module.SHA256 != m.SHA256 {
+		t.Fatal("swapped before a batch boundary")
+	}
+	apply()
+	if st := p.Status(); st.Module.SHA256 == m.SHA256 || st.ReloadFailed {
+		t.Fatalf("after a good reload and a batch: %+v", st)
+	}
+	if err := r.Reload(context.Background(), p, filepath.Join(dir, "missing.wasm")); err == nil {
+		t.Fatal("reload of a missing file accepted")
+	}
+	if !errors.Is(r.Reload(context.Background(), p, path), nil) {
+		t.Fatal("reload of the same bytes failed")
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 20s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
