@@ -270,6 +270,10 @@ func (b *Bucket) openWatch(ctx context.Context, scope Scope, start protocol.Revi
 	return consumer{c.kw, wcancel}, nil
 }
 
+// watchDrain bounds how many entries the watcher takes from the client
+// between two looks at stop, status and the probe: the client's buffer.
+const watchDrain = 256
+
 func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats.Status) {
 	defer close(w.done)
 	defer close(w.events)
@@ -289,11 +293,55 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 	delivered := false
 	send := func(ev Event) bool {
 		select {
+		case w.events <- ev: // room in the buffer: one channel, no select
+			return true
+		default:
+		}
+		select {
 		case w.events <- ev:
 			return true
 		case <-w.stop:
 			return false
 		}
+	}
+	// deliver hands on one entry from the client; false ends the watch
+	// (w.err says why, nil after Stop).
+	deliver := func(e jetstream.KeyValueEntry) bool {
+		if e == nil {
+			// The marker repeats after a re-armed consumer; only the
+			// first means anything.
+			if synced {
+				return true
+			}
+			synced = true
+			// Everything current up to the head at start was just
+			// delivered; what follows is live. The frontier is that
+			// head, not the highest delivered revision: the last
+			// messages before it may be gone (purged, superseded),
+			// and a frontier below them would trip the guard on the
+			// first live delivery, forever.
+			if w.headAtStart > g.frontier {
+				g.frontier = w.headAtStart
+			}
+			guarding = g.on
+			return send(Event{Synced: true})
+		}
+		rev := protocol.Revision(e.Revision())
+		if rev <= g.frontier && !synced && !resuming {
+			return true // a restarted state-sync repeating itself
+		}
+		if guarding && rev > g.frontier+1 {
+			if err := g.check(true); err != nil {
+				w.err = err
+				return false
+			}
+		}
+		u := Update{Key: e.Key(), Value: e.Value(), Rev: rev, Op: opOf(e.Operation()), Time: e.Created().UnixNano()}
+		if rev > g.frontier {
+			g.frontier, g.frontierTime = rev, u.Time
+		}
+		delivered = true
+		return send(Event{Update: u})
 	}
 	for {
 		select {
@@ -321,49 +369,31 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 			}
 			resuming = resuming || synced
 		case e, ok := <-c.kw.Updates():
-			if !ok {
-				w.err = ErrWatchClosed
-				return
-			}
-			if e == nil {
-				// The marker repeats after a re-armed consumer; only the
-				// first means anything.
-				if synced {
-					continue
-				}
-				synced = true
-				// Everything current up to the head at start was just
-				// delivered; what follows is live. The frontier is that
-				// head, not the highest delivered revision: the last
-				// messages before it may be gone (purged, superseded),
-				// and a frontier below them would trip the guard on the
-				// first live delivery, forever.
-				if w.headAtStart > g.frontier {
-					g.frontier = w.headAtStart
-				}
-				guarding = g.on
-				if !send(Event{Synced: true}) {
+			// Take what the client already buffered with single-channel
+			// receives, up to its buffer's worth, rather than this
+			// four-channel select per entry (BenchmarkFoldEndToEnd):
+			// stop, status and the probe are still polled at least once
+			// per watchDrain entries.
+			for n := 1; ; n++ {
+				if !ok {
+					w.err = ErrWatchClosed
 					return
 				}
-				continue
-			}
-			rev := protocol.Revision(e.Revision())
-			if rev <= g.frontier && !synced && !resuming {
-				continue // a restarted state-sync repeating itself
-			}
-			if guarding && rev > g.frontier+1 {
-				if err := g.check(true); err != nil {
-					w.err = err
+				if !deliver(e) {
 					return
 				}
-			}
-			u := Update{Key: e.Key(), Value: e.Value(), Rev: rev, Op: opOf(e.Operation()), Time: e.Created().UnixNano()}
-			if rev > g.frontier {
-				g.frontier, g.frontierTime = rev, u.Time
-			}
-			delivered = true
-			if !send(Event{Update: u}) {
-				return
+				if n == watchDrain {
+					break
+				}
+				var more bool
+				select {
+				case e, ok = <-c.kw.Updates():
+					more = true
+				default:
+				}
+				if !more {
+					break
+				}
 			}
 		case <-probe:
 			if guarding && !delivered {

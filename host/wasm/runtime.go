@@ -31,7 +31,9 @@ type Options struct {
 	// arm a timer per call; see the package benchmarks and RATIONALE.md).
 	CallTimeout time.Duration
 	// GCEvery runs the guest's foldhost_gc export after every GCEvery
-	// batches; default 1. Go guests need it (they run with GOGC=off).
+	// batches; default 16. Go guests need it (they run with GOGC=off):
+	// their garbage accumulates between collections, so a larger value
+	// trades guest memory for throughput (RATIONALE.md).
 	GCEvery int
 	// Retries is how many times a failed batch is retried on a fresh
 	// instance before Apply returns the error; default 2.
@@ -46,7 +48,7 @@ func (o Options) withDefaults() Options {
 		o.MemoryLimitPages = 4096
 	}
 	if o.GCEvery <= 0 {
-		o.GCEvery = 1
+		o.GCEvery = 16
 	}
 	if o.Retries < 0 {
 		o.Retries = 0
