@@ -29,11 +29,11 @@ type PluginError struct {
 }
 
 func (e *PluginError) Error() string {
-	s := fmt.Sprintf("wasm plugin %s: %s: %v", e.Module, e.Kind, e.Err)
 	if e.Stderr != "" {
-		s += "; stderr: " + e.Stderr
+		// stderr first: the error may end in a multi-line wasm stack trace.
+		return fmt.Sprintf("wasm plugin %s: %s (stderr: %q): %v", e.Module, e.Kind, e.Stderr, e.Err)
 	}
-	return s
+	return fmt.Sprintf("wasm plugin %s: %s: %v", e.Module, e.Kind, e.Err)
 }
 
 func (e *PluginError) Unwrap() error { return e.Err }

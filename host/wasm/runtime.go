@@ -147,6 +147,9 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	m := &Module{SHA256: hex.EncodeToString(sum[:])}
 	compiled, err := r.rt.CompileModule(ctx, wasm)
 	if err != nil {
+		if strings.Contains(err.Error(), "over limit") {
+			return nil, fmt.Errorf("%w: memory over the limit of %d pages: %v", ErrInvalidModule, r.opts.MemoryLimitPages, err)
+		}
 		return nil, fmt.Errorf("%w: does not compile as WebAssembly: %v", ErrInvalidModule, err)
 	}
 	fail := func(format string, args ...any) (*Module, error) {

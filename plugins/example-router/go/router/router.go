@@ -94,8 +94,8 @@ func (r *Router) Apply(b *foldhost.Batch, recs []Record) error {
 		if !rec.remove {
 			newAddrs = addrsOf(rec.entry, newAddrs)
 		}
-		for _, a := range r.old {
-			if !contains(newAddrs, a) {
+		for j, a := range r.old {
+			if !contains(r.old[:j], a) && !contains(newAddrs, a) {
 				b.Delete(r.reverse(a, rec.host))
 			}
 		}

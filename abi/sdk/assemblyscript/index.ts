@@ -1,0 +1,2 @@
+// Package entry: `import { Plugin, register } from "@foldhost/sdk-assemblyscript"`.
+export * from "./assembly/index";

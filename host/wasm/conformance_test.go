@@ -1,0 +1,146 @@
+package wasm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"testing"
+
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// The conformance suite: one table of batches (plugins/example-router/
+// conformance.json) run through every language's build of the example
+// plugin, each through the real fold loop into a real store. Every build
+// must produce exactly the table's view, byte for byte, and count the same
+// rejections.
+
+type confCase struct {
+	Name    string `json:"name"`
+	Batches [][]struct {
+		Op    string `json:"op"`
+		Key   string `json:"key"`
+		Value string `json:"value"`
+	} `json:"batches"`
+	WantViews    map[string]string `json:"want_views"`
+	WantRejected int               `json:"want_rejected"`
+}
+
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// routerBuilds returns every build of the example plugin. The C and
+// AssemblyScript builds come from scripts/build-plugins, which the test
+// command runs first; a missing build fails the suite.
+func routerBuilds(t *testing.T) map[string]string {
+	t.Helper()
+	dir := filepath.Join(repoRoot(t), "plugins", "example-router", "build")
+	builds := map[string]string{"go": goRouterWasm(t)}
+	for _, lang := range []string{"c", "as"} {
+		p := filepath.Join(dir, "router-"+lang+".wasm")
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("missing %s: run scripts/build-plugins first (the test command does): %v", p, err)
+		}
+		builds[lang] = p
+	}
+	return builds
+}
+
+func TestConformanceExampleRouter(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "plugins", "example-router", "conformance.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []confCase
+	if err := json.Unmarshal(raw, &cases); err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) < 10 {
+		t.Fatalf("only %d conformance cases", len(cases))
+	}
+	r := newRuntime(t, Options{})
+	builds := routerBuilds(t)
+	langs := make([]string, 0, len(builds))
+	for l := range builds {
+		langs = append(langs, l)
+	}
+	sort.Strings(langs)
+	for _, lang := range langs {
+		m, err := r.LoadFile(context.Background(), builds[lang])
+		if err != nil {
+			t.Fatalf("%s: %v", lang, err)
+		}
+		for _, c := range cases {
+			t.Run(lang+"/"+c.Name, func(t *testing.T) {
+				got, rejected := runCase(t, r, m, c)
+				if rejected != c.WantRejected {
+					t.Errorf("rejected %d, want %d", rejected, c.WantRejected)
+				}
+				if d := viewDiff(got, c.WantViews); d != "" {
+					t.Errorf("view differs from the table:\n%s", d)
+				}
+			})
+		}
+	}
+}
+
+func runCase(t *testing.T, r *Runtime, m *Module, c confCase) (map[string]string, int) {
+	st, _, err := fold.Open(t.TempDir(), fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p := r.NewPlugin(m)
+	defer p.Close(context.Background())
+	var rejected int
+	rev := protocol.Revision(0)
+	for _, b := range c.Batches {
+		var batch []natskv.Update
+		for _, u := range b {
+			rev++
+			op := map[string]natskv.Op{"put": natskv.OpPut, "delete": natskv.OpDelete, "purge": natskv.OpPurge}[u.Op]
+			batch = append(batch, natskv.Update{Key: u.Key, Value: []byte(u.Value), Rev: rev, Op: op, Time: int64(rev)})
+		}
+		// One loop run per table batch: the feed closes after it, so the
+		// loop flushes exactly this batch.
+		loop := fold.NewLoop(st, p, fold.LoopConfig{MaxBatch: len(batch) + 1, OnApplied: func(a fold.Applied) { rejected += a.Rejected }})
+		if _, err := loop.Run(context.Background(), newFeed(batch)); err != nil {
+			t.Fatalf("batch ending at revision %d: %v", rev, err)
+		}
+	}
+	if st.Cursor().Rev != rev {
+		t.Fatalf("cursor %v after %d updates", st.Cursor(), rev)
+	}
+	return views(t, st), rejected
+}
+
+func viewDiff(got, want map[string]string) string {
+	var d []string
+	for k, v := range want {
+		if g, ok := got[k]; !ok {
+			d = append(d, fmt.Sprintf("  missing %q = %q", k, v))
+		} else if g != v {
+			d = append(d, fmt.Sprintf("  %q = %q, want %q", k, g, v))
+		}
+	}
+	for k, v := range got {
+		if _, ok := want[k]; !ok {
+			d = append(d, fmt.Sprintf("  extra %q = %q", k, v))
+		}
+	}
+	sort.Strings(d)
+	out := ""
+	for _, l := range d {
+		out += l + "\n"
+	}
+	return out
+}

@@ -1,0 +1,108 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/natskv"
+)
+
+// testPlugin returns a failure test plugin built by scripts/build-plugins.
+func testPlugin(t *testing.T, name string) string {
+	t.Helper()
+	p := filepath.Join(repoRoot(t), "plugins", "testdata", "build", name+".wasm")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("missing %s: run scripts/build-plugins first (the test command does): %v", p, err)
+	}
+	return p
+}
+
+func TestInvalidModulesAreRefusedWithTheReason(t *testing.T) {
+	r := newRuntime(t, Options{})
+	for name, want := range map[string]string{
+		"noexport": "required export foldhost_apply is missing",
+		"abi2":     "module speaks ABI v2; this host speaks v1",
+	} {
+		_, err := r.LoadFile(context.Background(), testPlugin(t, name))
+		if !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want ErrInvalidModule saying %q", name, err, want)
+		}
+	}
+	// A module whose memory minimum exceeds the limit.
+	small := newRuntime(t, Options{MemoryLimitPages: 1})
+	if _, err := small.LoadFile(context.Background(), goRouterWasm(t)); !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), "memory over the limit of 1 pages") {
+		t.Errorf("memory over the limit: %v", err)
+	}
+}
+
+// TestFailingPluginsCommitNothing: each failure becomes a typed PluginError,
+// the loop stops with ErrPlugin, the cursor does not move and no view is
+// written; a fixed plugin then resumes from the cursor and loses nothing.
+func TestFailingPluginsCommitNothing(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		kind Kind
+		opts Options
+		text string
+	}{
+		{"trap", KindTrap, Options{Retries: 1}, ""},
+		{"spin", KindTimeout, Options{CallTimeout: 300 * time.Millisecond, Retries: 1}, ""},
+		{"oom", KindOOM, Options{MemoryLimitPages: 512, Retries: 1}, ""},
+		{"status1", KindGuest, Options{}, "deliberate failure"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRuntime(t, c.opts)
+			m, err := r.LoadFile(context.Background(), testPlugin(t, c.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := r.NewPlugin(m)
+			defer p.Close(context.Background())
+			st, _, err := fold.Open(t.TempDir(), fold.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			batch := []natskv.Update{
+				{Key: "route.a", Rev: 1, Op: natskv.OpPut, Value: []byte(`{"upstreams":[{"addr":"a:1"}]}`)},
+				{Key: "route.b", Rev: 2, Op: natskv.OpPut, Value: []byte(`{"upstreams":[{"addr":"b:1"}]}`)},
+			}
+			start := time.Now()
+			_, err = fold.NewLoop(st, p, fold.LoopConfig{}).Run(context.Background(), newFeed(batch))
+			var pe *PluginError
+			if !errors.Is(err, fold.ErrPlugin) || !errors.As(err, &pe) || pe.Kind != c.kind || !strings.Contains(err.Error(), c.text) {
+				t.Fatalf("err = %v, want ErrPlugin with a %s PluginError", err, c.kind)
+			}
+			t.Logf("%s after %v: %v", c.kind, time.Since(start).Round(time.Millisecond), err)
+			if cur := st.Cursor(); cur.Rev != 0 {
+				t.Fatalf("cursor moved to %v on a failed batch", cur)
+			}
+			if v := views(t, st); len(v) != 0 {
+				t.Fatalf("views written by a failed batch: %v", v)
+			}
+			if st := p.Status(); st.Failures == 0 || st.LastError == "" {
+				t.Fatalf("status does not show the failure: %+v", st)
+			}
+
+			// The operator ships a fixed plugin: the same batch, re-delivered
+			// from the unmoved cursor, now commits.
+			good, err := r.LoadFile(context.Background(), goRouterWasm(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Swap(good)
+			if _, err := fold.NewLoop(st, p, fold.LoopConfig{}).Run(context.Background(), newFeed(batch)); err != nil {
+				t.Fatalf("fixed plugin: %v", err)
+			}
+			if cur := st.Cursor(); cur.Rev != 2 || len(views(t, st)) != 4 {
+				t.Fatalf("after the fix: cursor %v views %v", cur, views(t, st))
+			}
+		})
+	}
+}

@@ -1,0 +1,517 @@
+/*
+ * example-router, the C build: a routing table from route.<host> keys.
+ * The behaviour, byte for byte, is plugins/example-router/SPEC.md; the Go
+ * and AssemblyScript builds produce the same views for the same input
+ * (plugins/example-router/conformance.json).
+ *
+ * Build: scripts/build-plugins (see abi/sdk/c/README.md for the flags).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "foldhost.h"
+
+#define MAX_UPSTREAMS 64
+#define MAX_ADDR 255
+#define MAX_WEIGHT 1000
+/* Unknown values nest at most this deep: top-level members are at depth 1,
+ * an upstream object's members at depth 2, each container adds one. */
+#define MAX_DEPTH 64
+
+enum { ROUTE_PUT, ROUTE_DELETE };
+
+struct upstream {
+	const uint8_t *addr;
+	uint32_t addr_len;
+	uint32_t weight;
+};
+
+struct route {
+	int kind;
+	fh_bytes host;    /* aliases the update's key */
+	fh_bytes hostkey; /* "host/<host>", arena */
+	fh_bytes entry;   /* the rendered view value (puts only), arena */
+	struct upstream *ups; /* puts only, arena */
+	uint32_t n;
+};
+
+/* ---- a minimal validating JSON reader ----
+ *
+ * Enough JSON for the spec, strict on every edge so that the Go, C and
+ * AssemblyScript builds agree byte for byte: objects, arrays, strings
+ * (escapes validated and skipped), numbers, true/false/null, nesting up to
+ * MAX_DEPTH. Known field names match exactly (case-sensitive, unescaped); a
+ * repeated known field, or a known field of the wrong type (null included),
+ * makes the update malformed. */
+
+typedef struct {
+	const uint8_t *p, *end;
+} jcur;
+
+static void jws(jcur *c) {
+	while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+		c->p++;
+}
+
+static int jpeek(jcur *c) { return c->p < c->end ? *c->p : -1; }
+
+static int hexval(uint8_t ch) {
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/* jstring reads a string at c->p (on the opening quote): its raw bytes
+ * between the quotes and whether it has escapes. */
+static int jstring(jcur *c, const uint8_t **s, uint32_t *n, int *esc) {
+	c->p++;
+	const uint8_t *start = c->p;
+	*esc = 0;
+	while (c->p < c->end) {
+		uint8_t ch = *c->p;
+		if (ch == '"') {
+			*s = start;
+			*n = (uint32_t)(c->p - start);
+			c->p++;
+			return 1;
+		}
+		if (ch < 0x20)
+			return 0;
+		c->p++;
+		if (ch != '\\')
+			continue;
+		*esc = 1;
+		if (c->p >= c->end)
+			return 0;
+		switch (*c->p++) {
+		case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+			break;
+		case 'u':
+			if (c->end - c->p < 4)
+				return 0;
+			for (int i = 0; i < 4; i++)
+				if (hexval(*c->p++) < 0)
+					return 0;
+			break;
+		default:
+			return 0;
+		}
+	}
+	return 0;
+}
+
+/* key_is reports whether a raw member name equals name. A name written
+ * with escapes never matches a known field (it is skipped as unknown). */
+static int key_is(const uint8_t *s, uint32_t n, int esc, const char *name) {
+	size_t nl = strlen(name);
+	return !esc && n == nl && memcmp(s, name, nl) == 0;
+}
+
+/* jnumber reads a JSON number; *plain is set when it is a bare non-negative
+ * integer (no sign, fraction or exponent). */
+static int jnumber(jcur *c, const uint8_t **s, uint32_t *n, int *plain) {
+	const uint8_t *start = c->p;
+	*plain = 1;
+	if (jpeek(c) == '-') {
+		c->p++;
+		*plain = 0;
+	}
+	int ch = jpeek(c);
+	if (ch == '0') {
+		c->p++;
+	} else if (ch >= '1' && ch <= '9') {
+		while ((ch = jpeek(c)) >= '0' && ch <= '9')
+			c->p++;
+	} else {
+		return 0;
+	}
+	if (jpeek(c) == '.') {
+		c->p++;
+		*plain = 0;
+		if (!((ch = jpeek(c)) >= '0' && ch <= '9'))
+			return 0;
+		while ((ch = jpeek(c)) >= '0' && ch <= '9')
+			c->p++;
+	}
+	if (jpeek(c) == 'e' || jpeek(c) == 'E') {
+		c->p++;
+		*plain = 0;
+		if (jpeek(c) == '+' || jpeek(c) == '-')
+			c->p++;
+		if (!((ch = jpeek(c)) >= '0' && ch <= '9'))
+			return 0;
+		while ((ch = jpeek(c)) >= '0' && ch <= '9')
+			c->p++;
+	}
+	*s = start;
+	*n = (uint32_t)(c->p - start);
+	return 1;
+}
+
+static int jliteral(jcur *c, const char *lit) {
+	size_t n = strlen(lit);
+	if ((size_t)(c->end - c->p) < n || memcmp(c->p, lit, n) != 0)
+		return 0;
+	c->p += n;
+	return 1;
+}
+
+/* jmember reads an object member's name and colon. */
+static int jmember(jcur *c) {
+	const uint8_t *s;
+	uint32_t n;
+	int esc;
+	jws(c);
+	if (jpeek(c) != '"' || !jstring(c, &s, &n, &esc))
+		return 0;
+	jws(c);
+	if (jpeek(c) != ':')
+		return 0;
+	c->p++;
+	return 1;
+}
+
+/* jscalar reads a string, number or literal. */
+static int jscalar(jcur *c) {
+	const uint8_t *s;
+	uint32_t n;
+	int flag;
+	switch (jpeek(c)) {
+	case '"': return jstring(c, &s, &n, &flag);
+	case 't': return jliteral(c, "true");
+	case 'f': return jliteral(c, "false");
+	case 'n': return jliteral(c, "null");
+	default: return jnumber(c, &s, &n, &flag);
+	}
+}
+
+/* jskip validates and skips one value of any shape at nesting depth
+ * `depth`; a value deeper than MAX_DEPTH makes the input malformed. Nesting
+ * is tracked on an explicit stack, not the wasm stack. */
+static int jskip(jcur *c, uint32_t depth) {
+	uint8_t stack[MAX_DEPTH + 1];
+	uint32_t open = 0;
+	for (;;) {
+		if (depth + open > MAX_DEPTH)
+			return 0;
+		jws(c);
+		int ch = jpeek(c);
+		if (ch == '{' || ch == '[') {
+			c->p++;
+			jws(c);
+			if (jpeek(c) == (ch == '{' ? '}' : ']')) {
+				c->p++;
+			} else {
+				stack[open++] = (uint8_t)ch;
+				if (ch == '{' && !jmember(c))
+					return 0;
+				continue;
+			}
+		} else if (!jscalar(c)) {
+			return 0;
+		}
+		/* after a value: a separator, or the ends of containers */
+		for (;;) {
+			if (open == 0)
+				return 1;
+			jws(c);
+			uint8_t top = stack[open - 1];
+			if (jpeek(c) == ',') {
+				c->p++;
+				if (top == '{' && !jmember(c))
+					return 0;
+				break;
+			}
+			if (jpeek(c) != (top == '{' ? '}' : ']'))
+				return 0;
+			c->p++;
+			open--;
+		}
+	}
+}
+
+/* ---- the route entry ---- */
+
+static int valid_addr(const uint8_t *s, uint32_t n) {
+	if (n == 0 || n > MAX_ADDR)
+		return 0;
+	for (uint32_t i = 0; i < n; i++)
+		if (s[i] == ',' || s[i] == '=' || s[i] == '/' || s[i] < 0x20)
+			return 0;
+	return 1;
+}
+
+static int parse_upstream(jcur *c, struct upstream *u) {
+	const uint8_t *s;
+	uint32_t n;
+	int esc, plain;
+	int have_addr = 0, have_weight = 0;
+	u->weight = 1;
+	c->p++; /* { */
+	jws(c);
+	if (jpeek(c) == '}')
+		return 0; /* no addr */
+	for (;;) {
+		if (jpeek(c) != '"' || !jstring(c, &s, &n, &esc))
+			return 0;
+		int is_addr = key_is(s, n, esc, "addr");
+		int is_weight = key_is(s, n, esc, "weight");
+		jws(c);
+		if (jpeek(c) != ':')
+			return 0;
+		c->p++;
+		jws(c);
+		if (is_addr) {
+			if (have_addr || jpeek(c) != '"' || !jstring(c, &s, &n, &esc) || esc ||
+			    !valid_addr(s, n))
+				return 0;
+			have_addr = 1;
+			u->addr = s;
+			u->addr_len = n;
+		} else if (is_weight) {
+			int ch = jpeek(c);
+			if (have_weight || ch < '0' || ch > '9' || !jnumber(c, &s, &n, &plain) || !plain ||
+			    n > 4)
+				return 0;
+			have_weight = 1;
+			uint32_t w = 0;
+			for (uint32_t i = 0; i < n; i++)
+				w = w * 10 + (uint32_t)(s[i] - '0');
+			if (w < 1 || w > MAX_WEIGHT)
+				return 0;
+			u->weight = w;
+		} else if (!jskip(c, 2)) {
+			return 0;
+		}
+		jws(c);
+		if (jpeek(c) == ',') {
+			c->p++;
+			jws(c);
+			continue;
+		}
+		if (jpeek(c) == '}') {
+			c->p++;
+			return have_addr;
+		}
+		return 0;
+	}
+}
+
+static int parse_upstreams(jcur *c, struct upstream *ups, uint32_t *count) {
+	if (jpeek(c) != '[')
+		return 0;
+	c->p++;
+	uint32_t n = 0;
+	for (;;) {
+		jws(c);
+		if (jpeek(c) != '{' || n == MAX_UPSTREAMS || !parse_upstream(c, &ups[n]))
+			return 0; /* also an empty array, a non-object entry, too many */
+		n++;
+		jws(c);
+		if (jpeek(c) == ',') {
+			c->p++;
+			continue;
+		}
+		if (jpeek(c) == ']') {
+			c->p++;
+			*count = n;
+			return 1;
+		}
+		return 0;
+	}
+}
+
+/* parse_entry parses a route value into ups; 0 if it breaks a rule. */
+static int parse_entry(const uint8_t *p, uint32_t len, struct upstream *ups, uint32_t *count) {
+	jcur c = {p, p + len};
+	const uint8_t *s;
+	uint32_t n;
+	int esc, have = 0;
+	jws(&c);
+	if (jpeek(&c) != '{')
+		return 0;
+	c.p++;
+	jws(&c);
+	if (jpeek(&c) == '}')
+		return 0; /* no upstreams */
+	for (;;) {
+		if (jpeek(&c) != '"' || !jstring(&c, &s, &n, &esc))
+			return 0;
+		int is_ups = key_is(s, n, esc, "upstreams");
+		jws(&c);
+		if (jpeek(&c) != ':')
+			return 0;
+		c.p++;
+		jws(&c);
+		if (is_ups) {
+			if (have || !parse_upstreams(&c, ups, count))
+				return 0;
+			have = 1;
+		} else if (!jskip(&c, 1)) {
+			return 0;
+		}
+		jws(&c);
+		if (jpeek(&c) == ',') {
+			c.p++;
+			jws(&c);
+			continue;
+		}
+		if (jpeek(&c) == '}') {
+			c.p++;
+			break;
+		}
+		return 0;
+	}
+	jws(&c);
+	return have && c.p == c.end;
+}
+
+static uint32_t put_uint(uint8_t *dst, uint32_t v) {
+	uint8_t tmp[10];
+	uint32_t n = 0;
+	do {
+		tmp[n++] = (uint8_t)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	for (uint32_t i = 0; i < n; i++)
+		dst[i] = tmp[n - 1 - i];
+	return n;
+}
+
+static fh_bytes concat2(const char *a, const uint8_t *b, uint32_t bl) {
+	uint32_t al = (uint32_t)strlen(a);
+	uint8_t *k = fh_alloc(al + bl);
+	memcpy(k, a, al);
+	memcpy(k + al, b, bl);
+	return (fh_bytes){k, al + bl};
+}
+
+static int route_parse(const fh_update *u, struct route *r) {
+	static const char prefix[] = "route.";
+	const uint32_t pl = sizeof prefix - 1;
+	if (u->key.len <= pl || memcmp(u->key.ptr, prefix, pl) != 0)
+		return FH_REJECT;
+	r->host = (fh_bytes){u->key.ptr + pl, u->key.len - pl};
+	r->ups = NULL;
+	r->n = 0;
+	r->entry = (fh_bytes){NULL, 0};
+	if (u->op != FH_OP_PUT) {
+		r->kind = ROUTE_DELETE;
+	} else {
+		struct upstream ups[MAX_UPSTREAMS];
+		uint32_t n = 0;
+		if (!parse_entry(u->value.ptr, u->value.len, ups, &n))
+			return FH_REJECT;
+		r->kind = ROUTE_PUT;
+		r->ups = fh_alloc(n * sizeof *ups);
+		memcpy(r->ups, ups, n * sizeof *ups);
+		r->n = n;
+		size_t size = 0;
+		for (uint32_t i = 0; i < n; i++)
+			size += ups[i].addr_len + 1 + 4 + 1;
+		uint8_t *v = fh_alloc(size), *w = v;
+		for (uint32_t i = 0; i < n; i++) {
+			if (i)
+				*w++ = ',';
+			memcpy(w, ups[i].addr, ups[i].addr_len);
+			w += ups[i].addr_len;
+			*w++ = '=';
+			w += put_uint(w, ups[i].weight);
+		}
+		r->entry = (fh_bytes){v, (uint32_t)(w - v)};
+	}
+	r->hostkey = concat2("host/", r->host.ptr, r->host.len);
+	return FH_ACCEPT;
+}
+
+/* ---- apply ---- */
+
+typedef struct {
+	const uint8_t *p;
+	uint32_t n;
+} addr;
+
+static int addr_in(const addr *set, uint32_t n, const uint8_t *p, uint32_t len) {
+	for (uint32_t i = 0; i < n; i++)
+		if (set[i].n == len && memcmp(set[i].p, p, len) == 0)
+			return 1;
+	return 0;
+}
+
+/* old_addrs splits a stored entry ("a=1,b=2") into its distinct addrs. */
+static uint32_t old_addrs(fh_bytes v, addr **out) {
+	uint32_t parts = v.len ? 1 : 0;
+	for (uint32_t i = 0; i < v.len; i++)
+		parts += v.ptr[i] == ',';
+	addr *set = fh_alloc((parts ? parts : 1) * sizeof *set);
+	uint32_t n = 0, i = 0;
+	while (i < v.len) {
+		uint32_t start = i, end;
+		while (i < v.len && v.ptr[i] != ',')
+			i++;
+		end = start;
+		while (end < i && v.ptr[end] != '=')
+			end++;
+		if (!addr_in(set, n, v.ptr + start, end - start))
+			set[n++] = (addr){v.ptr + start, end - start};
+		i++; /* the comma */
+	}
+	*out = set;
+	return n;
+}
+
+/* reverse builds "upstream/<addr>/<host>" in buf (big enough). */
+static uint32_t reverse_key(uint8_t *buf, const uint8_t *a, uint32_t al, fh_bytes host) {
+	memcpy(buf, "upstream/", 9);
+	memcpy(buf + 9, a, al);
+	buf[9 + al] = '/';
+	memcpy(buf + 10 + al, host.ptr, host.len);
+	return 10 + al + host.len;
+}
+
+static int route_apply(struct route *rs, uint32_t count) {
+	for (uint32_t i = 0; i < count; i++)
+		fh_prefetch_view(rs[i].hostkey.ptr, rs[i].hostkey.len);
+	for (uint32_t i = 0; i < count; i++) {
+		struct route *r = &rs[i];
+		fh_bytes prev;
+		int found = fh_get_view(r->hostkey.ptr, r->hostkey.len, &prev);
+		if (found < 0)
+			return FH_FAIL;
+		addr *olds = NULL;
+		uint32_t nold = found ? old_addrs(prev, &olds) : 0;
+
+		uint32_t maxaddr = 0;
+		for (uint32_t j = 0; j < nold; j++)
+			if (olds[j].n > maxaddr)
+				maxaddr = olds[j].n;
+		for (uint32_t j = 0; j < r->n; j++)
+			if (r->ups[j].addr_len > maxaddr)
+				maxaddr = r->ups[j].addr_len;
+		uint8_t *key = fh_alloc(10 + maxaddr + r->host.len);
+
+		addr news[MAX_UPSTREAMS];
+		uint32_t nnew = 0;
+		for (uint32_t j = 0; j < r->n; j++)
+			if (!addr_in(news, nnew, r->ups[j].addr, r->ups[j].addr_len))
+				news[nnew++] = (addr){r->ups[j].addr, r->ups[j].addr_len};
+
+		for (uint32_t j = 0; j < nold; j++)
+			if (!addr_in(news, nnew, olds[j].p, olds[j].n))
+				fh_delete(key, reverse_key(key, olds[j].p, olds[j].n, r->host));
+		for (uint32_t j = 0; j < nnew; j++)
+			if (!addr_in(olds, nold, news[j].p, news[j].n))
+				fh_put(key, reverse_key(key, news[j].p, news[j].n, r->host), "", 0);
+		if (r->kind == ROUTE_PUT)
+			fh_put(r->hostkey.ptr, r->hostkey.len, r->entry.ptr, r->entry.len);
+		else
+			fh_delete(r->hostkey.ptr, r->hostkey.len);
+	}
+	return FH_OK;
+}
+
+FOLDHOST_PLUGIN("example-router", "1.0.0", 1, struct route, route_parse, route_apply);
