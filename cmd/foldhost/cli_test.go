@@ -1,0 +1,497 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/foldhost/foldhost/host/embeddednats"
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// syncBuffer is a bytes.Buffer safe for a writer and a poller.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runCLI runs the CLI in-process.
+func runCLI(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb syncBuffer
+	c := &cli{ctx: context.Background(), stdout: &out, stderr: &errb, stdin: strings.NewReader(""), getenv: envOf(env)}
+	code = c.main(args)
+	return code, out.String(), errb.String()
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s; last state: %s", timeout, what, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	code, out, _ := runCLI(t, nil, "--help")
+	if code != exitOK {
+		t.Fatalf("--help exit %d", code)
+	}
+	for _, want := range []string{"run ", "inspect ", "kv ", "demo ", "export ", "bootstrap ", "bench ", "Exit codes:", "3  not found"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--help lacks %q:\n%s", want, out)
+		}
+	}
+	for _, cmd := range []string{"run", "inspect", "kv", "demo", "export", "bootstrap", "bench"} {
+		for _, args := range [][]string{{cmd, "--help"}, {cmd, "-h"}, {"help", cmd}} {
+			code, out, errOut := runCLI(t, nil, args...)
+			if code != exitOK || !strings.HasPrefix(out, "Usage:\n  foldhost "+cmd) || errOut != "" {
+				t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+			}
+		}
+	}
+	if code, _, errOut := runCLI(t, nil); code != exitUsage || !strings.Contains(errOut, "Commands:") {
+		t.Errorf("no args: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := runCLI(t, nil, "frobnicate"); code != exitUsage || !strings.Contains(errOut, `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestReservedCommandsSayNotImplemented(t *testing.T) {
+	for _, cmd := range []string{"export", "bootstrap", "bench"} {
+		code, out, errOut := runCLI(t, nil, cmd)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "foldhost "+cmd+": not implemented yet") {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", cmd, code, out, errOut)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte("[[fold]]\nname = \"a b\"\nbatch_size = 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--config", bad}, "2 problems"},
+		{[]string{"run", "--config", filepath.Join(dir, "missing.toml")}, "no such file"},
+		{[]string{"run", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"run", "extra"}, `unexpected argument "extra"`},
+		{[]string{"inspect", "cursor"}, "--data DIR or --config FILE"},
+		{[]string{"inspect", "--data", dir}, "missing action"},
+		{[]string{"inspect", "--data", dir, "frob"}, `unknown action "frob"`},
+		{[]string{"inspect", "--data", dir, "get"}, "get takes one KEY"},
+		{[]string{"inspect", "--data", dir, "view"}, "missing view action"},
+		{[]string{"inspect", "--data", dir, "cursor"}, "not a pebble directory"},
+		{[]string{"inspect", "--data", filepath.Join(dir, "nope"), "cursor"}, "no such directory"},
+		{[]string{"kv", "get", "k"}, "--bucket NAME"},
+		{[]string{"kv", "--bucket", "b", "put"}, "wrong number of arguments for put"},
+		{[]string{"kv", "--bucket", "b", "--raw", "put", "k", "v"}, "--raw applies to get only"},
+		{[]string{"kv", "--bucket", "a.b", "get", "k"}, "not a valid bucket name"},
+	} {
+		code, _, errOut := runCLI(t, nil, tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want exit 2 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
+func TestFlagsAfterArguments(t *testing.T) {
+	fs := (&cli{stdout: io.Discard}).flagSet("x", "x", "")
+	a := fs.String("a", "", "")
+	b := fs.Bool("b", false, "")
+	pos, err := parse(fs, []string{"get", "-a", "1", "key", "-b", "--", "-literal"})
+	if err != nil || *a != "1" || !*b || strings.Join(pos, " ") != "get key -literal" {
+		t.Fatalf("pos %q, a %q, b %v, err %v", pos, *a, *b, err)
+	}
+}
+
+// makeStore writes a small fold store and closes it.
+func makeStore(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "fold")
+	s, _, err := fold.Open(dir, fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Commit(fold.Commit{
+		Raw: []fold.RawUpdate{
+			{Key: "route.a", Op: fold.OpPut, Rev: 1, Value: []byte("alpha")},
+			{Key: "route.b", Op: fold.OpPut, Rev: 2, Value: []byte("\xff")},
+			{Key: "other", Op: fold.OpPut, Rev: 3, Value: []byte("<&>")},
+		},
+		Views:  []fold.ViewMutation{{Key: []byte("\x00v"), Op: fold.OpPut, Value: []byte("view")}},
+		Cursor: protocol.Cursor{Rev: 4},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestInspect(t *testing.T) {
+	dir := makeStore(t)
+	jsonOf := func(args ...string) map[string]any {
+		t.Helper()
+		code, out, errOut := runCLI(t, nil, append([]string{"inspect", "--data", dir}, args...)...)
+		if code != exitOK {
+			t.Fatalf("inspect %v: exit %d: %s", args, code, errOut)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatalf("inspect %v: %v in %s", args, err, out)
+		}
+		return m
+	}
+	if m := jsonOf("cursor"); m["cursor"] != 4.0 || m["eviction_seen"] != false {
+		t.Errorf("cursor = %v", m)
+	}
+	if m := jsonOf("get", "route.a"); m["cursor"] != 4.0 || m["revision"] != 1.0 || m["value"] != "alpha" || m["value_b64"] != "YWxwaGE=" {
+		t.Errorf("get = %v", m)
+	}
+	if m := jsonOf("get", "route.b"); m["value"] != nil || m["value_b64"] != "/w==" {
+		t.Errorf("get binary = %v", m)
+	}
+	m := jsonOf("range", "route.")
+	if m["count"] != 2.0 || m["truncated"] != false || len(m["items"].([]any)) != 2 {
+		t.Errorf("range = %v", m)
+	}
+	m = jsonOf("range", "--limit", "1")
+	if m["count"] != 1.0 || m["truncated"] != true {
+		t.Errorf("range --limit 1 = %v", m)
+	}
+	if it := m["items"].([]any)[0].(map[string]any); it["key"] != "other" || it["value"] != "<&>" {
+		t.Errorf("first item = %v", it)
+	}
+	m = jsonOf("view", "range")
+	if m["count"] != 1.0 {
+		t.Errorf("view range = %v", m)
+	}
+	if m := jsonOf("view", "get", "--b64", "AHY="); m["value"] != "view" || m["key_b64"] != "AHY=" {
+		t.Errorf("view get = %v", m)
+	}
+	if m := jsonOf("stats"); m["raw_keys"] != 3.0 || m["view_keys"] != 1.0 || m["cursor"] != 4.0 {
+		t.Errorf("stats = %v", m)
+	}
+	code, out, errOut := runCLI(t, nil, "inspect", "--data", dir, "get", "nope")
+	if code != exitNotFound || out != "" || !strings.Contains(errOut, `key "nope" not found (cursor 4)`) {
+		t.Errorf("missing key: exit %d, %q, %q", code, out, errOut)
+	}
+	// A store in use is refused, with the reason.
+	s, _, err := fold.Open(dir, fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	code, _, errOut = runCLI(t, nil, "inspect", "--data", dir, "cursor")
+	if code != exitFailure || !strings.Contains(errOut, "is another foldhost running") {
+		t.Errorf("locked store: exit %d, %q", code, errOut)
+	}
+}
+
+func TestInspectByConfig(t *testing.T) {
+	dir := t.TempDir()
+	storeDir := makeStore(t)
+	cfg := filepath.Join(dir, "c.toml")
+	text := fmt.Sprintf("[[fold]]\nname = \"a\"\ndata_dir = %q\n[[fold]]\nname = \"b\"\n", storeDir)
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, nil, "inspect", "--config", cfg, "--fold", "a", "cursor")
+	if code != exitOK || !strings.Contains(out, `"fold": "a"`) || !strings.Contains(out, `"cursor": 4`) {
+		t.Errorf("exit %d, %s %s", code, out, errOut)
+	}
+	if code, _, errOut := runCLI(t, nil, "inspect", "--config", cfg, "cursor"); code != exitUsage || !strings.Contains(errOut, "choose one with --fold") {
+		t.Errorf("exit %d, %s", code, errOut)
+	}
+}
+
+// TestRunRefusesAnInvalidPlugin: a module that fails validation stops the
+// start with the reason, before anything is folded.
+func TestRunRefusesAnInvalidPlugin(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "p.wasm"), []byte("\x00asm"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "c.toml")
+	if err := os.WriteFile(cfg, []byte("[nats]\nembedded_listen = \"127.0.0.1:0\"\n[http]\naddr = \"127.0.0.1:0\"\n[[fold]]\nname = \"a\"\nplugin = \"p.wasm\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := runCLI(t, nil, "run", "--config", cfg)
+	if code != exitFailure || !strings.Contains(errOut, "invalid plugin module") || !strings.Contains(errOut, "p.wasm") {
+		t.Fatalf("exit %d, %s", code, errOut)
+	}
+}
+
+var (
+	natsURLRE = regexp.MustCompile(`embedded NATS server listening on (nats://\S+)`)
+	httpURLRE = regexp.MustCompile(`HTTP API listening on (http://\S+)`)
+)
+
+func httpGet(url string) (int, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// TestRunInProcess runs the daemon in this (race-instrumented) process: a
+// healthy fold and one whose cursor is beyond the stream head (the bucket
+// was "recreated"), which must fail, be reported, and make the exit code 1.
+func TestRunInProcess(t *testing.T) {
+	dir := t.TempDir()
+	// A store whose cursor (1000) the fresh bucket never reached.
+	stale, _, err := fold.Open(filepath.Join(dir, "stale"), fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stale.Commit(fold.Commit{Raw: []fold.RawUpdate{{Key: "old", Op: fold.OpPut, Rev: 1000, Value: []byte("v")}}, Cursor: protocol.Cursor{Rev: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stale.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, "config.toml")
+	cfgText := `
+[nats]
+embedded_listen = "127.0.0.1:0"
+head_poll_interval = "50ms"
+[http]
+addr = "127.0.0.1:0"
+[log]
+level = "debug"
+progress_interval = "50ms"
+[[fold]]
+name = "good"
+bucket = "routes"
+scope = ["route."]
+batch_window = "2ms"
+[[fold]]
+name = "stale"
+bucket = "routes"
+data_dir = "stale"
+`
+	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: noEnv}
+	exit := make(chan int, 1)
+	go func() { exit <- c.main([]string{"run", "--config", cfgPath}) }()
+	var natsURL, base string
+	waitFor(t, 20*time.Second, "the addresses on stdout", func() (bool, string) {
+		s := out.String()
+		n, h := natsURLRE.FindStringSubmatch(s), httpURLRE.FindStringSubmatch(s)
+		if n == nil || h == nil {
+			return false, s + errb.String()
+		}
+		natsURL, base = n[1], h[1]
+		return true, ""
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("stderr:\n%s", errb.String())
+		}
+	})
+
+	status := func(name string) map[string]any {
+		code, body, err := httpGet(base + "/v1/folds/" + name)
+		if err != nil || code != 200 {
+			t.Fatalf("status %s: %d %v %s", name, code, err, body)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(body), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	waitFor(t, 10*time.Second, "the stale fold to fail and the good one to sync", func() (bool, string) {
+		s, g := status("stale"), status("good")
+		return s["state"] == "failed" && g["ready"] == true, fmt.Sprint(s, g)
+	})
+	if m := status("stale"); !strings.Contains(m["last_error"].(string), "beyond-head") || m["cursor"] != 1000.0 {
+		t.Errorf("stale status = %v", m)
+	}
+	code, body, _ := httpGet(base + "/readyz")
+	if code != 503 || !strings.Contains(body, "fold stale: failed:") || strings.Contains(body, "fold good") {
+		t.Errorf("readyz = %d %q", code, body)
+	}
+	// The failed fold is still served.
+	if code, body, _ := httpGet(base + "/v1/folds/stale/raw/old"); code != 200 || !strings.Contains(body, `"value":"v"`) {
+		t.Errorf("stale read = %d %s", code, body)
+	}
+
+	nc, err := natskv.Connect(natskv.ConnOptions{URL: natsURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	b, err := natskv.OpenBucket(ctx, nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		key := fmt.Sprintf("route.%02d", i)
+		if i%2 == 1 {
+			key = fmt.Sprintf("other.%02d", i) // out of scope
+		}
+		if _, err := b.KV().Put(ctx, key, []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the good fold to apply 10 updates at cursor 19", func() (bool, string) {
+		m := status("good")
+		c := m["counters"].(map[string]any)
+		return m["cursor"] == 19.0 && c["delivered_since_start"] == 10.0 && m["state"] == "following", fmt.Sprint(m)
+	})
+	waitFor(t, 5*time.Second, "the head poll", func() (bool, string) {
+		m := status("good")
+		return m["stream_last_seq"] == 20.0 && m["lag"] == 1.0, fmt.Sprint(m)
+	})
+	code, body, _ = httpGet(base + "/v1/folds/good/raw?prefix=route.&limit=3")
+	if code != 200 || !strings.Contains(body, `"count":3,"truncated":true`) || !strings.Contains(body, `"key":"route.00"`) {
+		t.Errorf("range = %d %s", code, body)
+	}
+	code, body, _ = httpGet(base + "/metrics")
+	if code != 200 || !strings.Contains(body, `foldhost_fold_updates_total{fold="good"} 10`) || !strings.Contains(body, `foldhost_fold_failed{fold="stale"} 1`) {
+		t.Errorf("metrics = %d", code)
+	}
+
+	cancel()
+	select {
+	case code := <-exit:
+		if code != exitFailure {
+			t.Fatalf("exit %d, want %d (a fold failed)", code, exitFailure)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not shut down")
+	}
+	if s := errb.String(); !strings.Contains(s, "fold stale stopped on an error") || !strings.Contains(s, `msg="fold stopped" fold=good cursor=19`) {
+		t.Errorf("stderr:\n%s", s)
+	}
+}
+
+// TestHydrationProgress folds a pre-filled bucket slowly (one update per
+// batch, synced) and checks the progress lines and the readiness gate.
+func TestHydrationProgress(t *testing.T) {
+	dir := t.TempDir()
+	natsDir := filepath.Join(dir, "nats")
+	srv, err := embeddednats.Start(embeddednats.Options{Dir: natsDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := natskv.Connect(natskv.ConnOptions{URL: srv.ClientURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "big"}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 500
+	js := b.KV()
+	for i := range n {
+		if _, err := js.Put(context.Background(), fmt.Sprintf("k.%05d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc.Close()
+	srv.Shutdown()
+
+	cfgPath := filepath.Join(dir, "config.toml")
+	cfgText := fmt.Sprintf(`
+[nats]
+embedded_listen = "127.0.0.1:0"
+embedded_dir = %q
+[http]
+addr = "127.0.0.1:0"
+[log]
+progress_interval = "2ms"
+[[fold]]
+name = "big"
+batch_size = 1
+buffer = 1
+sync = true   # an fsync per update: hydration takes a while even without -race
+`, natsDir)
+	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: noEnv}
+	exit := make(chan int, 1)
+	go func() { exit <- c.main([]string{"run", "--config", cfgPath}) }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("stderr:\n%s", errb.String())
+		}
+	})
+	waitFor(t, 30*time.Second, "the fold to catch up", func() (bool, string) {
+		s := errb.String()
+		return strings.Contains(s, `msg="fold caught up" fold=big cursor=500 head_at_start=500 delivered=500`), s
+	})
+	logs := errb.String()
+	if m := regexp.MustCompile(`msg="fold caught up".*`).FindString(logs); m != "" {
+		t.Log(m)
+	}
+	if !strings.Contains(logs, `msg="fold starting" fold=big bucket=big scope=bucket mode=state-sync cursor=0 stream_head=500`) {
+		t.Errorf("no start line")
+	}
+	if !regexp.MustCompile(`msg="fold hydrating" fold=big cursor=\d+ head_at_start=500 delivered=\d+ rate_per_s=\d+ elapsed=\S+ percent=\d+\.\d`).MatchString(logs) {
+		t.Errorf("no progress line")
+	}
+	h := httpURLRE.FindStringSubmatch(out.String())
+	if code, body, err := httpGet(h[1] + "/readyz"); code != 200 {
+		t.Errorf("readyz after catching up = %d %s %v", code, body, err)
+	}
+	cancel()
+	if code := <-exit; code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+}

@@ -1,0 +1,505 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// Config is a parsed and validated config.toml. Every field has its default
+// applied and every path is absolute (relative paths in the file are
+// resolved against the file's directory). config.toml.example documents
+// each key.
+type Config struct {
+	// File is the absolute path of the config file.
+	File string
+	// DataDir is the root of everything foldhost persists; default "data"
+	// next to the config file.
+	DataDir string
+	NATS    NATSConfig
+	HTTP    HTTPConfig
+	Log     LogConfig
+	Folds   []FoldConfig
+}
+
+// NATSConfig says how to reach NATS, or how to run the embedded server.
+type NATSConfig struct {
+	// URL of the server(s); "" or "embedded" means the embedded server.
+	URL string
+	// Embedded is true when foldhost runs its own in-process server.
+	Embedded bool
+	// EmbeddedListen is the embedded server's host:port; default
+	// 127.0.0.1:4222 (loopback only: it has no authentication). Port 0
+	// picks a free port.
+	EmbeddedListen string
+	// EmbeddedDir holds the embedded server's JetStream storage; default
+	// <data_dir>/nats.
+	EmbeddedDir string
+	// EmbeddedLogs sends the embedded server's own log to stderr.
+	EmbeddedLogs bool
+
+	Creds, CredsFile                   string
+	TLSCAFile, TLSCertFile, TLSKeyFile string
+
+	ConnectTimeout   time.Duration // default 5s
+	RequestTimeout   time.Duration // default natskv.DefaultRequestTimeout
+	HeadPollInterval time.Duration // default 5s
+}
+
+// HTTPConfig configures the HTTP API.
+type HTTPConfig struct {
+	Addr string // default 127.0.0.1:8080
+}
+
+// LogConfig configures log/slog output (stderr).
+type LogConfig struct {
+	Level            string        // debug | info | warn | error; default info
+	Format           string        // text | json; default text
+	ProgressInterval time.Duration // default 5s
+}
+
+// FoldConfig is one [[fold]] section.
+type FoldConfig struct {
+	Name   string
+	Bucket string // default Name
+	Scope  []string
+	// Plugin is the absolute path of the plugin, "" for a raw-only fold.
+	Plugin  string
+	DataDir string // default <data_dir>/folds/<name>
+	// BatchWindow, BatchSize and Buffer tune the applied loop
+	// (fold.LoopConfig.Window, .MaxBatch, fold.FollowConfig.Buffer).
+	BatchWindow time.Duration
+	BatchSize   int
+	Buffer      int
+	// Repair is stored and reported; cursor-expiry repair itself is not
+	// implemented yet (a fold whose cursor expired stops).
+	Repair protocol.RepairMode
+	Sync   bool
+	// CreateBucket applies only when the bucket does not exist yet.
+	CreateBucket natskv.BucketConfig
+}
+
+// Defaults.
+const (
+	defaultHTTPAddr       = "127.0.0.1:8080"
+	defaultEmbeddedListen = "127.0.0.1:4222"
+	defaultDataDir        = "data"
+	defaultConnectTimeout = 5 * time.Second
+	defaultHeadPoll       = 5 * time.Second
+	defaultProgress       = 5 * time.Second
+	defaultBuffer         = 256
+)
+
+// Environment variables that override the file (set and non-empty). They
+// exist so secrets need not be written into config.toml.
+const (
+	envNATSURL       = "FOLDHOST_NATS_URL"
+	envNATSCreds     = "FOLDHOST_NATS_CREDS"      // content of a .creds file
+	envNATSCredsFile = "FOLDHOST_NATS_CREDS_FILE" // path of a .creds file
+)
+
+// Limits checked by validation.
+const (
+	maxBatchSize = 1_000_000
+	maxBuffer    = 1_000_000
+	maxWindow    = time.Minute
+)
+
+var (
+	nameRE   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	bucketRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+)
+
+// getenvFunc looks up an environment variable (os.LookupEnv in production).
+type getenvFunc func(string) (string, bool)
+
+// loadConfig reads, parses and validates the config file at path, applying
+// environment overrides. A *ConfigError lists every problem found.
+func loadConfig(path string, getenv getenvFunc) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &ConfigError{File: path, Problems: []Problem{{Msg: err.Error()}}}
+	}
+	return parseConfig(data, path, getenv)
+}
+
+// parseConfig parses and validates data as the config file at path (used to
+// name the file in problems and to resolve relative paths).
+func parseConfig(data []byte, path string, getenv getenvFunc) (*Config, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, &ConfigError{File: path, Problems: []Problem{{Msg: err.Error()}}}
+	}
+	doc, perr := decodeTOML(data, path)
+	if perr != nil {
+		return nil, perr
+	}
+	c := &Config{File: abs}
+	ps := doc.problems
+	c.extract(doc.root)
+	c.applyEnv(getenv, ps)
+	c.validate(ps)
+	if err := ps.err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// extract copies the document into c, recording type errors and unknown
+// keys.
+func (c *Config) extract(root *table) {
+	root.str("data_dir", &c.DataDir)
+
+	n := root.sub("nats")
+	n.str("url", &c.NATS.URL)
+	n.str("embedded_listen", &c.NATS.EmbeddedListen)
+	n.str("embedded_dir", &c.NATS.EmbeddedDir)
+	n.boolean("embedded_logs", &c.NATS.EmbeddedLogs)
+	n.str("creds", &c.NATS.Creds)
+	n.str("creds_file", &c.NATS.CredsFile)
+	n.str("tls_ca_file", &c.NATS.TLSCAFile)
+	n.str("tls_cert_file", &c.NATS.TLSCertFile)
+	n.str("tls_key_file", &c.NATS.TLSKeyFile)
+	n.duration("connect_timeout", &c.NATS.ConnectTimeout)
+	n.duration("request_timeout", &c.NATS.RequestTimeout)
+	n.duration("head_poll_interval", &c.NATS.HeadPollInterval)
+	n.done()
+
+	h := root.sub("http")
+	h.str("addr", &c.HTTP.Addr)
+	h.done()
+
+	l := root.sub("log")
+	l.str("level", &c.Log.Level)
+	l.str("format", &c.Log.Format)
+	l.duration("progress_interval", &c.Log.ProgressInterval)
+	l.done()
+
+	for _, f := range root.array("fold") {
+		c.Folds = append(c.Folds, extractFold(f))
+	}
+	root.done()
+}
+
+// extractFold reads one [[fold]] table, range-checking the values whose
+// type was right (a wrong type is one problem, not two).
+func extractFold(f *table) FoldConfig {
+	var fc FoldConfig
+	var repair string
+	var batch, buffer int64
+	f.str("name", &fc.Name)
+	f.str("bucket", &fc.Bucket)
+	f.strings("scope", &fc.Scope)
+	f.str("plugin", &fc.Plugin)
+	f.str("data_dir", &fc.DataDir)
+	if f.duration("batch_window", &fc.BatchWindow) && (fc.BatchWindow <= 0 || fc.BatchWindow > maxWindow) {
+		f.problem("batch_window", "must be > 0 and at most %v, got %v", maxWindow, fc.BatchWindow)
+	}
+	if f.integer("batch_size", &batch) && (batch < 1 || batch > maxBatchSize) {
+		f.problem("batch_size", "must be between 1 and %d, got %d", maxBatchSize, batch)
+	}
+	if f.integer("buffer", &buffer) && (buffer < 1 || buffer > maxBuffer) {
+		f.problem("buffer", "must be between 1 and %d, got %d", maxBuffer, buffer)
+	}
+	fc.BatchSize, fc.Buffer = clampInt(batch), clampInt(buffer)
+	f.str("repair", &repair)
+	if repair != "" {
+		if err := fc.Repair.UnmarshalText([]byte(repair)); err != nil {
+			f.problem("repair", "%q is not a repair mode: want none, relist, restore or auto", repair)
+		}
+	}
+	f.boolean("sync", &fc.Sync)
+
+	cb := f.sub("create_bucket")
+	var history, maxBytes, replicas int64
+	var storage string
+	if cb.integer("history", &history) {
+		if history < 1 || history > 64 {
+			cb.problem("history", "must be between 1 and 64 (NATS KV limit), got %d", history)
+		} else {
+			fc.CreateBucket.History = uint8(history)
+		}
+	}
+	if cb.duration("max_age", &fc.CreateBucket.MaxAge) && fc.CreateBucket.MaxAge < 0 {
+		cb.problem("max_age", "must not be negative")
+	}
+	if cb.integer("max_bytes", &maxBytes) && maxBytes < 0 {
+		cb.problem("max_bytes", "must be >= 0 (0 = unlimited), got %d", maxBytes)
+	}
+	fc.CreateBucket.MaxBytes = max(0, maxBytes)
+	if cb.integer("replicas", &replicas) && (replicas < 1 || replicas > 5) {
+		cb.problem("replicas", "must be between 1 and 5, got %d", replicas)
+	}
+	fc.CreateBucket.Replicas = int(max(0, min(replicas, 5)))
+	cb.str("storage", &storage)
+	switch storage {
+	case "", "file":
+	case "memory":
+		fc.CreateBucket.Memory = true
+	default:
+		cb.problem("storage", "%q: want \"file\" or \"memory\"", storage)
+	}
+	if cb.duration("limit_marker_ttl", &fc.CreateBucket.LimitMarkerTTL) {
+		if d := fc.CreateBucket.LimitMarkerTTL; d < 0 || (d > 0 && d < time.Second) {
+			cb.problem("limit_marker_ttl", "must be 0 (off) or at least 1s, got %v", d)
+		}
+	}
+	cb.done()
+	f.done()
+	return fc
+}
+
+func clampInt(v int64) int { return int(max(0, min(v, 1<<31-1))) }
+
+// applyEnv applies the environment overrides. A credential from the
+// environment replaces both credential keys of the file.
+func (c *Config) applyEnv(getenv getenvFunc, ps *problems) {
+	if getenv == nil {
+		return
+	}
+	get := func(name string) (string, bool) {
+		v, ok := getenv(name)
+		return v, ok && v != ""
+	}
+	if v, ok := get(envNATSURL); ok {
+		c.NATS.URL = v
+		ps.fromEnv["nats.url"] = envNATSURL
+	}
+	creds, hasCreds := get(envNATSCreds)
+	file, hasFile := get(envNATSCredsFile)
+	switch {
+	case hasCreds && hasFile:
+		ps.add("", "%s and %s are both set: set at most one", envNATSCreds, envNATSCredsFile)
+	case hasCreds:
+		c.NATS.Creds, c.NATS.CredsFile = creds, ""
+		ps.fromEnv["nats.creds"] = envNATSCreds
+	case hasFile:
+		c.NATS.Creds, c.NATS.CredsFile = "", file
+		ps.fromEnv["nats.creds_file"] = envNATSCredsFile
+	}
+}
+
+// validate checks cross-key rules and applies defaults.
+func (c *Config) validate(ps *problems) {
+	base := filepath.Dir(c.File)
+	resolve := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(base, p)
+	}
+	if c.DataDir == "" {
+		c.DataDir = defaultDataDir
+	}
+	c.DataDir = resolve(c.DataDir)
+
+	// NATS.
+	n := &c.NATS
+	n.Embedded = n.URL == "" || n.URL == "embedded"
+	if n.Embedded {
+		n.URL = ""
+		if n.EmbeddedListen == "" {
+			n.EmbeddedListen = defaultEmbeddedListen
+		}
+		if err := checkLoopback(n.EmbeddedListen); err != nil {
+			ps.add("nats.embedded_listen", "%v (the embedded server has no authentication, so it listens on loopback only)", err)
+		}
+		if n.EmbeddedDir == "" {
+			n.EmbeddedDir = filepath.Join(c.DataDir, "nats")
+		}
+		n.EmbeddedDir = resolve(n.EmbeddedDir)
+		for _, kv := range [][2]string{
+			{"nats.creds", n.Creds}, {"nats.creds_file", n.CredsFile},
+			{"nats.tls_ca_file", n.TLSCAFile}, {"nats.tls_cert_file", n.TLSCertFile}, {"nats.tls_key_file", n.TLSKeyFile},
+		} {
+			if kv[1] != "" {
+				ps.add(kv[0], "is set, but nats.url selects the embedded server, which takes no credentials or TLS")
+			}
+		}
+	} else {
+		if n.Creds != "" && n.CredsFile != "" {
+			ps.add("nats.creds_file", "nats.creds and nats.creds_file are both set: set at most one")
+		}
+		if (n.TLSCertFile == "") != (n.TLSKeyFile == "") {
+			ps.add("nats.tls_cert_file", "nats.tls_cert_file and nats.tls_key_file go together: set both or neither")
+		}
+		n.CredsFile = resolve(n.CredsFile)
+		n.TLSCAFile = resolve(n.TLSCAFile)
+		n.TLSCertFile = resolve(n.TLSCertFile)
+		n.TLSKeyFile = resolve(n.TLSKeyFile)
+		for _, f := range []struct{ key, path string }{
+			{"nats.creds_file", n.CredsFile}, {"nats.tls_ca_file", n.TLSCAFile},
+			{"nats.tls_cert_file", n.TLSCertFile}, {"nats.tls_key_file", n.TLSKeyFile},
+		} {
+			if f.path != "" {
+				if _, err := os.Stat(f.path); err != nil {
+					ps.add(f.key, "%v", errors.Unwrap(err))
+				}
+			}
+		}
+	}
+	for _, d := range []struct {
+		key string
+		v   *time.Duration
+		def time.Duration
+	}{
+		{"nats.connect_timeout", &n.ConnectTimeout, defaultConnectTimeout},
+		{"nats.request_timeout", &n.RequestTimeout, natskv.DefaultRequestTimeout},
+		{"nats.head_poll_interval", &n.HeadPollInterval, defaultHeadPoll},
+		{"log.progress_interval", &c.Log.ProgressInterval, defaultProgress},
+	} {
+		if *d.v < 0 {
+			ps.add(d.key, "must not be negative")
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+
+	// HTTP.
+	if c.HTTP.Addr == "" {
+		c.HTTP.Addr = defaultHTTPAddr
+	}
+	if err := checkHostPort(c.HTTP.Addr); err != nil {
+		ps.add("http.addr", "%v", err)
+	}
+
+	// Log.
+	switch c.Log.Level {
+	case "":
+		c.Log.Level = "info"
+	case "debug", "info", "warn", "error":
+	default:
+		ps.add("log.level", "%q: want debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "":
+		c.Log.Format = "text"
+	case "text", "json":
+	default:
+		ps.add("log.format", "%q: want text or json", c.Log.Format)
+	}
+
+	// Folds.
+	if len(c.Folds) == 0 {
+		ps.add("fold", "no [[fold]] section: configure at least one fold")
+	}
+	names := map[string]int{}
+	dirs := map[string]int{}
+	for i := range c.Folds {
+		f := &c.Folds[i]
+		key := func(k string) string { return "fold[" + strconv.Itoa(i) + "]." + k }
+		nameDup := false
+		switch {
+		case f.Name == "":
+			ps.add(key("name"), "is required")
+		case !nameRE.MatchString(f.Name):
+			ps.add(key("name"), "%q: use 1 to 64 of A-Z a-z 0-9 _ - (it appears in URLs, metrics and directory names)", f.Name)
+		default:
+			if j, dup := names[f.Name]; dup {
+				ps.add(key("name"), "%q is also the name of fold[%d]", f.Name, j)
+				nameDup = true
+			}
+			names[f.Name] = i
+		}
+		if f.Bucket == "" && nameRE.MatchString(f.Name) {
+			f.Bucket = f.Name // a valid name is a valid bucket name
+		} else if f.Bucket != "" && !bucketRE.MatchString(f.Bucket) {
+			ps.add(key("bucket"), "%q is not a valid KV bucket name (A-Z a-z 0-9 _ -)", f.Bucket)
+		}
+		if err := (natskv.Scope{Prefixes: f.Scope}).Validate(); err != nil {
+			ps.add(key("scope"), "%v", err)
+		}
+		if f.Plugin != "" {
+			f.Plugin = resolve(f.Plugin)
+			if st, err := os.Stat(f.Plugin); err != nil {
+				ps.add(key("plugin"), "%v", err)
+			} else if st.IsDir() {
+				ps.add(key("plugin"), "%s is a directory, want a plugin file", f.Plugin)
+			}
+		}
+		defaultDir := f.DataDir == ""
+		if defaultDir && f.Name != "" {
+			f.DataDir = filepath.Join(c.DataDir, "folds", f.Name)
+		}
+		f.DataDir = filepath.Clean(resolve(f.DataDir))
+		if j, dup := dirs[f.DataDir]; dup && f.DataDir != "." && !(defaultDir && nameDup) {
+			ps.add(key("data_dir"), "%s is also the data dir of fold[%d]", f.DataDir, j)
+		}
+		dirs[f.DataDir] = i
+		if n.Embedded && f.DataDir == filepath.Clean(n.EmbeddedDir) {
+			ps.add(key("data_dir"), "%s is the embedded NATS server's directory", f.DataDir)
+		}
+		if f.BatchWindow == 0 {
+			f.BatchWindow = fold.DefaultWindow
+		}
+		if f.BatchSize == 0 {
+			f.BatchSize = fold.DefaultMaxBatch
+		}
+		if f.Buffer == 0 {
+			f.Buffer = defaultBuffer
+		}
+		f.CreateBucket.Name = f.Bucket
+		if f.CreateBucket.History == 0 {
+			f.CreateBucket.History = 1
+		}
+		if f.CreateBucket.Replicas == 0 {
+			f.CreateBucket.Replicas = 1
+		}
+	}
+	// Folds sharing a bucket must agree on how to create it.
+	first := map[string]int{}
+	for i, f := range c.Folds {
+		if j, ok := first[f.Bucket]; ok {
+			if c.Folds[j].CreateBucket != f.CreateBucket {
+				ps.add("fold["+strconv.Itoa(i)+"].create_bucket", "differs from fold[%d], which uses the same bucket %q", j, f.Bucket)
+			}
+			continue
+		}
+		first[f.Bucket] = i
+	}
+}
+
+// connOptions is how the daemon and the kv helpers dial a configured
+// (non-embedded) server.
+func (n NATSConfig) connOptions(url string) natskv.ConnOptions {
+	return natskv.ConnOptions{
+		URL: url, Creds: n.Creds, CredsFile: n.CredsFile,
+		CAFile: n.TLSCAFile, CertFile: n.TLSCertFile, KeyFile: n.TLSKeyFile,
+		Name: "foldhost", Timeout: n.ConnectTimeout,
+	}
+}
+
+func checkHostPort(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port: %v", addr, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("%q: port must be a number between 0 and 65535", addr)
+	}
+	return nil
+}
+
+func checkLoopback(addr string) error {
+	if err := checkHostPort(addr); err != nil {
+		return err
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address", addr)
+	}
+	return nil
+}

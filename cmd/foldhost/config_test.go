@@ -1,0 +1,361 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+func noEnv(string) (string, bool) { return "", false }
+
+func envOf(m map[string]string) getenvFunc {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// parseIn parses text as dir/config.toml.
+func parseIn(t *testing.T, dir, text string, env getenvFunc) (*Config, error) {
+	t.Helper()
+	return parseConfig([]byte(text), filepath.Join(dir, "config.toml"), env)
+}
+
+func problemsOf(t *testing.T, err error) []Problem {
+	t.Helper()
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %v (%T) is not a *ConfigError", err, err)
+	}
+	return ce.Problems
+}
+
+func TestExampleConfigParsesAndValidates(t *testing.T) {
+	data, err := os.ReadFile("../../config.toml.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg, err := parseIn(t, dir, string(data), noEnv)
+	if err != nil {
+		t.Fatalf("config.toml.example: %v", err)
+	}
+	if len(cfg.Folds) != 2 || cfg.Folds[0].Name != "routes" || cfg.Folds[1].Name != "inventory" {
+		t.Fatalf("folds = %+v", cfg.Folds)
+	}
+	// The example states the defaults: a minimal config must come out the
+	// same apart from what the example sets on purpose.
+	min, err := parseIn(t, dir, "[[fold]]\nname = \"routes\"\nscope = [\"route.\"]\n[[fold]]\nname = \"inventory\"\n", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg, min) {
+		t.Errorf("config.toml.example's values differ from the defaults:\nexample: %+v\ndefaults: %+v", cfg, min)
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := parseIn(t, dir, "[[fold]]\nname = \"a\"\n", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Config{
+		File:    filepath.Join(dir, "config.toml"),
+		DataDir: filepath.Join(dir, "data"),
+		NATS: NATSConfig{
+			Embedded: true, EmbeddedListen: "127.0.0.1:4222", EmbeddedDir: filepath.Join(dir, "data", "nats"),
+			ConnectTimeout: 5 * time.Second, RequestTimeout: natskv.DefaultRequestTimeout, HeadPollInterval: 5 * time.Second,
+		},
+		HTTP: HTTPConfig{Addr: "127.0.0.1:8080"},
+		Log:  LogConfig{Level: "info", Format: "text", ProgressInterval: 5 * time.Second},
+		Folds: []FoldConfig{{
+			Name: "a", Bucket: "a", DataDir: filepath.Join(dir, "data", "folds", "a"),
+			BatchWindow: fold.DefaultWindow, BatchSize: fold.DefaultMaxBatch, Buffer: 256,
+			Repair: protocol.RepairNone, CreateBucket: natskv.BucketConfig{Name: "a", History: 1, Replicas: 1},
+		}},
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("defaults:\n got %+v\nwant %+v", cfg, want)
+	}
+}
+
+func TestConfigValues(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "router.wasm"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "app.creds"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseIn(t, dir, `
+data_dir = "/var/lib/foldhost"
+[nats]
+url = "nats://a:4222,nats://b:4222"
+creds_file = "app.creds"
+[http]
+addr = ":9090"
+[log]
+level = "debug"
+format = "json"
+[[fold]]
+name = "r"
+bucket = "routes"
+scope = ["route.", "tenant.a."]
+plugin = "router.wasm"
+data_dir = "r-data"
+batch_window = "25ms"
+batch_size = 1024
+buffer = 4096
+repair = "auto"
+sync = true
+[fold.create_bucket]
+history = 5
+max_age = "24h"
+max_bytes = 1048576
+replicas = 3
+storage = "memory"
+limit_marker_ttl = "1m"
+`, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NATS.Embedded || cfg.NATS.URL != "nats://a:4222,nats://b:4222" || cfg.NATS.CredsFile != filepath.Join(dir, "app.creds") {
+		t.Errorf("nats = %+v", cfg.NATS)
+	}
+	f := cfg.Folds[0]
+	want := FoldConfig{
+		Name: "r", Bucket: "routes", Scope: []string{"route.", "tenant.a."},
+		Plugin: filepath.Join(dir, "router.wasm"), DataDir: filepath.Join(dir, "r-data"),
+		BatchWindow: 25 * time.Millisecond, BatchSize: 1024, Buffer: 4096, Repair: protocol.RepairAuto, Sync: true,
+		CreateBucket: natskv.BucketConfig{Name: "routes", History: 5, MaxAge: 24 * time.Hour, MaxBytes: 1 << 20,
+			Replicas: 3, Memory: true, LimitMarkerTTL: time.Minute},
+	}
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("fold:\n got %+v\nwant %+v", f, want)
+	}
+	if cfg.DataDir != "/var/lib/foldhost" || cfg.HTTP.Addr != ":9090" || cfg.Log.Format != "json" {
+		t.Errorf("cfg = %+v", cfg)
+	}
+}
+
+func TestConfigReportsEveryProblemAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	text := `data_dir = 5                       # 1
+[nats]                                # 2
+url = "embedded"                      # 3
+creds = "secret"                      # 4
+embedded_listen = "0.0.0.0:4222"      # 5
+connect_timeout = "-1s"               # 6
+[http]                                # 7
+addr = "nohost"                       # 8
+[log]                                 # 9
+level = "loud"                        # 10
+[[fold]]                              # 11
+name = "a b"                          # 12
+batch_size = 0                        # 13
+batch_window = 10                     # 14
+repair = "sometimes"                  # 15
+scope = ["route"]                     # 16
+buffer = "big"                        # 17
+sync = "yes"                          # 18
+[fold.create_bucket]                  # 19
+history = 100                         # 20
+storage = "ssd"                       # 21
+max_age = "soon"                      # 22
+replicas = 0                          # 23
+[[fold]]                              # 24
+name = "b"                            # 25
+plugin = "missing.wasm"               # 26
+[[fold]]                              # 27
+name = "b"                            # 28
+`
+	_, err := parseIn(t, dir, text, noEnv)
+	ps := problemsOf(t, err)
+	want := []struct {
+		line int
+		key  string
+		msg  string
+	}{
+		{1, "data_dir", "want a string, got an integer"},
+		{4, "nats.creds", "embedded server"},
+		{5, "nats.embedded_listen", "not a loopback address"},
+		{6, "nats.connect_timeout", "must not be negative"},
+		{8, "http.addr", "want host:port"},
+		{10, "log.level", `"loud"`},
+		{12, "fold[0].name", `"a b"`},
+		{13, "fold[0].batch_size", "between 1 and"},
+		{14, "fold[0].batch_window", "want a duration string"},
+		{15, "fold[0].repair", "not a repair mode"},
+		{16, "fold[0].scope", `must end with "."`},
+		{17, "fold[0].buffer", "want an integer, got a string"},
+		{18, "fold[0].sync", "want true or false"},
+		{20, "fold[0].create_bucket.history", "between 1 and 64"},
+		{21, "fold[0].create_bucket.storage", `"ssd"`},
+		{22, "fold[0].create_bucket.max_age", "not a duration"},
+		{23, "fold[0].create_bucket.replicas", "between 1 and 5"},
+		{26, "fold[1].plugin", "no such file"},
+		{28, "fold[2].name", "also the name of fold[1]"},
+	}
+	if len(ps) != len(want) {
+		t.Errorf("%d problems, want %d:\n%v", len(ps), len(want), err)
+	}
+	for i, w := range want {
+		if i >= len(ps) {
+			break
+		}
+		p := ps[i]
+		if p.Line != w.line || p.Key != w.key || !strings.Contains(p.Msg, w.msg) {
+			t.Errorf("problem %d = %s, want line %d: %s: ...%s...", i, p, w.line, w.key, w.msg)
+		}
+	}
+	// The message names the file and lists them all.
+	msg := err.Error()
+	if !strings.Contains(msg, "config.toml: 19 problems:") || !strings.Contains(msg, "line 23: fold[0].create_bucket.replicas") {
+		t.Errorf("message:\n%s", msg)
+	}
+}
+
+func TestConfigUnknownKeys(t *testing.T) {
+	text := `colour = "blue"
+[nats]
+embeded_listen = "127.0.0.1:1"
+[https]
+addr = "x"
+[[fold]]
+name = "a"
+Bucket = "a"
+[fold.create_bucket]
+histroy = 2
+[[fold]]
+name = "b"
+bufer = 10
+`
+	_, err := parseIn(t, t.TempDir(), text, noEnv)
+	ps := problemsOf(t, err)
+	want := []Problem{
+		{Line: 1, Key: "colour", Msg: "unknown key"},
+		{Line: 3, Key: "nats.embeded_listen", Msg: `unknown key (did you mean "embedded_listen"?)`},
+		{Line: 4, Key: "https", Msg: `unknown key (did you mean "http"?)`},
+		{Line: 8, Key: "fold[0].Bucket", Msg: `unknown key (did you mean "bucket"?)`},
+		{Line: 10, Key: "fold[0].create_bucket.histroy", Msg: `unknown key (did you mean "history"?)`},
+		{Line: 13, Key: "fold[1].bufer", Msg: `unknown key (did you mean "buffer"?)`},
+	}
+	if !reflect.DeepEqual(ps, want) {
+		t.Fatalf("problems:\n%v\nwant:\n%v", err, &ConfigError{File: "config.toml", Problems: want})
+	}
+}
+
+func TestConfigStructureErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, text, want string
+	}{
+		{"no folds", "", "fold: no [[fold]] section"},
+		{"fold as table", "[fold]\nname = \"a\"\n", "write [[fold]], not [fold]"},
+		{"nats not a table", "nats = \"x\"\n[[fold]]\nname = \"a\"\n", "nats: want a table"},
+		{"missing name", "[[fold]]\nbucket = \"b\"\n", "fold[0].name: is required"},
+		{"bad bucket", "[[fold]]\nname = \"a\"\nbucket = \"a.b\"\n", "not a valid KV bucket name"},
+		{"overlapping scope", "[[fold]]\nname = \"a\"\nscope = [\"a.\", \"a.b.\"]\n", "overlap"},
+		{"scope not strings", "[[fold]]\nname = \"a\"\nscope = [1]\n", "element 0: want a string"},
+		{"same data dir", "[[fold]]\nname = \"a\"\ndata_dir = \"d\"\n[[fold]]\nname = \"b\"\ndata_dir = \"d\"\n", "is also the data dir of fold[0]"},
+		{"create_bucket disagrees", "[[fold]]\nname = \"a\"\nbucket = \"x\"\n[[fold]]\nname = \"b\"\nbucket = \"x\"\n[fold.create_bucket]\nhistory = 3\n", "differs from fold[0]"},
+		{"creds twice", "[nats]\nurl = \"nats://x\"\ncreds = \"a\"\ncreds_file = \"/etc/passwd\"\n[[fold]]\nname = \"a\"\n", "both set"},
+		{"half a client cert", "[nats]\nurl = \"nats://x\"\ntls_cert_file = \"/etc/passwd\"\n[[fold]]\nname = \"a\"\n", "set both or neither"},
+		{"window too long", "[[fold]]\nname = \"a\"\nbatch_window = \"2m\"\n", "at most 1m0s"},
+		{"short marker ttl", "[[fold]]\nname = \"a\"\n[fold.create_bucket]\nlimit_marker_ttl = \"10ms\"\n", "at least 1s"},
+		{"syntax", "[[fold]]\nname = \"a\"\nbatch_size = = 3\n", "line 3: syntax:"},
+		{"duplicate key", "[[fold]]\nname = \"a\"\nname = \"b\"\n", "line 3: syntax:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseIn(t, t.TempDir(), tc.text, noEnv)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfigEnvOverrides(t *testing.T) {
+	dir := t.TempDir()
+	base := "[nats]\nurl = \"nats://file:4222\"\ncreds_file = \"/etc/passwd\"\n[[fold]]\nname = \"a\"\n"
+	cfg, err := parseIn(t, dir, base, envOf(map[string]string{
+		envNATSURL:   "nats://env:4222",
+		envNATSCreds: "-----BEGIN NATS USER JWT-----",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NATS.URL != "nats://env:4222" || cfg.NATS.Creds != "-----BEGIN NATS USER JWT-----" || cfg.NATS.CredsFile != "" {
+		t.Errorf("nats = %+v", cfg.NATS)
+	}
+	// The creds file from the environment replaces inline creds.
+	cfg, err = parseIn(t, dir, "[nats]\nurl = \"nats://x\"\ncreds = \"inline\"\n[[fold]]\nname = \"a\"\n",
+		envOf(map[string]string{envNATSCredsFile: "/etc/passwd"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NATS.Creds != "" || cfg.NATS.CredsFile != "/etc/passwd" {
+		t.Errorf("nats = %+v", cfg.NATS)
+	}
+	// Empty variables do not override.
+	cfg, err = parseIn(t, dir, base, envOf(map[string]string{envNATSURL: ""}))
+	if err != nil || cfg.NATS.URL != "nats://file:4222" {
+		t.Errorf("empty env: %v, %+v", err, cfg)
+	}
+	// The environment can select the embedded server.
+	cfg, err = parseIn(t, dir, "[nats]\nurl = \"nats://file:4222\"\n[[fold]]\nname = \"a\"\n", envOf(map[string]string{envNATSURL: "embedded"}))
+	if err != nil || !cfg.NATS.Embedded {
+		t.Errorf("embedded from env: %v, %+v", err, cfg)
+	}
+	// Problems name the variable, not a line.
+	_, err = parseIn(t, dir, "[[fold]]\nname = \"a\"\n", envOf(map[string]string{envNATSCreds: "x"}))
+	ps := problemsOf(t, err)
+	if len(ps) != 1 || ps[0].Env != envNATSCreds || ps[0].Line != 0 || !strings.Contains(ps[0].String(), "nats.creds (from $FOLDHOST_NATS_CREDS)") {
+		t.Errorf("problems = %v", ps)
+	}
+	_, err = parseIn(t, dir, base, envOf(map[string]string{envNATSCreds: "x", envNATSCredsFile: "y"}))
+	if err == nil || !strings.Contains(err.Error(), "both set") {
+		t.Errorf("both creds variables: %v", err)
+	}
+	_, err = parseIn(t, dir, base, envOf(map[string]string{envNATSCredsFile: filepath.Join(dir, "nope.creds")}))
+	if ps := problemsOf(t, err); len(ps) != 1 || ps[0].Env != envNATSCredsFile {
+		t.Errorf("missing creds file from env: %v", err)
+	}
+}
+
+func TestLocateKeys(t *testing.T) {
+	text := `top = 1
+desc = """
+fake = 2
+[fake]
+"""
+list = [
+  "a = b",
+  "[x]",
+]
+[nats]
+url = "u"   # comment = x
+"quoted.key" = 3
+[[fold]]
+name = "a"
+[fold.create_bucket]
+history = 1
+[[fold]]
+name = "b"
+a.b = 1
+`
+	got := locateKeys(text)
+	want := map[string]int{
+		"top": 1, "desc": 2, "list": 6, "nats": 10, "nats.url": 11, "nats.quoted.key": 12,
+		"fold[0]": 13, "fold[0].name": 14, "fold[0].create_bucket": 15, "fold[0].create_bucket.history": 16,
+		"fold[1]": 17, "fold[1].name": 18, "fold[1].a": 19, "fold[1].a.b": 19,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("locateKeys:\n got %v\nwant %v", got, want)
+	}
+}

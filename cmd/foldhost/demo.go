@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/foldhost/foldhost/host/embeddednats"
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/protocol"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const demoAbout = `A self-contained tour on embedded defaults: starts an embedded NATS server,
+writes a synthetic route workload (route.<host> keys with upstream lists),
+folds it through the example-router WASM plugin, stops, writes a delta,
+restarts, and shows that the restart received only the delta. Nothing
+outside --dir is touched; without --dir a temporary directory is used and
+removed at the end.
+
+The plugin defaults to the first build found under
+plugins/example-router/build/ (scripts/build-plugins makes them); when there
+is none and the Go toolchain is available, the Go build is compiled on the
+spot.`
+
+func cmdDemo(c *cli, args []string) error {
+	fs := c.flagSet("demo", "demo [--dir DIR] [--keys N] [--delta N] [--plugin FILE]", demoAbout)
+	dir := fs.String("dir", "", "working `dir` (kept); default: a temporary one, removed")
+	keys := fs.Int("keys", 20000, "route keys to write")
+	delta := fs.Int("delta", 500, "updates (changes and deletes) to write while the fold is stopped")
+	pluginPath := fs.String("plugin", "", "example-router `module` to use")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("demo takes no arguments")
+	}
+	if *keys < 1 || *delta < 1 || *delta > *keys {
+		return usagef("--keys must be >= 1 and --delta between 1 and --keys")
+	}
+	d := &demo{out: c.stdout, keys: *keys, delta: *delta, rng: rand.New(rand.NewPCG(1, 2))}
+	d.tty = isTerminal(c.stdout)
+	if *dir == "" {
+		tmp, err := os.MkdirTemp("", "foldhost-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		*dir = tmp
+	}
+	d.dir = *dir
+	return d.run(c.ctx, *pluginPath)
+}
+
+type demo struct {
+	out         io.Writer
+	tty         bool
+	dir         string
+	keys, delta int
+	rng         *rand.Rand
+	lastLine    time.Time // non-terminal progress: when the last line went out
+	final       bool      // ... and whether it was the 100% line
+}
+
+func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
+
+func (d *demo) run(ctx context.Context, pluginPath string) error {
+	start := time.Now()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d.say("foldhost demo: working in %s", d.dir)
+
+	plugin, err := d.findPlugin(ctx, pluginPath)
+	if err != nil {
+		return err
+	}
+	rt, err := wasm.NewRuntime(ctx, wasm.Options{CacheDir: filepath.Join(d.dir, "wasm-cache"), Logger: quiet})
+	if err != nil {
+		return err
+	}
+	defer rt.Close(ctx)
+	mod, err := rt.LoadFile(ctx, plugin)
+	if err != nil {
+		return err
+	}
+	d.say("1. plugin %s %s (%s, sha256 %s...) validated", mod.Info.Name, mod.Info.Version, filepath.Base(plugin), mod.SHA256[:12])
+
+	srv, err := embeddednats.Start(embeddednats.Options{Dir: filepath.Join(d.dir, "nats")})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	nc, err := natskv.Connect(natskv.ConnOptions{URL: srv.ClientURL(), Name: "foldhost-demo"})
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	bucket, err := natskv.OpenBucket(ctx, nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{})
+	if err != nil {
+		return err
+	}
+	d.say("2. embedded NATS at %s (try: nats --server %s kv ls)", srv.ClientURL(), srv.ClientURL())
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := d.write(ctx, js, d.keys, false); err != nil {
+		return err
+	}
+	d.say("3. wrote %d route keys in %v", d.keys, time.Since(t0).Round(time.Millisecond))
+
+	storeDir := filepath.Join(d.dir, "fold")
+	first, err := d.fold(ctx, bucket, rt, mod, storeDir, "4. folding")
+	if err != nil {
+		return err
+	}
+	d.say("   folded %d updates in %v; %s", first.delivered, first.took.Round(time.Millisecond), first.summary)
+
+	t0 = time.Now()
+	if err := d.write(ctx, js, d.delta, true); err != nil {
+		return err
+	}
+	d.say("5. fold stopped; wrote a delta of %d updates (changes and deletes) in %v", d.delta, time.Since(t0).Round(time.Millisecond))
+
+	second, err := d.fold(ctx, bucket, rt, mod, storeDir, "6. restart: resuming")
+	if err != nil {
+		return err
+	}
+	d.say("   the restart resumed from cursor %d and received %d updates: the delta, not the bucket (%d)",
+		first.cursor, second.delivered, d.keys+d.delta)
+	if second.delivered != int64(d.delta) {
+		return fmt.Errorf("demo: the restart received %d updates, want the delta %d", second.delivered, d.delta)
+	}
+	d.say("   %s", second.summary)
+	d.say("")
+	d.say("Done in %v. Where to look next:", time.Since(start).Round(time.Millisecond))
+	d.say("  foldhost inspect --data %s view get host/h00042     # the fold, offline (with --dir to keep it)", storeDir)
+	d.say("  foldhost run --config config.toml.example           # the daemon: HTTP API, /metrics, /readyz")
+	d.say("  plugins/example-router/SPEC.md, abi/ABI.md          # write your own plugin")
+	return nil
+}
+
+type foldResult struct {
+	delivered int64
+	cursor    protocol.Revision
+	took      time.Duration
+	summary   string
+}
+
+// fold follows the bucket until the store holds the stream head, showing
+// progress, then stops (flushing) and closes the store.
+func (d *demo) fold(ctx context.Context, bucket *natskv.Bucket, rt *wasm.Runtime, mod *wasm.Module, dir, what string) (foldResult, error) {
+	store, cur, err := fold.Open(dir, fold.Options{})
+	if err != nil {
+		return foldResult{}, err
+	}
+	defer store.Close()
+	ret, _, err := bucket.Retention(ctx)
+	if err != nil {
+		return foldResult{}, err
+	}
+	head := ret.Last
+	mode := "state-sync (no cursor)"
+	if cur.Rev != 0 {
+		mode = fmt.Sprintf("resume from cursor %d", cur.Rev)
+	}
+	d.say("%s the bucket through the plugin: %s, stream head %d", what, mode, head)
+	d.lastLine, d.final = time.Now(), false
+	p := rt.NewPlugin(mod)
+	defer p.Close(ctx)
+	var delivered, rejected atomic.Int64
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	t0 := time.Now()
+	go func() {
+		_, err := fold.Follow(fctx, bucket, store, p, fold.FollowConfig{
+			Buffer: 4096,
+			Loop: fold.LoopConfig{MaxBatch: 1024, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				OnApplied: func(a fold.Applied) { delivered.Add(int64(a.Updates)); rejected.Add(int64(a.Rejected)) }},
+		})
+		done <- err
+	}()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(5 * time.Minute)
+	for store.Cursor().Rev < head {
+		select {
+		case err := <-done:
+			return foldResult{}, fmt.Errorf("demo: the fold stopped at %v: %w", store.Cursor(), err)
+		case <-timeout:
+			return foldResult{}, errors.New("demo: the fold did not catch up within 5 minutes")
+		case <-tick.C:
+			d.progress(store.Cursor().Rev, head, delivered.Load())
+		}
+	}
+	d.progress(head, head, delivered.Load())
+	if d.tty {
+		fmt.Fprintln(d.out)
+	}
+	took := time.Since(t0)
+	cancel()
+	if err := <-done; err != nil {
+		return foldResult{}, err
+	}
+	var hosts, reverse int
+	_ = store.ViewRange([]byte("host/"), func(_, _ []byte) error { hosts++; return nil })
+	_ = store.ViewRange([]byte("upstream/"), func(_, _ []byte) error { reverse++; return nil })
+	sample, _, _ := store.ViewGet([]byte("host/h00042"))
+	summary := fmt.Sprintf("view: %d hosts, %d reverse-index entries, %d updates rejected as malformed; host/h00042 = %q",
+		hosts, reverse, rejected.Load(), sample)
+	return foldResult{delivered: delivered.Load(), cursor: store.Cursor().Rev, took: took, summary: summary}, nil
+}
+
+func (d *demo) progress(cur, head protocol.Revision, delivered int64) {
+	pct := 100.0
+	if head > 0 {
+		pct = 100 * float64(cur) / float64(head)
+	}
+	if d.tty {
+		const width = 30
+		n := int(pct / 100 * width)
+		fmt.Fprintf(d.out, "\r   [%s%s] %5.1f%%  cursor %d / %d  (%d delivered)", strings.Repeat("#", n), strings.Repeat(".", width-n), pct, cur, head, delivered)
+		return
+	}
+	if cur == head && !d.final || time.Since(d.lastLine) >= time.Second { // a line a second, and the last one
+		d.lastLine, d.final = time.Now(), cur == head
+		fmt.Fprintf(d.out, "   progress: cursor %d / %d (%.0f%%), %d delivered\n", cur, head, pct, delivered)
+	}
+}
+
+// write puts n route entries (one in 20 malformed, on purpose); a delta
+// touches n distinct existing hosts (a key written twice keeps only its last
+// message in a history-1 bucket) and deletes one in five of them.
+func (d *demo) write(ctx context.Context, js jetstream.JetStream, n int, delta bool) error {
+	var hosts []int
+	if delta {
+		hosts = d.rng.Perm(d.keys)[:n]
+	}
+	for i := 0; i < n; i++ {
+		host := i
+		if delta {
+			host = hosts[i]
+		}
+		subj := fmt.Sprintf("$KV.routes.route.h%05d", host)
+		var err error
+		switch {
+		case delta && i%5 == 0:
+			// A KV delete is a message with the KV-Operation header.
+			msg := &nats.Msg{Subject: subj, Header: nats.Header{"KV-Operation": []string{"DEL"}}}
+			_, err = js.PublishMsgAsync(msg)
+		case i%20 == 7:
+			_, err = js.PublishAsync(subj, []byte(`{"upstreams":[{"addr":"broken`))
+		default:
+			v := fmt.Sprintf(`{"upstreams":[{"addr":"10.%d.%d.1:8080","weight":%d},{"addr":"10.0.0.%d:8080"}]}`,
+				host%250, d.rng.IntN(250), 1+d.rng.IntN(9), 1+host%20)
+			_, err = js.PublishAsync(subj, []byte(v))
+		}
+		if err != nil {
+			return err
+		}
+		if i%1000 == 999 || i == n-1 { // bounded in-flight acks; every write acknowledged
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(30 * time.Second):
+				return errors.New("demo: NATS did not acknowledge writes within 30s")
+			}
+		}
+	}
+	return nil
+}
+
+// findPlugin returns path, or the first example-router build found, or a
+// freshly compiled Go build.
+func (d *demo) findPlugin(ctx context.Context, path string) (string, error) {
+	if path != "" {
+		return path, nil
+	}
+	for _, lang := range []string{"c", "as", "go"} {
+		p := filepath.Join("plugins", "example-router", "build", "router-"+lang+".wasm")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if _, err := os.Stat(filepath.Join("plugins", "example-router", "go", "main.go")); err != nil {
+		return "", usagef("no example-router build found: run from the repository root after scripts/build-plugins, or pass --plugin FILE")
+	}
+	out := filepath.Join(d.dir, "router-go.wasm")
+	d.say("0. compiling the Go build of the example-router plugin (no build found under plugins/example-router/build)")
+	cmd := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-o", out, "./plugins/example-router/go")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("demo: building the plugin: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

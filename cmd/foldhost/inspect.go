@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+const inspectAbout = `Reads a stopped fold's store offline and prints JSON on stdout. Every
+answer comes from one snapshot and carries the cursor it reflects.
+
+  cursor              the applied cursor
+  get KEY             one raw entry (the value of a NATS key)
+  range [PREFIX]      raw entries whose key starts with PREFIX (all by default)
+  view get KEY        one plugin view entry
+  view range [PREFIX] plugin view entries by prefix
+  stats               sizes and exact key counts
+
+Name the store with --data DIR, or with --config FILE [--fold NAME] (the
+fold's data_dir; --fold may be omitted when the config has one fold). The
+store must not be in use: a running 'foldhost run' holds its lock.
+
+Byte strings follow the HTTP API's rule: "value" is the text when the bytes
+are valid UTF-8 (omitted otherwise), "value_b64" is always the base64.
+A missing key exits with code 3.`
+
+func cmdInspect(c *cli, args []string) error {
+	fs := c.flagSet("inspect", "inspect (--data DIR | --config FILE [--fold NAME]) cursor | get KEY | range [PREFIX] | view get KEY | view range [PREFIX] | stats", inspectAbout)
+	dataDir := fs.String("data", "", "the fold's data `dir`")
+	configPath := fs.String("config", "", "config `file` naming the fold's data dir")
+	foldName := fs.String("fold", "", "fold `name` in the config")
+	limit := fs.Int("limit", 0, "range: print at most `n` entries (0 = all)")
+	b64 := fs.Bool("b64", false, "KEY and PREFIX are base64 (for binary view keys)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usagef("missing action: cursor, get, range, view get, view range or stats")
+	}
+	view := pos[0] == "view"
+	if view {
+		pos = pos[1:]
+		if len(pos) == 0 {
+			return usagef("missing view action: get or range")
+		}
+	}
+	action, rest := pos[0], pos[1:]
+	var arg string
+	switch {
+	case action == "get" && len(rest) == 1, action == "range" && len(rest) <= 1:
+		if len(rest) == 1 {
+			arg = rest[0]
+		}
+	case (action == "cursor" || action == "stats") && !view && len(rest) == 0:
+	case action == "get":
+		return usagef("get takes one KEY")
+	case action == "range":
+		return usagef("range takes at most one PREFIX")
+	default:
+		return usagef("unknown action %q", action)
+	}
+	if *limit < 0 {
+		return usagef("--limit must be >= 0")
+	}
+	if *b64 {
+		b, err := base64.StdEncoding.DecodeString(arg)
+		if err != nil {
+			return usagef("--b64: %q is not base64: %v", arg, err)
+		}
+		arg = string(b)
+	}
+
+	dir, name, err := c.inspectDir(*dataDir, *configPath, *foldName)
+	if err != nil {
+		return err
+	}
+	store, err := openExisting(dir)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	sn, err := store.Snapshot()
+	if err != nil {
+		return err
+	}
+	defer sn.Close()
+	w := bufio.NewWriter(c.stdout)
+	defer w.Flush()
+	cursor := uint64(sn.Cursor().Rev)
+	switch {
+	case action == "cursor":
+		cur := sn.Cursor()
+		out := struct {
+			Fold         string `json:"fold,omitempty"`
+			DataDir      string `json:"data_dir"`
+			Cursor       uint64 `json:"cursor"`
+			EvictionSeen bool   `json:"eviction_seen"`
+			MsgTime      string `json:"msg_time,omitempty"`
+		}{Fold: name, DataDir: dir, Cursor: cursor, EvictionSeen: cur.EvictionSeen}
+		if cur.MsgUnixNano != 0 {
+			out.MsgTime = time.Unix(0, cur.MsgUnixNano).UTC().Format(time.RFC3339Nano)
+		}
+		return printJSON(w, out)
+	case action == "stats":
+		return inspectStats(w, store, sn, name, dir)
+	case action == "get" && !view:
+		e, ok, err := sn.Get(arg)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return &notFoundError{fmt.Sprintf("key %q not found (cursor %d)", arg, cursor)}
+		}
+		return printJSON(w, struct {
+			Cursor uint64 `json:"cursor"`
+			httpapi.RawItem
+		}{cursor, httpapi.NewRawItem([]byte(arg), e.Rev, e.Value)})
+	case action == "get":
+		v, ok, err := sn.ViewGet([]byte(arg))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return &notFoundError{fmt.Sprintf("view key %q not found (cursor %d)", arg, cursor)}
+		}
+		return printJSON(w, struct {
+			Cursor uint64 `json:"cursor"`
+			httpapi.ViewItem
+		}{cursor, httpapi.NewViewItem([]byte(arg), v)})
+	}
+	// range: streamed, so memory does not grow with the fold.
+	rw := &rangeWriter{w: w, limit: *limit}
+	rw.begin(cursor, arg)
+	if view {
+		err = sn.ViewRange([]byte(arg), func(k, v []byte) error { return rw.item(httpapi.NewViewItem(k, v)) })
+	} else {
+		err = sn.RawRange(arg, func(k []byte, rev protocol.Revision, v []byte) error {
+			return rw.item(httpapi.NewRawItem(k, rev, v))
+		})
+	}
+	if err != nil && !errors.Is(err, errRangeLimit) {
+		return err
+	}
+	return rw.end()
+}
+
+// inspectDir resolves the store directory from the flags.
+func (c *cli) inspectDir(dataDir, configPath, foldName string) (dir, name string, err error) {
+	switch {
+	case dataDir != "" && (configPath != "" || foldName != ""):
+		return "", "", usagef("--data and --config/--fold are exclusive")
+	case dataDir != "":
+		return dataDir, "", nil
+	case configPath == "":
+		return "", "", usagef("name the store with --data DIR or --config FILE")
+	}
+	cfg, err := loadConfig(configPath, c.getenv)
+	if err != nil {
+		return "", "", err
+	}
+	f, err := pickFold(cfg, foldName)
+	if err != nil {
+		return "", "", err
+	}
+	return f.DataDir, f.Name, nil
+}
+
+// pickFold returns the named fold, or the only one when name is empty.
+func pickFold(cfg *Config, name string) (FoldConfig, error) {
+	if name == "" {
+		if len(cfg.Folds) == 1 {
+			return cfg.Folds[0], nil
+		}
+		return FoldConfig{}, usagef("the config has %d folds: choose one with --fold NAME", len(cfg.Folds))
+	}
+	for _, f := range cfg.Folds {
+		if f.Name == name {
+			return f, nil
+		}
+	}
+	return FoldConfig{}, usagef("no fold named %q in the config", name)
+}
+
+// openExisting opens a fold store that must already exist (fold.Open would
+// create one in an empty directory).
+func openExisting(dir string) (*fold.Store, error) {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, usagef("no fold store at %s (no such directory)", dir)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*")); len(m) == 0 {
+		return nil, usagef("no fold store at %s (not a pebble directory)", dir)
+	}
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, _, err := fold.Open(dir, fold.Options{Logger: quiet})
+	if err != nil {
+		return nil, fmt.Errorf("%w%s", err, lockHint(err))
+	}
+	return s, nil
+}
+
+func inspectStats(w io.Writer, store *fold.Store, sn *fold.Snapshot, name, dir string) error {
+	st, err := store.Stats()
+	if err != nil {
+		return err
+	}
+	var rawKeys, viewKeys uint64
+	if err := sn.RawKeys("", func([]byte) error { rawKeys++; return nil }); err != nil {
+		return err
+	}
+	if err := sn.ViewRange(nil, func(_, _ []byte) error { viewKeys++; return nil }); err != nil {
+		return err
+	}
+	ident, hasIdent, err := sn.PluginIdentity()
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Fold              string `json:"fold,omitempty"`
+		DataDir           string `json:"data_dir"`
+		Cursor            uint64 `json:"cursor"`
+		EvictionSeen      bool   `json:"eviction_seen"`
+		RawKeys           uint64 `json:"raw_keys"`
+		ViewKeys          uint64 `json:"view_keys"`
+		DiskBytes         uint64 `json:"disk_bytes"`
+		RawBytes          uint64 `json:"raw_bytes_approx"`
+		ViewBytes         uint64 `json:"view_bytes_approx"`
+		PluginIdentityB64 string `json:"plugin_identity_b64,omitempty"`
+		FormatVersion     uint32 `json:"format_version"`
+	}{
+		Fold: name, DataDir: dir, Cursor: uint64(sn.Cursor().Rev), EvictionSeen: sn.Cursor().EvictionSeen,
+		RawKeys: rawKeys, ViewKeys: viewKeys,
+		DiskBytes: st.DiskBytes, RawBytes: st.RawBytes, ViewBytes: st.ViewBytes,
+		FormatVersion: fold.FormatVersion,
+	}
+	if hasIdent {
+		out.PluginIdentityB64 = base64.StdEncoding.EncodeToString(ident)
+	}
+	return printJSON(w, out)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+var errRangeLimit = errors.New("range limit reached")
+
+// rangeWriter streams {"cursor":..,"prefix":..,"items":[..],"count":..,"truncated":..}.
+type rangeWriter struct {
+	w         io.Writer
+	limit     int
+	count     int
+	truncated bool
+	err       error
+}
+
+func (r *rangeWriter) begin(cursor uint64, prefix string) {
+	p, _ := marshalCompact(prefix)
+	_, r.err = fmt.Fprintf(r.w, "{\n  \"cursor\": %d,\n  \"prefix\": %s,\n  \"items\": [", cursor, p)
+}
+
+func (r *rangeWriter) item(v any) error {
+	if r.err != nil {
+		return r.err
+	}
+	if r.limit > 0 && r.count == r.limit {
+		r.truncated = true
+		return errRangeLimit
+	}
+	b, err := marshalCompact(v)
+	if err != nil {
+		return err
+	}
+	sep := ",\n    "
+	if r.count == 0 {
+		sep = "\n    "
+	}
+	r.count++
+	_, r.err = fmt.Fprintf(r.w, "%s%s", sep, b)
+	return r.err
+}
+
+func (r *rangeWriter) end() error {
+	if r.err != nil {
+		return r.err
+	}
+	closing := "]"
+	if r.count > 0 {
+		closing = "\n  ]"
+	}
+	_, err := fmt.Fprintf(r.w, "%s,\n  \"count\": %d,\n  \"truncated\": %t\n}\n", closing, r.count, r.truncated)
+	return err
+}
+
+// marshalCompact is json.Marshal without HTML escaping.
+func marshalCompact(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(b.Bytes(), "\n"), nil
+}

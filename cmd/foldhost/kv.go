@@ -1,0 +1,325 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+const kvAbout = `Writes and reads a NATS KV bucket, so test data can be made with foldhost
+alone. Prints JSON on stdout (watch: one JSON object per line).
+
+  put KEY [VALUE]   write VALUE (read from stdin when omitted); creates the
+                    bucket if missing (with the fold's create_bucket settings)
+  get KEY           read the current value (--raw: the bytes only); exit 3
+                    when the key does not exist
+  del KEY           delete the key (--purge: also drop its history)
+  watch [PREFIX]    print current values, then updates, until interrupted;
+                    PREFIX is a whole-token prefix such as "route."
+
+The server: --nats URL; else the config's nats.url (--config FILE); with an
+embedded config, nats://<nats.embedded_listen>. The embedded server lives only
+while 'foldhost run' runs, so start 'run' first. Without --nats and --config:
+$FOLDHOST_NATS_URL, else nats://127.0.0.1:4222. Credentials come from the
+config, or from $FOLDHOST_NATS_CREDS / $FOLDHOST_NATS_CREDS_FILE.
+
+The bucket: --bucket NAME; else the bucket of --fold NAME, or of the only
+fold in the config.`
+
+func cmdKV(c *cli, args []string) error {
+	fs := c.flagSet("kv", "kv [flags] put KEY [VALUE]\nkv [flags] get KEY\nkv [flags] del KEY\nkv [flags] watch [PREFIX]", kvAbout)
+	configPath := fs.String("config", "", "config `file` (server, credentials, bucket)")
+	natsURL := fs.String("nats", "", "NATS server `url` (overrides the config)")
+	bucketName := fs.String("bucket", "", "bucket `name`")
+	foldName := fs.String("fold", "", "use the bucket of the config's fold `name`")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound for connecting and for each request (not for watch)")
+	raw := fs.Bool("raw", false, "get: print the value's bytes only")
+	purge := fs.Bool("purge", false, "del: purge the key (drop its history)")
+	updatesOnly := fs.Bool("updates-only", false, "watch: skip current values, print only new updates")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usagef("missing action: put, get, del or watch")
+	}
+	action, rest := pos[0], pos[1:]
+	switch {
+	case action == "put" && (len(rest) == 1 || len(rest) == 2):
+	case (action == "get" || action == "del") && len(rest) == 1:
+	case action == "watch" && len(rest) <= 1:
+	case action == "put", action == "get", action == "del", action == "watch":
+		return usagef("wrong number of arguments for %s", action)
+	default:
+		return usagef("unknown action %q", action)
+	}
+	if *raw && action != "get" {
+		return usagef("--raw applies to get only")
+	}
+	if *purge && action != "del" {
+		return usagef("--purge applies to del only")
+	}
+	if *updatesOnly && action != "watch" {
+		return usagef("--updates-only applies to watch only")
+	}
+
+	var cfg *Config
+	if *configPath != "" {
+		if cfg, err = loadConfig(*configPath, c.getenv); err != nil {
+			return err
+		}
+	}
+	bcfg, err := kvBucket(cfg, *bucketName, *foldName)
+	if err != nil {
+		return err
+	}
+	conn, embedded, err := c.kvConn(cfg, *natsURL)
+	if err != nil {
+		return err
+	}
+	conn.Timeout = *timeout
+	nc, err := natskv.Connect(conn)
+	if err != nil {
+		if embedded {
+			return fmt.Errorf("%w\n(is 'foldhost run' running? The embedded NATS server lives only while it runs; pass the URL it printed with --nats)", err)
+		}
+		return err
+	}
+	defer nc.Close()
+
+	ctx := c.ctx
+	w := c.stdout
+	switch action {
+	case "put":
+		var value []byte
+		if len(rest) == 2 {
+			value = []byte(rest[1])
+		} else if value, err = io.ReadAll(c.stdin); err != nil {
+			return fmt.Errorf("read value from stdin: %w", err)
+		}
+		b, err := natskv.OpenBucket(ctx, nc, bcfg, natskv.Options{RequestTimeout: *timeout})
+		if err != nil {
+			return err
+		}
+		rctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		rev, err := b.KV().Put(rctx, rest[0], value)
+		if err != nil {
+			return fmt.Errorf("put %q: %w", rest[0], err)
+		}
+		return printJSON(w, struct {
+			Bucket   string `json:"bucket"`
+			Key      string `json:"key"`
+			Revision uint64 `json:"revision"`
+		}{bcfg.Name, rest[0], rev})
+	case "watch":
+		kv, err := existingBucket(ctx, nc, bcfg.Name, *timeout)
+		if err != nil {
+			return err
+		}
+		prefix := ""
+		if len(rest) == 1 {
+			prefix = rest[0]
+		}
+		return kvWatch(ctx, c, kv, bcfg.Name, prefix, *updatesOnly)
+	}
+	kv, err := existingBucket(ctx, nc, bcfg.Name, *timeout)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	key := rest[0]
+	if action == "del" {
+		if *purge {
+			err = kv.Purge(rctx, key)
+		} else {
+			err = kv.Delete(rctx, key)
+		}
+		if err != nil {
+			return fmt.Errorf("del %q: %w", key, err)
+		}
+		return printJSON(w, struct {
+			Bucket string `json:"bucket"`
+			Key    string `json:"key"`
+			Op     string `json:"op"`
+		}{bcfg.Name, key, map[bool]string{false: "delete", true: "purge"}[*purge]})
+	}
+	e, err := kv.Get(rctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return &notFoundError{fmt.Sprintf("key %q not found in bucket %s", key, bcfg.Name)}
+	}
+	if err != nil {
+		return fmt.Errorf("get %q: %w", key, err)
+	}
+	if *raw {
+		_, err := w.Write(e.Value())
+		return err
+	}
+	return printJSON(w, entryJSON(bcfg.Name, e))
+}
+
+// kvEntry is a KV entry as kv get and kv watch print it.
+type kvEntry struct {
+	Bucket  string `json:"bucket"`
+	Op      string `json:"op"`
+	Created string `json:"created"`
+	httpapi.RawItem
+}
+
+func entryJSON(bucket string, e jetstream.KeyValueEntry) kvEntry {
+	op := natskvOp(e.Operation())
+	return kvEntry{bucket, op, e.Created().UTC().Format(time.RFC3339Nano),
+		httpapi.NewRawItem([]byte(e.Key()), protocol.Revision(e.Revision()), e.Value())}
+}
+
+func natskvOp(op jetstream.KeyValueOp) string {
+	switch op {
+	case jetstream.KeyValueDelete:
+		return "delete"
+	case jetstream.KeyValuePurge:
+		return "purge"
+	}
+	return "put"
+}
+
+func kvWatch(ctx context.Context, c *cli, kv jetstream.KeyValue, bucket, prefix string, updatesOnly bool) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	filter := ">"
+	if prefix != "" {
+		if err := (natskv.Scope{Prefixes: []string{prefix}}).Validate(); err != nil {
+			return usagef("%v", err)
+		}
+		filter = prefix + ">"
+	}
+	var opts []jetstream.WatchOpt
+	if updatesOnly {
+		opts = append(opts, jetstream.UpdatesOnly())
+	}
+	kw, err := kv.Watch(ctx, filter, opts...)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", bucket, err)
+	}
+	defer kw.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-kw.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("watch ended: the connection closed")
+			}
+			if e == nil {
+				fmt.Fprintln(c.stderr, "foldhost kv watch: current values done; watching for updates (Ctrl-C to stop)")
+				continue
+			}
+			b, err := marshalCompact(entryJSON(bucket, e))
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintf(c.stdout, "%s\n", b); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// kvBucket picks the bucket (and how to create it) from the flags and the
+// config.
+func kvBucket(cfg *Config, bucket, foldName string) (natskv.BucketConfig, error) {
+	switch {
+	case bucket != "" && foldName != "":
+		return natskv.BucketConfig{}, usagef("--bucket and --fold are exclusive")
+	case bucket != "":
+		if !bucketRE.MatchString(bucket) {
+			return natskv.BucketConfig{}, usagef("%q is not a valid bucket name (A-Z a-z 0-9 _ -)", bucket)
+		}
+		if cfg != nil {
+			for _, f := range cfg.Folds {
+				if f.Bucket == bucket {
+					return f.CreateBucket, nil
+				}
+			}
+		}
+		return natskv.BucketConfig{Name: bucket}, nil
+	case cfg == nil:
+		return natskv.BucketConfig{}, usagef("name the bucket with --bucket NAME (or --config FILE [--fold NAME])")
+	}
+	f, err := pickFold(cfg, foldName)
+	if err != nil {
+		return natskv.BucketConfig{}, err
+	}
+	return f.CreateBucket, nil
+}
+
+// kvConn says how to reach NATS; embedded reports that the URL is the
+// embedded server's (which only runs inside 'foldhost run').
+func (c *cli) kvConn(cfg *Config, url string) (natskv.ConnOptions, bool, error) {
+	if cfg != nil {
+		n := cfg.NATS
+		if url != "" {
+			return n.connOptions(url), n.Embedded, nil
+		}
+		if !n.Embedded {
+			return n.connOptions(n.URL), false, nil
+		}
+		if _, port, _ := net.SplitHostPort(n.EmbeddedListen); port == "0" {
+			return natskv.ConnOptions{}, true, usagef("nats.embedded_listen uses port 0 (a random port): pass the URL 'foldhost run' printed with --nats")
+		}
+		return natskv.ConnOptions{URL: "nats://" + n.EmbeddedListen, Name: "foldhost kv"}, true, nil
+	}
+	get := func(k string) string {
+		if c.getenv == nil {
+			return ""
+		}
+		v, _ := c.getenv(k)
+		return v
+	}
+	embedded := false
+	if url == "" {
+		url = get(envNATSURL)
+	}
+	if url == "" {
+		url, embedded = "nats://"+defaultEmbeddedListen, true
+	}
+	o := natskv.ConnOptions{URL: url, Name: "foldhost kv", Creds: get(envNATSCreds), CredsFile: get(envNATSCredsFile)}
+	if o.Creds != "" && o.CredsFile != "" {
+		return o, embedded, usagef("%s and %s are both set: set at most one", envNATSCreds, envNATSCredsFile)
+	}
+	return o, embedded, nil
+}
+
+// existingBucket opens a bucket without creating it.
+func existingBucket(ctx context.Context, nc *nats.Conn, name string, timeout time.Duration) (jetstream.KeyValue, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	kv, err := js.KeyValue(rctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("bucket %q does not exist (kv put creates it; so does 'foldhost run')", name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %q: %w", name, err)
+	}
+	return kv, nil
+}

@@ -1,0 +1,195 @@
+// Command foldhost turns NATS JetStream KV buckets into local, durable,
+// queryable folds and serves them over HTTP. See `foldhost --help` and
+// cmd/foldhost/README-section.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Exit codes. Documented in the top-level help and the README.
+const (
+	exitOK       = 0 // success; `run` shut down cleanly on SIGINT/SIGTERM
+	exitFailure  = 1 // runtime failure: NATS unreachable, a store error, a fold that stopped on an error
+	exitUsage    = 2 // usage or config error, or a command not implemented yet: nothing was started
+	exitNotFound = 3 // the key asked for does not exist (inspect get, kv get)
+)
+
+// cli is one invocation's environment, injectable for tests.
+type cli struct {
+	ctx    context.Context
+	stdout io.Writer
+	stderr io.Writer
+	stdin  io.Reader
+	getenv getenvFunc
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(c *cli, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"run", "run the folds of a config file and serve the HTTP API", cmdRun},
+		{"inspect", "read a stopped fold's store offline (JSON)", cmdInspect},
+		{"kv", "put, get, delete and watch keys of a NATS KV bucket", cmdKV},
+		{"demo", "a self-contained tour on embedded defaults (embedded NATS, example plugin)", cmdDemo},
+		{"export", "export the fold as an artifact (not implemented yet)", reserved("export")},
+		{"bootstrap", "bootstrap a fold from an artifact (not implemented yet)", reserved("bootstrap")},
+		{"bench", "benchmark a fold end to end (not implemented yet)", reserved("bench")},
+	}
+}
+
+func main() {
+	c := &cli{ctx: context.Background(), stdout: os.Stdout, stderr: os.Stderr, stdin: os.Stdin, getenv: os.LookupEnv}
+	os.Exit(c.main(os.Args[1:]))
+}
+
+// main dispatches args and maps the result to an exit code.
+func (c *cli) main(args []string) int {
+	if len(args) == 0 {
+		c.usage(c.stderr)
+		return exitUsage
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		c.usage(c.stdout)
+		return exitOK
+	case "help":
+		if len(args) == 1 {
+			c.usage(c.stdout)
+			return exitOK
+		}
+		name, args = args[1], []string{args[1], "--help"}
+	}
+	for _, cmd := range commands() {
+		if cmd.name == name {
+			return c.exitCode(name, cmd.run(c, args[1:]))
+		}
+	}
+	fmt.Fprintf(c.stderr, "foldhost: unknown command %q\n\n", name)
+	c.usage(c.stderr)
+	return exitUsage
+}
+
+func (c *cli) usage(w io.Writer) {
+	fmt.Fprint(w, `foldhost turns NATS JetStream KV buckets into local, durable, queryable folds.
+
+Usage:
+  foldhost <command> [flags] [arguments]
+
+Commands:
+`)
+	for _, cmd := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", cmd.name, cmd.summary)
+	}
+	fmt.Fprint(w, `
+Run 'foldhost <command> --help' (or 'foldhost help <command>') for its flags.
+
+Exit codes:
+  0  success (run: clean shutdown on SIGINT/SIGTERM)
+  1  runtime failure (NATS unreachable, store error, a fold stopped on an error)
+  2  usage or config error, or a command not implemented yet (nothing was started)
+  3  not found (inspect get, kv get: the key does not exist)
+`)
+}
+
+// Error kinds that choose the exit code.
+type (
+	usageError    struct{ msg string }
+	notFoundError struct{ msg string }
+)
+
+func (e *usageError) Error() string    { return e.msg }
+func (e *notFoundError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{fmt.Sprintf(format, args...)}
+}
+
+func (c *cli) exitCode(cmd string, err error) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	var ue *usageError
+	var ce *ConfigError
+	var nf *notFoundError
+	switch {
+	case errors.As(err, &ue):
+		fmt.Fprintf(c.stderr, "foldhost %s: %v\nRun 'foldhost %s --help' for usage.\n", cmd, err, cmd)
+		return exitUsage
+	case errors.As(err, &ce):
+		fmt.Fprintf(c.stderr, "foldhost %s: invalid %v\n", cmd, err)
+		return exitUsage
+	case errors.As(err, &nf):
+		fmt.Fprintf(c.stderr, "foldhost %s: %v\n", cmd, err)
+		return exitNotFound
+	}
+	fmt.Fprintf(c.stderr, "foldhost %s: %v\n", cmd, err)
+	return exitFailure
+}
+
+// flagSet makes a command's flag set; its usage goes to the help text.
+func (c *cli) flagSet(name, synopsis, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet("foldhost "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		w := c.stdout
+		fmt.Fprintf(w, "Usage:\n")
+		for _, l := range strings.Split(synopsis, "\n") {
+			fmt.Fprintf(w, "  foldhost %s\n", l)
+		}
+		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(about))
+		var has bool
+		fs.VisitAll(func(*flag.Flag) { has = true })
+		if has {
+			fmt.Fprintf(w, "\nFlags:\n")
+			fs.SetOutput(w)
+			fs.PrintDefaults()
+			fs.SetOutput(io.Discard)
+		}
+	}
+	return fs
+}
+
+// parse parses flags anywhere among args (flags may follow positional
+// arguments; "--" ends flag parsing) and returns the positional arguments.
+// --help prints the usage to stdout and returns flag.ErrHelp.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err // the flag package printed the usage
+			}
+			return nil, usagef("%v", err)
+		}
+		rest := fs.Args()
+		consumed := len(args) - len(rest)
+		if len(rest) == 0 || (consumed > 0 && args[consumed-1] == "--") {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// reserved is a command that lands in a later issue.
+func reserved(name string) func(c *cli, args []string) error {
+	return func(c *cli, args []string) error {
+		fs := c.flagSet(name, name, fmt.Sprintf("'foldhost %s' is not implemented yet; it lands in a later issue. It exits with code 2.", name))
+		if _, err := parse(fs, args); err != nil && errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usagef("not implemented yet (it lands in a later issue)")
+	}
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/host/wasm"
+)
+
+// loadPlugin returns the plugin a fold applies, and the function that
+// releases it (called once, after the fold stopped). It is the only place
+// that knows how plugins are loaded.
+//
+// An empty path is a raw-only fold: fold.NopPlugin keeps the raw entries and
+// the cursor, and no views. Otherwise path is a WASM module (ABI v1),
+// validated before use; compiled code is cached under cacheDir. The file is
+// watched: a changed module is validated off the hot path and swapped in at
+// a batch boundary, and a module that fails validation never replaces the
+// running one (the refusal is logged and shown in the fold's status).
+func loadPlugin(path, cacheDir string, logger *slog.Logger) (fold.Plugin, func() error, error) {
+	if path == "" {
+		logger.Debug("raw-only fold: no plugin configured")
+		return fold.NopPlugin, func() error { return nil }, nil
+	}
+	// A runtime per fold: its lifetime is the fold's (compiled code is
+	// shared through the on-disk cache anyway).
+	rt, err := wasm.NewRuntime(context.Background(), wasm.Options{CacheDir: cacheDir, Logger: logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := rt.LoadFile(context.Background(), path)
+	if err != nil {
+		rt.Close(context.Background())
+		return nil, nil, err
+	}
+	logger.Info("plugin loaded", "path", path, "name", m.Info.Name, "version", m.Info.Version, "sha256", m.SHA256)
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &wasmPlugin{Plugin: rt.NewPlugin(m)}
+	go rt.WatchFile(ctx, p.Plugin, path, time.Second)
+	return p, func() error {
+		cancel()
+		p.Close(context.Background())
+		return rt.Close(context.Background())
+	}, nil
+}
+
+// wasmPlugin is a WASM plugin that can describe itself to the status API.
+type wasmPlugin struct{ *wasm.Plugin }
+
+// PluginInfo reports the module the fold runs now (it changes on reload).
+func (p *wasmPlugin) PluginInfo() httpapi.PluginInfo {
+	s := p.Status()
+	return httpapi.PluginInfo{Name: s.Module.Name, Version: s.Module.Version, SHA256: s.Module.SHA256, ABI: s.Module.ABI}
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/foldhost/foldhost/host/natskv"
+)
+
+// routerBuild returns the C build of the example-router plugin, made by
+// scripts/build-plugins (the test command runs it first).
+func routerBuild(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	p := filepath.Join(filepath.Dir(file), "..", "..", "plugins", "example-router", "build", "router-c.wasm")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("missing %s: run scripts/build-plugins first (the test command does): %v", p, err)
+	}
+	abs, _ := filepath.Abs(p)
+	return abs
+}
+
+// TestRunWithWASMPlugin: the daemon folds through the example-router plugin
+// and serves the plugin's view and identity over HTTP.
+func TestRunWithWASMPlugin(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "config.toml")
+	cfgText := fmt.Sprintf(`
+[nats]
+embedded_listen = "127.0.0.1:0"
+[http]
+addr = "127.0.0.1:0"
+[[fold]]
+name = "routes"
+scope = ["route."]
+plugin = %q
+batch_window = "2ms"
+`, routerBuild(t))
+	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: noEnv}
+	exit := make(chan int, 1)
+	go func() { exit <- c.main([]string{"run", "--config", cfgPath}) }()
+	var natsURL, base string
+	waitFor(t, 20*time.Second, "the addresses on stdout", func() (bool, string) {
+		s := out.String()
+		n, h := natsURLRE.FindStringSubmatch(s), httpURLRE.FindStringSubmatch(s)
+		if n == nil || h == nil {
+			return false, s + errb.String()
+		}
+		natsURL, base = n[1], h[1]
+		return true, ""
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("stderr:\n%s", errb.String())
+		}
+	})
+	nc, err := natskv.Connect(natskv.ConnOptions{URL: natsURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	b, err := natskv.OpenBucket(ctx, nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"route.api": `{"upstreams":[{"addr":"10.0.0.1:80","weight":3},{"addr":"10.0.0.2:80"}]}`,
+		"route.bad": `{"upstreams":`,
+	} {
+		if _, err := b.KV().Put(ctx, k, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 20*time.Second, "the plugin's view of route.api", func() (bool, string) {
+		code, body, err := httpGet(base + "/v1/folds/routes/view/host/api")
+		return err == nil && code == 200 && strings.Contains(body, `"value":"10.0.0.1:80=3,10.0.0.2:80=1"`), body
+	})
+	code, body, _ := httpGet(base + "/v1/folds/routes/view?prefix=upstream/10.0.0.2:80/")
+	if code != 200 || !strings.Contains(body, `"count":1`) {
+		t.Errorf("reverse index = %d %s", code, body)
+	}
+	_, body, _ = httpGet(base + "/v1/folds/routes")
+	var st struct {
+		Plugin   map[string]string `json:"plugin"`
+		Counters map[string]uint64 `json:"counters"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Plugin["name"] != "example-router" || st.Plugin["abi"] != "v1.0" || len(st.Plugin["sha256"]) != 64 || st.Counters["rejected"] != 1 {
+		t.Errorf("status = %s", body)
+	}
+	cancel()
+	select {
+	case code := <-exit:
+		if code != exitOK {
+			t.Fatalf("exit %d", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not shut down")
+	}
+}
+
+func TestDemo(t *testing.T) {
+	var out, errb syncBuffer
+	c := &cli{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: noEnv}
+	start := time.Now()
+	code := c.main([]string{"demo", "--keys", "3000", "--delta", "120", "--plugin", routerBuild(t)})
+	if code != exitOK {
+		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	s := out.String()
+	for _, want := range []string{
+		"wrote 3000 route keys",
+		"folded 3000 updates",
+		"resume from cursor 3000",
+		"received 120 updates: the delta, not the bucket (3120)",
+		"150 updates rejected as malformed", // one in 20 of the first 3000
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, s)
+		}
+	}
+	t.Logf("demo took %v", time.Since(start).Round(time.Millisecond))
+}

@@ -1,0 +1,117 @@
+package httpapi
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics is the Prometheus registry behind GET /metrics: Go runtime and
+// process metrics, per-fold gauges and counters read from Fold.Status at
+// scrape time, and the batch latency histogram the fold runner feeds
+// through ObserveBatch. Each Metrics has its own registry (not the global
+// one), so several can coexist in one process (tests).
+type Metrics struct {
+	reg     *prometheus.Registry
+	latency *prometheus.HistogramVec
+}
+
+// NewMetrics returns a registry with the runtime collectors and the batch
+// latency histogram; Track adds the folds.
+func NewMetrics() *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "foldhost_fold_batch_duration_seconds",
+		Help: "Time to apply and commit one batch (plugin call plus store commit).",
+		// 100us .. ~6.5s
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9),
+	}, []string{"fold"})
+	reg.MustRegister(latency)
+	return &Metrics{reg: reg, latency: latency}
+}
+
+// Track registers the per-fold metrics of folds. Call it once.
+func (m *Metrics) Track(folds []Fold) {
+	for _, f := range folds {
+		m.latency.WithLabelValues(f.Name()) // export an empty histogram from the start
+	}
+	m.reg.MustRegister(&foldCollector{folds: folds})
+}
+
+// ObserveBatch records one committed batch's apply+commit time.
+func (m *Metrics) ObserveBatch(fold string, took time.Duration) {
+	m.latency.WithLabelValues(fold).Observe(took.Seconds())
+}
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Registry exposes the registry, for tests and extra collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+type metricDef struct {
+	desc *prometheus.Desc
+	kind prometheus.ValueType
+	val  func(Status) float64
+}
+
+func def(name, help string, kind prometheus.ValueType, val func(Status) float64) metricDef {
+	return metricDef{prometheus.NewDesc(name, help, []string{"fold"}, nil), kind, val}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+var foldMetrics = []metricDef{
+	def("foldhost_fold_cursor_revision", "Applied cursor: every revision <= it is in the fold.",
+		prometheus.GaugeValue, func(s Status) float64 { return float64(s.Cursor) }),
+	def("foldhost_fold_stream_last_revision", "Last revision of the bucket's stream, as last polled.",
+		prometheus.GaugeValue, func(s Status) float64 { return float64(s.StreamLastSeq) }),
+	def("foldhost_fold_lag_revisions", "stream_last_revision - cursor_revision (an upper bound for prefix-scoped folds).",
+		prometheus.GaugeValue, func(s Status) float64 { return float64(s.Lag) }),
+	def("foldhost_fold_ready", "1 once the fold caught up with the stream head it saw at start.",
+		prometheus.GaugeValue, func(s Status) float64 { return b2f(s.Ready) }),
+	def("foldhost_fold_failed", "1 when the fold stopped on an error.",
+		prometheus.GaugeValue, func(s Status) float64 { return b2f(s.State == StateFailed) }),
+	def("foldhost_fold_updates_total", "Updates delivered by NATS and committed (rejected ones included).",
+		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.DeliveredSinceStart) }),
+	def("foldhost_fold_rejected_updates_total", "Updates the plugin rejected.",
+		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.Rejected) }),
+	def("foldhost_fold_batches_total", "Committed batches.",
+		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.Batches) }),
+	def("foldhost_fold_plugin_errors_total", "Plugin calls that returned an error.",
+		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.PluginErrors) }),
+	def("foldhost_fold_commit_failures_total", "Store commits that failed (and were retried).",
+		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.CommitFailures) }),
+}
+
+// foldCollector reads every fold's Status once per scrape.
+type foldCollector struct{ folds []Fold }
+
+func (c *foldCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range foldMetrics {
+		ch <- d.desc
+	}
+}
+
+func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, f := range c.folds {
+		st := f.Status()
+		for _, d := range foldMetrics {
+			ch <- prometheus.MustNewConstMetric(d.desc, d.kind, d.val(st), f.Name())
+		}
+	}
+}

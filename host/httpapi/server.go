@@ -1,0 +1,334 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// Range limits: ?limit defaults to DefaultLimit and must be in 1..MaxLimit.
+const (
+	DefaultLimit = 100
+	MaxLimit     = 10000
+)
+
+// Options configures NewHandler.
+type Options struct {
+	// Folds served, in the order /v1/folds lists them. Names must be
+	// unique.
+	Folds []Fold
+	// Metrics behind /metrics; nil creates one that tracks Folds. A
+	// caller-supplied Metrics must already Track the folds.
+	Metrics *Metrics
+	// Logger for request errors; default slog.Default().
+	Logger *slog.Logger
+}
+
+// NewHandler returns the API's handler:
+//
+//	GET /healthz                          200 "ok" while the process serves
+//	GET /readyz                           200 "ok" once every fold is ready, else 503 with the reasons
+//	GET /metrics                          Prometheus exposition
+//	GET /v1/folds                         {"folds": [Status...]}
+//	GET /v1/folds/{name}                  Status
+//	GET /v1/folds/{name}/view/{key...}    one view entry
+//	GET /v1/folds/{name}/view?prefix=P&limit=N   view entries by prefix (or ?key=K: one entry)
+//	GET /v1/folds/{name}/raw/{key...}     one raw entry
+//	GET /v1/folds/{name}/raw?prefix=P&limit=N    raw entries by prefix (or ?key=K: one entry)
+//
+// Unknown folds and keys are 404, bad parameters 400, a store that is
+// closing 503; error bodies are {"error": "..."} (plus "cursor" for a
+// missing key: the position at which it was absent).
+func NewHandler(o Options) http.Handler {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+		o.Metrics.Track(o.Folds)
+	}
+	s := &server{folds: map[string]Fold{}, order: o.Folds, log: o.Logger}
+	for _, f := range o.Folds {
+		s.folds[f.Name()] = f
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", o.Metrics.Handler())
+	mux.HandleFunc("GET /v1/folds", s.list)
+	mux.HandleFunc("GET /v1/folds/{name}", s.status)
+	mux.HandleFunc("GET /v1/folds/{name}/view/{key...}", s.getOne(viewSpace))
+	mux.HandleFunc("GET /v1/folds/{name}/raw/{key...}", s.getOne(rawSpace))
+	mux.HandleFunc("GET /v1/folds/{name}/view", s.collection(viewSpace))
+	mux.HandleFunc("GET /v1/folds/{name}/raw", s.collection(rawSpace))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
+	})
+	return mux
+}
+
+type server struct {
+	folds map[string]Fold
+	order []Fold
+	log   *slog.Logger
+}
+
+type space int
+
+const (
+	rawSpace space = iota
+	viewSpace
+)
+
+func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
+	var reasons []string
+	for _, f := range s.order {
+		if st := f.Status(); !st.Ready {
+			reasons = append(reasons, "fold "+f.Name()+": "+st.Reason)
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if len(reasons) == 0 {
+		fmt.Fprintln(w, "ok")
+		return
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	fmt.Fprintln(w, "not ready:")
+	for _, r := range reasons {
+		fmt.Fprintln(w, "- "+r)
+	}
+}
+
+func (s *server) list(w http.ResponseWriter, _ *http.Request) {
+	out := struct {
+		Folds []Status `json:"folds"`
+	}{Folds: make([]Status, 0, len(s.order))}
+	for _, f := range s.order {
+		out.Folds = append(out.Folds, f.Status())
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *server) status(w http.ResponseWriter, r *http.Request) {
+	if f := s.fold(w, r); f != nil {
+		writeJSON(w, http.StatusOK, f.Status())
+	}
+}
+
+// fold resolves {name}, answering 404 itself when unknown.
+func (s *server) fold(w http.ResponseWriter, r *http.Request) Fold {
+	name := r.PathValue("name")
+	f, ok := s.folds[name]
+	if !ok {
+		writeError(w, http.StatusNotFound, "unknown fold %q", name)
+		return nil
+	}
+	return f
+}
+
+// snapshot opens a snapshot of f, answering the error itself.
+func (s *server) snapshot(w http.ResponseWriter, f Fold) *fold.Snapshot {
+	sn, err := f.Snapshot()
+	if err != nil {
+		s.storeError(w, f, err)
+		return nil
+	}
+	return sn
+}
+
+func (s *server) storeError(w http.ResponseWriter, f Fold, err error) {
+	if errors.Is(err, fold.ErrClosed) {
+		writeError(w, http.StatusServiceUnavailable, "fold %s: store closed (shutting down)", f.Name())
+		return
+	}
+	s.log.Error("http: read failed", "fold", f.Name(), "err", err)
+	writeError(w, http.StatusInternalServerError, "fold %s: read failed: %v", f.Name(), err)
+}
+
+// getOne serves /{space}/{key...}.
+func (s *server) getOne(sp space) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		f := s.fold(w, r)
+		if f == nil {
+			return
+		}
+		if len(r.URL.Query()) > 0 {
+			writeError(w, http.StatusBadRequest, "this endpoint takes no query parameters")
+			return
+		}
+		key := r.PathValue("key")
+		if key == "" {
+			writeError(w, http.StatusBadRequest, "empty key")
+			return
+		}
+		s.get(w, f, sp, key)
+	}
+}
+
+// Single-key reads answer the entry plus the fold and the cursor it
+// reflects.
+type rawGetResponse struct {
+	Fold   string `json:"fold"`
+	Cursor uint64 `json:"cursor"`
+	RawItem
+}
+
+type viewGetResponse struct {
+	Fold   string `json:"fold"`
+	Cursor uint64 `json:"cursor"`
+	ViewItem
+}
+
+func (s *server) get(w http.ResponseWriter, f Fold, sp space, key string) {
+	sn := s.snapshot(w, f)
+	if sn == nil {
+		return
+	}
+	defer sn.Close()
+	cursor := uint64(sn.Cursor().Rev)
+	var resp any
+	var found bool
+	var err error
+	if sp == rawSpace {
+		var e fold.Entry
+		if e, found, err = sn.Get(key); found {
+			resp = rawGetResponse{f.Name(), cursor, NewRawItem([]byte(key), e.Rev, e.Value)}
+		}
+	} else {
+		var v []byte
+		if v, found, err = sn.ViewGet([]byte(key)); found {
+			resp = viewGetResponse{f.Name(), cursor, NewViewItem([]byte(key), v)}
+		}
+	}
+	switch {
+	case err != nil:
+		s.storeError(w, f, err)
+	case !found:
+		writeJSON(w, http.StatusNotFound, struct {
+			Error  string `json:"error"`
+			Fold   string `json:"fold"`
+			Cursor uint64 `json:"cursor"`
+		}{fmt.Sprintf("key %q not found", key), f.Name(), cursor})
+	default:
+		writeJSON(w, http.StatusOK, resp)
+	}
+}
+
+// rangeResponse is the body of a prefix read.
+type rangeResponse struct {
+	Fold   string `json:"fold"`
+	Cursor uint64 `json:"cursor"`
+	Prefix string `json:"prefix"`
+	Limit  int    `json:"limit"`
+	Count  int    `json:"count"`
+	// Truncated is true when more entries match than Limit.
+	Truncated bool `json:"truncated"`
+	Items     any  `json:"items"`
+}
+
+var errLimit = errors.New("limit reached")
+
+// collection serves /{space}?prefix=P&limit=N and /{space}?key=K.
+func (s *server) collection(sp space) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		f := s.fold(w, r)
+		if f == nil {
+			return
+		}
+		q := r.URL.Query()
+		for name, vals := range q {
+			switch name {
+			case "prefix", "limit", "key":
+			default:
+				writeError(w, http.StatusBadRequest, "unknown query parameter %q (want prefix and limit, or key)", name)
+				return
+			}
+			if len(vals) > 1 {
+				writeError(w, http.StatusBadRequest, "query parameter %q given %d times", name, len(vals))
+				return
+			}
+		}
+		if q.Has("key") {
+			if q.Has("prefix") || q.Has("limit") {
+				writeError(w, http.StatusBadRequest, "key reads one entry: it does not combine with prefix or limit")
+				return
+			}
+			if q.Get("key") == "" {
+				writeError(w, http.StatusBadRequest, "empty key")
+				return
+			}
+			s.get(w, f, sp, q.Get("key"))
+			return
+		}
+		limit := DefaultLimit
+		if q.Has("limit") {
+			n, err := strconv.Atoi(q.Get("limit"))
+			if err != nil || n < 1 || n > MaxLimit {
+				writeError(w, http.StatusBadRequest, "limit must be an integer between 1 and %d, got %q", MaxLimit, q.Get("limit"))
+				return
+			}
+			limit = n
+		}
+		prefix := q.Get("prefix")
+		sn := s.snapshot(w, f)
+		if sn == nil {
+			return
+		}
+		defer sn.Close()
+		resp := rangeResponse{Fold: f.Name(), Cursor: uint64(sn.Cursor().Rev), Prefix: prefix, Limit: limit}
+		var err error
+		if sp == rawSpace {
+			items := make([]RawItem, 0, min(limit, 64))
+			err = sn.RawRange(prefix, func(k []byte, rev protocol.Revision, v []byte) error {
+				if len(items) == limit {
+					resp.Truncated = true
+					return errLimit
+				}
+				items = append(items, NewRawItem(k, rev, v))
+				return nil
+			})
+			resp.Items, resp.Count = items, len(items)
+		} else {
+			items := make([]ViewItem, 0, min(limit, 64))
+			err = sn.ViewRange([]byte(prefix), func(k, v []byte) error {
+				if len(items) == limit {
+					resp.Truncated = true
+					return errLimit
+				}
+				items = append(items, NewViewItem(k, v))
+				return nil
+			})
+			resp.Items, resp.Count = items, len(items)
+		}
+		if err != nil && !errors.Is(err, errLimit) {
+			s.storeError(w, f, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, resp)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	writeJSON(w, code, struct {
+		Error string `json:"error"`
+	}{strings.TrimSpace(msg)})
+}

@@ -1,0 +1,387 @@
+package httpapi_test
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// testFold serves a real pebble fold store with a settable status.
+type testFold struct {
+	name  string
+	store *fold.Store
+	mu    sync.Mutex
+	st    httpapi.Status
+}
+
+func (f *testFold) Name() string                      { return f.name }
+func (f *testFold) Snapshot() (*fold.Snapshot, error) { return f.store.Snapshot() }
+func (f *testFold) Status() httpapi.Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.st
+	st.Name = f.name
+	st.Cursor = uint64(f.store.Cursor().Rev)
+	return st
+}
+
+func (f *testFold) set(fn func(*httpapi.Status)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(&f.st)
+}
+
+func openFold(t *testing.T, name string) *testFold {
+	t.Helper()
+	s, _, err := fold.Open(filepath.Join(t.TempDir(), name), fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil && !errors.Is(err, fold.ErrClosed) {
+			t.Error(err)
+		}
+	})
+	return &testFold{name: name, store: s, st: httpapi.Status{State: httpapi.StateFollowing, Ready: true, Scope: []string{}}}
+}
+
+func commit(t *testing.T, f *testFold, rev protocol.Revision, raw []fold.RawUpdate, views []fold.ViewMutation) {
+	t.Helper()
+	if err := f.store.Commit(fold.Commit{Raw: raw, Views: views, Cursor: protocol.Cursor{Rev: rev}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func rawPut(key string, rev protocol.Revision, v string) fold.RawUpdate {
+	return fold.RawUpdate{Key: key, Op: fold.OpPut, Rev: rev, Value: []byte(v)}
+}
+
+func viewPut(key, v string) fold.ViewMutation {
+	return fold.ViewMutation{Key: []byte(key), Op: fold.OpPut, Value: []byte(v)}
+}
+
+// fixture: fold "routes" at cursor 7 with raw and view data, fold "empty"
+// at cursor 0 and not ready.
+func fixture(t *testing.T) (*httptest.Server, *testFold, *testFold) {
+	t.Helper()
+	routes := openFold(t, "routes")
+	commit(t, routes, 5, []fold.RawUpdate{
+		rawPut("route.a", 1, "alpha"),
+		rawPut("route.b", 2, "beta"),
+		rawPut("route.bin", 3, "\xff\x00\x01"),
+		rawPut("other.x", 4, "x"),
+		rawPut("route.c/d", 5, "slash"),
+	}, []fold.ViewMutation{
+		viewPut("table/a", `{"to":"a"}`),
+		viewPut("table/b", "<b&>"),
+		viewPut("\xfe\xffbin", "v"),
+	})
+	commit(t, routes, 7, []fold.RawUpdate{rawPut("route.a", 7, "alpha2")}, nil)
+	empty := openFold(t, "empty")
+	empty.set(func(s *httpapi.Status) {
+		s.State, s.Ready, s.Reason = httpapi.StateHydrating, false, "hydrating: cursor 0, stream head at start 10"
+	})
+	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Options{Folds: []httpapi.Fold{routes, empty}}))
+	t.Cleanup(srv.Close)
+	return srv, routes, empty
+}
+
+func get(t *testing.T, srv *httptest.Server, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func getJSON(t *testing.T, srv *httptest.Server, path string, wantCode int, v any) {
+	t.Helper()
+	code, body := get(t, srv, path)
+	if code != wantCode {
+		t.Fatalf("GET %s = %d %s, want %d", path, code, body, wantCode)
+	}
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		t.Fatalf("GET %s: %v in %s", path, err, body)
+	}
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	srv, _, empty := fixture(t)
+	if code, body := get(t, srv, "/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("healthz = %d %q", code, body)
+	}
+	code, body := get(t, srv, "/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "fold empty: hydrating: cursor 0, stream head at start 10") {
+		t.Fatalf("readyz before sync = %d %q", code, body)
+	}
+	if strings.Contains(body, "routes") {
+		t.Fatalf("readyz names a ready fold: %q", body)
+	}
+	empty.set(func(s *httpapi.Status) { s.Ready, s.Reason = true, "" })
+	if code, body := get(t, srv, "/readyz"); code != 200 || body != "ok\n" {
+		t.Fatalf("readyz after sync = %d %q", code, body)
+	}
+}
+
+func TestFoldStatus(t *testing.T) {
+	srv, routes, _ := fixture(t)
+	routes.set(func(s *httpapi.Status) {
+		s.Bucket, s.StreamLastSeq, s.Lag = "routes", 9, 2
+		s.Counters = httpapi.Counters{DeliveredSinceStart: 6, Applied: 5, Rejected: 1, Batches: 2}
+	})
+	var list struct{ Folds []map[string]any }
+	getJSON(t, srv, "/v1/folds", 200, &list)
+	if len(list.Folds) != 2 || list.Folds[0]["name"] != "routes" || list.Folds[1]["name"] != "empty" {
+		t.Fatalf("folds = %v", list.Folds)
+	}
+	var st map[string]any
+	getJSON(t, srv, "/v1/folds/routes", 200, &st)
+	for _, k := range []string{"name", "state", "cursor", "stream_last_seq", "lag", "plugin", "counters", "last_error"} {
+		if _, ok := st[k]; !ok {
+			t.Errorf("status lacks %q: %v", k, st)
+		}
+	}
+	if st["cursor"] != 7.0 || st["state"] != "following" || st["lag"] != 2.0 {
+		t.Errorf("status = %v", st)
+	}
+	plugin := st["plugin"].(map[string]any)
+	for _, k := range []string{"name", "version", "sha256", "abi"} {
+		if _, ok := plugin[k]; !ok {
+			t.Errorf("plugin lacks %q: %v", k, plugin)
+		}
+	}
+	counters := st["counters"].(map[string]any)
+	if counters["delivered_since_start"] != 6.0 || counters["applied"] != 5.0 || counters["rejected"] != 1.0 || counters["batches"] != 2.0 {
+		t.Errorf("counters = %v", counters)
+	}
+	var e struct{ Error string }
+	getJSON(t, srv, "/v1/folds/nope", 404, &e)
+	if !strings.Contains(e.Error, `unknown fold "nope"`) {
+		t.Errorf("error = %q", e.Error)
+	}
+}
+
+type rawItem struct {
+	Fold     string
+	Cursor   uint64
+	Key      string
+	Revision uint64
+	Value    *string
+	ValueB64 string `json:"value_b64"`
+}
+
+func TestRawGet(t *testing.T) {
+	srv, _, _ := fixture(t)
+	var it rawItem
+	getJSON(t, srv, "/v1/folds/routes/raw/route.a", 200, &it)
+	if it.Fold != "routes" || it.Cursor != 7 || it.Key != "route.a" || it.Revision != 7 || it.Value == nil || *it.Value != "alpha2" || it.ValueB64 != "YWxwaGEy" {
+		t.Fatalf("raw get = %+v", it)
+	}
+	// A key with a slash, by path and by ?key=.
+	for _, p := range []string{"/v1/folds/routes/raw/route.c/d", "/v1/folds/routes/raw?key=" + url.QueryEscape("route.c/d")} {
+		it = rawItem{}
+		getJSON(t, srv, p, 200, &it)
+		if it.Key != "route.c/d" || *it.Value != "slash" {
+			t.Fatalf("GET %s = %+v", p, it)
+		}
+	}
+	// Not valid UTF-8: no "value", exact bytes in value_b64.
+	code, body := get(t, srv, "/v1/folds/routes/raw/route.bin")
+	if code != 200 || strings.Contains(body, `"value":`) {
+		t.Fatalf("binary value = %d %s", code, body)
+	}
+	it = rawItem{}
+	_ = json.Unmarshal([]byte(body), &it)
+	if b, _ := base64.StdEncoding.DecodeString(it.ValueB64); string(b) != "\xff\x00\x01" {
+		t.Fatalf("value_b64 decodes to %q", b)
+	}
+	// Missing key: 404 with the cursor it was missing at.
+	var nf struct {
+		Error  string
+		Cursor uint64
+	}
+	getJSON(t, srv, "/v1/folds/routes/raw/route.zzz", 404, &nf)
+	if nf.Cursor != 7 || !strings.Contains(nf.Error, "not found") {
+		t.Fatalf("missing key = %+v", nf)
+	}
+	getJSON(t, srv, "/v1/folds/nope/raw/route.a", 404, &nf)
+}
+
+type rangeResp[T any] struct {
+	Fold      string
+	Cursor    uint64
+	Prefix    string
+	Limit     int
+	Count     int
+	Truncated bool
+	Items     []T
+}
+
+func TestRawRange(t *testing.T) {
+	srv, _, _ := fixture(t)
+	var r rangeResp[rawItem]
+	getJSON(t, srv, "/v1/folds/routes/raw?prefix=route.", 200, &r)
+	if r.Cursor != 7 || r.Limit != httpapi.DefaultLimit || r.Count != 4 || r.Truncated || len(r.Items) != 4 {
+		t.Fatalf("range = %+v", r)
+	}
+	var keys []string
+	for _, it := range r.Items {
+		keys = append(keys, it.Key)
+	}
+	if strings.Join(keys, ",") != "route.a,route.b,route.bin,route.c/d" {
+		t.Fatalf("keys = %v", keys)
+	}
+	r = rangeResp[rawItem]{}
+	getJSON(t, srv, "/v1/folds/routes/raw?prefix=route.&limit=2", 200, &r)
+	if r.Count != 2 || !r.Truncated || r.Items[1].Key != "route.b" {
+		t.Fatalf("limited range = %+v", r)
+	}
+	r = rangeResp[rawItem]{}
+	getJSON(t, srv, "/v1/folds/routes/raw?prefix=route.&limit=4", 200, &r)
+	if r.Count != 4 || r.Truncated {
+		t.Fatalf("exact-limit range = %+v", r)
+	}
+	r = rangeResp[rawItem]{}
+	getJSON(t, srv, "/v1/folds/routes/raw", 200, &r)
+	if r.Count != 5 {
+		t.Fatalf("whole range = %+v", r)
+	}
+	r = rangeResp[rawItem]{}
+	getJSON(t, srv, "/v1/folds/empty/raw?prefix=x", 200, &r)
+	if r.Count != 0 || r.Items == nil {
+		t.Fatalf("empty range = %+v (items must be [], not null)", r)
+	}
+}
+
+func TestBadParameters(t *testing.T) {
+	srv, _, _ := fixture(t)
+	for _, p := range []string{
+		"/v1/folds/routes/raw?limit=0",
+		"/v1/folds/routes/raw?limit=10001",
+		"/v1/folds/routes/raw?limit=-1",
+		"/v1/folds/routes/raw?limit=ten",
+		"/v1/folds/routes/view?limit=",
+		"/v1/folds/routes/raw?prefx=route.",
+		"/v1/folds/routes/raw?prefix=a&prefix=b",
+		"/v1/folds/routes/raw?key=route.a&limit=2",
+		"/v1/folds/routes/raw?key=",
+		"/v1/folds/routes/raw/",
+		"/v1/folds/routes/view/table/a?limit=3",
+	} {
+		var e struct{ Error string }
+		getJSON(t, srv, p, 400, &e)
+		if e.Error == "" {
+			t.Errorf("GET %s: no error message", p)
+		}
+	}
+	var r rangeResp[rawItem]
+	getJSON(t, srv, "/v1/folds/routes/raw?limit=10000", 200, &r)
+	getJSON(t, srv, "/v1/folds/routes/raw?limit=1", 200, &r)
+	if code, _ := get(t, srv, "/v2/nothing"); code != 404 {
+		t.Errorf("unknown endpoint = %d", code)
+	}
+}
+
+type viewItem struct {
+	Fold     string
+	Cursor   uint64
+	Key      *string
+	KeyB64   string `json:"key_b64"`
+	Value    *string
+	ValueB64 string `json:"value_b64"`
+}
+
+func TestView(t *testing.T) {
+	srv, _, _ := fixture(t)
+	var it viewItem
+	getJSON(t, srv, "/v1/folds/routes/view/table/a", 200, &it)
+	if it.Cursor != 7 || it.Key == nil || *it.Key != "table/a" || *it.Value != `{"to":"a"}` {
+		t.Fatalf("view get = %+v", it)
+	}
+	// No HTML escaping of values.
+	if _, body := get(t, srv, "/v1/folds/routes/view/table/b"); !strings.Contains(body, `"value":"<b&>"`) {
+		t.Errorf("view value escaped: %s", body)
+	}
+	// A binary view key, percent-encoded in the query.
+	it = viewItem{}
+	getJSON(t, srv, "/v1/folds/routes/view?key="+url.QueryEscape("\xfe\xffbin"), 200, &it)
+	if it.Key != nil || it.KeyB64 != base64.StdEncoding.EncodeToString([]byte("\xfe\xffbin")) || *it.Value != "v" {
+		t.Fatalf("binary view key = %+v", it)
+	}
+	var r rangeResp[viewItem]
+	getJSON(t, srv, "/v1/folds/routes/view?prefix=table/&limit=1", 200, &r)
+	if r.Count != 1 || !r.Truncated || *r.Items[0].Key != "table/a" {
+		t.Fatalf("view range = %+v", r)
+	}
+	var nf struct{ Cursor uint64 }
+	getJSON(t, srv, "/v1/folds/routes/view/table/zzz", 404, &nf)
+	getJSON(t, srv, "/v1/folds/routes/view/route.a", 404, &nf) // raw keys are not views
+	if nf.Cursor != 7 {
+		t.Fatalf("404 cursor = %d", nf.Cursor)
+	}
+}
+
+func TestClosedStoreIs503(t *testing.T) {
+	srv, routes, _ := fixture(t)
+	if err := routes.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var e struct{ Error string }
+	getJSON(t, srv, "/v1/folds/routes/raw/route.a", 503, &e)
+	getJSON(t, srv, "/v1/folds/routes/view?prefix=", 503, &e)
+}
+
+func TestMetrics(t *testing.T) {
+	routes := openFold(t, "routes")
+	commit(t, routes, 3, []fold.RawUpdate{rawPut("k", 3, "v")}, nil)
+	routes.set(func(s *httpapi.Status) {
+		s.StreamLastSeq, s.Lag = 10, 7
+		s.Counters = httpapi.Counters{DeliveredSinceStart: 3, Rejected: 1, Batches: 2, PluginErrors: 1, CommitFailures: 4}
+	})
+	m := httpapi.NewMetrics()
+	m.Track([]httpapi.Fold{routes})
+	m.ObserveBatch("routes", 3*time.Millisecond)
+	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Options{Folds: []httpapi.Fold{routes}, Metrics: m}))
+	defer srv.Close()
+	code, body := get(t, srv, "/metrics")
+	if code != 200 {
+		t.Fatalf("metrics = %d", code)
+	}
+	for _, want := range []string{
+		`foldhost_fold_cursor_revision{fold="routes"} 3`,
+		`foldhost_fold_stream_last_revision{fold="routes"} 10`,
+		`foldhost_fold_lag_revisions{fold="routes"} 7`,
+		`foldhost_fold_ready{fold="routes"} 1`,
+		`foldhost_fold_updates_total{fold="routes"} 3`,
+		`foldhost_fold_rejected_updates_total{fold="routes"} 1`,
+		`foldhost_fold_batches_total{fold="routes"} 2`,
+		`foldhost_fold_plugin_errors_total{fold="routes"} 1`,
+		`foldhost_fold_commit_failures_total{fold="routes"} 4`,
+		`foldhost_fold_batch_duration_seconds_count{fold="routes"} 1`,
+		`foldhost_fold_batch_duration_seconds_bucket{fold="routes",le="0.0064"} 1`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
