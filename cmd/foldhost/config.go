@@ -73,8 +73,15 @@ type FoldConfig struct {
 	Bucket string // default Name
 	Scope  []string
 	// Plugin is the absolute path of the plugin, "" for a raw-only fold.
-	Plugin  string
-	DataDir string // default <data_dir>/folds/<name>
+	Plugin string
+	// PluginCallTimeout bounds each call into the plugin (0: none; a
+	// deadline costs throughput, see RATIONALE.md); PluginMemoryMB caps its
+	// memory; PluginRetries is how often a failed batch is retried on a
+	// fresh instance before the fold stops.
+	PluginCallTimeout time.Duration
+	PluginMemoryMB    int
+	PluginRetries     int
+	DataDir           string // default <data_dir>/folds/<name>
 	// BatchWindow, BatchSize and Buffer tune the applied loop
 	// (fold.LoopConfig.Window, .MaxBatch, fold.FollowConfig.Buffer).
 	BatchWindow time.Duration
@@ -90,6 +97,8 @@ type FoldConfig struct {
 
 // Defaults.
 const (
+	defaultPluginMemoryMB = 256
+	defaultPluginRetries  = 2
 	defaultHTTPAddr       = "127.0.0.1:8080"
 	defaultEmbeddedListen = "127.0.0.1:4222"
 	defaultDataDir        = "data"
@@ -200,6 +209,17 @@ func extractFold(f *table) FoldConfig {
 	f.str("bucket", &fc.Bucket)
 	f.strings("scope", &fc.Scope)
 	f.str("plugin", &fc.Plugin)
+	if f.duration("plugin_call_timeout", &fc.PluginCallTimeout) && fc.PluginCallTimeout < 0 {
+		f.problem("plugin_call_timeout", "must be >= 0 (0: no deadline), got %v", fc.PluginCallTimeout)
+	}
+	var memMB, retries int64 = defaultPluginMemoryMB, defaultPluginRetries
+	if f.integer("plugin_memory_mb", &memMB) && (memMB < 1 || memMB > 4096) {
+		f.problem("plugin_memory_mb", "must be between 1 and 4096, got %d", memMB)
+	}
+	if f.integer("plugin_retries", &retries) && (retries < 0 || retries > 100) {
+		f.problem("plugin_retries", "must be between 0 and 100, got %d", retries)
+	}
+	fc.PluginMemoryMB, fc.PluginRetries = clampInt(memMB), clampInt(retries)
 	f.str("data_dir", &fc.DataDir)
 	if f.duration("batch_window", &fc.BatchWindow) && (fc.BatchWindow <= 0 || fc.BatchWindow > maxWindow) {
 		f.problem("batch_window", "must be > 0 and at most %v, got %v", maxWindow, fc.BatchWindow)

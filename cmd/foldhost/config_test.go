@@ -76,7 +76,7 @@ func TestConfigDefaults(t *testing.T) {
 		Log:  LogConfig{Level: "info", Format: "text", ProgressInterval: 5 * time.Second},
 		Folds: []FoldConfig{{
 			Name: "a", Bucket: "a", DataDir: filepath.Join(dir, "data", "folds", "a"),
-			BatchWindow: fold.DefaultWindow, BatchSize: fold.DefaultMaxBatch, Buffer: 256,
+			BatchWindow: fold.DefaultWindow, BatchSize: fold.DefaultMaxBatch, Buffer: 256, PluginMemoryMB: 256, PluginRetries: 2,
 			Repair: protocol.RepairNone, CreateBucket: natskv.BucketConfig{Name: "a", History: 1, Replicas: 1},
 		}},
 	}
@@ -132,7 +132,7 @@ limit_marker_ttl = "1m"
 	want := FoldConfig{
 		Name: "r", Bucket: "routes", Scope: []string{"route.", "tenant.a."},
 		Plugin: filepath.Join(dir, "router.wasm"), DataDir: filepath.Join(dir, "r-data"),
-		BatchWindow: 25 * time.Millisecond, BatchSize: 1024, Buffer: 4096, Repair: protocol.RepairAuto, Sync: true,
+		BatchWindow: 25 * time.Millisecond, BatchSize: 1024, Buffer: 4096, Repair: protocol.RepairAuto, Sync: true, PluginMemoryMB: 256, PluginRetries: 2,
 		CreateBucket: natskv.BucketConfig{Name: "routes", History: 5, MaxAge: 24 * time.Hour, MaxBytes: 1 << 20,
 			Replicas: 3, Memory: true, LimitMarkerTTL: time.Minute},
 	}
@@ -268,6 +268,9 @@ func TestConfigStructureErrors(t *testing.T) {
 		{"half a client cert", "[nats]\nurl = \"nats://x\"\ntls_cert_file = \"/etc/passwd\"\n[[fold]]\nname = \"a\"\n", "set both or neither"},
 		{"window too long", "[[fold]]\nname = \"a\"\nbatch_window = \"2m\"\n", "at most 1m0s"},
 		{"short marker ttl", "[[fold]]\nname = \"a\"\n[fold.create_bucket]\nlimit_marker_ttl = \"10ms\"\n", "at least 1s"},
+		{"plugin memory", "[[fold]]\nname = \"a\"\nplugin_memory_mb = 0\n", "plugin_memory_mb: must be between 1 and 4096"},
+		{"plugin retries", "[[fold]]\nname = \"a\"\nplugin_retries = -1\n", "plugin_retries: must be between 0 and 100"},
+		{"plugin timeout", "[[fold]]\nname = \"a\"\nplugin_call_timeout = \"-1s\"\n", "plugin_call_timeout: must be >= 0"},
 		{"syntax", "[[fold]]\nname = \"a\"\nbatch_size = = 3\n", "line 3: syntax:"},
 		{"duplicate key", "[[fold]]\nname = \"a\"\nname = \"b\"\n", "line 3: syntax:"},
 	} {

@@ -20,14 +20,25 @@ import (
 // watched: a changed module is validated off the hot path and swapped in at
 // a batch boundary, and a module that fails validation never replaces the
 // running one (the refusal is logged and shown in the fold's status).
-func loadPlugin(path, cacheDir string, logger *slog.Logger) (fold.Plugin, func() error, error) {
+func loadPlugin(f FoldConfig, cacheDir string, logger *slog.Logger) (fold.Plugin, func() error, error) {
+	path := f.Plugin
 	if path == "" {
 		logger.Debug("raw-only fold: no plugin configured")
 		return fold.NopPlugin, func() error { return nil }, nil
 	}
 	// A runtime per fold: its lifetime is the fold's (compiled code is
 	// shared through the on-disk cache anyway).
-	rt, err := wasm.NewRuntime(context.Background(), wasm.Options{CacheDir: cacheDir, Logger: logger})
+	retries := f.PluginRetries
+	if retries == 0 {
+		retries = -1 // wasm.Options: 0 means the default, negative none
+	}
+	rt, err := wasm.NewRuntime(context.Background(), wasm.Options{
+		CacheDir:         cacheDir,
+		Logger:           logger,
+		CallTimeout:      f.PluginCallTimeout,
+		MemoryLimitPages: uint32(f.PluginMemoryMB) * 16, // 64 KiB pages
+		Retries:          retries,
+	})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -114,7 +114,7 @@ func (d *daemon) run(ctx context.Context, stopSignals func()) error {
 	}
 	plugins := make([]fold.Plugin, len(cfg.Folds))
 	for i, f := range cfg.Folds {
-		p, closeFn, err := loadPlugin(f.Plugin, filepath.Join(cfg.DataDir, "wasm-cache"), d.log.With("fold", f.Name))
+		p, closeFn, err := loadPlugin(f, filepath.Join(cfg.DataDir, "wasm-cache"), d.log.With("fold", f.Name))
 		if err != nil {
 			return fmt.Errorf("fold %s: load plugin: %w", f.Name, err)
 		}
