@@ -49,7 +49,7 @@ func loadPlugin(f FoldConfig, cacheDir string, logger *slog.Logger) (fold.Plugin
 	}
 	logger.Info("plugin loaded", "path", path, "name", m.Info.Name, "version", m.Info.Version, "sha256", m.SHA256)
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &wasmPlugin{Plugin: rt.NewPlugin(m)}
+	p := &wasmPlugin{Plugin: rt.NewPlugin(m), rt: rt, path: path}
 	go rt.WatchFile(ctx, p.Plugin, path, time.Second)
 	return p, func() error {
 		cancel()
@@ -58,8 +58,17 @@ func loadPlugin(f FoldConfig, cacheDir string, logger *slog.Logger) (fold.Plugin
 	}, nil
 }
 
-// wasmPlugin is a WASM plugin that can describe itself to the status API.
-type wasmPlugin struct{ *wasm.Plugin }
+// wasmPlugin is a WASM plugin that can describe itself to the status API and
+// be reloaded on request.
+type wasmPlugin struct {
+	*wasm.Plugin
+	rt   *wasm.Runtime
+	path string
+}
+
+// Reload validates the plugin file again and swaps it in at the next batch
+// boundary if it changed; a module that fails validation is refused.
+func (p *wasmPlugin) Reload(ctx context.Context) error { return p.rt.Reload(ctx, p.Plugin, p.path) }
 
 // PluginInfo reports the module the fold runs now (it changes on reload).
 func (p *wasmPlugin) PluginInfo() httpapi.PluginInfo {

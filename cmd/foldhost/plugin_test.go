@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 )
 
@@ -135,4 +139,32 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	t.Logf("demo took %v", time.Since(start).Round(time.Millisecond))
+}
+
+// reloadCounter records Reload requests (it stands in for a WASM plugin to
+// test the SIGHUP dispatch; the reload itself is host/wasm's, tested there).
+type reloadCounter struct {
+	fold.Plugin
+	n chan struct{}
+}
+
+func (r *reloadCounter) Reload(context.Context) error { r.n <- struct{}{}; return nil }
+
+func TestSIGHUPReloadsEveryPlugin(t *testing.T) {
+	hup := make(chan os.Signal, 1)
+	d := &daemon{cfg: &Config{Folds: []FoldConfig{{Name: "a"}, {Name: "raw"}, {Name: "b"}}}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), hup: hup}
+	a, b := &reloadCounter{n: make(chan struct{}, 1)}, &reloadCounter{n: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go d.reloadOnHUP(ctx, []fold.Plugin{a, fold.NopPlugin, b})
+	for round := 0; round < 2; round++ {
+		hup <- syscall.SIGHUP
+		for _, p := range []*reloadCounter{a, b} {
+			select {
+			case <-p.n:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: a plugin was not reloaded on SIGHUP", round)
+			}
+		}
+	}
 }

@@ -57,7 +57,10 @@ func cmdRun(c *cli, args []string) error {
 	logger := newLogger(cfg.Log, c.stderr)
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d := &daemon{cfg: cfg, log: logger, stdout: c.stdout}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	d := &daemon{cfg: cfg, log: logger, stdout: c.stdout, hup: hup}
 	return d.run(ctx, stop)
 }
 
@@ -76,6 +79,9 @@ type daemon struct {
 	cfg    *Config
 	log    *slog.Logger
 	stdout io.Writer
+	// hup delivers SIGHUP: reload every fold's plugin now (an explicit
+	// request; plugin files are also watched). nil in tests.
+	hup <-chan os.Signal
 
 	cleanup []func() // run in reverse order on exit
 }
@@ -125,6 +131,7 @@ func (d *daemon) run(ctx context.Context, stopSignals func()) error {
 		})
 		plugins[i] = p
 	}
+	go d.reloadOnHUP(ctx, plugins)
 
 	url := cfg.NATS.URL
 	conn := cfg.NATS.connOptions(url)
@@ -263,4 +270,27 @@ func isLoopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// reloadOnHUP reloads every WASM plugin on SIGHUP: each module is validated
+// off the hot path and swapped in at its fold's next batch boundary; one
+// that fails validation leaves the running module in place.
+func (d *daemon) reloadOnHUP(ctx context.Context, plugins []fold.Plugin) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.hup:
+		}
+		for i, p := range plugins {
+			if r, ok := p.(interface{ Reload(context.Context) error }); ok {
+				name := d.cfg.Folds[i].Name
+				if err := r.Reload(ctx); err != nil {
+					d.log.Error("plugin reload refused (SIGHUP); the running module stays", "fold", name, "err", err)
+				} else {
+					d.log.Info("plugin reloaded (SIGHUP)", "fold", name)
+				}
+			}
+		}
+	}
 }
