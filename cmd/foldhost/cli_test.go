@@ -278,6 +278,57 @@ func httpGet(url string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
+// inProcess is a `foldhost run` running in the test's process.
+type inProcess struct {
+	natsURL, base string
+	exit          chan int
+	cancel        context.CancelFunc
+	out, errb     *syncBuffer
+}
+
+// runInProcess writes cfgText to dir/config.toml, starts `foldhost run` on
+// it in this process, and waits for the addresses it prints.
+func runInProcess(t *testing.T, dir, cfgText string) *inProcess {
+	t.Helper()
+	cfgPath := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &inProcess{exit: make(chan int, 1), cancel: cancel, out: &syncBuffer{}, errb: &syncBuffer{}}
+	t.Cleanup(cancel)
+	c := &cli{ctx: ctx, stdout: d.out, stderr: d.errb, getenv: noEnv}
+	go func() { d.exit <- c.main([]string{"run", "--config", cfgPath}) }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("stderr:\n%s", d.errb.String())
+		}
+	})
+	waitFor(t, 20*time.Second, "the addresses on stdout", func() (bool, string) {
+		s := d.out.String()
+		n, h := natsURLRE.FindStringSubmatch(s), httpURLRE.FindStringSubmatch(s)
+		if n == nil || h == nil {
+			return false, s + d.errb.String()
+		}
+		d.natsURL, d.base = n[1], h[1]
+		return true, ""
+	})
+	return d
+}
+
+// stop cancels the run (as a signal would) and returns its exit code.
+func (d *inProcess) stop(t *testing.T) int {
+	t.Helper()
+	d.cancel()
+	select {
+	case code := <-d.exit:
+		return code
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not shut down")
+	}
+	return -1
+}
+
 // TestRunInProcess runs the daemon in this (race-instrumented) process: a
 // healthy fold and one whose cursor is beyond the stream head (the bucket
 // was "recreated"), which must fail, be reported, and make the exit code 1.
@@ -294,7 +345,6 @@ func TestRunInProcess(t *testing.T) {
 	if err := stale.Close(); err != nil {
 		t.Fatal(err)
 	}
-	cfgPath := filepath.Join(dir, "config.toml")
 	cfgText := `
 [nats]
 embedded_listen = "127.0.0.1:0"
@@ -314,30 +364,9 @@ name = "stale"
 bucket = "routes"
 data_dir = "stale"
 `
-	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errb syncBuffer
-	c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: noEnv}
-	exit := make(chan int, 1)
-	go func() { exit <- c.main([]string{"run", "--config", cfgPath}) }()
-	var natsURL, base string
-	waitFor(t, 20*time.Second, "the addresses on stdout", func() (bool, string) {
-		s := out.String()
-		n, h := natsURLRE.FindStringSubmatch(s), httpURLRE.FindStringSubmatch(s)
-		if n == nil || h == nil {
-			return false, s + errb.String()
-		}
-		natsURL, base = n[1], h[1]
-		return true, ""
-	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("stderr:\n%s", errb.String())
-		}
-	})
+	d := runInProcess(t, dir, cfgText)
+	ctx := context.Background()
+	natsURL, base := d.natsURL, d.base
 
 	status := func(name string) map[string]any {
 		code, body, err := httpGet(base + "/v1/folds/" + name)
@@ -402,16 +431,10 @@ data_dir = "stale"
 		t.Errorf("metrics = %d", code)
 	}
 
-	cancel()
-	select {
-	case code := <-exit:
-		if code != exitFailure {
-			t.Fatalf("exit %d, want %d (a fold failed)", code, exitFailure)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("run did not shut down")
+	if code := d.stop(t); code != exitFailure {
+		t.Fatalf("exit %d, want %d (a fold failed)", code, exitFailure)
 	}
-	if s := errb.String(); !strings.Contains(s, "fold stale stopped on an error") || !strings.Contains(s, `msg="fold stopped" fold=good cursor=19`) {
+	if s := d.errb.String(); !strings.Contains(s, "fold stale stopped on an error") || !strings.Contains(s, `msg="fold stopped" fold=good cursor=19`) {
 		t.Errorf("stderr:\n%s", s)
 	}
 }

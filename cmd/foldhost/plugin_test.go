@@ -34,8 +34,6 @@ func routerBuild(t *testing.T) string {
 // TestRunWithWASMPlugin: the daemon folds through the example-router plugin
 // and serves the plugin's view and identity over HTTP.
 func TestRunWithWASMPlugin(t *testing.T) {
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "config.toml")
 	cfgText := fmt.Sprintf(`
 [nats]
 embedded_listen = "127.0.0.1:0"
@@ -47,30 +45,9 @@ scope = ["route."]
 plugin = %q
 batch_window = "2ms"
 `, routerBuild(t))
-	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errb syncBuffer
-	c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: noEnv}
-	exit := make(chan int, 1)
-	go func() { exit <- c.main([]string{"run", "--config", cfgPath}) }()
-	var natsURL, base string
-	waitFor(t, 20*time.Second, "the addresses on stdout", func() (bool, string) {
-		s := out.String()
-		n, h := natsURLRE.FindStringSubmatch(s), httpURLRE.FindStringSubmatch(s)
-		if n == nil || h == nil {
-			return false, s + errb.String()
-		}
-		natsURL, base = n[1], h[1]
-		return true, ""
-	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("stderr:\n%s", errb.String())
-		}
-	})
+	d := runInProcess(t, t.TempDir(), cfgText)
+	ctx := context.Background()
+	natsURL, base := d.natsURL, d.base
 	nc, err := natskv.Connect(natskv.ConnOptions{URL: natsURL})
 	if err != nil {
 		t.Fatal(err)
@@ -107,14 +84,8 @@ batch_window = "2ms"
 	if st.Plugin["name"] != "example-router" || st.Plugin["abi"] != "v1.0" || len(st.Plugin["sha256"]) != 64 || st.Counters["rejected"] != 1 {
 		t.Errorf("status = %s", body)
 	}
-	cancel()
-	select {
-	case code := <-exit:
-		if code != exitOK {
-			t.Fatalf("exit %d", code)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("run did not shut down")
+	if code := d.stop(t); code != exitOK {
+		t.Fatalf("exit %d", code)
 	}
 }
 
