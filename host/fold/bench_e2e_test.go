@@ -1,0 +1,543 @@
+package fold
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// End-to-end and hot-path benchmarks of the fold:
+//
+//	go test ./host/fold -run XXX -bench 'FoldEndToEnd|LoopSliceSource' -benchtime 1x
+//	go test ./host/fold -run XXX -bench CommitTo10M -benchtime 1x -fold.bigbench
+
+const (
+	// e2eKeys is the size of the preloaded bucket: big enough that consumer
+	// creation and the first batch are noise, small enough that the whole
+	// BenchmarkFoldEndToEnd stays well under a minute at -benchtime 1x.
+	e2eKeys = 500_000
+	// e2eValueLen is the value size of every preloaded key.
+	e2eValueLen = 64
+	// e2ePublishChunk is how many PublishAsync calls are in flight before
+	// waiting on PublishAsyncComplete: below the client's outstanding-ack
+	// limit (e2eMaxPending), so PublishAsync never blocks or fails on it.
+	e2ePublishChunk = 2000
+	e2eMaxPending   = 4000
+)
+
+// e2eBucket is an in-process nats-server with a bucket preloaded with
+// e2eKeys distinct keys (revisions 1..e2eKeys).
+type e2eBucket struct {
+	*natsEnv
+	n    int
+	last protocol.Revision
+}
+
+// e2eKey is the key of the i-th preloaded update (distinct for i < 9e8).
+func e2eKey(i int) string { return "bench.k" + strconv.Itoa(i + 100_000_000)[1:] }
+
+// preloadBucket starts a server and fills a bucket with n keys through
+// PublishAsync in chunks, each chunk acknowledged before the next (never
+// core Publish: without acks it silently loses messages, DESIGN.md). It
+// verifies the stream holds exactly n messages.
+func preloadBucket(b *testing.B, name string, n int) *e2eBucket {
+	b.Helper()
+	env := startNATS(b, name)
+	// A connection of its own, so the publisher's state (pending acks) is
+	// gone before anything is measured.
+	nc, err := natskv.Connect(natskv.ConnOptions{URL: env.srv.ClientURL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	var ackErrs atomic.Int64
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(e2eMaxPending),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { ackErrs.Add(1) }),
+	)
+	if err != nil {
+		b.Fatal(err)
+	}
+	val := make([]byte, e2eValueLen)
+	for i := range val {
+		val[i] = 'a' + byte(i%26)
+	}
+	prefix := "$KV." + name + "."
+	start := time.Now()
+	for i := range n {
+		if _, err := js.PublishAsync(prefix+e2eKey(i), val); err != nil {
+			b.Fatalf("PublishAsync %d: %v", i, err)
+		}
+		if (i+1)%e2ePublishChunk == 0 || i == n-1 {
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(60 * time.Second):
+				b.Fatalf("preload: chunk ending at %d not acknowledged within 60s", i)
+			}
+		}
+	}
+	took := time.Since(start)
+	if e := ackErrs.Load(); e != 0 {
+		b.Fatalf("preload: %d publishes failed", e)
+	}
+	st, err := js.Stream(context.Background(), "KV_"+name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if s := st.CachedInfo().State; s.Msgs != uint64(n) || s.LastSeq != uint64(n) {
+		b.Fatalf("preload: stream holds %d messages up to %d, want %d", s.Msgs, s.LastSeq, n)
+	}
+	b.Logf("preloaded %d keys (%d-byte values) in %v: %.0f puts/s", n, e2eValueLen, took.Round(time.Millisecond), float64(n)/took.Seconds())
+	return &e2eBucket{natsEnv: env, n: n, last: protocol.Revision(n)}
+}
+
+// labelPhase labels the calling goroutine, and every goroutine it starts
+// until the returned func is called, with phase (for -cpuprofile:
+// go tool pprof -tagfocus phase=baseline). The server's goroutines and the
+// connection's read loop predate the phase and stay unlabelled.
+func labelPhase(phase string) (restore func()) {
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("phase", phase)))
+	return func() { pprof.SetGoroutineLabels(context.Background()) }
+}
+
+// readWatchAll is the baseline: how long plain nats.go jetstream WatchAll
+// takes to deliver the bucket's initial values (up to the nil marker),
+// consumer creation included. It reads each entry's fields, as the natskv
+// watcher does, and nothing else.
+func readWatchAll(b *testing.B, e *e2eBucket) time.Duration {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer labelPhase("baseline")()
+	start := time.Now()
+	kw, err := e.bucket.KV().WatchAll(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	var sink int
+	for entry := range kw.Updates() {
+		if entry == nil {
+			break
+		}
+		sink += len(entry.Key()) + len(entry.Value()) + int(entry.Revision()) + int(entry.Operation())
+		_ = entry.Created()
+		n++
+	}
+	took := time.Since(start)
+	_ = kw.Stop()
+	if n != e.n || sink == 0 {
+		b.Fatalf("WatchAll delivered %d initial values, want %d", n, e.n)
+	}
+	return took
+}
+
+// readWatcher drains a natskv.Watcher state-sync up to its Synced event: the
+// baseline plus natskv's goroutine hop, without the loop or a store.
+func readWatcher(b *testing.B, e *e2eBucket, buffer int) time.Duration {
+	b.Helper()
+	defer labelPhase("watcher")()
+	start := time.Now()
+	w, err := e.bucket.Watch(context.Background(), natskv.Scope{}, protocol.Cursor{}, natskv.WatchOptions{Buffer: buffer})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for ev := range w.Events() {
+		if ev.Synced {
+			break
+		}
+		n++
+	}
+	took := time.Since(start)
+	w.Stop()
+	if n != e.n {
+		b.Fatalf("watcher delivered %d updates before Synced, want %d", n, e.n)
+	}
+	return took
+}
+
+// cursorTarget is a Target whose Commit only moves an in-memory cursor:
+// the fold without pebble, to separate the store's cost from the rest.
+// Reads go to an empty Store (NopPlugin reads nothing).
+type cursorTarget struct {
+	*Store
+	cur protocol.Cursor
+}
+
+func (t *cursorTarget) Cursor() protocol.Cursor { return t.cur }
+
+func (t *cursorTarget) Commit(c Commit) error {
+	if err := validate(&c); err != nil {
+		return err
+	}
+	t.cur = c.Cursor
+	return nil
+}
+
+var _ Target = (*cursorTarget)(nil)
+
+// foldRun is the outcome of one Follow from an empty target to OnSynced.
+type foldRun struct {
+	took    time.Duration
+	updates int
+	commits int
+}
+
+// runFollow folds the bucket with NopPlugin into a fresh target (a real
+// Store unless nopStore) until OnSynced, and returns how long that took,
+// consumer creation included.
+func runFollow(b *testing.B, e *e2eBucket, cfg FollowConfig, nopStore bool) foldRun {
+	b.Helper()
+	b.StopTimer()
+	st, _, err := Open(filepath.Join(b.TempDir(), "fold"), Options{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var target Target = st
+	if nopStore {
+		target = &cursorTarget{Store: st}
+	}
+	var run foldRun
+	synced := make(chan protocol.Cursor, 1)
+	cfg.Loop.Logger = quiet
+	cfg.Loop.OnApplied = func(a Applied) { run.updates += a.Updates; run.commits++ }
+	cfg.Loop.OnSynced = func(c protocol.Cursor) { synced <- c }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	b.StartTimer()
+	start := time.Now()
+	// The label marks the fold's own goroutines (loop, watcher, the
+	// client's delivery goroutine) in a -cpuprofile: -tagfocus phase=fold.
+	go pprof.Do(ctx, pprof.Labels("phase", "fold"), func(ctx context.Context) {
+		_, err := Follow(ctx, e.bucket, target, NopPlugin, cfg)
+		done <- err
+	})
+	select {
+	case c := <-synced:
+		run.took = time.Since(start)
+		b.StopTimer()
+		if c.Rev != e.last {
+			b.Fatalf("synced at %v, want revision %d", c, e.last)
+		}
+	case err := <-done:
+		b.Fatalf("Follow returned before OnSynced: %v", err)
+	case <-time.After(5 * time.Minute):
+		b.Fatal("fold not synced within 5 minutes")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatalf("Follow: %v", err)
+	}
+	if run.updates != e.n {
+		b.Fatalf("fold applied %d updates, want %d", run.updates, e.n)
+	}
+	if err := st.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.StartTimer()
+	return run
+}
+
+// BenchmarkFoldEndToEnd measures hydrating a fresh fold from a bucket of
+// e2eKeys keys over a real in-process nats-server, against the same-process
+// baseline of plain nats.go jetstream WatchAll reading the same bucket.
+//
+// Every iteration of a variant is paired with a baseline read, alternately
+// just before and just after it, so fold/baseline (the median of the
+// per-pair ratios) compares runs a second apart on this noisy machine. At
+// -benchtime 1x the whole benchmark takes ~20 s; 3x or 5x gives steadier
+// ratios. The variants:
+//
+//	watchall                       the baseline alone
+//	watcher/buffer=B               natskv.Watcher drained (+1 goroutine hop)
+//	fold/maxbatch=M/buffer=B       Follow + NopPlugin into a real Store
+//	nostore/maxbatch=M/buffer=B    Follow + NopPlugin, commits only move a cursor
+//
+// updates/s is the variant's rate; baseline-updates/s the paired WatchAll
+// rate; updates/commit the mean batch actually committed. Both rates include
+// consumer creation; the store is opened before the clock starts.
+func BenchmarkFoldEndToEnd(b *testing.B) {
+	e := preloadBucket(b, "e2e", e2eKeys)
+	readWatchAll(b, e) // warm the server's block cache once, untimed
+
+	b.Run("watchall", func(b *testing.B) {
+		var p pairs
+		for b.Loop() {
+			p.add(e.n, readWatchAll(b, e), 0)
+		}
+		p.report(b)
+	})
+	for _, buffer := range []int{256, 4096} {
+		b.Run(fmt.Sprintf("watcher/buffer=%d", buffer), func(b *testing.B) {
+			var p pairs
+			for i := 0; b.Loop(); i++ {
+				p.pair(b, e, i, func() (int, time.Duration) { return e.n, readWatcher(b, e, buffer) })
+			}
+			p.report(b)
+		})
+	}
+	for _, nopStore := range []bool{false, true} {
+		for _, maxBatch := range []int{100, 1024} {
+			for _, buffer := range []int{256, 4096} {
+				kind := "fold"
+				if nopStore {
+					kind = "nostore"
+				}
+				b.Run(fmt.Sprintf("%s/maxbatch=%d/buffer=%d", kind, maxBatch, buffer), func(b *testing.B) {
+					var p pairs
+					commits := 0
+					for i := 0; b.Loop(); i++ {
+						p.pair(b, e, i, func() (int, time.Duration) {
+							r := runFollow(b, e, FollowConfig{Loop: LoopConfig{MaxBatch: maxBatch}, Buffer: buffer}, nopStore)
+							commits += r.commits
+							return r.updates, r.took
+						})
+					}
+					p.report(b)
+					b.ReportMetric(float64(p.n)/float64(commits), "updates/commit")
+				})
+			}
+		}
+	}
+}
+
+// pairs accumulates a variant's runs, each paired with a baseline read of the
+// same bucket moments apart.
+type pairs struct {
+	n          int           // updates read by the variant
+	took, base time.Duration // summed
+	ratios     []float64     // per pair: variant rate / baseline rate
+}
+
+// add records one run of the variant (n updates in took) and, when base > 0,
+// its paired baseline read (of as many updates).
+func (p *pairs) add(n int, took, base time.Duration) {
+	p.n += n
+	p.took += took
+	if base > 0 {
+		p.base += base
+		p.ratios = append(p.ratios, base.Seconds()/took.Seconds())
+	}
+}
+
+// pair runs the variant and a baseline read, alternating which goes first so
+// that a drift in the machine's load does not favour either.
+func (p *pairs) pair(b *testing.B, e *e2eBucket, i int, variant func() (int, time.Duration)) {
+	var n int
+	var took, base time.Duration
+	if i%2 == 0 {
+		base = readWatchAll(b, e)
+		n, took = variant()
+	} else {
+		n, took = variant()
+		base = readWatchAll(b, e)
+	}
+	p.add(n, took, base)
+}
+
+// report: updates/s is the variant's rate over all its runs,
+// baseline-updates/s the paired baseline's; fold/baseline is the median of
+// the per-pair ratios (robust to a load spike hitting one run).
+func (p *pairs) report(b *testing.B) {
+	b.ReportMetric(float64(p.n)/p.took.Seconds(), "updates/s")
+	if len(p.ratios) == 0 {
+		return
+	}
+	b.ReportMetric(float64(p.n)/p.base.Seconds(), "baseline-updates/s")
+	r := slices.Clone(p.ratios)
+	slices.Sort(r)
+	med := r[len(r)/2]
+	if len(r)%2 == 0 {
+		med = (r[len(r)/2-1] + r[len(r)/2]) / 2
+	}
+	b.ReportMetric(med, "fold/baseline")
+}
+
+// sliceSource is a benchmark harness, not a production Source: it replays a
+// pre-built slice of updates, cyclically, as n updates with revisions 1..n,
+// through an Events channel of the watcher's default capacity, then the
+// Synced marker, then closes; so the real Loop runs without NATS.
+type sliceSource struct {
+	events chan natskv.Event
+	stop   chan struct{}
+	once   sync.Once
+	done   chan struct{}
+}
+
+var _ Source = (*sliceSource)(nil)
+
+func newSliceSource(updates []natskv.Update, n, buffer int) *sliceSource {
+	s := &sliceSource{events: make(chan natskv.Event, buffer), stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		defer close(s.events)
+		for i := range n {
+			u := updates[i%len(updates)]
+			u.Rev = protocol.Revision(i + 1)
+			select {
+			case s.events <- natskv.Event{Update: u}:
+			case <-s.stop:
+				return
+			}
+		}
+		select {
+		case s.events <- natskv.Event{Synced: true}:
+		case <-s.stop:
+		}
+	}()
+	return s
+}
+
+func (s *sliceSource) Events() <-chan natskv.Event { return s.events }
+func (s *sliceSource) Stop()                       { s.once.Do(func() { close(s.stop) }); <-s.done }
+func (s *sliceSource) Err() error                  { <-s.done; return nil }
+
+// BenchmarkLoopSliceSource measures the fold's hot path without NATS: one op
+// is one update, fed by a sliceSource into the real Loop with NopPlugin,
+// committed to a real Store (target=store) or to a cursor-only target
+// (target=nostore, the loop's own cost). allocs/update counts every heap
+// allocation in the process during the run (pebble's background flushes
+// included) divided by the updates; B/update likewise.
+//
+// Updates carry 64-byte values; keys cycle through a 1M-key space, so the
+// fold grows past a memtable rather than overwriting a few keys.
+func BenchmarkLoopSliceSource(b *testing.B) {
+	keys := benchKeys()
+	value := make([]byte, e2eValueLen)
+	for _, nopStore := range []bool{false, true} {
+		for _, maxBatch := range []int{100, 1024} {
+			kind := "store"
+			if nopStore {
+				kind = "nostore"
+			}
+			b.Run(fmt.Sprintf("target=%s/maxbatch=%d", kind, maxBatch), func(b *testing.B) {
+				st, _ := openTemp(b, Options{Logger: quiet})
+				var target Target = st
+				if nopStore {
+					target = &cursorTarget{Store: st}
+				}
+				updates := make([]natskv.Update, benchKeySpace)
+				for i := range updates {
+					updates[i] = natskv.Update{Key: keys[i], Value: value, Op: natskv.OpPut, Time: int64(i)}
+				}
+				loop := NewLoop(target, NopPlugin, LoopConfig{MaxBatch: maxBatch, Logger: quiet})
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				b.ReportAllocs()
+				b.ResetTimer()
+				cur, err := loop.Run(context.Background(), newSliceSource(updates, b.N, 256))
+				b.StopTimer()
+				runtime.ReadMemStats(&after)
+				if err != nil || cur.Rev != protocol.Revision(b.N) {
+					b.Fatalf("loop ended at %v with %v, want revision %d", cur, err, b.N)
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "updates/s")
+				b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(b.N), "allocs/update")
+				b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(b.N), "B/update")
+			})
+		}
+	}
+}
+
+var bigBench = flag.Bool("fold.bigbench", false, "run BenchmarkCommitTo10M (10M keys into one store: ~20 s here, ~0.5 GB of disk)")
+
+func bigBenchEnabled() bool { return *bigBench || os.Getenv("FOLDHOST_BIGBENCH") == "1" }
+
+// BenchmarkCommitTo10M commits 10M distinct keys (64-byte values) in
+// 1024-update NoSync batches into one store with the default tuning, and
+// reports the cumulative rate at 1M, 5M and 10M keys, the rate of the last
+// million, pebble's write stalls and the slowest commit; every million is
+// logged. Keys are a permutation of the 10M-key space, so inserts land all
+// over the LSM rather than append at its end.
+//
+// Off by default: enable with -fold.bigbench or FOLDHOST_BIGBENCH=1, and run
+// with -benchtime 1x.
+func BenchmarkCommitTo10M(b *testing.B) {
+	if !bigBenchEnabled() {
+		b.Skip("commits 10M keys (~20 s on the reference machine, ~0.5 GB of temp disk): enable with -fold.bigbench or FOLDHOST_BIGBENCH=1, and -benchtime 1x")
+	}
+	const (
+		total = 10_000_000
+		batch = 1024
+		// stride is coprime with total, so i*stride mod total visits every
+		// key exactly once.
+		stride = 2654435761
+	)
+	value := make([]byte, e2eValueLen)
+	for i := range value {
+		value[i] = byte(i * 7)
+	}
+	for b.Loop() {
+		b.StopTimer()
+		s, _, err := Open(filepath.Join(b.TempDir(), "fold"), Options{Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := Commit{Raw: make([]RawUpdate, 0, batch)}
+		keyBuf := []byte("bench.k")
+		var slowest, slowestAll time.Duration
+		b.StartTimer()
+		start := time.Now()
+		mark, markAt := start, 0
+		for i := 0; i < total; {
+			c.Raw = c.Raw[:0]
+			for ; len(c.Raw) < batch && i < total; i++ {
+				k := strconv.AppendUint(keyBuf[:7], uint64(i)*stride%total+total, 10)
+				c.Raw = append(c.Raw, RawUpdate{Key: string(k), Op: OpPut, Rev: protocol.Revision(i + 1), Value: value})
+			}
+			c.Cursor = protocol.Cursor{Rev: protocol.Revision(i)}
+			t0 := time.Now()
+			if err := s.Commit(c); err != nil {
+				b.Fatal(err)
+			}
+			slowest = max(slowest, time.Since(t0))
+			if i%1_000_000 < batch || i == total {
+				now := time.Now()
+				st, err := s.Stats()
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Logf("%2dM keys: %6.0f updates/s since the last mark, %6.0f cumulative; stalls %d (%v); slowest commit %v; disk %d MiB",
+					i/1_000_000, float64(i-markAt)/now.Sub(mark).Seconds(), float64(i)/now.Sub(start).Seconds(),
+					st.WriteStalls, st.WriteStallTime.Round(time.Millisecond), slowest.Round(time.Microsecond), st.DiskBytes>>20)
+				switch i / 1_000_000 {
+				case 1:
+					b.ReportMetric(float64(i)/now.Sub(start).Seconds(), "updates/s-to-1M")
+				case 5:
+					b.ReportMetric(float64(i)/now.Sub(start).Seconds(), "updates/s-to-5M")
+				case 10:
+					b.ReportMetric(float64(i)/now.Sub(start).Seconds(), "updates/s-to-10M")
+					b.ReportMetric(float64(i-markAt)/now.Sub(mark).Seconds(), "updates/s-last-1M")
+					b.ReportMetric(float64(st.WriteStalls), "stalls")
+					b.ReportMetric(st.WriteStallTime.Seconds(), "stall-s")
+				}
+				slowestAll = max(slowestAll, slowest)
+				mark, markAt, slowest = now, i, 0
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(slowestAll.Microseconds())/1000, "max-ms/commit")
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
