@@ -1,0 +1,30 @@
+package export
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrArtifactInvalid is wrapped by every refusal of an artifact's
+	// content: a malformed or mismatched manifest, an unexpected or tampered
+	// tar entry, a hash mismatch, a truncated tar, a wrong backend or format
+	// version, or a staged copy whose cursor differs from the manifest's.
+	// Such an artifact must not be retried as is.
+	ErrArtifactInvalid = errors.New("export: invalid artifact")
+
+	// ErrDestNotEmpty: Import refuses to overwrite a non-empty directory.
+	ErrDestNotEmpty = errors.New("export: destination is not empty")
+
+	// ErrNoPointer: the transport holds no pointer for the key.
+	ErrNoPointer = errors.New("export: no pointer")
+
+	// ErrCursorMoved: the staged checkpoint's cursor differs from the live
+	// cursor read before the checkpoint, so the caller committed during
+	// Export (a broken contract; see [Export]).
+	ErrCursorMoved = errors.New("export: cursor moved during export")
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrArtifactInvalid, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,396 @@
+package export
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/zeebo/blake3"
+
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// Outcome is the result of a pointer swap.
+type Outcome int
+
+const (
+	// Published: the pointer now names the candidate artifact (or already
+	// did).
+	Published Outcome = iota + 1
+	// SupersededByNewer: the pointer names a strictly newer artifact; the
+	// candidate was not published. A normal outcome, not an error.
+	SupersededByNewer
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Published:
+		return "published"
+	case SupersededByNewer:
+		return "superseded by newer"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// LocalDir is the local-directory transport:
+//
+//	<root>/<key>.payloads/<hex8>.tar   content-addressed payload, write-once
+//	<root>/<key>.manifest.json         pointer: the published manifest's bytes
+//	<root>/<key>.lock                  flock(2) lock serializing pointer swaps
+//
+// Pointer swaps and prunes are compare-and-swap: each runs under an
+// exclusive flock(2) on the key's lock file, which serializes them across
+// goroutines and processes on one host (Linux/Unix semantics; not over NFS),
+// and publishes by temp file + fsync + rename + directory fsync, so readers,
+// which take no lock, see the old pointer or the new one, never a torn one.
+// A LocalDir is safe for concurrent use.
+type LocalDir struct {
+	root string
+}
+
+// NewLocalDir returns the transport rooted at root, creating it if needed.
+func NewLocalDir(root string) (*LocalDir, error) {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("export: local dir: %w", err)
+	}
+	return &LocalDir{root: root}, nil
+}
+
+func checkKey(key string) error {
+	if key == "" || strings.ContainsAny(key, "/\\\x00") || strings.HasPrefix(key, ".") {
+		return fmt.Errorf("export: bad key %q", key)
+	}
+	return nil
+}
+
+func (l *LocalDir) pointerPath(key string) string {
+	return filepath.Join(l.root, key+".manifest.json")
+}
+func (l *LocalDir) payloadDir(key string) string { return filepath.Join(l.root, key+".payloads") }
+func (l *LocalDir) payloadPath(key, addr string) string {
+	return filepath.Join(l.payloadDir(key), addr+".tar")
+}
+
+// Upload uploads the artifact in dir (made by [Export]) under key: the
+// payload first ([LocalDir.UploadPayload]), then the pointer swap
+// ([LocalDir.SwapPointer]).
+func (l *LocalDir) Upload(key, dir string) (Outcome, error) {
+	manifest, err := l.UploadPayload(key, dir)
+	if err != nil {
+		return 0, err
+	}
+	return l.SwapPointer(key, manifest)
+}
+
+// UploadPayload writes the tar of the artifact in dir to
+// <key>.payloads/<Address(manifest)>.tar, write-once: the tar goes to a temp
+// file, is fsynced, then hard-linked to its final name, which fails rather
+// than replaces. An existing payload of the same name must have identical
+// bytes (then its mtime is refreshed, restarting its prune grace); anything
+// else is an error. It returns the manifest bytes.
+func (l *LocalDir) UploadPayload(key, dir string) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	manifest, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if err != nil {
+		return nil, fmt.Errorf("export: upload: %w", err)
+	}
+	pdir := l.payloadDir(key)
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		return nil, fmt.Errorf("export: upload: %w", err)
+	}
+	tmp, err := os.CreateTemp(pdir, ".upload-*")
+	if err != nil {
+		return nil, fmt.Errorf("export: upload: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	h := blake3.New()
+	if err := WriteTar(io.MultiWriter(tmp, h), dir); err != nil {
+		return nil, fmt.Errorf("export: upload: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return nil, fmt.Errorf("export: upload: %w", err)
+	}
+	final := l.payloadPath(key, Address(manifest))
+	if err := os.Link(tmp.Name(), final); err != nil {
+		if !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("export: upload: %w", err)
+		}
+		_, sum, err := hashFile(final)
+		if err != nil {
+			return nil, fmt.Errorf("export: upload: existing payload: %w", err)
+		}
+		if want := fmt.Sprintf("%x", h.Sum(nil)); sum != want {
+			return nil, fmt.Errorf("export: upload: payload %s exists with different bytes", final)
+		}
+		now := time.Now()
+		if err := os.Chtimes(final, now, now); err != nil {
+			return nil, fmt.Errorf("export: upload: %w", err)
+		}
+	}
+	if err := syncDir(pdir); err != nil {
+		return nil, fmt.Errorf("export: upload: %w", err)
+	}
+	return manifest, nil
+}
+
+// SwapPointer publishes manifest as key's pointer if
+// [protocol.PointerPublishAllowed] admits its rank against the current
+// pointer (absent, parseable rank, or corrupt), atomically with respect to
+// every other SwapPointer and Prune on the key. The payload it names must
+// already be stored. It returns [SupersededByNewer] when the pointer is
+// strictly newer.
+func (l *LocalDir) SwapPointer(key string, manifest []byte) (Outcome, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	m, err := ParseManifest(manifest)
+	if err != nil {
+		return 0, fmt.Errorf("export: swap pointer: %w", err)
+	}
+	cur, err := m.DecodeCursor()
+	if err != nil {
+		return 0, fmt.Errorf("export: swap pointer: %w", err)
+	}
+	if _, err := os.Stat(l.payloadPath(key, Address(manifest))); err != nil {
+		return 0, fmt.Errorf("export: swap pointer: payload not stored: %w", err)
+	}
+	unlock, err := l.lock(key)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	old, state, err := l.readPointer(key)
+	if err != nil {
+		return 0, err
+	}
+	if !protocol.PointerPublishAllowed(state, cur.Rev) {
+		return SupersededByNewer, nil
+	}
+	if bytes.Equal(old, manifest) {
+		return Published, nil
+	}
+	if err := l.writePointer(key, manifest); err != nil {
+		return 0, err
+	}
+	return Published, nil
+}
+
+// readPointer returns the pointer's bytes (nil when absent) and its state.
+func (l *LocalDir) readPointer(key string) ([]byte, protocol.PointerState, error) {
+	b, err := os.ReadFile(l.pointerPath(key))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, protocol.PointerAbsent(), nil
+	}
+	if err != nil {
+		return nil, protocol.PointerState{}, fmt.Errorf("export: read pointer: %w", err)
+	}
+	return b, pointerState(b), nil
+}
+
+// pointerState classifies present pointer bytes: a manifest whose cursor
+// decodes has that cursor's revision as rank; anything else is corrupt.
+func pointerState(b []byte) protocol.PointerState {
+	m, err := ParseManifest(b)
+	if err != nil {
+		return protocol.PointerCorrupt()
+	}
+	c, err := m.DecodeCursor()
+	if err != nil {
+		return protocol.PointerCorrupt()
+	}
+	return protocol.PointerAt(c.Rev)
+}
+
+func (l *LocalDir) writePointer(key string, manifest []byte) error {
+	tmp, err := os.CreateTemp(l.root, "."+key+".pointer-*")
+	if err != nil {
+		return fmt.Errorf("export: write pointer: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	if _, err := tmp.Write(manifest); err != nil {
+		return fmt.Errorf("export: write pointer: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("export: write pointer: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("export: write pointer: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), l.pointerPath(key)); err != nil {
+		return fmt.Errorf("export: write pointer: %w", err)
+	}
+	if err := syncDir(l.root); err != nil {
+		return fmt.Errorf("export: write pointer: %w", err)
+	}
+	return nil
+}
+
+// lock takes the key's exclusive flock. Each call opens its own file
+// description, so it excludes other goroutines of this process as well as
+// other processes.
+func (l *LocalDir) lock(key string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(l.root, key+".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("export: lock: %w", err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("export: lock: %w", err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+	}, nil
+}
+
+// Pointer returns key's pointer bytes: the published manifest, the single
+// trusted object. It fails with [ErrNoPointer] when there is none. The bytes
+// may be corrupt; [LocalDir.Download] and [Import] check them.
+func (l *LocalDir) Pointer(key string) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(l.pointerPath(key))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrNoPointer, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("export: read pointer: %w", err)
+	}
+	return b, nil
+}
+
+// Download fetches key's pointer, derives the payload name from the
+// pointer's bytes (never from a stored name) and imports the payload into
+// dest (see [Import]).
+func (l *LocalDir) Download(key, dest string) (Manifest, error) {
+	manifest, err := l.Pointer(key)
+	if err != nil {
+		return Manifest{}, err
+	}
+	if _, err := ParseManifest(manifest); err != nil {
+		return Manifest{}, fmt.Errorf("export: download %s: pointer: %w", key, err)
+	}
+	f, err := os.Open(l.payloadPath(key, Address(manifest)))
+	if err != nil {
+		return Manifest{}, fmt.Errorf("export: download %s: %w", key, err)
+	}
+	defer f.Close()
+	return Import(f, manifest, dest)
+}
+
+// Prune deletes key's payloads that [protocol.PayloadPrunable] admits, under
+// the key's lock (so the pointer cannot move meanwhile), and returns the
+// names deleted. A payload's rank is read from the manifest inside it and
+// counts only when that manifest's address is the payload's name; otherwise
+// the rank is unknown and the payload is kept. A payload is aged out when
+// its mtime is older than now-grace. Production must pass a grace longer
+// than any upload-to-swap window (RATIONALE.md, "Prune needs a grace period
+// even with the strict rank rule").
+func (l *LocalDir) Prune(key string, grace time.Duration, now time.Time) ([]string, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	unlock, err := l.lock(key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	ptr, state, err := l.readPointer(key)
+	if err != nil {
+		return nil, err
+	}
+	target := ""
+	if ptr != nil {
+		target = Address(ptr) + ".tar"
+	}
+	entries, err := os.ReadDir(l.payloadDir(key))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("export: prune: %w", err)
+	}
+	var deleted []string
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".tar") {
+			continue
+		}
+		p := filepath.Join(l.payloadDir(key), name)
+		info, err := e.Info()
+		if err != nil {
+			return deleted, fmt.Errorf("export: prune: %w", err)
+		}
+		rank, known := payloadRank(p, strings.TrimSuffix(name, ".tar"))
+		pl := protocol.Payload{
+			Rank:            rank,
+			RankKnown:       known,
+			IsPointerTarget: name == target,
+			AgedOut:         info.ModTime().Before(now.Add(-grace)),
+		}
+		if !protocol.PayloadPrunable(pl, state) {
+			continue
+		}
+		if err := os.Remove(p); err != nil {
+			return deleted, fmt.Errorf("export: prune: %w", err)
+		}
+		deleted = append(deleted, name)
+	}
+	if len(deleted) > 0 {
+		if err := syncDir(l.payloadDir(key)); err != nil {
+			return deleted, fmt.Errorf("export: prune: %w", err)
+		}
+	}
+	return deleted, nil
+}
+
+// payloadRank reads the rank of the payload at p from its embedded
+// manifest, which must parse and have address addr.
+func payloadRank(p, addr string) (protocol.Revision, bool) {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			return 0, false
+		}
+		if hdr.Name != ManifestName || hdr.Typeflag != tar.TypeReg || hdr.Size > maxManifestSize {
+			continue
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil || Address(b) != addr {
+			return 0, false
+		}
+		m, err := ParseManifest(b)
+		if err != nil {
+			return 0, false
+		}
+		c, err := m.DecodeCursor()
+		if err != nil {
+			return 0, false
+		}
+		return c.Rev, true
+	}
+}
