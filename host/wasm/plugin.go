@@ -156,6 +156,7 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 		p.in = in
 	}
 	p.state.fold, p.state.module = r, p.current.Short()
+	defer func() { p.state.fold = nil }() // the Reader is the caller's, for this call only
 	cctx := context.WithValue(ctx, callKey{}, &p.state)
 	if d := p.r.opts.CallTimeout; d > 0 {
 		var cancel context.CancelFunc
