@@ -3,6 +3,7 @@ package wasm
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,6 +33,26 @@ func BenchmarkApply(b *testing.B) {
 				m, err := r.LoadFile(context.Background(), goRouterWasm(b))
 				if err != nil {
 					b.Fatal(err)
+				}
+				p := r.NewPlugin(m)
+				defer p.Close(context.Background())
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					if _, err := p.Apply(context.Background(), batch, emptyReader{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "updates/s")
+			})
+		}
+		for _, lang := range []string{"c", "as"} {
+			b.Run(fmt.Sprintf("wasm-%s/batch=%d", lang, size), func(b *testing.B) {
+				path := filepath.Join(repoRoot(b), "plugins", "example-router", "build", "router-"+lang+".wasm")
+				r := newRuntime(b, Options{})
+				m, err := r.LoadFile(context.Background(), path)
+				if err != nil {
+					b.Fatalf("%v (run scripts/build-plugins)", err)
 				}
 				p := r.NewPlugin(m)
 				defer p.Close(context.Background())
