@@ -32,6 +32,13 @@
 //
 // # Transport and pointer
 //
+// [Transport] is what an exporter and a bootstrapping node need from a
+// store; one contract suite (transport_contract_test.go) runs against every
+// implementation. [LocalDir] is the local-directory transport; [S3] stores
+// the same layout under a bucket prefix, uploading payloads as multipart in
+// 8 MiB parts and swapping the pointer with conditional writes (If-None-Match
+// "*" / If-Match ETag), at most [MaxSwapRetries] retries on a lost write.
+//
 // [LocalDir] is the local-directory transport. Payloads are write-once; the
 // pointer `<key>.manifest.json` holds the manifest bytes of the published
 // artifact and is swapped by compare-and-swap under an exclusive lock, only

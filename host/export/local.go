@@ -370,7 +370,14 @@ func payloadRank(p, addr string) (protocol.Revision, bool) {
 		return 0, false
 	}
 	defer f.Close()
-	tr := tar.NewReader(f)
+	return tarRank(f, addr)
+}
+
+// tarRank reads the rank of a payload tar from its embedded manifest, which
+// must parse and have address addr (so the rank is authenticated by the
+// payload's name).
+func tarRank(r io.Reader, addr string) (protocol.Revision, bool) {
+	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
 		if err != nil {
@@ -380,17 +387,26 @@ func payloadRank(p, addr string) (protocol.Revision, bool) {
 			continue
 		}
 		b, err := io.ReadAll(tr)
-		if err != nil || Address(b) != addr {
-			return 0, false
-		}
-		m, err := ParseManifest(b)
 		if err != nil {
 			return 0, false
 		}
-		c, err := m.DecodeCursor()
-		if err != nil {
-			return 0, false
-		}
-		return c.Rev, true
+		return manifestRank(b, addr)
 	}
+}
+
+// manifestRank is the rank of manifest bytes b if they have address addr and
+// parse.
+func manifestRank(b []byte, addr string) (protocol.Revision, bool) {
+	if Address(b) != addr {
+		return 0, false
+	}
+	m, err := ParseManifest(b)
+	if err != nil {
+		return 0, false
+	}
+	c, err := m.DecodeCursor()
+	if err != nil {
+		return 0, false
+	}
+	return c.Rev, true
 }

@@ -1,0 +1,619 @@
+package export
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/foldhost/foldhost/protocol"
+)
+
+const (
+	// DefaultPartSize is the multipart part size of payload uploads.
+	DefaultPartSize = 8 << 20
+	// MinPartSize is S3's minimum size of a multipart part but the last.
+	MinPartSize = 5 << 20
+	// DefaultPartConcurrency is how many parts of one payload upload are in
+	// flight at once.
+	DefaultPartConcurrency = 8
+	// MaxSwapRetries bounds the retries of a pointer swap that lost its
+	// conditional write to a concurrent swap.
+	MaxSwapRetries = 8
+
+	// rankTailWindow is how much of a payload's end Prune fetches to find
+	// the embedded manifest (the tar's last entry) before falling back to
+	// reading the whole payload.
+	rankTailWindow = 1 << 20
+)
+
+// S3Options configure an [S3] transport.
+type S3Options struct {
+	// Endpoint is the service's base URL (BaseEndpoint), e.g.
+	// "http://127.0.0.1:7070"; empty means AWS's endpoint for Region.
+	Endpoint string
+	// Region defaults to "us-east-1".
+	Region string
+	// Bucket must exist.
+	Bucket string
+	// Prefix is prepended to every object key ("<prefix>/<key>..."); empty
+	// means the bucket root. Leading and trailing slashes are ignored.
+	Prefix string
+	// AccessKey and SecretKey are static credentials.
+	AccessKey, SecretKey string
+	// UsePathStyle addresses the bucket in the path (local servers).
+	UsePathStyle bool
+	// PartSize of multipart uploads, at least [MinPartSize]; 0 means
+	// [DefaultPartSize]. A payload
+	// smaller than one part is uploaded with a single PutObject.
+	PartSize int64
+	// Concurrency is the number of parts in flight; 0 means
+	// [DefaultPartConcurrency].
+	Concurrency int
+}
+
+// S3 is the S3 transport:
+//
+//	<prefix>/<key>.payloads/<hex8>.tar   content-addressed payload, write-once
+//	<prefix>/<key>.manifest.json         pointer: the published manifest's bytes
+//
+// Payloads are written with If-None-Match "*" (multipart: on
+// CompleteMultipartUpload), so an existing payload is never replaced; an
+// existing payload with the same address is accepted after checking that its
+// embedded manifest has that address. The pointer is swapped by conditional
+// writes: read it (ETag and [protocol.PointerState]), ask
+// [protocol.PointerPublishAllowed], then PutObject with If-None-Match "*"
+// (absent) or If-Match ETag (present), retrying up to [MaxSwapRetries] times
+// when a concurrent swap wins (412). The server must honour conditional
+// writes atomically (AWS S3, versitygw; see DESIGN.md).
+//
+// Operations use context.Background; the SDK's own retries apply.
+type S3 struct {
+	client      *s3.Client
+	bucket      string
+	prefix      string
+	partSize    int64
+	concurrency int
+
+	// beforeSwapPut, when set (tests), runs between the pointer read and
+	// the conditional write of each swap attempt.
+	beforeSwapPut func(attempt int)
+}
+
+// NewS3 returns an S3 transport. It does not contact the server.
+func NewS3(o S3Options) (*S3, error) {
+	if o.Bucket == "" {
+		return nil, errors.New("export: s3: no bucket")
+	}
+	if o.Region == "" {
+		o.Region = "us-east-1"
+	}
+	if o.PartSize == 0 {
+		o.PartSize = DefaultPartSize
+	}
+	if o.PartSize < MinPartSize {
+		return nil, fmt.Errorf("export: s3: bad part size %d", o.PartSize)
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultPartConcurrency
+	}
+	so := s3.Options{
+		Region:                     o.Region,
+		UsePathStyle:               o.UsePathStyle,
+		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
+		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+	}
+	if o.AccessKey != "" || o.SecretKey != "" {
+		so.Credentials = credentials.NewStaticCredentialsProvider(o.AccessKey, o.SecretKey, "")
+	}
+	if o.Endpoint != "" {
+		so.BaseEndpoint = aws.String(o.Endpoint)
+	}
+	return &S3{
+		client:      s3.New(so),
+		bucket:      o.Bucket,
+		prefix:      strings.Trim(o.Prefix, "/"),
+		partSize:    o.PartSize,
+		concurrency: o.Concurrency,
+	}, nil
+}
+
+func (s *S3) object(name string) string {
+	if s.prefix == "" {
+		return name
+	}
+	return s.prefix + "/" + name
+}
+
+func (s *S3) pointerKey(key string) string    { return s.object(key + ".manifest.json") }
+func (s *S3) payloadPrefix(key string) string { return s.object(key + ".payloads/") }
+func (s *S3) payloadKey(key, addr string) string {
+	return s.payloadPrefix(key) + addr + ".tar"
+}
+
+// isPreconditionFailed reports a lost conditional write: 412
+// PreconditionFailed, or 409 ConditionalRequestConflict (AWS's answer to
+// conditional writes racing on one key).
+func isPreconditionFailed(err error) bool {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "PreconditionFailed", "ConditionalRequestConflict":
+			return true
+		}
+	}
+	return false
+}
+
+func isNotFound(err error) bool {
+	var nsk *types.NoSuchKey
+	var nf *types.NotFound
+	if errors.As(err, &nsk) || errors.As(err, &nf) {
+		return true
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "NoSuchKey", "NotFound":
+			return true
+		}
+	}
+	var he interface{ HTTPStatusCode() int }
+	return errors.As(err, &he) && he.HTTPStatusCode() == 404
+}
+
+// Upload uploads the artifact in dir under key: [S3.UploadPayload], then
+// [S3.SwapPointer].
+func (s *S3) Upload(key, dir string) (Outcome, error) {
+	manifest, err := s.UploadPayload(key, dir)
+	if err != nil {
+		return 0, err
+	}
+	return s.SwapPointer(key, manifest)
+}
+
+// UploadPayload uploads the tar of the artifact in dir to
+// <key>.payloads/<Address(manifest)>.tar, streaming it (multipart in
+// PartSize parts, Concurrency in flight, aborted on any failure; a single
+// PutObject when it fits in one part), write-once. An existing payload of
+// that name is accepted when its embedded manifest has that address (its
+// LastModified is not refreshed, unlike [LocalDir]; harmless, since only
+// payloads strictly below the pointer are ever pruned and those can never be
+// published). It returns the manifest bytes.
+func (s *S3) UploadPayload(key, dir string) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	manifest, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if err != nil {
+		return nil, fmt.Errorf("export: upload: %w", err)
+	}
+	if _, err := ParseManifest(manifest); err != nil {
+		return nil, fmt.Errorf("export: upload: %w", err)
+	}
+	ctx := context.Background()
+	addr := Address(manifest)
+	obj := s.payloadKey(key, addr)
+	exists, err := s.checkExistingPayload(ctx, obj, addr)
+	if err != nil {
+		return nil, err
+	}
+	if exists {
+		return manifest, nil
+	}
+	err = s.putPayload(ctx, obj, dir)
+	if isPreconditionFailed(err) { // a concurrent uploader stored it first
+		exists, err = s.checkExistingPayload(ctx, obj, addr)
+		if err == nil && !exists {
+			err = fmt.Errorf("export: upload: payload %s: conditional write refused but no object", obj)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return manifest, nil
+}
+
+// checkExistingPayload reports whether obj exists; an existing object must
+// embed a manifest with address addr.
+func (s *S3) checkExistingPayload(ctx context.Context, obj, addr string) (bool, error) {
+	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &obj})
+	if isNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("export: upload: head %s: %w", obj, err)
+	}
+	if _, ok, err := s.payloadRank(ctx, obj, aws.ToInt64(head.ContentLength), addr); err != nil {
+		return false, fmt.Errorf("export: upload: existing payload %s: %w", obj, err)
+	} else if !ok {
+		return false, fmt.Errorf("export: upload: payload %s exists with different content", obj)
+	}
+	return true, nil
+}
+
+// putPayload streams WriteTar(dir) to obj with If-None-Match "*".
+func (s *S3) putPayload(ctx context.Context, obj, dir string) (err error) {
+	pr, pw := io.Pipe()
+	tarDone := make(chan struct{})
+	go func() {
+		defer close(tarDone)
+		pw.CloseWithError(WriteTar(pw, dir))
+	}()
+	defer func() {
+		pr.CloseWithError(errors.New("export: upload stopped"))
+		<-tarDone
+	}()
+
+	first := make([]byte, s.partSize)
+	n, rerr := io.ReadFull(pr, first)
+	if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+		_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
+			Bucket:        &s.bucket,
+			Key:           &obj,
+			Body:          bytes.NewReader(first[:n]),
+			ContentLength: aws.Int64(int64(n)),
+			IfNoneMatch:   aws.String("*"),
+		})
+		if err != nil {
+			return fmt.Errorf("export: upload %s: %w", obj, err)
+		}
+		return nil
+	}
+	if rerr != nil {
+		return fmt.Errorf("export: upload %s: %w", obj, rerr)
+	}
+
+	created, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: &obj})
+	if err != nil {
+		return fmt.Errorf("export: upload %s: create multipart: %w", obj, err)
+	}
+	uploadID := created.UploadId
+	completed := false
+	defer func() {
+		if completed {
+			return
+		}
+		actx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, aerr := s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{
+			Bucket: &s.bucket, Key: &obj, UploadId: uploadID,
+		}); aerr != nil {
+			err = errors.Join(err, fmt.Errorf("export: upload %s: abort: %w", obj, aerr))
+		}
+	}()
+
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		firstErr error
+		parts    []types.CompletedPart
+		wg       sync.WaitGroup
+	)
+	fail := func(e error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = e
+			cancel()
+		}
+		mu.Unlock()
+	}
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstErr != nil
+	}
+	sem := make(chan struct{}, s.concurrency)
+	buf, last := first[:n], false
+	for num := int32(1); ; num++ {
+		sem <- struct{}{}
+		if failed() {
+			<-sem
+			break
+		}
+		wg.Add(1)
+		go func(num int32, b []byte) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out, err := s.client.UploadPart(pctx, &s3.UploadPartInput{
+				Bucket:        &s.bucket,
+				Key:           &obj,
+				UploadId:      uploadID,
+				PartNumber:    aws.Int32(num),
+				Body:          bytes.NewReader(b),
+				ContentLength: aws.Int64(int64(len(b))),
+			})
+			if err != nil {
+				fail(fmt.Errorf("export: upload %s: part %d: %w", obj, num, err))
+				return
+			}
+			mu.Lock()
+			parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(num)})
+			mu.Unlock()
+		}(num, buf)
+		if last {
+			break
+		}
+		next := make([]byte, s.partSize)
+		n, rerr := io.ReadFull(pr, next)
+		if rerr == io.EOF {
+			break
+		}
+		if rerr == io.ErrUnexpectedEOF {
+			last = true
+		} else if rerr != nil {
+			fail(fmt.Errorf("export: upload %s: %w", obj, rerr))
+			break
+		}
+		buf = next[:n]
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	slices.SortFunc(parts, func(a, b types.CompletedPart) int {
+		return int(aws.ToInt32(a.PartNumber) - aws.ToInt32(b.PartNumber))
+	})
+	_, err = s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+		Bucket:          &s.bucket,
+		Key:             &obj,
+		UploadId:        uploadID,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
+		IfNoneMatch:     aws.String("*"),
+	})
+	if err != nil {
+		return fmt.Errorf("export: upload %s: complete multipart: %w", obj, err)
+	}
+	completed = true
+	return nil
+}
+
+// SwapPointer publishes manifest as key's pointer if
+// [protocol.PointerPublishAllowed] admits its rank against the pointer it
+// reads, by a conditional write against exactly the pointer it read
+// (If-None-Match "*" when absent, If-Match its ETag when present). A lost
+// conditional write is retried from the read, at most [MaxSwapRetries]
+// times, then it fails with [ErrSwapContended]. The payload must already be
+// stored. It returns [SupersededByNewer] when the pointer is strictly newer.
+func (s *S3) SwapPointer(key string, manifest []byte) (Outcome, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	m, err := ParseManifest(manifest)
+	if err != nil {
+		return 0, fmt.Errorf("export: swap pointer: %w", err)
+	}
+	cur, err := m.DecodeCursor()
+	if err != nil {
+		return 0, fmt.Errorf("export: swap pointer: %w", err)
+	}
+	ctx := context.Background()
+	payload := s.payloadKey(key, Address(manifest))
+	if _, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &payload}); err != nil {
+		return 0, fmt.Errorf("export: swap pointer: payload not stored: %w", err)
+	}
+	ptr := s.pointerKey(key)
+	for attempt := 0; attempt <= MaxSwapRetries; attempt++ {
+		old, etag, state, err := s.readPointer(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		if !protocol.PointerPublishAllowed(state, cur.Rev) {
+			return SupersededByNewer, nil
+		}
+		if state.Present() && bytes.Equal(old, manifest) {
+			return Published, nil
+		}
+		in := &s3.PutObjectInput{
+			Bucket:        &s.bucket,
+			Key:           &ptr,
+			Body:          bytes.NewReader(manifest),
+			ContentLength: aws.Int64(int64(len(manifest))),
+			ContentType:   aws.String("application/json"),
+		}
+		if state.Present() {
+			if etag == "" {
+				return 0, fmt.Errorf("export: swap pointer %s: server returned no ETag", ptr)
+			}
+			in.IfMatch = aws.String(etag)
+		} else {
+			in.IfNoneMatch = aws.String("*")
+		}
+		if s.beforeSwapPut != nil {
+			s.beforeSwapPut(attempt)
+		}
+		_, err = s.client.PutObject(ctx, in)
+		if err == nil {
+			return Published, nil
+		}
+		if !isPreconditionFailed(err) {
+			return 0, fmt.Errorf("export: swap pointer %s: %w", ptr, err)
+		}
+	}
+	return 0, fmt.Errorf("%w: %s after %d retries", ErrSwapContended, ptr, MaxSwapRetries)
+}
+
+// readPointer returns the pointer's bytes (nil when absent), ETag and state.
+// A pointer larger than any manifest is corrupt.
+func (s *S3) readPointer(ctx context.Context, key string) ([]byte, string, protocol.PointerState, error) {
+	ptr := s.pointerKey(key)
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &ptr})
+	if isNotFound(err) {
+		return nil, "", protocol.PointerAbsent(), nil
+	}
+	if err != nil {
+		return nil, "", protocol.PointerState{}, fmt.Errorf("export: read pointer %s: %w", ptr, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(out.Body, maxManifestSize+1))
+	if err != nil {
+		return nil, "", protocol.PointerState{}, fmt.Errorf("export: read pointer %s: %w", ptr, err)
+	}
+	etag := aws.ToString(out.ETag)
+	if len(b) > maxManifestSize {
+		return b, etag, protocol.PointerCorrupt(), nil
+	}
+	return b, etag, pointerState(b), nil
+}
+
+// Pointer returns key's pointer bytes, or an error wrapping [ErrNoPointer].
+// The bytes may be corrupt; [S3.Download] and [Import] check them.
+func (s *S3) Pointer(key string) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	b, _, state, err := s.readPointer(context.Background(), key)
+	if err != nil {
+		return nil, err
+	}
+	if !state.Present() {
+		return nil, fmt.Errorf("%w: %s", ErrNoPointer, key)
+	}
+	return b, nil
+}
+
+// Download fetches key's pointer, derives the payload name from the
+// pointer's bytes and streams the payload into [Import] at dest.
+func (s *S3) Download(key, dest string) (Manifest, error) {
+	manifest, err := s.Pointer(key)
+	if err != nil {
+		return Manifest{}, err
+	}
+	if _, err := ParseManifest(manifest); err != nil {
+		return Manifest{}, fmt.Errorf("export: download %s: pointer: %w", key, err)
+	}
+	if err := checkDest(dest); err != nil {
+		return Manifest{}, err
+	}
+	obj := s.payloadKey(key, Address(manifest))
+	out, err := s.client.GetObject(context.Background(), &s3.GetObjectInput{Bucket: &s.bucket, Key: &obj})
+	if err != nil {
+		return Manifest{}, fmt.Errorf("export: download %s: %w", obj, err)
+	}
+	defer out.Body.Close()
+	return Import(out.Body, manifest, dest)
+}
+
+// Prune deletes key's payloads that [protocol.PayloadPrunable] admits against
+// the pointer read at the start, and returns the names deleted. The pointer
+// is monotone, so a payload strictly below the rank read then can never be
+// published later; a corrupt or absent pointer prunes nothing. A payload's
+// rank is read from its embedded manifest (the tar's last entry, found by a
+// ranged GET of the last 1 MiB, or the whole payload when smaller or when
+// the tail has no manifest) and counts only when that manifest's address is
+// the payload's name; it is read only for aged-out non-targets. A payload is aged out when its
+// LastModified is before now-grace.
+func (s *S3) Prune(key string, grace time.Duration, now time.Time) ([]string, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	ptr, _, state, err := s.readPointer(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := state.Rank(); !ok {
+		return nil, nil // nothing is prunable; do not even list
+	}
+	target := Address(ptr) + ".tar"
+	prefix := s.payloadPrefix(key)
+	var deleted []string
+	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &prefix})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return deleted, fmt.Errorf("export: prune: list: %w", err)
+		}
+		for _, o := range page.Contents {
+			obj := aws.ToString(o.Key)
+			name := strings.TrimPrefix(obj, prefix)
+			if strings.Contains(name, "/") || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".tar") {
+				continue
+			}
+			pl := protocol.Payload{
+				IsPointerTarget: name == target,
+				AgedOut:         o.LastModified != nil && o.LastModified.Before(now.Add(-grace)),
+			}
+			if pl.IsPointerTarget || !pl.AgedOut {
+				continue // not prunable whatever its rank; skip the read
+			}
+			pl.Rank, pl.RankKnown, err = s.payloadRank(ctx, obj, aws.ToInt64(o.Size), strings.TrimSuffix(name, ".tar"))
+			if err != nil {
+				return deleted, fmt.Errorf("export: prune: %w", err)
+			}
+			if !protocol.PayloadPrunable(pl, state) {
+				continue
+			}
+			if _, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &obj}); err != nil {
+				return deleted, fmt.Errorf("export: prune: delete %s: %w", obj, err)
+			}
+			deleted = append(deleted, name)
+		}
+	}
+	return deleted, nil
+}
+
+// payloadRank reads the rank of payload obj (size bytes) from its embedded
+// manifest, which must have address addr. The manifest is the tar's last
+// entry, so it first looks in the payload's last rankTailWindow bytes,
+// trying each 512-byte block as a tar header; failing that it streams the
+// whole payload. A payload that vanished or cannot be parsed has an unknown
+// rank (ok false, nil error); only transport failures are errors.
+func (s *S3) payloadRank(ctx context.Context, obj string, size int64, addr string) (protocol.Revision, bool, error) {
+	if size > rankTailWindow {
+		start := size - rankTailWindow
+		rng := fmt.Sprintf("bytes=%d-%d", start, size-1)
+		tail, err := s.get(ctx, obj, &rng)
+		if isNotFound(err) {
+			return 0, false, nil
+		}
+		if err != nil {
+			return 0, false, err
+		}
+		for i := (512 - start%512) % 512; i < int64(len(tail)); i += 512 {
+			if !bytes.Contains(tail[i:min(i+512, int64(len(tail)))], []byte(ManifestName)) {
+				continue
+			}
+			if r, ok := tarRank(bytes.NewReader(tail[i:]), addr); ok {
+				return r, true, nil
+			}
+		}
+	}
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &obj})
+	if isNotFound(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("get %s: %w", obj, err)
+	}
+	defer out.Body.Close()
+	r, ok := tarRank(out.Body, addr)
+	return r, ok, nil
+}
+
+func (s *S3) get(ctx context.Context, obj string, rng *string) ([]byte, error) {
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &obj, Range: rng})
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", obj, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", obj, err)
+	}
+	return b, nil
+}

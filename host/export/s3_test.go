@@ -1,0 +1,434 @@
+package export
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/zeebo/blake3"
+)
+
+const (
+	vgwAccess = "foldhosttest"
+	vgwSecret = "foldhosttestsecret"
+	// vgwInstall is how scripts/test installs the server.
+	vgwInstall = `(from the repository root) GOBIN="$PWD/bin" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 && export FOLDHOST_VERSITYGW="$PWD/bin/versitygw"`
+)
+
+// versityGW is a real S3 server (versitygw on a posix temp dir) started for
+// one test and killed at its cleanup.
+type versityGW struct {
+	endpoint string
+	buckets  atomic.Int64
+}
+
+// startVersityGW starts versitygw from $FOLDHOST_VERSITYGW, else from PATH.
+// A missing binary fails the test: the S3 contract is never skipped.
+func startVersityGW(t *testing.T) *versityGW {
+	t.Helper()
+	bin := os.Getenv("FOLDHOST_VERSITYGW")
+	if bin == "" {
+		p, err := exec.LookPath("versitygw")
+		if err != nil {
+			t.Fatalf("versitygw not found: set FOLDHOST_VERSITYGW or put it on PATH; install with:\n\t%s\n(scripts/test does this)", vgwInstall)
+		}
+		bin = p
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("FOLDHOST_VERSITYGW=%s: %v; install with:\n\t%s", bin, err, vgwInstall)
+	}
+	root := t.TempDir()
+	args := []string{"--port", "", "-a", vgwAccess, "-s", vgwSecret, "-q", "--health", "/health", "posix"}
+	// The posix backend keeps metadata in user xattrs; use a sidecar
+	// directory where the filesystem has none.
+	probe := filepath.Join(root, ".xattr-probe")
+	if err := os.WriteFile(probe, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setxattr(probe, "user.foldhost", []byte("1"), 0); err != nil {
+		sidecar := t.TempDir()
+		t.Logf("versitygw: no user xattrs on %s (%v), using --sidecar", root, err)
+		args = append(args, "--sidecar", sidecar)
+	}
+	_ = os.Remove(probe)
+	args = append(args, root)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	args[1] = addr
+
+	var logBuf syncBuffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start versitygw %s: %v", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("versitygw output:\n%s", logBuf.String())
+		}
+	})
+	endpoint := "http://" + addr
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(endpoint + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("versitygw exited: %v\n%s", err, logBuf.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("versitygw not healthy at %s/health after 20s: %v\n%s", endpoint, err, logBuf.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return &versityGW{endpoint: endpoint}
+}
+
+// transport creates a fresh bucket and returns an S3 transport on it under
+// a prefix, with opts applied.
+func (g *versityGW) transport(t *testing.T, opts func(*S3Options)) *S3 {
+	t.Helper()
+	bucket := fmt.Sprintf("foldhost-%d", g.buckets.Add(1))
+	o := S3Options{
+		Endpoint:     g.endpoint,
+		Region:       "us-east-1",
+		Bucket:       bucket,
+		Prefix:       "exports/test",
+		AccessKey:    vgwAccess,
+		SecretKey:    vgwSecret,
+		UsePathStyle: true,
+	}
+	if opts != nil {
+		opts(&o)
+	}
+	s, err := NewS3(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatalf("create bucket: %v", err)
+	}
+	return s
+}
+
+func (s *S3) testPut(t *testing.T, obj string, b []byte) {
+	t.Helper()
+	if _, err := s.client.PutObject(context.Background(), &s3.PutObjectInput{
+		Bucket: &s.bucket, Key: &obj, Body: bytes.NewReader(b), ContentLength: aws.Int64(int64(len(b))),
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *S3) testList(t *testing.T, prefix string) []string {
+	t.Helper()
+	var names []string
+	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &prefix})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range page.Contents {
+			names = append(names, strings.TrimPrefix(aws.ToString(o.Key), prefix))
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+func s3Harness(t *testing.T, s *S3) harness {
+	return harness{
+		Transport:  s,
+		putPointer: func(t *testing.T, key string, b []byte) { s.testPut(t, s.pointerKey(key), b) },
+		putPayload: func(t *testing.T, key, name string, b []byte) {
+			s.testPut(t, s.payloadKey(key, strings.TrimSuffix(name, ".tar")), b)
+		},
+		payloads:   func(t *testing.T, key string) []string { return s.testList(t, s.payloadPrefix(key)) },
+		raceRounds: 10,
+	}
+}
+
+func TestTransportContractS3(t *testing.T) {
+	gw := startVersityGW(t)
+	runTransportContract(t, func(t *testing.T) harness { return s3Harness(t, gw.transport(t, nil)) })
+}
+
+func TestS3Layout(t *testing.T) {
+	gw := startVersityGW(t)
+	s := gw.transport(t, nil)
+	st := openStore(t)
+	a := exportAt(t, st, 100, nil)
+	if out, err := s.Upload("k", a.dir); err != nil || out != Published {
+		t.Fatalf("upload: %v %v", out, err)
+	}
+	got := s.testList(t, "")
+	want := []string{"exports/test/k.manifest.json", "exports/test/k.payloads/" + a.addr + ".tar"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("objects %v, want %v", got, want)
+	}
+	// The payload is byte-identical to WriteTar's output.
+	b, err := s.get(context.Background(), want[1], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, tarOf(t, a.dir)) {
+		t.Fatal("payload differs from WriteTar output")
+	}
+}
+
+// padArtifact adds an incompressible file of size bytes as the artifact's
+// last data file (pebble ignores it), so its payload spans several parts.
+func padArtifact(t *testing.T, a artifact, size int) artifact {
+	t.Helper()
+	pad := make([]byte, size)
+	rng := rand.NewChaCha8([32]byte{1})
+	_, _ = rng.Read(pad)
+	const name = "data/zzzz-padding"
+	if err := os.WriteFile(filepath.Join(a.dir, filepath.FromSlash(name)), pad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ParseManifest(readManifest(t, a.dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := blake3.Sum256(pad)
+	m.Files = append(m.Files, File{Path: name, Size: int64(size), BLAKE3: hex.EncodeToString(sum[:])})
+	slices.SortFunc(m.Files, func(x, y File) int { return strings.Compare(x.Path, y.Path) })
+	if m.Files[len(m.Files)-1].Path != name {
+		t.Fatal("padding is not the last file")
+	}
+	mb, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a.dir, ManifestName), mb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.addr = Address(mb)
+	return a
+}
+
+// A payload of several parts goes up as a multipart upload, comes back
+// byte-identical to WriteTar's output, round-trips through Download, and
+// its rank is found from its tail.
+func TestS3Multipart(t *testing.T) {
+	gw := startVersityGW(t)
+	s := gw.transport(t, func(o *S3Options) { o.PartSize = MinPartSize; o.Concurrency = 2 })
+	st := openStore(t)
+	a := padArtifact(t, exportAt(t, st, 100, nil), 3*MinPartSize+12345)
+	start := time.Now()
+	if out, err := s.Upload("k", a.dir); err != nil || out != Published {
+		t.Fatalf("upload: %v %v", out, err)
+	}
+	tb := tarOf(t, a.dir)
+	t.Logf("uploaded %d bytes in 4 parts in %v", len(tb), time.Since(start))
+	obj := s.payloadKey("k", a.addr)
+	b, err := s.get(context.Background(), obj, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, tb) {
+		t.Fatal("payload differs from WriteTar output")
+	}
+	// Multipart ETags have a part count suffix.
+	head, err := s.client.HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: &s.bucket, Key: &obj})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(strings.Trim(aws.ToString(head.ETag), `"`), "-4") {
+		t.Errorf("payload ETag %s: not a 4-part multipart upload", aws.ToString(head.ETag))
+	}
+	// Re-upload: the existing payload is recognised, not re-sent.
+	if out, err := s.Upload("k", a.dir); err != nil || out != Published {
+		t.Fatalf("re-upload: %v %v", out, err)
+	}
+	dest := filepath.Join(t.TempDir(), "fold")
+	if _, err := s.Download("k", dest); err != nil {
+		t.Fatal(err)
+	}
+	checkImported(t, dest, a.cursor, a.data)
+
+	r, ok, err := s.payloadRank(context.Background(), obj, int64(len(tb)), a.addr)
+	if err != nil || !ok || r != a.cursor.Rev {
+		t.Fatalf("rank %d %v %v, want %d", r, ok, err, a.cursor.Rev)
+	}
+	if _, ok, err := s.payloadRank(context.Background(), obj, int64(len(tb)), "0000000000000000"); err != nil || ok {
+		t.Fatalf("wrong address: %v %v", ok, err)
+	}
+}
+
+// A payload whose tar fails mid-stream (a data file changed after export),
+// after parts were uploaded, aborts its multipart upload: no object, no
+// pending upload.
+func TestS3MultipartAbortedOnFailure(t *testing.T) {
+	gw := startVersityGW(t)
+	s := gw.transport(t, func(o *S3Options) { o.PartSize = MinPartSize; o.Concurrency = 2 })
+	st := openStore(t)
+	a := padArtifact(t, exportAt(t, st, 100, nil), 3*MinPartSize)
+	p := filepath.Join(a.dir, "data", "zzzz-padding")
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("tampered"), 3*MinPartSize-100); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := s.UploadPayload("k", a.dir); err == nil {
+		t.Fatal("upload of a tampered artifact succeeded")
+	} else {
+		t.Logf("upload failed as expected: %v", err)
+	}
+	if got := s.testList(t, ""); len(got) != 0 {
+		t.Fatalf("objects left: %v", got)
+	}
+	ups, err := s.client.ListMultipartUploads(context.Background(), &s3.ListMultipartUploadsInput{Bucket: &s.bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ups.Uploads) != 0 {
+		t.Fatalf("multipart uploads left pending: %d", len(ups.Uploads))
+	}
+}
+
+// An existing payload with the payload's name but other content is an
+// error, never silently accepted or replaced.
+func TestS3ExistingPayloadMismatch(t *testing.T) {
+	gw := startVersityGW(t)
+	s := gw.transport(t, nil)
+	st := openStore(t)
+	a := exportAt(t, st, 10, nil)
+	s.testPut(t, s.payloadKey("k", a.addr), []byte("squatter"))
+	if _, err := s.Upload("k", a.dir); err == nil {
+		t.Fatal("upload over a foreign payload succeeded")
+	}
+	if _, err := s.Pointer("k"); err == nil {
+		t.Fatal("pointer published over a foreign payload")
+	}
+}
+
+// A pointer that moves between a swap's read and its conditional write
+// fails the write (412); the swap re-reads and decides again: here it finds
+// a newer pointer and reports superseded, never overwriting it.
+func TestS3SwapLostWriteRereads(t *testing.T) {
+	gw := startVersityGW(t)
+	s := gw.transport(t, nil)
+	st := openStore(t)
+	old := exportAt(t, st, 5, nil)
+	mid := exportAt(t, st, 5, nil)
+	newer := exportAt(t, st, 5, nil)
+	for _, a := range []artifact{old, mid, newer} {
+		if _, err := s.UploadPayload("k", a.dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		first *artifact // pointer before the swap; nil: absent
+	}{{"absent", nil}, {"present", &old}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := s.client.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: &s.bucket, Key: aws.String(s.pointerKey("k"))}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.first != nil {
+				s.testPut(t, s.pointerKey("k"), readManifest(t, tc.first.dir))
+			}
+			var attempts []int
+			s.beforeSwapPut = func(attempt int) {
+				attempts = append(attempts, attempt)
+				if attempt == 0 {
+					s.testPut(t, s.pointerKey("k"), readManifest(t, newer.dir))
+				}
+			}
+			defer func() { s.beforeSwapPut = nil }()
+			out, err := s.SwapPointer("k", readManifest(t, mid.dir))
+			if err != nil || out != SupersededByNewer {
+				t.Fatalf("swap: %v %v, want superseded", out, err)
+			}
+			if !slices.Equal(attempts, []int{0}) {
+				t.Fatalf("attempts %v", attempts)
+			}
+			if b, _ := s.Pointer("k"); Address(b) != newer.addr {
+				t.Fatal("pointer overwritten")
+			}
+		})
+	}
+}
+
+// A swap that loses every conditional write gives up after MaxSwapRetries
+// retries with ErrSwapContended, leaving the other writer's pointer.
+func TestS3SwapContended(t *testing.T) {
+	gw := startVersityGW(t)
+	s := gw.transport(t, nil)
+	st := openStore(t)
+	a := exportAt(t, st, 5, nil)
+	if _, err := s.UploadPayload("k", a.dir); err != nil {
+		t.Fatal(err)
+	}
+	attempts := 0
+	s.beforeSwapPut = func(attempt int) {
+		attempts++
+		s.testPut(t, s.pointerKey("k"), []byte(fmt.Sprintf("corrupt %d", attempt)))
+	}
+	_, err := s.SwapPointer("k", readManifest(t, a.dir))
+	if !errors.Is(err, ErrSwapContended) {
+		t.Fatalf("swap: %v, want ErrSwapContended", err)
+	}
+	if attempts != 1+MaxSwapRetries {
+		t.Fatalf("%d attempts, want %d", attempts, 1+MaxSwapRetries)
+	}
+	if b, _ := s.Pointer("k"); string(b) != fmt.Sprintf("corrupt %d", MaxSwapRetries) {
+		t.Fatalf("pointer %q", b)
+	}
+}
+
+// syncBuffer collects a child's output for failure logs.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
