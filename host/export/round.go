@@ -1,0 +1,112 @@
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// RoundConfig configures one export round.
+type RoundConfig struct {
+	Key      string        // the artifact key (transport layout and lease key)
+	Holder   string        // this node's identity in the lease
+	TTL      time.Duration // the lease's lifetime; payloads are pruned after 4x TTL
+	Scope    []string      // the fold's watch scope, recorded in the manifest
+	StageDir string        // where the artifact is staged: on the fold's filesystem
+	// Now reads the wall clock (lease expiry, prune age); default time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger // default slog.Default()
+}
+
+// RoundResult is what a round did.
+type RoundResult struct {
+	// Skipped: another node holds the lease; nothing was exported.
+	Skipped bool
+	Outcome Outcome         // Published or SupersededByNewer (when not skipped)
+	Cursor  protocol.Cursor // the exported cursor
+	Pruned  []string        // payloads deleted after a publish
+}
+
+// PruneGraceFactor is the prune grace in lease TTLs: a payload is deleted
+// only once it is older than 4 x TTL, which outlasts any round still
+// uploading toward it (RATIONALE.md: prune needs a grace period even with
+// the strict rank rule).
+const PruneGraceFactor = 4
+
+// RunRound runs one fleet-wide export round for a live fold: lease ->
+// export between flushes of the fold's loop (its pending batch flushed
+// first, so the artifact's cursor is the applied cursor) -> upload -> pointer
+// swap -> complete -> prune -> delete the local artifact. Failure handling
+// follows the seed's table: a failed export or upload abandons the lease
+// (the next trigger elects a new node) and deletes the local artifact; a
+// round superseded by a newer pointer abandons the lease too, a normal
+// outcome; failures to complete the lease or to prune after a publish are
+// logged, not returned (the artifact is published; the next round retries).
+//
+// loop must be the running loop that folds into store; RunRound blocks on
+// loop.Do until the loop handles the request.
+func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, tr Transport, lease *Lease, cfg RoundConfig) (RoundResult, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	guard, err := lease.TryAcquire(ctx, cfg.Key, cfg.Holder, cfg.TTL, cfg.Now())
+	if err != nil {
+		return RoundResult{}, fmt.Errorf("export round %s: lease: %w", cfg.Key, err)
+	}
+	if guard == nil {
+		return RoundResult{Skipped: true}, nil
+	}
+	abandon := func(why error) error {
+		if err := guard.Abandon(ctx); err != nil {
+			log.Warn("export round: abandoning the lease failed; it expires on its own", "key", cfg.Key, "err", err)
+		}
+		return why
+	}
+
+	var dir string
+	var m Manifest
+	err = loop.Do(ctx, func(context.Context, fold.Target) error {
+		var err error
+		dir, m, err = Export(store, cfg.StageDir, cfg.Scope)
+		return err
+	})
+	if dir != "" {
+		defer os.RemoveAll(dir) // artifacts are transient: they pin files the store compacts away
+	}
+	if err != nil {
+		return RoundResult{}, abandon(fmt.Errorf("export round %s: export: %w", cfg.Key, err))
+	}
+	cursor, err := m.DecodeCursor()
+	if err != nil {
+		return RoundResult{}, abandon(fmt.Errorf("export round %s: %w", cfg.Key, err))
+	}
+	out, err := tr.Upload(cfg.Key, dir)
+	if err != nil {
+		return RoundResult{}, abandon(fmt.Errorf("export round %s: upload: %w", cfg.Key, err))
+	}
+	res := RoundResult{Outcome: out, Cursor: cursor}
+	if out != Published {
+		_ = abandon(nil)
+		log.Info("export round superseded by a newer artifact", "key", cfg.Key, "cursor", cursor)
+		return res, nil
+	}
+	if err := guard.Complete(ctx, cursor, cfg.Now()); err != nil && !errors.Is(err, ErrLeaseLost) {
+		log.Warn("export round: completing the lease failed", "key", cfg.Key, "err", err)
+	}
+	res.Pruned, err = tr.Prune(cfg.Key, PruneGraceFactor*cfg.TTL, cfg.Now())
+	if err != nil {
+		log.Warn("export round: prune failed; stale payloads linger until the next round", "key", cfg.Key, "err", err)
+	}
+	log.Info("export round published", "key", cfg.Key, "cursor", cursor, "pruned", len(res.Pruned))
+	return res, nil
+}

@@ -1,0 +1,216 @@
+package export
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/foldhost/foldhost/host/embeddednats"
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// liveFold is a fold.Follow running in the background.
+type liveFold struct {
+	store     *fold.Store
+	loop      atomic.Pointer[fold.Loop]
+	delivered atomic.Int64
+	cancel    context.CancelFunc
+	done      chan error
+}
+
+func followBucket(t *testing.T, b *natskv.Bucket, dir string) *liveFold {
+	t.Helper()
+	st, _, err := fold.Open(dir, fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &liveFold{store: st, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		_, err := fold.Follow(ctx, b, st, fold.NopPlugin, fold.FollowConfig{
+			Loop:   fold.LoopConfig{OnApplied: func(a fold.Applied) { f.delivered.Add(int64(a.Updates)) }},
+			OnLoop: func(l *fold.Loop) { f.loop.Store(l) },
+		})
+		f.done <- err
+	}()
+	t.Cleanup(func() { f.stop(t) })
+	return f
+}
+
+func (f *liveFold) stop(t *testing.T) {
+	if f.cancel == nil {
+		return
+	}
+	f.cancel()
+	if err := <-f.done; err != nil {
+		t.Errorf("fold stopped with %v", err)
+	}
+	f.cancel = nil
+	f.store.Close()
+}
+
+// waitHead waits until the fold's cursor reaches the stream head.
+func (f *liveFold) waitHead(t *testing.T, b *natskv.Bucket) protocol.Revision {
+	t.Helper()
+	ret, _, err := b.Retention(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for f.store.Cursor().Rev < ret.Last || f.loop.Load() == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("fold at %v did not reach the head %d within 30s", f.store.Cursor(), ret.Last)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return ret.Last
+}
+
+func putN(t *testing.T, b *natskv.Bucket, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		if _, err := b.KV().Put(context.Background(), fmt.Sprintf("k%04d", i), []byte(fmt.Sprint("v", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRoundThenDeltaOnlyBootstrap: node A exports a live fold under the
+// lease; node B bootstraps from the artifact and then receives only what
+// was written after the artifact's cursor, ending identical to A.
+func TestRoundThenDeltaOnlyBootstrap(t *testing.T) {
+	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := natskv.Connect(natskv.ConnOptions{URL: srv.ClientURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx := context.Background()
+	b, err := natskv.OpenBucket(ctx, nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := natskv.OpenBucket(ctx, nc, natskv.BucketConfig{Name: "leases"}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := NewLease(lb.KV(), LeaseOptions{})
+	tr, err := NewLocalDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const before, during, delta = 300, 50, 40
+	putN(t, b, 0, before)
+	a := followBucket(t, b, filepath.Join(t.TempDir(), "a"))
+	a.waitHead(t, b)
+	putN(t, b, before, during) // the loop is live while the round runs
+	head := a.waitHead(t, b)
+
+	cfg := RoundConfig{Key: "routes", Holder: "node-a", TTL: time.Minute, StageDir: t.TempDir()}
+	res, err := RunRound(ctx, a.loop.Load(), a.store, tr, lease, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Skipped || res.Outcome != Published || res.Cursor.Rev != head {
+		t.Fatalf("round = %+v, want published at %d", res, head)
+	}
+	rec, err := lease.Read(ctx, "routes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok, err := rec.CompletedCursor(); err != nil || !ok || c != res.Cursor {
+		t.Fatalf("lease record does not carry the exported cursor: %+v %v", rec, err)
+	}
+	// Another node in the same TTL: the lease is held, nothing exported.
+	cfg.Holder = "node-c"
+	if res2, err := RunRound(ctx, a.loop.Load(), a.store, tr, lease, cfg); err != nil || !res2.Skipped {
+		t.Fatalf("second round within the TTL = %+v, %v; want skipped", res2, err)
+	}
+
+	putN(t, b, 1000, delta) // written after the artifact's cursor
+
+	bDir := filepath.Join(t.TempDir(), "b")
+	m, err := tr.Download("routes", bDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := m.DecodeCursor(); c != res.Cursor {
+		t.Fatalf("downloaded artifact at %v, exported %v", c, res.Cursor)
+	}
+	node := followBucket(t, b, bDir)
+	final := node.waitHead(t, b)
+	if got := node.delivered.Load(); got != delta {
+		t.Fatalf("bootstrapped node received %d updates, want only the delta %d (not %d)", got, delta, before+during+delta)
+	}
+	a.waitHead(t, b)
+	if da, db := dumpStore(t, a.store), dumpStore(t, node.store); !reflect.DeepEqual(da, db) {
+		t.Fatalf("bootstrapped node differs from the exporter at %d", final)
+	}
+}
+
+// idleSource is a fold.Source that delivers nothing until stopped: a loop
+// that only serves requests.
+type idleSource struct{ ch chan natskv.Event }
+
+func (s *idleSource) Events() <-chan natskv.Event { return s.ch }
+func (s *idleSource) Stop()                       {}
+func (s *idleSource) Err() error                  { return nil }
+
+// TestRoundSupersededAbandonsTheLease: a slow exporter whose fold is behind
+// the published pointer gets SupersededByNewer, the pointer stays, and the
+// lease is freed at once for the next round.
+func TestRoundSupersededAbandonsTheLease(t *testing.T) {
+	lease, _ := leaseKV(t)
+	tr, err := NewLocalDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	run := func(st *fold.Store, holder string, now time.Time) RoundResult {
+		t.Helper()
+		src := &idleSource{ch: make(chan natskv.Event)}
+		loop := fold.NewLoop(st, fold.NopPlugin, fold.LoopConfig{})
+		lctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { loop.Run(lctx, src); close(done) }()
+		defer func() { cancel(); <-done }()
+		res, err := RunRound(ctx, loop, st, tr, lease, RoundConfig{Key: "k", Holder: holder, TTL: time.Minute,
+			StageDir: t.TempDir(), Now: func() time.Time { return now }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	fresh, stale := openStore(t), openStore(t)
+	commitN(t, fresh, 20)
+	commitN(t, stale, 5)
+	if res := run(fresh, "fresh", leaseT0); res.Outcome != Published {
+		t.Fatalf("fresh round = %+v", res)
+	}
+	ptr, _ := tr.Pointer("k")
+	// Two minutes later the fresh lease has expired; the stale node wins it,
+	// exports, and is superseded.
+	later := leaseT0.Add(2 * time.Minute)
+	if res := run(stale, "stale", later); res.Skipped || res.Outcome != SupersededByNewer {
+		t.Fatalf("stale round = %+v, want superseded", res)
+	}
+	if now, _ := tr.Pointer("k"); string(now) != string(ptr) {
+		t.Fatal("a superseded round moved the pointer")
+	}
+	// Abandoned: a third node wins the lease at the same instant.
+	g, err := lease.TryAcquire(ctx, "k", "third", time.Minute, later)
+	if err != nil || g == nil {
+		t.Fatalf("lease not freed after a superseded round: %v %v", g, err)
+	}
+}
