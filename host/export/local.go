@@ -82,11 +82,7 @@ func (l *LocalDir) payloadPath(key, addr string) string {
 // payload first ([LocalDir.UploadPayload]), then the pointer swap
 // ([LocalDir.SwapPointer]).
 func (l *LocalDir) Upload(key, dir string) (Outcome, error) {
-	manifest, err := l.UploadPayload(key, dir)
-	if err != nil {
-		return 0, err
-	}
-	return l.SwapPointer(key, manifest)
+	return upload(l, key, dir)
 }
 
 // UploadPayload writes the tar of the artifact in dir to
@@ -96,12 +92,9 @@ func (l *LocalDir) Upload(key, dir string) (Outcome, error) {
 // bytes (then its mtime is refreshed, restarting its prune grace); anything
 // else is an error. It returns the manifest bytes.
 func (l *LocalDir) UploadPayload(key, dir string) ([]byte, error) {
-	if err := checkKey(key); err != nil {
-		return nil, err
-	}
-	manifest, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	manifest, err := artifactManifest(key, dir)
 	if err != nil {
-		return nil, fmt.Errorf("export: upload: %w", err)
+		return nil, err
 	}
 	pdir := l.payloadDir(key)
 	if err := os.MkdirAll(pdir, 0o755); err != nil {

@@ -39,16 +39,3 @@ func newLocal(t *testing.T) *LocalDir {
 	}
 	return l
 }
-
-func pointerRank(t *testing.T, l *LocalDir, key string) protocol.Revision {
-	t.Helper()
-	b, err := l.Pointer(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, ok := pointerState(b).Rank()
-	if !ok {
-		t.Fatalf("pointer not parseable: %q", b)
-	}
-	return r
-}

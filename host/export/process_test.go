@@ -11,14 +11,10 @@ import (
 	"github.com/foldhost/foldhost/protocol"
 )
 
-// TestHelperUploader is not a test: TestLocalRaceAcrossProcesses runs the
-// test binary as a child that uploads the artifacts named in its
-// environment, in order, several times.
-func TestHelperUploader(t *testing.T) {
-	root := os.Getenv("EXPORT_HELPER_ROOT")
-	if root == "" {
-		t.Skip("helper process only")
-	}
+// helperUploader is the child side of TestLocalRaceAcrossProcesses: the test
+// binary re-run with EXPORT_HELPER_ROOT set uploads the artifacts named in
+// its environment, in order, several times.
+func helperUploader(t *testing.T, root string) {
 	l, err := NewLocalDir(root)
 	if err != nil {
 		t.Fatal(err)
@@ -37,6 +33,10 @@ func TestHelperUploader(t *testing.T) {
 // concurrently, one uploading newest-first, the other oldest-first; the
 // flock(2) CAS keeps the observed rank monotone.
 func TestLocalRaceAcrossProcesses(t *testing.T) {
+	if root := os.Getenv("EXPORT_HELPER_ROOT"); root != "" {
+		helperUploader(t, root)
+		return
+	}
 	st := openStore(t)
 	var arts []artifact
 	for i := 0; i < 3; i++ {
@@ -51,7 +51,7 @@ func TestLocalRaceAcrossProcesses(t *testing.T) {
 	slices.Reverse(rev)
 	var cmds []*exec.Cmd
 	for _, order := range [][]string{fwd, rev} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperUploader$", "-test.count=1")
+		cmd := exec.Command(os.Args[0], "-test.run=^TestLocalRaceAcrossProcesses$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "EXPORT_HELPER_ROOT="+l.root,
 			"EXPORT_HELPER_DIRS="+strings.Join(order, string(os.PathListSeparator)))
 		if err := cmd.Start(); err != nil {
@@ -84,7 +84,7 @@ func TestLocalRaceAcrossProcesses(t *testing.T) {
 	if !slices.IsSorted(observed) {
 		t.Fatalf("pointer regressed across processes: %v", observed)
 	}
-	if r := pointerRank(t, l, "f"); r != arts[len(arts)-1].cursor.Rev {
+	if r := contractPointerRank(t, l, "f"); r != arts[len(arts)-1].cursor.Rev {
 		t.Fatalf("final rank %d", r)
 	}
 	t.Logf("%d pointer observations, monotone", len(observed))

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -178,11 +176,7 @@ func isNotFound(err error) bool {
 // Upload uploads the artifact in dir under key: [S3.UploadPayload], then
 // [S3.SwapPointer].
 func (s *S3) Upload(key, dir string) (Outcome, error) {
-	manifest, err := s.UploadPayload(key, dir)
-	if err != nil {
-		return 0, err
-	}
-	return s.SwapPointer(key, manifest)
+	return upload(s, key, dir)
 }
 
 // UploadPayload uploads the tar of the artifact in dir to
@@ -194,15 +188,9 @@ func (s *S3) Upload(key, dir string) (Outcome, error) {
 // payloads strictly below the pointer are ever pruned and those can never be
 // published). It returns the manifest bytes.
 func (s *S3) UploadPayload(key, dir string) ([]byte, error) {
-	if err := checkKey(key); err != nil {
-		return nil, err
-	}
-	manifest, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	manifest, err := artifactManifest(key, dir)
 	if err != nil {
-		return nil, fmt.Errorf("export: upload: %w", err)
-	}
-	if _, err := ParseManifest(manifest); err != nil {
-		return nil, fmt.Errorf("export: upload: %w", err)
+		return nil, err
 	}
 	ctx := context.Background()
 	addr := Address(manifest)

@@ -2,6 +2,9 @@ package export
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -49,3 +52,30 @@ var (
 // ErrSwapContended: a pointer swap lost the compare-and-swap more times than
 // the retry budget allows. Retry the round later.
 var ErrSwapContended = errors.New("export: pointer swap contended")
+
+// upload is every transport's Upload: the payload first, then the pointer
+// swap (a crash in between leaves the old pointer, and an orphan payload
+// that prune collects).
+func upload(t Transport, key, dir string) (Outcome, error) {
+	manifest, err := t.UploadPayload(key, dir)
+	if err != nil {
+		return 0, err
+	}
+	return t.SwapPointer(key, manifest)
+}
+
+// artifactManifest checks key and reads and parses the manifest of the
+// artifact in dir: the first step of every UploadPayload.
+func artifactManifest(key, dir string) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	manifest, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if err != nil {
+		return nil, fmt.Errorf("export: upload: %w", err)
+	}
+	if _, err := ParseManifest(manifest); err != nil {
+		return nil, fmt.Errorf("export: upload: %w", err)
+	}
+	return manifest, nil
+}

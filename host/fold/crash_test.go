@@ -107,9 +107,6 @@ func TestCrashConsistency(t *testing.T) {
 		crashChild(dir)
 		return
 	}
-	if testing.Short() {
-		t.Skip("spawns processes")
-	}
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("FOLD_CRASH_SEED"); v != "" {
 		var err error
