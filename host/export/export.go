@@ -18,6 +18,14 @@ import (
 	"github.com/foldhost/foldhost/protocol"
 )
 
+// Source is what a fold folds, recorded in its artifacts' manifests so that
+// a bootstrap can refuse an artifact of another bucket or scope (its cursor
+// would name revisions of another stream).
+type Source struct {
+	Bucket string   // the KV bucket
+	Scope  []string // the watch's key prefixes; empty: the whole bucket
+}
+
 // Export writes a verified artifact of store into a new directory under
 // stageParent and returns its path (stageParent/artifact-<address>) and
 // manifest.
@@ -35,7 +43,7 @@ import (
 // first), via [fold.Loop.Do]. stageParent must be on the store's filesystem
 // (sstables are hard-linked) and must exist. The artifact pins disk blocks
 // the store may later compact away: upload it, then remove it.
-func Export(store *fold.Store, stageParent string, scope []string) (dir string, m Manifest, err error) {
+func Export(store *fold.Store, stageParent string, src Source) (dir string, m Manifest, err error) {
 	live := store.Cursor()
 	ident, hasIdent, err := store.PluginIdentity()
 	if err != nil {
@@ -81,7 +89,8 @@ func Export(store *fold.Store, stageParent string, scope []string) (dir string, 
 		StoreFormat:  fold.FormatVersion,
 		PebbleFormat: uint64(PebbleFormat),
 		Cursor:       hex.EncodeToString(cur),
-		Scope:        slices.Clone(scope),
+		Bucket:       src.Bucket,
+		Scope:        slices.Clone(src.Scope),
 	}
 	if m.Scope == nil {
 		m.Scope = []string{}

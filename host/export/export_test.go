@@ -19,7 +19,7 @@ func TestManifestCanonical(t *testing.T) {
 	id := hex.EncodeToString([]byte("plugin"))
 	cur, _ := protocol.Cursor{Rev: 42, EvictionSeen: true, MsgUnixNano: 7}.MarshalBinary()
 	m := Manifest{Schema: SchemaVersion, Backend: Backend, StoreFormat: fold.FormatVersion,
-		PebbleFormat: uint64(PebbleFormat), Cursor: hex.EncodeToString(cur), Scope: []string{"route.>", "a<b&c"},
+		PebbleFormat: uint64(PebbleFormat), Cursor: hex.EncodeToString(cur), Bucket: "routes", Scope: []string{"route.", "a<b&c"},
 		PluginIdentity: &id, Files: []File{{Path: "data/000001.sst", Size: 3, BLAKE3: strings.Repeat("ab", 32)}}}
 	b1, err := m.Encode()
 	if err != nil {
@@ -78,7 +78,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	live := commitN(t, st, 500)
 	want := dumpStore(t, st)
 	parent := t.TempDir()
-	dir, m, err := Export(st, parent, []string{"route.>"})
+	dir, m, err := Export(st, parent, Source{Scope: []string{"route.>"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 
 func TestExportEmptyStore(t *testing.T) {
 	st := openStore(t)
-	dir, m, err := Export(st, t.TempDir(), nil)
+	dir, m, err := Export(st, t.TempDir(), Source{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestExportFailureLeavesNothing(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := Export(st, parent, nil); err == nil {
+	if _, _, err := Export(st, parent, Source{}); err == nil {
 		t.Fatal("export of a closed store succeeded")
 	}
 	if names := listDir(t, parent); len(names) != 0 {
@@ -190,7 +190,7 @@ func reencode(t *testing.T, mb []byte, mut func(*Manifest)) []byte {
 func TestImportRefusesBadInput(t *testing.T) {
 	st := openStore(t)
 	commitN(t, st, 300)
-	dir, m, err := Export(st, t.TempDir(), []string{">"})
+	dir, m, err := Export(st, t.TempDir(), Source{Scope: []string{">"}})
 	if err != nil {
 		t.Fatal(err)
 	}

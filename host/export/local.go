@@ -3,6 +3,7 @@ package export
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -81,8 +82,8 @@ func (l *LocalDir) payloadPath(key, addr string) string {
 // Upload uploads the artifact in dir (made by [Export]) under key: the
 // payload first ([LocalDir.UploadPayload]), then the pointer swap
 // ([LocalDir.SwapPointer]).
-func (l *LocalDir) Upload(key, dir string) (Outcome, error) {
-	return upload(l, key, dir)
+func (l *LocalDir) Upload(ctx context.Context, key, dir string) (Outcome, error) {
+	return upload(ctx, l, key, dir)
 }
 
 // UploadPayload writes the tar of the artifact in dir to
@@ -91,7 +92,7 @@ func (l *LocalDir) Upload(key, dir string) (Outcome, error) {
 // than replaces. An existing payload of the same name must have identical
 // bytes (then its mtime is refreshed, restarting its prune grace); anything
 // else is an error. It returns the manifest bytes.
-func (l *LocalDir) UploadPayload(key, dir string) ([]byte, error) {
+func (l *LocalDir) UploadPayload(ctx context.Context, key, dir string) ([]byte, error) {
 	manifest, err := artifactManifest(key, dir)
 	if err != nil {
 		return nil, err
@@ -107,7 +108,7 @@ func (l *LocalDir) UploadPayload(key, dir string) ([]byte, error) {
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	h := blake3.New()
-	if err := WriteTar(io.MultiWriter(tmp, h), dir); err != nil {
+	if err := WriteTar(ctxWriter{ctx, io.MultiWriter(tmp, h)}, dir); err != nil {
 		return nil, fmt.Errorf("export: upload: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
@@ -142,7 +143,7 @@ func (l *LocalDir) UploadPayload(key, dir string) ([]byte, error) {
 // every other SwapPointer and Prune on the key. The payload it names must
 // already be stored. It returns [SupersededByNewer] when the pointer is
 // strictly newer.
-func (l *LocalDir) SwapPointer(key string, manifest []byte) (Outcome, error) {
+func (l *LocalDir) SwapPointer(ctx context.Context, key string, manifest []byte) (Outcome, error) {
 	if err := checkKey(key); err != nil {
 		return 0, err
 	}
@@ -157,7 +158,7 @@ func (l *LocalDir) SwapPointer(key string, manifest []byte) (Outcome, error) {
 	if _, err := os.Stat(l.payloadPath(key, Address(manifest))); err != nil {
 		return 0, fmt.Errorf("export: swap pointer: payload not stored: %w", err)
 	}
-	unlock, err := l.lock(key)
+	unlock, err := l.lock(ctx, key)
 	if err != nil {
 		return 0, err
 	}
@@ -229,23 +230,31 @@ func (l *LocalDir) writePointer(key string, manifest []byte) error {
 	return nil
 }
 
-// lock takes the key's exclusive flock. Each call opens its own file
-// description, so it excludes other goroutines of this process as well as
-// other processes.
-func (l *LocalDir) lock(key string) (func(), error) {
+// lock takes the key's exclusive flock, waiting until ctx is done. Each
+// call opens its own file description, so it excludes other goroutines of
+// this process as well as other processes.
+func (l *LocalDir) lock(ctx context.Context, key string) (func(), error) {
 	f, err := os.OpenFile(filepath.Join(l.root, key+".lock"), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("export: lock: %w", err)
 	}
+	wait := time.Millisecond
 	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if err != syscall.EINTR {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
 			break
 		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("export: lock: %w", err)
+		if err != syscall.EINTR && err != syscall.EWOULDBLOCK {
+			f.Close()
+			return nil, fmt.Errorf("export: lock: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("export: lock %s: %w", key, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
 	}
 	return func() {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
@@ -253,10 +262,23 @@ func (l *LocalDir) lock(key string) (func(), error) {
 	}, nil
 }
 
+// ctxWriter fails writes once ctx is done.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (w ctxWriter) Write(p []byte) (int, error) {
+	if err := w.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return w.w.Write(p)
+}
+
 // Pointer returns key's pointer bytes: the published manifest, the single
 // trusted object. It fails with [ErrNoPointer] when there is none. The bytes
 // may be corrupt; [LocalDir.Download] and [Import] check them.
-func (l *LocalDir) Pointer(key string) ([]byte, error) {
+func (l *LocalDir) Pointer(_ context.Context, key string) ([]byte, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
@@ -270,23 +292,21 @@ func (l *LocalDir) Pointer(key string) ([]byte, error) {
 	return b, nil
 }
 
-// Download fetches key's pointer, derives the payload name from the
-// pointer's bytes (never from a stored name) and imports the payload into
-// dest (see [Import]).
-func (l *LocalDir) Download(key, dest string) (Manifest, error) {
-	manifest, err := l.Pointer(key)
-	if err != nil {
-		return Manifest{}, err
-	}
-	if _, err := ParseManifest(manifest); err != nil {
-		return Manifest{}, fmt.Errorf("export: download %s: pointer: %w", key, err)
+// OpenPayload opens key's payload named by [Address] of manifest.
+func (l *LocalDir) OpenPayload(_ context.Context, key string, manifest []byte) (io.ReadCloser, int64, error) {
+	if err := checkKey(key); err != nil {
+		return nil, 0, err
 	}
 	f, err := os.Open(l.payloadPath(key, Address(manifest)))
 	if err != nil {
-		return Manifest{}, fmt.Errorf("export: download %s: %w", key, err)
+		return nil, 0, err
 	}
-	defer f.Close()
-	return Import(f, manifest, dest)
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, st.Size(), nil
 }
 
 // Prune deletes key's payloads that [protocol.PayloadPrunable] admits, under
@@ -297,11 +317,11 @@ func (l *LocalDir) Download(key, dest string) (Manifest, error) {
 // its mtime is older than now-grace. Production must pass a grace longer
 // than any upload-to-swap window (RATIONALE.md, "Prune needs a grace period
 // even with the strict rank rule").
-func (l *LocalDir) Prune(key string, grace time.Duration, now time.Time) ([]string, error) {
+func (l *LocalDir) Prune(ctx context.Context, key string, grace time.Duration, now time.Time) ([]string, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
-	unlock, err := l.lock(key)
+	unlock, err := l.lock(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -321,9 +341,16 @@ func (l *LocalDir) Prune(key string, grace time.Duration, now time.Time) ([]stri
 	if err != nil {
 		return nil, fmt.Errorf("export: prune: %w", err)
 	}
+	l.removeStaleTemps(l.root, "."+key+".pointer-", now.Add(-grace))
 	var deleted []string
 	for _, e := range entries {
 		name := e.Name()
+		if strings.HasPrefix(name, ".upload-") { // an upload killed mid-way
+			if info, err := e.Info(); err == nil && e.Type().IsRegular() && info.ModTime().Before(now.Add(-grace)) {
+				_ = os.Remove(filepath.Join(l.payloadDir(key), name))
+			}
+			continue
+		}
 		if !e.Type().IsRegular() || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".tar") {
 			continue
 		}
@@ -353,6 +380,24 @@ func (l *LocalDir) Prune(key string, grace time.Duration, now time.Time) ([]stri
 		}
 	}
 	return deleted, nil
+}
+
+// removeStaleTemps removes the temp files in dir whose names start with
+// prefix and that were last written before cutoff: what an upload or a
+// pointer swap killed mid-way left behind (a live one writes its temp file
+// well within the prune grace). Best effort: failures are ignored.
+func (l *LocalDir) removeStaleTemps(dir, prefix string, cutoff time.Time) {
+	matches, _ := filepath.Glob(filepath.Join(dir, globEscape(prefix)+"*"))
+	for _, p := range matches {
+		if st, err := os.Lstat(p); err == nil && st.Mode().IsRegular() && st.ModTime().Before(cutoff) {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+func globEscape(s string) string {
+	r := strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `\`, `\\`)
+	return r.Replace(s)
 }
 
 // payloadRank reads the rank of the payload at p from its embedded

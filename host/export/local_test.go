@@ -24,7 +24,7 @@ func exportAt(t *testing.T, st *fold.Store, n int, scope []string) artifact {
 	} else {
 		cur = st.Cursor()
 	}
-	dir, _, err := Export(st, t.TempDir(), scope)
+	dir, _, err := Export(st, t.TempDir(), Source{Scope: scope})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,11 @@ type Manifest struct {
 	// exactly consistent with ([protocol.Cursor.MarshalBinary]), memo
 	// included. Use [Manifest.DecodeCursor].
 	Cursor string `json:"cursor"`
-	// Scope is the exporting watch's key scope (NATS subject filters).
+	// Bucket is the KV bucket the fold folds ("" when the exporter did not
+	// say).
+	Bucket string `json:"bucket"`
+	// Scope is the exporting watch's key scope: its key prefixes, empty for
+	// the whole bucket.
 	Scope []string `json:"scope"`
 	// PluginIdentity is the hex of the store's plugin identity bytes, or
 	// nil when the store has none.

@@ -22,7 +22,7 @@ func helperUploader(t *testing.T, root string) {
 	dirs := strings.Split(os.Getenv("EXPORT_HELPER_DIRS"), string(os.PathListSeparator))
 	for i := 0; i < 30; i++ {
 		for _, d := range dirs {
-			if _, err := l.Upload("f", d); err != nil {
+			if _, err := l.Upload(t.Context(), "f", d); err != nil {
 				t.Fatal(err)
 			}
 		}

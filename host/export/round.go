@@ -17,8 +17,13 @@ type RoundConfig struct {
 	Key      string        // the artifact key (transport layout and lease key)
 	Holder   string        // this node's identity in the lease
 	TTL      time.Duration // the lease's lifetime; payloads are pruned after 4x TTL
-	Scope    []string      // the fold's watch scope, recorded in the manifest
+	Source   Source        // the fold's bucket and scope, recorded in the manifest
 	StageDir string        // where the artifact is staged: on the fold's filesystem
+	// IgnoreLease runs the round without the lease (lease may be nil): an
+	// operator's forced export, or a single-node setup. Safe, since the
+	// lease only deduplicates work: the pointer swap alone keeps the
+	// published cursor monotone.
+	IgnoreLease bool
 	// Now reads the wall clock (lease expiry, prune age); default time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger // default slog.Default()
@@ -26,8 +31,10 @@ type RoundConfig struct {
 
 // RoundResult is what a round did.
 type RoundResult struct {
-	// Skipped: another node holds the lease; nothing was exported.
+	// Skipped: another node holds the lease (Holder, until its expiry);
+	// nothing was exported.
 	Skipped bool
+	Holder  LeaseRecord
 	Outcome Outcome         // Published or SupersededByNewer (when not skipped)
 	Cursor  protocol.Cursor // the exported cursor
 	Pruned  []string        // payloads deleted after a publish
@@ -50,7 +57,8 @@ const PruneGraceFactor = 4
 // logged, not returned (the artifact is published; the next round retries).
 //
 // loop must be the running loop that folds into store; RunRound blocks on
-// loop.Do until the loop handles the request.
+// loop.Do until the loop handles the request. loop is nil for a store that
+// nothing folds into while the round runs (an offline export).
 func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, tr Transport, lease *Lease, cfg RoundConfig) (RoundResult, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -59,14 +67,25 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, tr Transp
 	if log == nil {
 		log = slog.Default()
 	}
-	guard, err := lease.TryAcquire(ctx, cfg.Key, cfg.Holder, cfg.TTL, cfg.Now())
-	if err != nil {
-		return RoundResult{}, fmt.Errorf("export round %s: lease: %w", cfg.Key, err)
-	}
-	if guard == nil {
-		return RoundResult{Skipped: true}, nil
+	var guard *LeaseGuard
+	if !cfg.IgnoreLease {
+		var err error
+		guard, err = lease.TryAcquire(ctx, cfg.Key, cfg.Holder, cfg.TTL, cfg.Now())
+		if err != nil {
+			return RoundResult{}, fmt.Errorf("export round %s: lease: %w", cfg.Key, err)
+		}
+		if guard == nil {
+			rec, err := lease.Read(ctx, cfg.Key)
+			if err != nil {
+				log.Debug("export round: reading the held lease failed", "key", cfg.Key, "err", err)
+			}
+			return RoundResult{Skipped: true, Holder: rec}, nil
+		}
 	}
 	abandon := func(why error) error {
+		if guard == nil {
+			return why
+		}
 		if err := guard.Abandon(ctx); err != nil {
 			log.Warn("export round: abandoning the lease failed; it expires on its own", "key", cfg.Key, "err", err)
 		}
@@ -75,11 +94,17 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, tr Transp
 
 	var dir string
 	var m Manifest
-	err = loop.Do(ctx, func(context.Context, fold.Target) error {
+	export := func(context.Context, fold.Target) error {
 		var err error
-		dir, m, err = Export(store, cfg.StageDir, cfg.Scope)
+		dir, m, err = Export(store, cfg.StageDir, cfg.Source)
 		return err
-	})
+	}
+	var err error
+	if loop != nil {
+		err = loop.Do(ctx, export)
+	} else {
+		err = export(ctx, nil)
+	}
 	if dir != "" {
 		defer os.RemoveAll(dir) // artifacts are transient: they pin files the store compacts away
 	}
@@ -90,7 +115,7 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, tr Transp
 	if err != nil {
 		return RoundResult{}, abandon(fmt.Errorf("export round %s: %w", cfg.Key, err))
 	}
-	out, err := tr.Upload(cfg.Key, dir)
+	out, err := tr.Upload(ctx, cfg.Key, dir)
 	if err != nil {
 		return RoundResult{}, abandon(fmt.Errorf("export round %s: upload: %w", cfg.Key, err))
 	}
@@ -100,10 +125,12 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, tr Transp
 		log.Info("export round superseded by a newer artifact", "key", cfg.Key, "cursor", cursor)
 		return res, nil
 	}
-	if err := guard.Complete(ctx, cursor, cfg.Now()); err != nil && !errors.Is(err, ErrLeaseLost) {
-		log.Warn("export round: completing the lease failed", "key", cfg.Key, "err", err)
+	if guard != nil {
+		if err := guard.Complete(ctx, cursor, cfg.Now()); err != nil && !errors.Is(err, ErrLeaseLost) {
+			log.Warn("export round: completing the lease failed", "key", cfg.Key, "err", err)
+		}
 	}
-	res.Pruned, err = tr.Prune(cfg.Key, PruneGraceFactor*cfg.TTL, cfg.Now())
+	res.Pruned, err = tr.Prune(ctx, cfg.Key, PruneGraceFactor*cfg.TTL, cfg.Now())
 	if err != nil {
 		log.Warn("export round: prune failed; stale payloads linger until the next round", "key", cfg.Key, "err", err)
 	}

@@ -117,7 +117,7 @@ func TestRoundThenDeltaOnlyBootstrap(t *testing.T) {
 	putN(t, b, before, during) // the loop is live while the round runs
 	head := a.waitHead(t, b)
 
-	cfg := RoundConfig{Key: "routes", Holder: "node-a", TTL: time.Minute, StageDir: t.TempDir()}
+	cfg := RoundConfig{Key: "routes", Holder: "node-a", TTL: time.Minute, StageDir: t.TempDir(), Source: Source{Bucket: "routes"}}
 	res, err := RunRound(ctx, a.loop.Load(), a.store, tr, lease, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -141,9 +141,12 @@ func TestRoundThenDeltaOnlyBootstrap(t *testing.T) {
 	putN(t, b, 1000, delta) // written after the artifact's cursor
 
 	bDir := filepath.Join(t.TempDir(), "b")
-	m, err := tr.Download("routes", bDir)
+	m, err := Download(t.Context(), tr, "routes", bDir, DownloadOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if m.Bucket != "routes" {
+		t.Fatalf("manifest bucket %q, want routes", m.Bucket)
 	}
 	if c, _ := m.DecodeCursor(); c != res.Cursor {
 		t.Fatalf("downloaded artifact at %v, exported %v", c, res.Cursor)
@@ -198,14 +201,14 @@ func TestRoundSupersededAbandonsTheLease(t *testing.T) {
 	if res := run(fresh, "fresh", leaseT0); res.Outcome != Published {
 		t.Fatalf("fresh round = %+v", res)
 	}
-	ptr, _ := tr.Pointer("k")
+	ptr, _ := tr.Pointer(t.Context(), "k")
 	// Two minutes later the fresh lease has expired; the stale node wins it,
 	// exports, and is superseded.
 	later := leaseT0.Add(2 * time.Minute)
 	if res := run(stale, "stale", later); res.Skipped || res.Outcome != SupersededByNewer {
 		t.Fatalf("stale round = %+v, want superseded", res)
 	}
-	if now, _ := tr.Pointer("k"); string(now) != string(ptr) {
+	if now, _ := tr.Pointer(t.Context(), "k"); string(now) != string(ptr) {
 		t.Fatal("a superseded round moved the pointer")
 	}
 	// Abandoned: a third node wins the lease at the same instant.

@@ -61,7 +61,16 @@ type S3Options struct {
 	// Concurrency is the number of parts in flight; 0 means
 	// [DefaultPartConcurrency].
 	Concurrency int
+	// OpTimeout bounds each request (a pointer read or write, a head, a
+	// list page, a delete, one multipart part) and each stall of a payload
+	// download (no byte for that long); 0 means [DefaultOpTimeout]. A whole
+	// payload transfer is bounded only by the caller's context, since its
+	// duration grows with its size.
+	OpTimeout time.Duration
 }
+
+// DefaultOpTimeout is the default [S3Options.OpTimeout].
+const DefaultOpTimeout = 2 * time.Minute
 
 // S3 is the S3 transport:
 //
@@ -78,13 +87,15 @@ type S3Options struct {
 // when a concurrent swap wins (412). The server must honour conditional
 // writes atomically (AWS S3, versitygw; see DESIGN.md).
 //
-// Operations use context.Background; the SDK's own retries apply.
+// Every operation honours its context; each request is also bounded by
+// [S3Options.OpTimeout]. The SDK's own retries apply.
 type S3 struct {
 	client      *s3.Client
 	bucket      string
 	prefix      string
 	partSize    int64
 	concurrency int
+	opTimeout   time.Duration
 
 	// beforeSwapPut, when set (tests), runs between the pointer read and
 	// the conditional write of each swap attempt.
@@ -108,6 +119,9 @@ func NewS3(o S3Options) (*S3, error) {
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultPartConcurrency
 	}
+	if o.OpTimeout <= 0 {
+		o.OpTimeout = DefaultOpTimeout
+	}
 	so := s3.Options{
 		Region:                     o.Region,
 		UsePathStyle:               o.UsePathStyle,
@@ -126,7 +140,13 @@ func NewS3(o S3Options) (*S3, error) {
 		prefix:      strings.Trim(o.Prefix, "/"),
 		partSize:    o.PartSize,
 		concurrency: o.Concurrency,
+		opTimeout:   o.OpTimeout,
 	}, nil
+}
+
+// op bounds one request by the operation timeout.
+func (s *S3) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opTimeout)
 }
 
 func (s *S3) object(name string) string {
@@ -175,8 +195,8 @@ func isNotFound(err error) bool {
 
 // Upload uploads the artifact in dir under key: [S3.UploadPayload], then
 // [S3.SwapPointer].
-func (s *S3) Upload(key, dir string) (Outcome, error) {
-	return upload(s, key, dir)
+func (s *S3) Upload(ctx context.Context, key, dir string) (Outcome, error) {
+	return upload(ctx, s, key, dir)
 }
 
 // UploadPayload uploads the tar of the artifact in dir to
@@ -187,12 +207,11 @@ func (s *S3) Upload(key, dir string) (Outcome, error) {
 // LastModified is not refreshed, unlike [LocalDir]; harmless, since only
 // payloads strictly below the pointer are ever pruned and those can never be
 // published). It returns the manifest bytes.
-func (s *S3) UploadPayload(key, dir string) ([]byte, error) {
+func (s *S3) UploadPayload(ctx context.Context, key, dir string) ([]byte, error) {
 	manifest, err := artifactManifest(key, dir)
 	if err != nil {
 		return nil, err
 	}
-	ctx := context.Background()
 	addr := Address(manifest)
 	obj := s.payloadKey(key, addr)
 	exists, err := s.checkExistingPayload(ctx, obj, addr)
@@ -218,7 +237,9 @@ func (s *S3) UploadPayload(key, dir string) ([]byte, error) {
 // checkExistingPayload reports whether obj exists; an existing object must
 // embed a manifest with address addr.
 func (s *S3) checkExistingPayload(ctx context.Context, obj, addr string) (bool, error) {
-	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &obj})
+	hctx, cancel := s.op(ctx)
+	head, err := s.client.HeadObject(hctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &obj})
+	cancel()
 	if isNotFound(err) {
 		return false, nil
 	}
@@ -249,7 +270,9 @@ func (s *S3) putPayload(ctx context.Context, obj, dir string) (err error) {
 	first := make([]byte, s.partSize)
 	n, rerr := io.ReadFull(pr, first)
 	if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-		_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
+		pctx, cancel := s.op(ctx)
+		defer cancel()
+		_, err := s.client.PutObject(pctx, &s3.PutObjectInput{
 			Bucket:        &s.bucket,
 			Key:           &obj,
 			Body:          bytes.NewReader(first[:n]),
@@ -265,7 +288,9 @@ func (s *S3) putPayload(ctx context.Context, obj, dir string) (err error) {
 		return fmt.Errorf("export: upload %s: %w", obj, rerr)
 	}
 
-	created, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: &obj})
+	cctx, ccancel := s.op(ctx)
+	created, err := s.client.CreateMultipartUpload(cctx, &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: &obj})
+	ccancel()
 	if err != nil {
 		return fmt.Errorf("export: upload %s: create multipart: %w", obj, err)
 	}
@@ -317,7 +342,9 @@ func (s *S3) putPayload(ctx context.Context, obj, dir string) (err error) {
 		go func(num int32, b []byte) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out, err := s.client.UploadPart(pctx, &s3.UploadPartInput{
+			uctx, ucancel := s.op(pctx)
+			defer ucancel()
+			out, err := s.client.UploadPart(uctx, &s3.UploadPartInput{
 				Bucket:        &s.bucket,
 				Key:           &obj,
 				UploadId:      uploadID,
@@ -356,7 +383,9 @@ func (s *S3) putPayload(ctx context.Context, obj, dir string) (err error) {
 	slices.SortFunc(parts, func(a, b types.CompletedPart) int {
 		return int(aws.ToInt32(a.PartNumber) - aws.ToInt32(b.PartNumber))
 	})
-	_, err = s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+	cctx, ccancel = s.op(ctx)
+	defer ccancel()
+	_, err = s.client.CompleteMultipartUpload(cctx, &s3.CompleteMultipartUploadInput{
 		Bucket:          &s.bucket,
 		Key:             &obj,
 		UploadId:        uploadID,
@@ -377,7 +406,7 @@ func (s *S3) putPayload(ctx context.Context, obj, dir string) (err error) {
 // conditional write is retried from the read, at most [MaxSwapRetries]
 // times, then it fails with [ErrSwapContended]. The payload must already be
 // stored. It returns [SupersededByNewer] when the pointer is strictly newer.
-func (s *S3) SwapPointer(key string, manifest []byte) (Outcome, error) {
+func (s *S3) SwapPointer(ctx context.Context, key string, manifest []byte) (Outcome, error) {
 	if err := checkKey(key); err != nil {
 		return 0, err
 	}
@@ -389,9 +418,11 @@ func (s *S3) SwapPointer(key string, manifest []byte) (Outcome, error) {
 	if err != nil {
 		return 0, fmt.Errorf("export: swap pointer: %w", err)
 	}
-	ctx := context.Background()
 	payload := s.payloadKey(key, Address(manifest))
-	if _, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &payload}); err != nil {
+	hctx, cancel := s.op(ctx)
+	_, err = s.client.HeadObject(hctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &payload})
+	cancel()
+	if err != nil {
 		return 0, fmt.Errorf("export: swap pointer: payload not stored: %w", err)
 	}
 	ptr := s.pointerKey(key)
@@ -424,7 +455,9 @@ func (s *S3) SwapPointer(key string, manifest []byte) (Outcome, error) {
 		if s.beforeSwapPut != nil {
 			s.beforeSwapPut(attempt)
 		}
-		_, err = s.client.PutObject(ctx, in)
+		pctx, cancel := s.op(ctx)
+		_, err = s.client.PutObject(pctx, in)
+		cancel()
 		if err == nil {
 			return Published, nil
 		}
@@ -439,6 +472,8 @@ func (s *S3) SwapPointer(key string, manifest []byte) (Outcome, error) {
 // A pointer larger than any manifest is corrupt.
 func (s *S3) readPointer(ctx context.Context, key string) ([]byte, string, protocol.PointerState, error) {
 	ptr := s.pointerKey(key)
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &ptr})
 	if isNotFound(err) {
 		return nil, "", protocol.PointerAbsent(), nil
@@ -460,11 +495,11 @@ func (s *S3) readPointer(ctx context.Context, key string) ([]byte, string, proto
 
 // Pointer returns key's pointer bytes, or an error wrapping [ErrNoPointer].
 // The bytes may be corrupt; [S3.Download] and [Import] check them.
-func (s *S3) Pointer(key string) ([]byte, error) {
+func (s *S3) Pointer(ctx context.Context, key string) ([]byte, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
-	b, _, state, err := s.readPointer(context.Background(), key)
+	b, _, state, err := s.readPointer(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -474,26 +509,50 @@ func (s *S3) Pointer(key string) ([]byte, error) {
 	return b, nil
 }
 
-// Download fetches key's pointer, derives the payload name from the
-// pointer's bytes and streams the payload into [Import] at dest.
-func (s *S3) Download(key, dest string) (Manifest, error) {
-	manifest, err := s.Pointer(key)
+// OpenPayload opens key's payload named by [Address] of manifest for
+// streaming. A stall (no byte for [S3Options.OpTimeout]) fails the read.
+func (s *S3) OpenPayload(ctx context.Context, key string, manifest []byte) (io.ReadCloser, int64, error) {
+	if err := checkKey(key); err != nil {
+		return nil, 0, err
+	}
+	return s.open(ctx, s.payloadKey(key, Address(manifest)))
+}
+
+// open streams obj, failing a read that stalls longer than the operation
+// timeout.
+func (s *S3) open(ctx context.Context, obj string) (io.ReadCloser, int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	stall := time.AfterFunc(s.opTimeout, cancel)
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &obj})
 	if err != nil {
-		return Manifest{}, err
+		stall.Stop()
+		cancel()
+		return nil, 0, err
 	}
-	if _, err := ParseManifest(manifest); err != nil {
-		return Manifest{}, fmt.Errorf("export: download %s: pointer: %w", key, err)
+	return &stallReader{body: out.Body, stall: stall, timeout: s.opTimeout, cancel: cancel}, aws.ToInt64(out.ContentLength), nil
+}
+
+// stallReader re-arms the stall timer on every read that makes progress.
+type stallReader struct {
+	body    io.ReadCloser
+	stall   *time.Timer
+	timeout time.Duration
+	cancel  context.CancelFunc
+}
+
+func (r *stallReader) Read(p []byte) (int, error) {
+	n, err := r.body.Read(p)
+	if n > 0 {
+		r.stall.Reset(r.timeout)
 	}
-	if err := checkDest(dest); err != nil {
-		return Manifest{}, err
-	}
-	obj := s.payloadKey(key, Address(manifest))
-	out, err := s.client.GetObject(context.Background(), &s3.GetObjectInput{Bucket: &s.bucket, Key: &obj})
-	if err != nil {
-		return Manifest{}, fmt.Errorf("export: download %s: %w", obj, err)
-	}
-	defer out.Body.Close()
-	return Import(out.Body, manifest, dest)
+	return n, err
+}
+
+func (r *stallReader) Close() error {
+	r.stall.Stop()
+	err := r.body.Close()
+	r.cancel()
+	return err
 }
 
 // Prune deletes key's payloads that [protocol.PayloadPrunable] admits against
@@ -505,11 +564,10 @@ func (s *S3) Download(key, dest string) (Manifest, error) {
 // the tail has no manifest) and counts only when that manifest's address is
 // the payload's name; it is read only for aged-out non-targets. A payload is aged out when its
 // LastModified is before now-grace.
-func (s *S3) Prune(key string, grace time.Duration, now time.Time) ([]string, error) {
+func (s *S3) Prune(ctx context.Context, key string, grace time.Duration, now time.Time) ([]string, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
-	ctx := context.Background()
 	ptr, _, state, err := s.readPointer(ctx, key)
 	if err != nil {
 		return nil, err
@@ -522,7 +580,9 @@ func (s *S3) Prune(key string, grace time.Duration, now time.Time) ([]string, er
 	var deleted []string
 	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &prefix})
 	for pages.HasMorePages() {
-		page, err := pages.NextPage(ctx)
+		lctx, cancel := s.op(ctx)
+		page, err := pages.NextPage(lctx)
+		cancel()
 		if err != nil {
 			return deleted, fmt.Errorf("export: prune: list: %w", err)
 		}
@@ -546,13 +606,47 @@ func (s *S3) Prune(key string, grace time.Duration, now time.Time) ([]string, er
 			if !protocol.PayloadPrunable(pl, state) {
 				continue
 			}
-			if _, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &obj}); err != nil {
+			dctx, cancel := s.op(ctx)
+			_, err := s.client.DeleteObject(dctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &obj})
+			cancel()
+			if err != nil {
 				return deleted, fmt.Errorf("export: prune: delete %s: %w", obj, err)
 			}
 			deleted = append(deleted, name)
 		}
 	}
-	return deleted, nil
+	return deleted, s.abortStaleUploads(ctx, prefix, now.Add(-grace))
+}
+
+// abortStaleUploads aborts the multipart uploads under prefix initiated
+// before cutoff: what an upload killed mid-way (a crashed node) left
+// behind, which S3 would otherwise keep, and bill, forever. A live upload
+// is far younger than the prune grace.
+func (s *S3) abortStaleUploads(ctx context.Context, prefix string, cutoff time.Time) error {
+	in := &s3.ListMultipartUploadsInput{Bucket: &s.bucket, Prefix: &prefix}
+	for {
+		lctx, cancel := s.op(ctx)
+		page, err := s.client.ListMultipartUploads(lctx, in)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("export: prune: list uploads: %w", err)
+		}
+		for _, u := range page.Uploads {
+			if u.Initiated == nil || !u.Initiated.Before(cutoff) {
+				continue
+			}
+			actx, cancel := s.op(ctx)
+			_, err := s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: u.Key, UploadId: u.UploadId})
+			cancel()
+			if err != nil && !isNotFound(err) {
+				return fmt.Errorf("export: prune: abort stale upload %s: %w", aws.ToString(u.Key), err)
+			}
+		}
+		if !aws.ToBool(page.IsTruncated) {
+			return nil
+		}
+		in.KeyMarker, in.UploadIdMarker = page.NextKeyMarker, page.NextUploadIdMarker
+	}
 }
 
 // payloadRank reads the rank of payload obj (size bytes) from its embedded
@@ -581,19 +675,21 @@ func (s *S3) payloadRank(ctx context.Context, obj string, size int64, addr strin
 			}
 		}
 	}
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &obj})
+	body, _, err := s.open(ctx, obj)
 	if isNotFound(err) {
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("get %s: %w", obj, err)
 	}
-	defer out.Body.Close()
-	r, ok := tarRank(out.Body, addr)
+	defer body.Close()
+	r, ok := tarRank(body, addr)
 	return r, ok, nil
 }
 
 func (s *S3) get(ctx context.Context, obj string, rng *string) ([]byte, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &obj, Range: rng})
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", obj, err)

@@ -176,7 +176,21 @@ func s3Harness(t *testing.T, s *S3) harness {
 		putPayload: func(t *testing.T, key, name string, b []byte) {
 			s.testPut(t, s.payloadKey(key, strings.TrimSuffix(name, ".tar")), b)
 		},
-		payloads:   func(t *testing.T, key string) []string { return s.testList(t, s.payloadPrefix(key)) },
+		payloads: func(t *testing.T, key string) []string { return s.testList(t, s.payloadPrefix(key)) },
+		abandonUpload: func(t *testing.T, key string) {
+			obj := s.payloadKey(key, "0123456789abcdef")
+			if _, err := s.client.CreateMultipartUpload(t.Context(), &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: &obj}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		leftovers: func(t *testing.T, key string) int {
+			prefix := s.payloadPrefix(key)
+			out, err := s.client.ListMultipartUploads(t.Context(), &s3.ListMultipartUploadsInput{Bucket: &s.bucket, Prefix: &prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(out.Uploads)
+		},
 		raceRounds: 10,
 	}
 }
@@ -191,7 +205,7 @@ func TestS3Layout(t *testing.T) {
 	s := gw.transport(t, nil)
 	st := openStore(t)
 	a := exportAt(t, st, 100, nil)
-	if out, err := s.Upload("k", a.dir); err != nil || out != Published {
+	if out, err := s.Upload(t.Context(), "k", a.dir); err != nil || out != Published {
 		t.Fatalf("upload: %v %v", out, err)
 	}
 	got := s.testList(t, "")
@@ -250,7 +264,7 @@ func TestS3Multipart(t *testing.T) {
 	st := openStore(t)
 	a := padArtifact(t, exportAt(t, st, 100, nil), 3*MinPartSize+12345)
 	start := time.Now()
-	if out, err := s.Upload("k", a.dir); err != nil || out != Published {
+	if out, err := s.Upload(t.Context(), "k", a.dir); err != nil || out != Published {
 		t.Fatalf("upload: %v %v", out, err)
 	}
 	tb := tarOf(t, a.dir)
@@ -272,11 +286,11 @@ func TestS3Multipart(t *testing.T) {
 		t.Errorf("payload ETag %s: not a 4-part multipart upload", aws.ToString(head.ETag))
 	}
 	// Re-upload: the existing payload is recognised, not re-sent.
-	if out, err := s.Upload("k", a.dir); err != nil || out != Published {
+	if out, err := s.Upload(t.Context(), "k", a.dir); err != nil || out != Published {
 		t.Fatalf("re-upload: %v %v", out, err)
 	}
 	dest := filepath.Join(t.TempDir(), "fold")
-	if _, err := s.Download("k", dest); err != nil {
+	if _, err := Download(t.Context(), s, "k", dest, DownloadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	checkImported(t, dest, a.cursor, a.data)
@@ -307,7 +321,7 @@ func TestS3MultipartAbortedOnFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if _, err := s.UploadPayload("k", a.dir); err == nil {
+	if _, err := s.UploadPayload(t.Context(), "k", a.dir); err == nil {
 		t.Fatal("upload of a tampered artifact succeeded")
 	} else {
 		t.Logf("upload failed as expected: %v", err)
@@ -332,10 +346,10 @@ func TestS3ExistingPayloadMismatch(t *testing.T) {
 	st := openStore(t)
 	a := exportAt(t, st, 10, nil)
 	s.testPut(t, s.payloadKey("k", a.addr), []byte("squatter"))
-	if _, err := s.Upload("k", a.dir); err == nil {
+	if _, err := s.Upload(t.Context(), "k", a.dir); err == nil {
 		t.Fatal("upload over a foreign payload succeeded")
 	}
-	if _, err := s.Pointer("k"); err == nil {
+	if _, err := s.Pointer(t.Context(), "k"); err == nil {
 		t.Fatal("pointer published over a foreign payload")
 	}
 }
@@ -351,7 +365,7 @@ func TestS3SwapLostWriteRereads(t *testing.T) {
 	mid := exportAt(t, st, 5, nil)
 	newer := exportAt(t, st, 5, nil)
 	for _, a := range []artifact{old, mid, newer} {
-		if _, err := s.UploadPayload("k", a.dir); err != nil {
+		if _, err := s.UploadPayload(t.Context(), "k", a.dir); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -374,14 +388,14 @@ func TestS3SwapLostWriteRereads(t *testing.T) {
 				}
 			}
 			defer func() { s.beforeSwapPut = nil }()
-			out, err := s.SwapPointer("k", readManifest(t, mid.dir))
+			out, err := s.SwapPointer(t.Context(), "k", readManifest(t, mid.dir))
 			if err != nil || out != SupersededByNewer {
 				t.Fatalf("swap: %v %v, want superseded", out, err)
 			}
 			if !slices.Equal(attempts, []int{0}) {
 				t.Fatalf("attempts %v", attempts)
 			}
-			if b, _ := s.Pointer("k"); Address(b) != newer.addr {
+			if b, _ := s.Pointer(t.Context(), "k"); Address(b) != newer.addr {
 				t.Fatal("pointer overwritten")
 			}
 		})
@@ -395,7 +409,7 @@ func TestS3SwapContended(t *testing.T) {
 	s := gw.transport(t, nil)
 	st := openStore(t)
 	a := exportAt(t, st, 5, nil)
-	if _, err := s.UploadPayload("k", a.dir); err != nil {
+	if _, err := s.UploadPayload(t.Context(), "k", a.dir); err != nil {
 		t.Fatal(err)
 	}
 	attempts := 0
@@ -403,14 +417,14 @@ func TestS3SwapContended(t *testing.T) {
 		attempts++
 		s.testPut(t, s.pointerKey("k"), []byte(fmt.Sprintf("corrupt %d", attempt)))
 	}
-	_, err := s.SwapPointer("k", readManifest(t, a.dir))
+	_, err := s.SwapPointer(t.Context(), "k", readManifest(t, a.dir))
 	if !errors.Is(err, ErrSwapContended) {
 		t.Fatalf("swap: %v, want ErrSwapContended", err)
 	}
 	if attempts != 1+MaxSwapRetries {
 		t.Fatalf("%d attempts, want %d", attempts, 1+MaxSwapRetries)
 	}
-	if b, _ := s.Pointer("k"); string(b) != fmt.Sprintf("corrupt %d", MaxSwapRetries) {
+	if b, _ := s.Pointer(t.Context(), "k"); string(b) != fmt.Sprintf("corrupt %d", MaxSwapRetries) {
 		t.Fatalf("pointer %q", b)
 	}
 }

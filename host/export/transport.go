@@ -1,8 +1,10 @@
 package export
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -25,23 +27,25 @@ import (
 type Transport interface {
 	// Upload uploads the artifact in dir (made by [Export]) under key:
 	// UploadPayload, then SwapPointer.
-	Upload(key, dir string) (Outcome, error)
+	Upload(ctx context.Context, key, dir string) (Outcome, error)
 	// UploadPayload stores the tar of the artifact in dir as key's payload
 	// named by the manifest's address and returns the manifest bytes. It
 	// does not touch the pointer.
-	UploadPayload(key, dir string) ([]byte, error)
+	UploadPayload(ctx context.Context, key, dir string) ([]byte, error)
 	// SwapPointer publishes manifest as key's pointer if the guard admits it.
 	// The payload it names must already be stored.
-	SwapPointer(key string, manifest []byte) (Outcome, error)
+	SwapPointer(ctx context.Context, key string, manifest []byte) (Outcome, error)
 	// Pointer returns key's pointer bytes, or an error wrapping
 	// [ErrNoPointer]. The bytes may be corrupt.
-	Pointer(key string) ([]byte, error)
-	// Download imports the payload named by key's pointer into dest.
-	Download(key, dest string) (Manifest, error)
+	Pointer(ctx context.Context, key string) ([]byte, error)
+	// OpenPayload opens key's payload named by [Address] of manifest (the
+	// name is derived, never stored) and returns it with its size in bytes.
+	// The content is untrusted: read it through [Import] ([Download] does).
+	OpenPayload(ctx context.Context, key string, manifest []byte) (io.ReadCloser, int64, error)
 	// Prune deletes key's payloads that [protocol.PayloadPrunable] admits
 	// (aged out: last written before now-grace) and returns their names
 	// ("<address>.tar").
-	Prune(key string, grace time.Duration, now time.Time) ([]string, error)
+	Prune(ctx context.Context, key string, grace time.Duration, now time.Time) ([]string, error)
 }
 
 var (
@@ -56,12 +60,12 @@ var ErrSwapContended = errors.New("export: pointer swap contended")
 // upload is every transport's Upload: the payload first, then the pointer
 // swap (a crash in between leaves the old pointer, and an orphan payload
 // that prune collects).
-func upload(t Transport, key, dir string) (Outcome, error) {
-	manifest, err := t.UploadPayload(key, dir)
+func upload(ctx context.Context, t Transport, key, dir string) (Outcome, error) {
+	manifest, err := t.UploadPayload(ctx, key, dir)
 	if err != nil {
 		return 0, err
 	}
-	return t.SwapPointer(key, manifest)
+	return t.SwapPointer(ctx, key, manifest)
 }
 
 // artifactManifest checks key and reads and parses the manifest of the
@@ -78,4 +82,58 @@ func artifactManifest(key, dir string) ([]byte, error) {
 		return nil, fmt.Errorf("export: upload: %w", err)
 	}
 	return manifest, nil
+}
+
+// DownloadOptions tune [Download].
+type DownloadOptions struct {
+	// Progress, when set, is called as the payload streams in with the
+	// bytes read so far and the payload's size. It runs on the downloading
+	// goroutine: keep it cheap (store the numbers, print elsewhere).
+	Progress func(read, total int64)
+}
+
+// Download imports key's published artifact into dest: it reads the
+// pointer (the single trusted object), derives the payload's name from the
+// pointer's bytes, and streams the payload through [Import], which verifies
+// everything and installs dest atomically, or leaves it untouched. A
+// non-empty dest is refused ([ErrDestNotEmpty]) before anything is
+// downloaded.
+func Download(ctx context.Context, t Transport, key, dest string, o DownloadOptions) (Manifest, error) {
+	manifest, err := t.Pointer(ctx, key)
+	if err != nil {
+		return Manifest{}, err
+	}
+	if _, err := ParseManifest(manifest); err != nil {
+		return Manifest{}, fmt.Errorf("export: download %s: pointer: %w", key, err)
+	}
+	if err := checkDest(dest); err != nil {
+		return Manifest{}, err
+	}
+	body, size, err := t.OpenPayload(ctx, key, manifest)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("export: download %s: %w", key, err)
+	}
+	defer body.Close()
+	return Import(&progressReader{ctx: ctx, r: body, total: size, fn: o.Progress}, manifest, dest)
+}
+
+// progressReader reports progress and stops at ctx's end.
+type progressReader struct {
+	ctx   context.Context
+	r     io.Reader
+	read  int64
+	total int64
+	fn    func(read, total int64)
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	if err := p.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := p.r.Read(b)
+	p.read += int64(n)
+	if p.fn != nil && n > 0 {
+		p.fn(p.read, p.total)
+	}
+	return n, err
 }

@@ -1,6 +1,7 @@
 package export
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"os"
@@ -24,6 +25,10 @@ type harness struct {
 	putPayload func(t *testing.T, key, name string, b []byte)
 	// payloads lists key's payload names.
 	payloads func(t *testing.T, key string) []string
+	// abandonUpload leaves what an upload killed mid-way leaves behind
+	// (a temp file, an open multipart upload); leftovers counts it.
+	abandonUpload func(t *testing.T, key string)
+	leftovers     func(t *testing.T, key string) int
 	// raceRounds is how many rounds the race test runs.
 	raceRounds int
 }
@@ -39,6 +44,8 @@ func runTransportContract(t *testing.T, newT func(t *testing.T) harness) {
 	t.Run("CorruptPointerReplaced", func(t *testing.T) { contractCorruptPointer(t, newT(t)) })
 	t.Run("Prune", func(t *testing.T) { contractPrune(t, newT(t)) })
 	t.Run("BadKey", func(t *testing.T) { contractBadKey(t, newT(t)) })
+	t.Run("CancelledDownloadLeavesDest", func(t *testing.T) { contractCancelledDownload(t, newT(t)) })
+	t.Run("PruneCollectsAbandonedUploads", func(t *testing.T) { contractAbandonedUploads(t, newT(t)) })
 }
 
 func TestTransportContractLocal(t *testing.T) {
@@ -59,7 +66,22 @@ func TestTransportContractLocal(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			payloads:   func(t *testing.T, key string) []string { return listDir(t, l.payloadDir(key)) },
+			payloads: func(t *testing.T, key string) []string { return listDir(t, l.payloadDir(key)) },
+			abandonUpload: func(t *testing.T, key string) {
+				if err := os.MkdirAll(l.payloadDir(key), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range []string{filepath.Join(l.payloadDir(key), ".upload-123"), filepath.Join(l.root, "."+key+".pointer-456")} {
+					if err := os.WriteFile(p, []byte("partial"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+			leftovers: func(t *testing.T, key string) int {
+				a, _ := filepath.Glob(filepath.Join(l.payloadDir(key), ".upload-*"))
+				b, _ := filepath.Glob(filepath.Join(l.root, "."+key+".pointer-*"))
+				return len(a) + len(b)
+			},
 			raceRounds: 25,
 		}
 	})
@@ -67,7 +89,7 @@ func TestTransportContractLocal(t *testing.T) {
 
 func contractPointerRank(t *testing.T, tr Transport, key string) protocol.Revision {
 	t.Helper()
-	b, err := tr.Pointer(key)
+	b, err := tr.Pointer(t.Context(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,28 +103,28 @@ func contractPointerRank(t *testing.T, tr Transport, key string) protocol.Revisi
 func contractRoundTrip(t *testing.T, h harness) {
 	st := openStore(t)
 	a := exportAt(t, st, 1000, []string{"route.>"})
-	if _, err := h.Pointer("f"); !errors.Is(err, ErrNoPointer) {
+	if _, err := h.Pointer(t.Context(), "f"); !errors.Is(err, ErrNoPointer) {
 		t.Fatalf("empty pointer: %v", err)
 	}
-	if _, err := h.Download("f", filepath.Join(t.TempDir(), "x")); !errors.Is(err, ErrNoPointer) {
+	if _, err := Download(t.Context(), h, "f", filepath.Join(t.TempDir(), "x"), DownloadOptions{}); !errors.Is(err, ErrNoPointer) {
 		t.Fatalf("download without pointer: %v", err)
 	}
-	out, err := h.Upload("f", a.dir)
+	out, err := h.Upload(t.Context(), "f", a.dir)
 	if err != nil || out != Published {
 		t.Fatalf("upload: %v %v", out, err)
 	}
 	if got := h.payloads(t, "f"); !slices.Equal(got, []string{a.addr + ".tar"}) {
 		t.Fatalf("payload layout: %v, want %s.tar", got, a.addr)
 	}
-	if b, err := h.Pointer("f"); err != nil || string(b) != string(readManifest(t, a.dir)) {
+	if b, err := h.Pointer(t.Context(), "f"); err != nil || string(b) != string(readManifest(t, a.dir)) {
 		t.Fatalf("pointer bytes: %v %q", err, b)
 	}
 	// Re-uploading the same artifact is idempotent.
-	if out, err := h.Upload("f", a.dir); err != nil || out != Published {
+	if out, err := h.Upload(t.Context(), "f", a.dir); err != nil || out != Published {
 		t.Fatalf("re-upload: %v %v", out, err)
 	}
 	dest := filepath.Join(t.TempDir(), "fold")
-	m, err := h.Download("f", dest)
+	m, err := Download(t.Context(), h, "f", dest, DownloadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +132,7 @@ func contractRoundTrip(t *testing.T, h harness) {
 		t.Fatalf("downloaded manifest cursor %v", c)
 	}
 	checkImported(t, dest, a.cursor, a.data)
-	if _, err := h.Download("f", dest); !errors.Is(err, ErrDestNotEmpty) {
+	if _, err := Download(t.Context(), h, "f", dest, DownloadOptions{}); !errors.Is(err, ErrDestNotEmpty) {
 		t.Fatalf("download over a fold: %v", err)
 	}
 }
@@ -119,10 +141,10 @@ func contractSuperseded(t *testing.T, h harness) {
 	st := openStore(t)
 	older := exportAt(t, st, 10, nil)
 	newer := exportAt(t, st, 10, nil)
-	if out, err := h.Upload("f", newer.dir); err != nil || out != Published {
+	if out, err := h.Upload(t.Context(), "f", newer.dir); err != nil || out != Published {
 		t.Fatalf("newer: %v %v", out, err)
 	}
-	if out, err := h.Upload("f", older.dir); err != nil || out != SupersededByNewer {
+	if out, err := h.Upload(t.Context(), "f", older.dir); err != nil || out != SupersededByNewer {
 		t.Fatalf("older after newer: %v %v, want superseded", out, err)
 	}
 	if r := contractPointerRank(t, h, "f"); r != newer.cursor.Rev {
@@ -133,10 +155,10 @@ func contractSuperseded(t *testing.T, h harness) {
 	if same.addr == newer.addr {
 		t.Fatal("expected a different address")
 	}
-	if out, err := h.Upload("f", same.dir); err != nil || out != Published {
+	if out, err := h.Upload(t.Context(), "f", same.dir); err != nil || out != Published {
 		t.Fatalf("same rank: %v %v", out, err)
 	}
-	if b, _ := h.Pointer("f"); Address(b) != same.addr {
+	if b, _ := h.Pointer(t.Context(), "f"); Address(b) != same.addr {
 		t.Fatalf("pointer names %s, want %s", Address(b), same.addr)
 	}
 }
@@ -172,7 +194,7 @@ func contractRace(t *testing.T, h harness) {
 		go func() { // observer: the published rank never regresses
 			defer obsDone.Done()
 			for {
-				if b, err := h.Pointer(key); err == nil {
+				if b, err := h.Pointer(t.Context(), key); err == nil {
 					r, ok := pointerState(b).Rank()
 					if !ok {
 						t.Errorf("torn or corrupt pointer read: %q", b)
@@ -194,7 +216,7 @@ func contractRace(t *testing.T, h harness) {
 			go func() {
 				defer wg.Done()
 				time.Sleep(delays[i])
-				out, err := h.Upload(key, a.dir)
+				out, err := h.Upload(t.Context(), key, a.dir)
 				if err != nil {
 					t.Errorf("seed %d round %d upload %d: %v", seed, round, i, err)
 				}
@@ -229,31 +251,31 @@ func contractCrash(t *testing.T, h harness) {
 	st := openStore(t)
 	a := exportAt(t, st, 50, nil)
 	b := exportAt(t, st, 50, nil)
-	if _, err := h.Upload("f", a.dir); err != nil {
+	if _, err := h.Upload(t.Context(), "f", a.dir); err != nil {
 		t.Fatal(err)
 	}
-	mb, err := h.UploadPayload("f", b.dir) // crash before the swap
+	mb, err := h.UploadPayload(t.Context(), "f", b.dir) // crash before the swap
 	if err != nil {
 		t.Fatal(err)
 	}
 	dest := filepath.Join(t.TempDir(), "fold")
-	if _, err := h.Download("f", dest); err != nil {
+	if _, err := Download(t.Context(), h, "f", dest, DownloadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	checkImported(t, dest, a.cursor, a.data)
 	// The orphan payload is above the pointer: never pruned.
-	if del, err := h.Prune("f", 0, time.Now().Add(time.Hour)); err != nil || len(del) != 0 {
+	if del, err := h.Prune(t.Context(), "f", 0, time.Now().Add(time.Hour)); err != nil || len(del) != 0 {
 		t.Fatalf("prune: %v %v", del, err)
 	}
 	// The retried round publishes it (re-uploading the payload is fine).
-	if _, err := h.UploadPayload("f", b.dir); err != nil {
+	if _, err := h.UploadPayload(t.Context(), "f", b.dir); err != nil {
 		t.Fatalf("re-upload payload: %v", err)
 	}
-	if out, err := h.SwapPointer("f", mb); err != nil || out != Published {
+	if out, err := h.SwapPointer(t.Context(), "f", mb); err != nil || out != Published {
 		t.Fatalf("swap: %v %v", out, err)
 	}
 	dest2 := filepath.Join(t.TempDir(), "fold")
-	if _, err := h.Download("f", dest2); err != nil {
+	if _, err := Download(t.Context(), h, "f", dest2, DownloadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	checkImported(t, dest2, b.cursor, b.data)
@@ -262,10 +284,10 @@ func contractCrash(t *testing.T, h harness) {
 func contractSwapNeedsPayload(t *testing.T, h harness) {
 	st := openStore(t)
 	a := exportAt(t, st, 5, nil)
-	if _, err := h.SwapPointer("f", readManifest(t, a.dir)); err == nil {
+	if _, err := h.SwapPointer(t.Context(), "f", readManifest(t, a.dir)); err == nil {
 		t.Fatal("swap to a missing payload succeeded")
 	}
-	if _, err := h.Pointer("f"); !errors.Is(err, ErrNoPointer) {
+	if _, err := h.Pointer(t.Context(), "f"); !errors.Is(err, ErrNoPointer) {
 		t.Fatalf("pointer: %v", err)
 	}
 }
@@ -274,23 +296,23 @@ func contractCorruptPointer(t *testing.T, h harness) {
 	st := openStore(t)
 	low := exportAt(t, st, 5, nil)
 	high := exportAt(t, st, 5, nil)
-	if _, err := h.Upload("f", high.dir); err != nil {
+	if _, err := h.Upload(t.Context(), "f", high.dir); err != nil {
 		t.Fatal(err)
 	}
 	h.putPointer(t, "f", []byte(`{"schema":1,"cursor":"garbage`))
-	if _, err := h.Download("f", filepath.Join(t.TempDir(), "x")); !errors.Is(err, ErrArtifactInvalid) {
+	if _, err := Download(t.Context(), h, "f", filepath.Join(t.TempDir(), "x"), DownloadOptions{}); !errors.Is(err, ErrArtifactInvalid) {
 		t.Fatalf("download of corrupt pointer: %v", err)
 	}
 	// Corrupt prunes nothing.
-	if del, err := h.Prune("f", 0, time.Now().Add(time.Hour)); err != nil || len(del) != 0 {
+	if del, err := h.Prune(t.Context(), "f", 0, time.Now().Add(time.Hour)); err != nil || len(del) != 0 {
 		t.Fatalf("prune under corrupt pointer: %v %v", del, err)
 	}
 	// Any rank replaces a corrupt pointer, even a lower one.
-	if out, err := h.Upload("f", low.dir); err != nil || out != Published {
+	if out, err := h.Upload(t.Context(), "f", low.dir); err != nil || out != Published {
 		t.Fatalf("upload over corrupt: %v %v", out, err)
 	}
 	dest := filepath.Join(t.TempDir(), "fold")
-	if _, err := h.Download("f", dest); err != nil {
+	if _, err := Download(t.Context(), h, "f", dest, DownloadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	checkImported(t, dest, low.cursor, low.data)
@@ -305,15 +327,15 @@ func contractPrune(t *testing.T, h harness) {
 	sameRank := exportAt(t, st, 0, []string{"other"}) // at the pointer's rank, not its target
 	above := exportAt(t, st, 5, nil)                  // uploaded, never swapped
 	for _, a := range []artifact{old1, old2, sameRank, above} {
-		if _, err := h.UploadPayload("f", a.dir); err != nil {
+		if _, err := h.UploadPayload(t.Context(), "f", a.dir); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Before any pointer: nothing is prunable.
-	if del, err := h.Prune("f", 0, time.Now().Add(24*time.Hour)); err != nil || len(del) != 0 {
+	if del, err := h.Prune(t.Context(), "f", 0, time.Now().Add(24*time.Hour)); err != nil || len(del) != 0 {
 		t.Fatalf("prune without pointer: %v %v", del, err)
 	}
-	if out, err := h.Upload("f", target.dir); err != nil || out != Published {
+	if out, err := h.Upload(t.Context(), "f", target.dir); err != nil || out != Published {
 		t.Fatalf("publish target: %v %v", out, err)
 	}
 	const junk = "0123456789abcdef.tar"
@@ -322,11 +344,11 @@ func contractPrune(t *testing.T, h harness) {
 	// before mid, young is written at or after it.
 	mid := time.Now().Add(time.Second).Truncate(time.Second)
 	time.Sleep(time.Until(mid) + 10*time.Millisecond)
-	if _, err := h.UploadPayload("f", young.dir); err != nil {
+	if _, err := h.UploadPayload(t.Context(), "f", young.dir); err != nil {
 		t.Fatal(err)
 	}
 	now := mid.Add(time.Hour)
-	del, err := h.Prune("f", time.Hour, now)
+	del, err := h.Prune(t.Context(), "f", time.Hour, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,15 +366,15 @@ func contractPrune(t *testing.T, h harness) {
 	}
 	// Once aged out, young goes too; the target, the payload at the
 	// pointer's rank and the one above never do, even with zero grace.
-	del, err = h.Prune("f", 0, now.Add(time.Hour))
+	del, err = h.Prune(t.Context(), "f", 0, now.Add(time.Hour))
 	if err != nil || !slices.Equal(del, []string{young.addr + ".tar"}) {
 		t.Fatalf("second prune: %v %v", del, err)
 	}
-	if del, err := h.Prune("f", 0, now.Add(100*time.Hour)); err != nil || len(del) != 0 {
+	if del, err := h.Prune(t.Context(), "f", 0, now.Add(100*time.Hour)); err != nil || len(del) != 0 {
 		t.Fatalf("third prune: %v %v", del, err)
 	}
 	dest := filepath.Join(t.TempDir(), "fold")
-	if _, err := h.Download("f", dest); err != nil {
+	if _, err := Download(t.Context(), h, "f", dest, DownloadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	checkImported(t, dest, target.cursor, target.data)
@@ -360,8 +382,75 @@ func contractPrune(t *testing.T, h harness) {
 
 func contractBadKey(t *testing.T, h harness) {
 	for _, k := range []string{"", "a/b", "..", ".hidden", `a\b`} {
-		if _, err := h.Pointer(k); err == nil || errors.Is(err, ErrNoPointer) {
+		if _, err := h.Pointer(t.Context(), k); err == nil || errors.Is(err, ErrNoPointer) {
 			t.Errorf("key %q accepted: %v", k, err)
 		}
+	}
+}
+
+// contractCancelledDownload: a download cancelled mid-stream fails with the
+// context's error and leaves the destination absent.
+func contractCancelledDownload(t *testing.T, h harness) {
+	st := openStore(t)
+	a := exportAt(t, st, 300, nil)
+	if _, err := h.Upload(t.Context(), "f", a.dir); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	dest := filepath.Join(t.TempDir(), "fold")
+	var calls int
+	_, err := Download(ctx, h, "f", dest, DownloadOptions{Progress: func(read, total int64) {
+		calls++
+		if total <= 0 || read > total {
+			t.Errorf("progress %d of %d", read, total)
+		}
+		cancel()
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled download: %v, want context.Canceled", err)
+	}
+	if calls == 0 {
+		t.Fatal("no progress reported")
+	}
+	if _, err := os.Stat(dest); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("dest after a cancelled download: %v", err)
+	}
+	var last, size int64
+	if _, err := Download(t.Context(), h, "f", dest, DownloadOptions{Progress: func(r, s int64) { last, size = r, s }}); err != nil {
+		t.Fatal(err)
+	}
+	if last != size || size != int64(len(tarOf(t, a.dir))) {
+		t.Fatalf("progress ended at %d of %d, payload is %d bytes", last, size, len(tarOf(t, a.dir)))
+	}
+}
+
+// contractAbandonedUploads: what an upload killed mid-way leaves behind is
+// collected by Prune once it is older than the grace, never before.
+func contractAbandonedUploads(t *testing.T, h harness) {
+	st := openStore(t)
+	a := exportAt(t, st, 10, nil)
+	if _, err := h.Upload(t.Context(), "f", a.dir); err != nil {
+		t.Fatal(err)
+	}
+	h.abandonUpload(t, "f")
+	if n := h.leftovers(t, "f"); n == 0 {
+		t.Fatal("abandonUpload left nothing behind")
+	}
+	now := time.Now()
+	if _, err := h.Prune(t.Context(), "f", time.Hour, now); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.leftovers(t, "f"); n == 0 {
+		t.Fatal("prune collected a young upload (it may still be running)")
+	}
+	if _, err := h.Prune(t.Context(), "f", time.Hour, now.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.leftovers(t, "f"); n != 0 {
+		t.Fatalf("%d leftovers after a prune past the grace", n)
+	}
+	if _, err := Download(t.Context(), h, "f", filepath.Join(t.TempDir(), "x"), DownloadOptions{}); err != nil {
+		t.Fatalf("the published artifact after the cleanup: %v", err)
 	}
 }
