@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/foldhost/foldhost/host/export"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/protocol"
@@ -24,11 +25,39 @@ type Config struct {
 	File string
 	// DataDir is the root of everything foldhost persists; default "data"
 	// next to the config file.
-	DataDir string
-	NATS    NATSConfig
-	HTTP    HTTPConfig
-	Log     LogConfig
-	Folds   []FoldConfig
+	DataDir   string
+	NATS      NATSConfig
+	HTTP      HTTPConfig
+	Log       LogConfig
+	Artifacts ArtifactsConfig
+	Folds     []FoldConfig
+}
+
+// ArtifactsConfig is where artifacts go ([artifacts]): one store for every
+// fold, each fold under its own key.
+type ArtifactsConfig struct {
+	// Store is "local" (default: a directory on this host) or "s3".
+	Store string
+	// Dir is the local store's directory; default <data_dir>/artifacts.
+	Dir string
+	S3  S3Config
+	// LeaseBucket is the NATS KV bucket of the export leases (created when
+	// missing); default foldhost_export_leases.
+	LeaseBucket string
+	// LeaseTTL is a round's lease: one node exports per key per TTL;
+	// payloads are pruned after 4 x TTL. Default 5m.
+	LeaseTTL time.Duration
+	// Holder is this node's name in the leases; default the host name.
+	Holder string
+}
+
+// S3Config is [artifacts.s3].
+type S3Config struct {
+	Endpoint, Region, Bucket, Prefix string
+	PathStyle                        bool
+	AccessKey, SecretKey             string
+	PartSizeMB, Concurrency          int
+	RequestTimeout                   time.Duration
 }
 
 // NATSConfig says how to reach NATS, or how to run the embedded server.
@@ -87,6 +116,11 @@ type FoldConfig struct {
 	BatchWindow time.Duration
 	BatchSize   int
 	Buffer      int
+	// ExportInterval: how often the daemon runs an export round for this
+	// fold (0: never; `foldhost export` still can). ArtifactKey names its
+	// artifacts in the store and its lease; default Name.
+	ExportInterval time.Duration
+	ArtifactKey    string
 	// Repair is stored and reported; cursor-expiry repair itself is not
 	// implemented yet (a fold whose cursor expired stops).
 	Repair protocol.RepairMode
@@ -106,6 +140,9 @@ const (
 	defaultHeadPoll       = 5 * time.Second
 	defaultProgress       = 5 * time.Second
 	defaultBuffer         = 256
+	defaultLeaseBucket    = "foldhost_export_leases"
+	defaultLeaseTTL       = 5 * time.Minute
+	defaultS3Region       = "us-east-1"
 )
 
 // Environment variables that override the file (set and non-empty). They
@@ -114,6 +151,10 @@ const (
 	envNATSURL       = "FOLDHOST_NATS_URL"
 	envNATSCreds     = "FOLDHOST_NATS_CREDS"      // content of a .creds file
 	envNATSCredsFile = "FOLDHOST_NATS_CREDS_FILE" // path of a .creds file
+	envS3AccessKey   = "FOLDHOST_S3_ACCESS_KEY"
+	envS3SecretKey   = "FOLDHOST_S3_SECRET_KEY"
+	envAWSAccessKey  = "AWS_ACCESS_KEY_ID" // used when neither the file nor FOLDHOST_S3_* set a key
+	envAWSSecretKey  = "AWS_SECRET_ACCESS_KEY"
 )
 
 // Limits checked by validation.
@@ -193,6 +234,8 @@ func (c *Config) extract(root *table) {
 	l.duration("progress_interval", &c.Log.ProgressInterval)
 	l.done()
 
+	c.extractArtifacts(root.sub("artifacts"))
+
 	for _, f := range root.array("fold") {
 		c.Folds = append(c.Folds, extractFold(f))
 	}
@@ -221,6 +264,10 @@ func extractFold(f *table) FoldConfig {
 	}
 	fc.PluginMemoryMB, fc.PluginRetries = clampInt(memMB), clampInt(retries)
 	f.str("data_dir", &fc.DataDir)
+	if f.duration("export_interval", &fc.ExportInterval) && fc.ExportInterval != 0 && fc.ExportInterval < time.Second {
+		f.problem("export_interval", "must be 0 (no periodic export) or at least 1s, got %v", fc.ExportInterval)
+	}
+	f.str("artifact_key", &fc.ArtifactKey)
 	if f.duration("batch_window", &fc.BatchWindow) && (fc.BatchWindow <= 0 || fc.BatchWindow > maxWindow) {
 		f.problem("batch_window", "must be > 0 and at most %v, got %v", maxWindow, fc.BatchWindow)
 	}
@@ -278,6 +325,38 @@ func extractFold(f *table) FoldConfig {
 	return fc
 }
 
+func (c *Config) extractArtifacts(a *table) {
+	ac := &c.Artifacts
+	a.str("store", &ac.Store)
+	a.str("dir", &ac.Dir)
+	a.str("lease_bucket", &ac.LeaseBucket)
+	if a.duration("lease_ttl", &ac.LeaseTTL) && ac.LeaseTTL < time.Second {
+		a.problem("lease_ttl", "must be at least 1s, got %v", ac.LeaseTTL)
+	}
+	a.str("holder", &ac.Holder)
+	s := a.sub("s3")
+	s.str("endpoint", &ac.S3.Endpoint)
+	s.str("region", &ac.S3.Region)
+	s.str("bucket", &ac.S3.Bucket)
+	s.str("prefix", &ac.S3.Prefix)
+	s.boolean("path_style", &ac.S3.PathStyle)
+	s.str("access_key", &ac.S3.AccessKey)
+	s.str("secret_key", &ac.S3.SecretKey)
+	var part, conc int64
+	if s.integer("part_size_mb", &part) && (part < 5 || part > 5120) {
+		s.problem("part_size_mb", "must be between 5 (S3's minimum part) and 5120, got %d", part)
+	}
+	if s.integer("concurrency", &conc) && (conc < 1 || conc > 64) {
+		s.problem("concurrency", "must be between 1 and 64, got %d", conc)
+	}
+	ac.S3.PartSizeMB, ac.S3.Concurrency = clampInt(part), clampInt(conc)
+	if s.duration("request_timeout", &ac.S3.RequestTimeout) && ac.S3.RequestTimeout < 0 {
+		s.problem("request_timeout", "must not be negative")
+	}
+	s.done()
+	a.done()
+}
+
 func clampInt(v int64) int { return int(max(0, min(v, 1<<31-1))) }
 
 // applyEnv applies the environment overrides. A credential from the
@@ -305,6 +384,16 @@ func (c *Config) applyEnv(getenv getenvFunc, ps *problems) {
 	case hasFile:
 		c.NATS.Creds, c.NATS.CredsFile = "", file
 		ps.fromEnv["nats.creds_file"] = envNATSCredsFile
+	}
+	s3 := &c.Artifacts.S3
+	ak, hasAK := get(envS3AccessKey)
+	sk, hasSK := get(envS3SecretKey)
+	if hasAK || hasSK {
+		s3.AccessKey, s3.SecretKey = ak, sk
+		ps.fromEnv["artifacts.s3.access_key"] = envS3AccessKey
+	} else if s3.AccessKey == "" && s3.SecretKey == "" {
+		s3.AccessKey, _ = get(envAWSAccessKey)
+		s3.SecretKey, _ = get(envAWSSecretKey)
 	}
 }
 
@@ -409,12 +498,15 @@ func (c *Config) validate(ps *problems) {
 		ps.add("log.format", "%q: want text or json", c.Log.Format)
 	}
 
+	c.validateArtifacts(ps, resolve)
+
 	// Folds.
 	if len(c.Folds) == 0 {
 		ps.add("fold", "no [[fold]] section: configure at least one fold")
 	}
 	names := map[string]int{}
 	dirs := map[string]int{}
+	keys := map[string]int{}
 	for i := range c.Folds {
 		f := &c.Folds[i]
 		key := func(k string) string { return "fold[" + strconv.Itoa(i) + "]." + k }
@@ -459,6 +551,15 @@ func (c *Config) validate(ps *problems) {
 		if n.Embedded && f.DataDir == filepath.Clean(n.EmbeddedDir) {
 			ps.add(key("data_dir"), "%s is the embedded NATS server's directory", f.DataDir)
 		}
+		if f.ArtifactKey == "" {
+			f.ArtifactKey = f.Name
+		} else if !nameRE.MatchString(f.ArtifactKey) {
+			ps.add(key("artifact_key"), "%q: use 1 to 64 of A-Z a-z 0-9 _ - (it names objects and a NATS KV key)", f.ArtifactKey)
+		}
+		if j, dup := keys[f.ArtifactKey]; dup && f.ArtifactKey != "" && !nameDup {
+			ps.add(key("artifact_key"), "%q is also the artifact key of fold[%d]: their artifacts would replace each other", f.ArtifactKey, j)
+		}
+		keys[f.ArtifactKey] = i
 		if f.BatchWindow == 0 {
 			f.BatchWindow = fold.DefaultWindow
 		}
@@ -486,6 +587,58 @@ func (c *Config) validate(ps *problems) {
 			continue
 		}
 		first[f.Bucket] = i
+	}
+}
+
+// validateArtifacts checks [artifacts] and applies its defaults.
+func (c *Config) validateArtifacts(ps *problems, resolve func(string) string) {
+	a := &c.Artifacts
+	switch a.Store {
+	case "", "local":
+		a.Store = "local"
+		if a.Dir == "" {
+			a.Dir = filepath.Join(c.DataDir, "artifacts")
+		}
+		a.Dir = resolve(a.Dir)
+	case "s3":
+		if a.S3.Bucket == "" {
+			ps.add("artifacts.s3.bucket", "is required with artifacts.store = \"s3\"")
+		}
+		if a.Dir != "" {
+			ps.add("artifacts.dir", "is set, but artifacts.store is \"s3\": dir is the local store's")
+		}
+		if (a.S3.AccessKey == "") != (a.S3.SecretKey == "") {
+			ps.add("artifacts.s3.secret_key", "access_key and secret_key go together: set both or neither (or %s and %s)", envS3AccessKey, envS3SecretKey)
+		}
+	default:
+		ps.add("artifacts.store", "%q: want \"local\" or \"s3\"", a.Store)
+	}
+	if a.S3.Region == "" {
+		a.S3.Region = defaultS3Region
+	}
+	if a.S3.PartSizeMB == 0 {
+		a.S3.PartSizeMB = export.DefaultPartSize >> 20
+	}
+	if a.S3.Concurrency == 0 {
+		a.S3.Concurrency = export.DefaultPartConcurrency
+	}
+	if a.S3.RequestTimeout == 0 {
+		a.S3.RequestTimeout = export.DefaultOpTimeout
+	}
+	if a.LeaseBucket == "" {
+		a.LeaseBucket = defaultLeaseBucket
+	} else if !bucketRE.MatchString(a.LeaseBucket) {
+		ps.add("artifacts.lease_bucket", "%q is not a valid KV bucket name (A-Z a-z 0-9 _ -)", a.LeaseBucket)
+	}
+	if a.LeaseTTL == 0 {
+		a.LeaseTTL = defaultLeaseTTL
+	}
+	if a.Holder == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			h = "foldhost"
+		}
+		a.Holder = h
 	}
 }
 

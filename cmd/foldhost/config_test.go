@@ -74,8 +74,13 @@ func TestConfigDefaults(t *testing.T) {
 		},
 		HTTP: HTTPConfig{Addr: "127.0.0.1:8080"},
 		Log:  LogConfig{Level: "info", Format: "text", ProgressInterval: 5 * time.Second},
+		Artifacts: ArtifactsConfig{
+			Store: "local", Dir: filepath.Join(dir, "data", "artifacts"), LeaseBucket: "foldhost_export_leases",
+			LeaseTTL: 5 * time.Minute, Holder: hostname(t),
+			S3: S3Config{Region: "us-east-1", PartSizeMB: 8, Concurrency: 8, RequestTimeout: 2 * time.Minute},
+		},
 		Folds: []FoldConfig{{
-			Name: "a", Bucket: "a", DataDir: filepath.Join(dir, "data", "folds", "a"),
+			Name: "a", Bucket: "a", DataDir: filepath.Join(dir, "data", "folds", "a"), ArtifactKey: "a",
 			BatchWindow: fold.DefaultWindow, BatchSize: fold.DefaultMaxBatch, Buffer: 256, PluginMemoryMB: 256, PluginRetries: 2,
 			Repair: protocol.RepairNone, CreateBucket: natskv.BucketConfig{Name: "a", History: 1, Replicas: 1},
 		}},
@@ -131,7 +136,7 @@ limit_marker_ttl = "1m"
 	f := cfg.Folds[0]
 	want := FoldConfig{
 		Name: "r", Bucket: "routes", Scope: []string{"route.", "tenant.a."},
-		Plugin: filepath.Join(dir, "router.wasm"), DataDir: filepath.Join(dir, "r-data"),
+		Plugin: filepath.Join(dir, "router.wasm"), DataDir: filepath.Join(dir, "r-data"), ArtifactKey: "r",
 		BatchWindow: 25 * time.Millisecond, BatchSize: 1024, Buffer: 4096, Repair: protocol.RepairAuto, Sync: true, PluginMemoryMB: 256, PluginRetries: 2,
 		CreateBucket: natskv.BucketConfig{Name: "routes", History: 5, MaxAge: 24 * time.Hour, MaxBytes: 1 << 20,
 			Replicas: 3, Memory: true, LimitMarkerTTL: time.Minute},
@@ -141,6 +146,113 @@ limit_marker_ttl = "1m"
 	}
 	if cfg.DataDir != "/var/lib/foldhost" || cfg.HTTP.Addr != ":9090" || cfg.Log.Format != "json" {
 		t.Errorf("cfg = %+v", cfg)
+	}
+}
+
+func hostname(t *testing.T) string {
+	t.Helper()
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "foldhost"
+	}
+	return h
+}
+
+func TestConfigArtifacts(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := parseIn(t, dir, `
+[artifacts]
+store = "s3"
+lease_bucket = "leases"
+lease_ttl = "90s"
+holder = "edge-7"
+[artifacts.s3]
+endpoint = "http://127.0.0.1:7070"
+region = "eu-west-1"
+bucket = "folds"
+prefix = "prod/"
+path_style = true
+part_size_mb = 16
+concurrency = 4
+request_timeout = "30s"
+[[fold]]
+name = "a"
+export_interval = "10m"
+artifact_key = "a-v2"
+[[fold]]
+name = "b"
+`, envOf(map[string]string{envAWSAccessKey: "AKIA", envAWSSecretKey: "s3cr3t"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ArtifactsConfig{Store: "s3", LeaseBucket: "leases", LeaseTTL: 90 * time.Second, Holder: "edge-7",
+		S3: S3Config{Endpoint: "http://127.0.0.1:7070", Region: "eu-west-1", Bucket: "folds", Prefix: "prod/", PathStyle: true,
+			AccessKey: "AKIA", SecretKey: "s3cr3t", PartSizeMB: 16, Concurrency: 4, RequestTimeout: 30 * time.Second}}
+	if !reflect.DeepEqual(cfg.Artifacts, want) {
+		t.Errorf("artifacts:\n got %+v\nwant %+v", cfg.Artifacts, want)
+	}
+	if f := cfg.Folds[0]; f.ExportInterval != 10*time.Minute || f.ArtifactKey != "a-v2" || cfg.Folds[1].ArtifactKey != "b" {
+		t.Errorf("folds = %+v", cfg.Folds)
+	}
+	// FOLDHOST_S3_* win over the file and AWS_*.
+	cfg, err = parseIn(t, dir, "[artifacts]\nstore = \"s3\"\n[artifacts.s3]\nbucket = \"x\"\naccess_key = \"file\"\nsecret_key = \"file\"\n[[fold]]\nname = \"a\"\n",
+		envOf(map[string]string{envS3AccessKey: "env", envS3SecretKey: "envs", envAWSAccessKey: "aws"}))
+	if err != nil || cfg.Artifacts.S3.AccessKey != "env" || cfg.Artifacts.S3.SecretKey != "envs" {
+		t.Errorf("env keys: %v %+v", err, cfg)
+	}
+
+	_, err = parseIn(t, dir, `
+[artifacts]                # 2
+store = "s3"               # 3
+dir = "x"                  # 4
+lease_ttl = "10ms"         # 5
+lease_bucket = "a.b"       # 6
+[artifacts.s3]             # 7
+access_key = "only"        # 8
+part_size_mb = 1           # 9
+concurrency = 0            # 10
+[[fold]]                   # 11
+name = "a"                 # 12
+export_interval = "10ms"   # 13
+artifact_key = "a/b"       # 14
+[[fold]]                   # 15
+name = "b"                 # 16
+artifact_key = "c"         # 17
+[[fold]]                   # 18
+name = "c"                 # 19
+`, noEnv)
+	ps := problemsOf(t, err)
+	wantPs := []struct{ key, msg string }{
+		{"artifacts.lease_ttl", "at least 1s"},
+		{"artifacts.s3.part_size_mb", "between 5"},
+		{"artifacts.s3.concurrency", "between 1 and 64"},
+		{"fold[0].export_interval", "at least 1s"},
+		{"artifacts.s3.bucket", "required"},
+		{"artifacts.dir", "local store's"},
+		{"artifacts.s3.secret_key", "go together"},
+		{"artifacts.lease_bucket", "not a valid KV bucket name"},
+		{"fold[0].artifact_key", `"a/b"`},
+		{"fold[2].artifact_key", "also the artifact key of fold[1]"},
+	}
+	var got []string
+	for _, p := range ps {
+		got = append(got, p.Key+": "+p.Msg)
+	}
+	for _, w := range wantPs {
+		found := false
+		for _, p := range ps {
+			found = found || (p.Key == w.key && strings.Contains(p.Msg, w.msg))
+		}
+		if !found {
+			t.Errorf("no problem %s: ...%s...; got:\n%s", w.key, w.msg, strings.Join(got, "\n"))
+		}
+	}
+	if len(ps) != len(wantPs) {
+		t.Errorf("%d problems, want %d:\n%s", len(ps), len(wantPs), strings.Join(got, "\n"))
+	}
+	_, err = parseIn(t, dir, "[artifacts]\nstore = \"ftp\"\n[[fold]]\nname = \"a\"\n", noEnv)
+	if ps := problemsOf(t, err); len(ps) != 1 || ps[0].Key != "artifacts.store" {
+		t.Errorf("bad store: %v", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,12 +35,19 @@ type runner struct {
 	batches               atomic.Uint64
 	pluginErrs, commitErr atomic.Uint64
 	lastErr               atomic.Pointer[string]
+
+	// exp exports the fold's artifacts; loop is the live fold loop the
+	// rounds run on.
+	exp        *exporter
+	exportMu   sync.Mutex
+	loop       atomic.Pointer[fold.Loop]
+	lastExport atomic.Pointer[lastExport]
 }
 
 var _ httpapi.Fold = (*runner)(nil)
 
-func newRunner(cfg FoldConfig, store *fold.Store, bucket *natskv.Bucket, plugin fold.Plugin, log *slog.Logger, m *httpapi.Metrics, headPoll, progress time.Duration) *runner {
-	r := &runner{cfg: cfg, store: store, bucket: bucket, plugin: plugin, log: log, metrics: m, headPoll: headPoll, progress: progress}
+func newRunner(cfg FoldConfig, store *fold.Store, bucket *natskv.Bucket, plugin fold.Plugin, exp *exporter, log *slog.Logger, m *httpapi.Metrics, headPoll, progress time.Duration) *runner {
+	r := &runner{cfg: cfg, store: store, bucket: bucket, plugin: plugin, exp: exp, log: log, metrics: m, headPoll: headPoll, progress: progress}
 	r.state.Store(httpapi.StateStarting)
 	return r
 }
@@ -84,6 +92,16 @@ func (r *runner) Status() httpapi.Status {
 	}
 	if p := r.lastErr.Load(); p != nil {
 		st.LastError = *p
+	}
+	if r.exp != nil {
+		st.Export = &httpapi.ExportStatus{Key: r.cfg.ArtifactKey, Store: r.exp.where, Interval: r.cfg.ExportInterval.String()}
+		if le := r.lastExport.Load(); le != nil {
+			at := le.At.UTC()
+			st.Export.LastAt, st.Export.LastOutcome, st.Export.LastCursor = &at, le.Result.Outcome, le.Result.Cursor
+			if le.Err != nil {
+				st.Export.LastOutcome, st.Export.LastError = "failed", le.Err.Error()
+			}
+		}
 	}
 	if !st.Ready {
 		switch st.State {
@@ -131,10 +149,12 @@ func (r *runner) run(ctx context.Context) error {
 	defer stopBG()
 	go r.pollHead(bg)
 	go r.logProgress(bg, start)
+	go r.exportEvery(bg)
 
 	cur, err := fold.Follow(ctx, r.bucket, countingTarget{r.store, r}, countingPlugin{r.plugin, r}, fold.FollowConfig{
 		Scope:  natskv.Scope{Prefixes: r.cfg.Scope},
 		Buffer: r.cfg.Buffer,
+		OnLoop: func(l *fold.Loop) { r.loop.Store(l) },
 		Loop: fold.LoopConfig{
 			Window:    r.cfg.BatchWindow,
 			MaxBatch:  r.cfg.BatchSize,

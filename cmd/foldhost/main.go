@@ -42,8 +42,8 @@ func commands() []command {
 		{"inspect", "read a stopped fold's store offline (JSON)", cmdInspect},
 		{"kv", "put, get, delete and watch keys of a NATS KV bucket", cmdKV},
 		{"demo", "a self-contained tour on embedded defaults (embedded NATS, example plugin)", cmdDemo},
-		{"export", "export the fold as an artifact (not implemented yet)", reserved("export")},
-		{"bootstrap", "bootstrap a fold from an artifact (not implemented yet)", reserved("bootstrap")},
+		{"export", "export folds as artifacts to the artifact store now", cmdExport},
+		{"bootstrap", "fill an empty fold from the newest published artifact", cmdBootstrap},
 		{"bench", "benchmark a fold end to end (not implemented yet)", reserved("bench")},
 	}
 }

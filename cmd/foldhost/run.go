@@ -117,6 +117,9 @@ func (d *daemon) run(ctx context.Context, stopSignals func()) error {
 			}
 		})
 		stores[i] = store
+		if err := resetStageDir(f); err != nil {
+			return err
+		}
 	}
 	plugins := make([]fold.Plugin, len(cfg.Folds))
 	for i, f := range cfg.Folds {
@@ -150,6 +153,10 @@ func (d *daemon) run(ctx context.Context, stopSignals func()) error {
 	d.defer_(nc.Close)
 	d.log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted())
 
+	exp, err := newExporter(cfg, nc, d.log)
+	if err != nil {
+		return err
+	}
 	metrics := httpapi.NewMetrics()
 	runners := make([]*runner, len(cfg.Folds))
 	folds := make([]httpapi.Fold, len(cfg.Folds))
@@ -158,7 +165,7 @@ func (d *daemon) run(ctx context.Context, stopSignals func()) error {
 		if err != nil {
 			return fmt.Errorf("fold %s: %w", f.Name, err)
 		}
-		runners[i] = newRunner(f, stores[i], bucket, plugins[i], d.log.With("fold", f.Name), metrics,
+		runners[i] = newRunner(f, stores[i], bucket, plugins[i], exp, d.log.With("fold", f.Name), metrics,
 			cfg.NATS.HeadPollInterval, cfg.Log.ProgressInterval)
 		folds[i] = runners[i]
 	}
@@ -224,11 +231,16 @@ func openStore(f FoldConfig, log *slog.Logger) (*fold.Store, error) {
 
 // lockHint explains pebble's lock error: another process has the store.
 func lockHint(err error) string {
-	// Another process: flock's EAGAIN; this process: pebble's own check.
-	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) || strings.Contains(err.Error(), "lock held by current process") {
+	if isLocked(err) {
 		return " (the store is locked: is another foldhost running on this data dir?)"
 	}
 	return ""
+}
+
+// isLocked reports pebble's lock error: another process (flock's EAGAIN)
+// or this one (pebble's own check) has the store open.
+func isLocked(err error) bool {
+	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) || strings.Contains(err.Error(), "lock held by current process")
 }
 
 // serveHTTP binds the API's address, prints it, and serves until close.

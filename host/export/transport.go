@@ -90,6 +90,10 @@ type DownloadOptions struct {
 	// bytes read so far and the payload's size. It runs on the downloading
 	// goroutine: keep it cheap (store the numbers, print elsewhere).
 	Progress func(read, total int64)
+	// Check, when set, vets the published manifest before anything is
+	// downloaded (the bucket and scope it was exported from); its error
+	// stops the download.
+	Check func(Manifest) error
 }
 
 // Download imports key's published artifact into dest: it reads the
@@ -103,8 +107,14 @@ func Download(ctx context.Context, t Transport, key, dest string, o DownloadOpti
 	if err != nil {
 		return Manifest{}, err
 	}
-	if _, err := ParseManifest(manifest); err != nil {
+	m, err := ParseManifest(manifest)
+	if err != nil {
 		return Manifest{}, fmt.Errorf("export: download %s: pointer: %w", key, err)
+	}
+	if o.Check != nil {
+		if err := o.Check(m); err != nil {
+			return Manifest{}, err
+		}
 	}
 	if err := checkDest(dest); err != nil {
 		return Manifest{}, err

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +43,7 @@ type Options struct {
 //	GET /v1/folds/{name}/view?prefix=P&limit=N   view entries by prefix (or ?key=K: one entry)
 //	GET /v1/folds/{name}/raw/{key...}     one raw entry
 //	GET /v1/folds/{name}/raw?prefix=P&limit=N    raw entries by prefix (or ?key=K: one entry)
+//	POST /v1/folds/{name}/export[?force=true]    run an export round now ([Exporter]); its result
 //
 // Unknown folds and keys are 404, bad parameters 400, a store that is
 // closing 503; error bodies are {"error": "..."} (plus "cursor" for a
@@ -71,6 +73,7 @@ func NewHandler(o Options) http.Handler {
 	mux.HandleFunc("GET /v1/folds/{name}/raw/{key...}", s.getOne(rawSpace))
 	mux.HandleFunc("GET /v1/folds/{name}/view", s.collection(viewSpace))
 	mux.HandleFunc("GET /v1/folds/{name}/raw", s.collection(rawSpace))
+	mux.HandleFunc("POST /v1/folds/{name}/export", s.export)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
 	})
@@ -107,6 +110,61 @@ func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 	for _, r := range reasons {
 		fmt.Fprintln(w, "- "+r)
 	}
+}
+
+// Exporter is implemented by folds that can export an artifact on demand.
+type Exporter interface {
+	// Export runs an export round now and returns its JSON-encodable
+	// result. force runs it without the fleet's lease. An error that
+	// wraps ErrExportNotConfigured answers 501.
+	Export(ctx context.Context, force bool) (any, error)
+}
+
+// ErrExportNotConfigured: the fold has no artifact store to export to.
+var ErrExportNotConfigured = errors.New("artifact export is not configured")
+
+func (s *server) export(w http.ResponseWriter, r *http.Request) {
+	f := s.fold(w, r)
+	if f == nil {
+		return
+	}
+	q := r.URL.Query()
+	for k := range q {
+		if k != "force" {
+			writeError(w, http.StatusBadRequest, "unknown parameter %q (want force)", k)
+			return
+		}
+	}
+	force, err := parseBool(q.Get("force"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "force: %v", err)
+		return
+	}
+	ex, ok := f.(Exporter)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "fold %q: %v", f.Name(), ErrExportNotConfigured)
+		return
+	}
+	res, err := ex.Export(r.Context(), force)
+	switch {
+	case errors.Is(err, ErrExportNotConfigured):
+		writeError(w, http.StatusNotImplemented, "fold %q: %v", f.Name(), err)
+	case err != nil:
+		s.log.Warn("export round failed", "fold", f.Name(), "err", err)
+		writeError(w, http.StatusInternalServerError, "fold %q: export: %v", f.Name(), err)
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+func parseBool(v string) (bool, error) {
+	switch v {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	}
+	return false, fmt.Errorf("%q: want true or false", v)
 }
 
 func (s *server) list(w http.ResponseWriter, _ *http.Request) {

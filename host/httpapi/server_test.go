@@ -1,9 +1,11 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -383,5 +385,66 @@ func TestMetrics(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// exportingFold records the export requests it gets and answers with a
+// canned result or error (the real round is tested in cmd/foldhost).
+type exportingFold struct {
+	*testFold
+	calls []bool
+	err   error
+}
+
+func (f *exportingFold) Export(_ context.Context, force bool) (any, error) {
+	f.calls = append(f.calls, force)
+	return map[string]any{"outcome": "published", "force": force}, f.err
+}
+
+func TestExportEndpoint(t *testing.T) {
+	plain := openFold(t, "plain")
+	ex := &exportingFold{testFold: openFold(t, "ex")}
+	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Options{Folds: []httpapi.Fold{plain, ex}}))
+	t.Cleanup(srv.Close)
+	post := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Post(srv.URL+path, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, c := range []struct {
+		path string
+		code int
+		want string
+	}{
+		{"/v1/folds/ex/export", 200, `"force":false`},
+		{"/v1/folds/ex/export?force=true", 200, `"force":true`},
+		{"/v1/folds/ex/export?force=maybe", 400, "force"},
+		{"/v1/folds/ex/export?forse=1", 400, "unknown parameter"},
+		{"/v1/folds/plain/export", 501, "not configured"},
+		{"/v1/folds/nope/export", 404, "unknown fold"},
+	} {
+		code, body := post(c.path)
+		if code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("POST %s = %d %s, want %d containing %q", c.path, code, body, c.code, c.want)
+		}
+	}
+	if len(ex.calls) != 2 || ex.calls[0] || !ex.calls[1] {
+		t.Errorf("export calls %v, want [false true]", ex.calls)
+	}
+	if code, _ := get(t, srv, "/v1/folds/ex/export"); code != 404 && code != 405 {
+		t.Errorf("GET export = %d, want it refused", code)
+	}
+	ex.err = errors.New("disk full")
+	if code, body := post("/v1/folds/ex/export"); code != 500 || !strings.Contains(body, "disk full") {
+		t.Errorf("failed export = %d %s", code, body)
+	}
+	ex.err = fmt.Errorf("fold ex: %w", httpapi.ErrExportNotConfigured)
+	if code, _ := post("/v1/folds/ex/export"); code != 501 {
+		t.Errorf("not-configured export = %d, want 501", code)
 	}
 }

@@ -10,6 +10,7 @@ package httpapi
 
 import (
 	"github.com/foldhost/foldhost/host/fold"
+	"time"
 )
 
 // Fold is one fold as the HTTP surface sees it. Implementations must be safe
@@ -72,6 +73,23 @@ type Status struct {
 	// one it recovered from; "" when none.
 	LastError string `json:"last_error"`
 	DataDir   string `json:"data_dir"`
+	// Export is the fold's artifact export: its key and the last round
+	// this process ran; nil when exporting is not configured.
+	Export *ExportStatus `json:"export,omitempty"`
+}
+
+// ExportStatus describes a fold's artifact export.
+type ExportStatus struct {
+	Key   string `json:"key"`
+	Store string `json:"store"`
+	// Interval between rounds; "0s": on demand only.
+	Interval string `json:"interval"`
+	// The last round this process ran (absent before the first):
+	// published, superseded, skipped or failed.
+	LastAt      *time.Time `json:"last_at,omitempty"`
+	LastOutcome string     `json:"last_outcome,omitempty"`
+	LastCursor  uint64     `json:"last_cursor,omitempty"`
+	LastError   string     `json:"last_error,omitempty"`
 }
 
 // PluginInfo identifies the plugin a fold runs; empty fields for a raw-only

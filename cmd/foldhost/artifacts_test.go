@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/foldhost/foldhost/host/natskv"
+)
+
+// freeAddr returns a loopback address with a port free right now (for a
+// daemon that `foldhost export` must find through http.addr).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func writeConfig(t *testing.T, dir, text string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// foldStatusOf reads a fold's status from a daemon's HTTP API.
+func foldStatusOf(t *testing.T, base, name string) map[string]any {
+	t.Helper()
+	code, body, err := httpGet(base + "/v1/folds/" + name)
+	if err != nil || code != 200 {
+		t.Fatalf("status %s: %d %v %s", name, code, err, body)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(body), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func exportResults(t *testing.T, out string) []roundResult {
+	t.Helper()
+	var rs []roundResult
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r roundResult
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("export output %q: %v", out, err)
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// TestExportBootstrapDeltaOnly is the artifact path end to end through the
+// commands: node A folds a bucket and exports it (`foldhost export` through
+// the running daemon), more is written, node B bootstraps from the
+// artifact (`foldhost bootstrap`) and its `run` receives exactly the delta
+// and ends identical to A; B then exports on its interval. Refusals:
+// bootstrapping a non-empty fold, another scope, a key with no artifact.
+func TestExportBootstrapDeltaOnly(t *testing.T) {
+	root := t.TempDir()
+	artifacts := filepath.Join(root, "artifacts")
+	aDir := filepath.Join(root, "a")
+	aCfg := writeConfig(t, aDir, fmt.Sprintf(`
+[nats]
+embedded_listen = "127.0.0.1:0"
+head_poll_interval = "50ms"
+[http]
+addr = %q
+[artifacts]
+dir = %q
+holder = "node-a"
+lease_ttl = "5s"
+[[fold]]
+name = "routes"
+scope = ["route."]
+batch_window = "2ms"
+`, freeAddr(t), artifacts))
+	cfgText, _ := os.ReadFile(aCfg)
+	a := runInProcess(t, aDir, string(cfgText))
+
+	ctx := context.Background()
+	nc, err := natskv.Connect(natskv.ConnOptions{URL: a.natsURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	b, err := natskv.OpenBucket(ctx, nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head uint64
+	put := func(from, n int, prefix string) {
+		t.Helper()
+		for i := from; i < from+n; i++ {
+			rev, err := b.KV().Put(ctx, fmt.Sprintf("%s%04d", prefix, i), []byte(fmt.Sprint(i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			head = rev
+		}
+	}
+	waitCursor := func(base string, want uint64) map[string]any {
+		t.Helper()
+		var m map[string]any
+		waitFor(t, 20*time.Second, fmt.Sprintf("cursor %d at %s", want, base), func() (bool, string) {
+			m = foldStatusOf(t, base, "routes")
+			return m["cursor"] == float64(want) && m["state"] == "following", fmt.Sprint(m)
+		})
+		return m
+	}
+
+	const before, outOfScope, delta = 300, 25, 40
+	put(0, outOfScope, "other.") // out of scope: not delivered, not in the delta
+	put(0, before, "route.")
+	waitCursor(a.base, head)
+	exported := head
+
+	// A round through the running daemon (the store is locked by it).
+	code, out, errOut := runCLI(t, nil, "export", "--config", aCfg, "--json")
+	if code != 0 {
+		t.Fatalf("export via the daemon: exit %d: %s %s", code, out, errOut)
+	}
+	if r := exportResults(t, out); len(r) != 1 || r[0].Outcome != "published" || r[0].Cursor != exported || r[0].Key != "routes" {
+		t.Fatalf("export result %+v, want published at %d", r, exported)
+	}
+	// The lease now holds the key for its TTL: another round is skipped
+	// and names the holder; --force exports anyway.
+	code, out, _ = runCLI(t, nil, "export", "--config", aCfg)
+	if code != 0 || !strings.Contains(out, "skipped: node-a holds the export lease") {
+		t.Fatalf("second export within the lease: exit %d: %s", code, out)
+	}
+	code, out, _ = runCLI(t, nil, "export", "--config", aCfg, "--force", "--json")
+	if r := exportResults(t, out); code != 0 || r[0].Outcome != "published" || !r[0].Forced {
+		t.Fatalf("forced export: exit %d: %+v", code, r)
+	}
+	if st := foldStatusOf(t, a.base, "routes"); st["export"].(map[string]any)["last_outcome"] != "published" {
+		t.Errorf("status export = %v", st["export"])
+	}
+
+	put(before, delta, "route.") // written after the artifact's cursor
+	final := head
+	waitCursor(a.base, final)
+
+	bDir := filepath.Join(root, "b")
+	bText := fmt.Sprintf(`
+[nats]
+url = %q
+head_poll_interval = "50ms"
+[http]
+addr = "127.0.0.1:0"
+[artifacts]
+dir = %q
+holder = "node-b"
+lease_ttl = "1s"
+[[fold]]
+name = "routes"
+scope = ["route."]
+batch_window = "2ms"
+export_interval = "1s"
+`, a.natsURL, artifacts)
+	bCfg := writeConfig(t, bDir, bText)
+
+	// Refusals first, each leaving the fold's data dir absent.
+	bData := filepath.Join(bDir, "data", "folds", "routes")
+	cDir := filepath.Join(root, "c")
+	cCfg := writeConfig(t, cDir, strings.Replace(bText, `scope = ["route."]`, `scope = ["other."]`, 1))
+	if code, _, errOut := runCLI(t, nil, "bootstrap", "--config", cCfg, "--key", "routes"); code != exitFailure || !strings.Contains(errOut, "scope") {
+		t.Errorf("bootstrap of another scope: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := runCLI(t, nil, "bootstrap", "--config", bCfg, "--key", "nothing"); code != exitFailure || !strings.Contains(errOut, `no artifact published under key "nothing"`) {
+		t.Errorf("bootstrap of a missing key: exit %d: %s", code, errOut)
+	}
+	for _, d := range []string{bData, filepath.Join(cDir, "data", "folds", "routes")} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s after a refused bootstrap: %v", d, err)
+		}
+	}
+
+	code, out, errOut = runCLI(t, nil, "bootstrap", "--config", bCfg, "--fold", "routes")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("cursor %d", exported)) {
+		t.Fatalf("bootstrap: exit %d: %s %s", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "downloaded") || !strings.Contains(errOut, fmt.Sprintf("artifact at cursor %d", exported)) {
+		t.Errorf("bootstrap progress on stderr: %q", errOut)
+	}
+	if code, _, errOut := runCLI(t, nil, "bootstrap", "--config", bCfg); code != exitFailure || !strings.Contains(errOut, "already has data") {
+		t.Errorf("second bootstrap: exit %d: %s", code, errOut)
+	}
+
+	nodeB := runInProcess(t, bDir, bText)
+	st := waitCursor(nodeB.base, final)
+	if got := st["counters"].(map[string]any)["delivered_since_start"]; got != float64(delta) {
+		t.Fatalf("bootstrapped node received %v updates, want only the delta %d (a replay is %d)", got, delta, before+delta)
+	}
+	for _, space := range []string{"raw", "view"} {
+		path := "/v1/folds/routes/" + space + "?limit=10000"
+		_, fromA, _ := httpGet(a.base + path)
+		_, fromB, _ := httpGet(nodeB.base + path)
+		if fromA != fromB {
+			t.Fatalf("%s differs between A and B:\nA %.300s\nB %.300s", space, fromA, fromB)
+		}
+	}
+	// B exports on its interval, publishing its cursor over A's artifact
+	// once A's lease (5s) has expired: skipped until then.
+	waitFor(t, 20*time.Second, "B's interval export", func() (bool, string) {
+		e := foldStatusOf(t, nodeB.base, "routes")["export"].(map[string]any)
+		return e["last_outcome"] == "published" && e["last_cursor"] == float64(final), fmt.Sprint(e)
+	})
+	if code := nodeB.stop(t); code != 0 {
+		t.Fatalf("B exit %d", code)
+	}
+	// Offline, B's stopped store exports directly (NATS is external: the
+	// lease applies; B's own lease may still be live, so force).
+	code, out, errOut = runCLI(t, nil, "export", "--config", bCfg, "--force", "--json")
+	if r := exportResults(t, out); code != 0 || r[0].Outcome != "published" || r[0].Cursor != final {
+		t.Fatalf("offline export: exit %d: %s %s", code, out, errOut)
+	}
+	if code := a.stop(t); code != 0 {
+		t.Fatalf("A exit %d", code)
+	}
+	// A stopped with embedded NATS (a single node): exported without a
+	// lease.
+	code, out, errOut = runCLI(t, nil, "export", "--config", aCfg)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("published artifact \"routes\" at cursor %d", final)) || !strings.Contains(errOut, "without the fleet lease") {
+		t.Fatalf("offline export of A: exit %d: %s %s", code, out, errOut)
+	}
+}
