@@ -2,6 +2,8 @@ package wasm
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"time"
 )
@@ -31,27 +33,35 @@ func (r *Runtime) Reload(ctx context.Context, p *Plugin, path string) error {
 // modification time), checking every interval, until ctx is done. A file
 // being written is seen as changed again once it settles, so a half-written
 // module that fails validation is followed by a successful reload.
+//
+// The first look compares the file's bytes with p's running module rather
+// than trusting a stat taken when the watch started: a file replaced between
+// the module's load and the watch's start is reloaded, not missed.
 func (r *Runtime) WatchFile(ctx context.Context, p *Plugin, path string, interval time.Duration) {
 	if interval <= 0 {
 		interval = time.Second
 	}
-	last, _ := os.Stat(path)
+	var last os.FileInfo
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
+		fi, err := os.Stat(path)
+		switch {
+		case err != nil:
+			// being replaced; look again next tick
+		case last == nil:
+			last = fi
+			if b, err := os.ReadFile(path); err != nil || fmt.Sprintf("%x", sha256.Sum256(b)) != p.Status().Module.SHA256 {
+				_ = r.Reload(ctx, p, path)
+			}
+		case fi.Size() != last.Size() || !fi.ModTime().Equal(last.ModTime()):
+			last = fi
+			_ = r.Reload(ctx, p, path)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		fi, err := os.Stat(path)
-		if err != nil {
-			continue // being replaced; look again next tick
-		}
-		if last != nil && fi.Size() == last.Size() && fi.ModTime().Equal(last.ModTime()) {
-			continue
-		}
-		last = fi
-		_ = r.Reload(ctx, p, path)
 	}
 }

@@ -91,3 +91,37 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestWatchFileSeesAChangeBeforeItStarted: a file replaced between the
+// module's load and the watch's first look is reloaded, not taken as the
+// baseline (the watch used to stat the file when it started, so such a
+// change, or the test's own write racing the goroutine's start, was missed).
+func TestWatchFileSeesAChangeBeforeItStarted(t *testing.T) {
+	r := newRuntime(t, Options{})
+	path := filepath.Join(t.TempDir(), "plugin.wasm")
+	good, err := os.ReadFile(goRouterWasm(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.LoadFile(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.NewPlugin(m)
+	defer p.Close(context.Background())
+	other := append(append([]byte{}, good...), 0, 5, 3, 'x', 'y', 'z', '!')
+	if err := os.WriteFile(path, other, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.WatchFile(ctx, p, path, 10*time.Millisecond)
+	waitFor(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.next != nil
+	})
+}
