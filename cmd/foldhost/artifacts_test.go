@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/host/export/s3test"
 	"github.com/foldhost/foldhost/host/natskv"
 )
 
@@ -72,8 +73,27 @@ func exportResults(t *testing.T, out string) []roundResult {
 // and ends identical to A; B then exports on its interval. Refusals:
 // bootstrapping a non-empty fold, another scope, a key with no artifact.
 func TestExportBootstrapDeltaOnly(t *testing.T) {
+	t.Run("local", func(t *testing.T) {
+		exportBootstrapDeltaOnly(t, fmt.Sprintf("dir = %q", filepath.Join(t.TempDir(), "artifacts")))
+	})
+	t.Run("s3", func(t *testing.T) {
+		srv := s3test.Start(t)
+		exportBootstrapDeltaOnly(t, fmt.Sprintf(`store = "s3"
+[artifacts.s3]
+endpoint = %q
+bucket = %q
+prefix = "fleet/"
+path_style = true
+access_key = %q
+secret_key = %q
+part_size_mb = 5`, srv.Endpoint, srv.NewBucket(t), s3test.AccessKey, s3test.SecretKey))
+	})
+}
+
+// exportBootstrapDeltaOnly runs the test with store as the end of the
+// [artifacts] section (after holder and lease_ttl).
+func exportBootstrapDeltaOnly(t *testing.T, store string) {
 	root := t.TempDir()
-	artifacts := filepath.Join(root, "artifacts")
 	aDir := filepath.Join(root, "a")
 	aCfg := writeConfig(t, aDir, fmt.Sprintf(`
 [nats]
@@ -81,15 +101,15 @@ embedded_listen = "127.0.0.1:0"
 head_poll_interval = "50ms"
 [http]
 addr = %q
-[artifacts]
-dir = %q
-holder = "node-a"
-lease_ttl = "5s"
 [[fold]]
 name = "routes"
 scope = ["route."]
 batch_window = "2ms"
-`, freeAddr(t), artifacts))
+[artifacts]
+holder = "node-a"
+lease_ttl = "5s"
+%s
+`, freeAddr(t), store))
 	cfgText, _ := os.ReadFile(aCfg)
 	a := runInProcess(t, aDir, string(cfgText))
 
@@ -163,16 +183,16 @@ url = %q
 head_poll_interval = "50ms"
 [http]
 addr = "127.0.0.1:0"
-[artifacts]
-dir = %q
-holder = "node-b"
-lease_ttl = "1s"
 [[fold]]
 name = "routes"
 scope = ["route."]
 batch_window = "2ms"
 export_interval = "1s"
-`, a.natsURL, artifacts)
+[artifacts]
+holder = "node-b"
+lease_ttl = "1s"
+%s
+`, a.natsURL, store)
 	bCfg := writeConfig(t, bDir, bText)
 
 	// Refusals first, each leaving the fold's data dir absent.

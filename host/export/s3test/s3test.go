@@ -1,0 +1,157 @@
+// Package s3test runs a real S3 server for tests: versitygw on a posix
+// temp directory, started per test and killed at its cleanup. A missing
+// binary fails the test loudly: S3 tests are never skipped.
+package s3test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+const (
+	// AccessKey and SecretKey are the server's root credentials.
+	AccessKey = "foldhosttest"
+	SecretKey = "foldhosttestsecret"
+	// Region is the region clients should sign for.
+	Region = "us-east-1"
+	// Install is how scripts/test installs the server.
+	Install = `(from the repository root) GOBIN="$PWD/bin" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 && export FOLDHOST_VERSITYGW="$PWD/bin/versitygw"`
+)
+
+// Server is a running versitygw.
+type Server struct {
+	// Endpoint is the server's base URL (path-style addressing).
+	Endpoint string
+	buckets  atomic.Int64
+}
+
+// Start starts versitygw from $FOLDHOST_VERSITYGW, else from PATH, and
+// waits until it is healthy.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin := os.Getenv("FOLDHOST_VERSITYGW")
+	if bin == "" {
+		p, err := exec.LookPath("versitygw")
+		if err != nil {
+			t.Fatalf("versitygw not found: set FOLDHOST_VERSITYGW or put it on PATH; install with:\n\t%s\n(scripts/test does this)", Install)
+		}
+		bin = p
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("FOLDHOST_VERSITYGW=%s: %v; install with:\n\t%s", bin, err, Install)
+	}
+	root := t.TempDir()
+	args := []string{"--port", "", "-a", AccessKey, "-s", SecretKey, "-q", "--health", "/health", "posix"}
+	// The posix backend keeps metadata in user xattrs; use a sidecar
+	// directory where the filesystem has none.
+	probe := filepath.Join(root, ".xattr-probe")
+	if err := os.WriteFile(probe, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setxattr(probe, "user.foldhost", []byte("1"), 0); err != nil {
+		t.Logf("versitygw: no user xattrs on %s (%v), using --sidecar", root, err)
+		args = append(args, "--sidecar", t.TempDir())
+	}
+	_ = os.Remove(probe)
+	args = append(args, root)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	args[1] = addr
+
+	var logBuf lockedBuffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start versitygw %s: %v", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("versitygw output:\n%s", logBuf.String())
+		}
+	})
+	endpoint := "http://" + addr
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(endpoint + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("versitygw exited: %v\n%s", err, logBuf.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("versitygw not healthy at %s/health after 20s: %v\n%s", endpoint, err, logBuf.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return &Server{Endpoint: endpoint}
+}
+
+// Client returns an S3 client for the server.
+func (s *Server) Client() *s3.Client {
+	return s3.New(s3.Options{
+		Region:                     Region,
+		UsePathStyle:               true,
+		BaseEndpoint:               aws.String(s.Endpoint),
+		Credentials:                credentials.NewStaticCredentialsProvider(AccessKey, SecretKey, ""),
+		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
+		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+	})
+}
+
+// NewBucket creates a fresh bucket and returns its name.
+func (s *Server) NewBucket(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("foldhost-%d", s.buckets.Add(1))
+	if _, err := s.Client().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: &name}); err != nil {
+		t.Fatalf("create bucket: %v", err)
+	}
+	return name
+}
+
+// lockedBuffer collects a child's output for failure logs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
