@@ -7,127 +7,36 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/zeebo/blake3"
+
+	"github.com/foldhost/foldhost/host/export/s3test"
 )
 
-const (
-	vgwAccess = "foldhosttest"
-	vgwSecret = "foldhosttestsecret"
-	// vgwInstall is how scripts/test installs the server.
-	vgwInstall = `(from the repository root) GOBIN="$PWD/bin" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 && export FOLDHOST_VERSITYGW="$PWD/bin/versitygw"`
-)
+// versityGW is a real S3 server (host/export/s3test) for one test.
+type versityGW struct{ *s3test.Server }
 
-// versityGW is a real S3 server (versitygw on a posix temp dir) started for
-// one test and killed at its cleanup.
-type versityGW struct {
-	endpoint string
-	buckets  atomic.Int64
-}
-
-// startVersityGW starts versitygw from $FOLDHOST_VERSITYGW, else from PATH.
-// A missing binary fails the test: the S3 contract is never skipped.
-func startVersityGW(t *testing.T) *versityGW {
-	t.Helper()
-	bin := os.Getenv("FOLDHOST_VERSITYGW")
-	if bin == "" {
-		p, err := exec.LookPath("versitygw")
-		if err != nil {
-			t.Fatalf("versitygw not found: set FOLDHOST_VERSITYGW or put it on PATH; install with:\n\t%s\n(scripts/test does this)", vgwInstall)
-		}
-		bin = p
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("FOLDHOST_VERSITYGW=%s: %v; install with:\n\t%s", bin, err, vgwInstall)
-	}
-	root := t.TempDir()
-	args := []string{"--port", "", "-a", vgwAccess, "-s", vgwSecret, "-q", "--health", "/health", "posix"}
-	// The posix backend keeps metadata in user xattrs; use a sidecar
-	// directory where the filesystem has none.
-	probe := filepath.Join(root, ".xattr-probe")
-	if err := os.WriteFile(probe, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Setxattr(probe, "user.foldhost", []byte("1"), 0); err != nil {
-		sidecar := t.TempDir()
-		t.Logf("versitygw: no user xattrs on %s (%v), using --sidecar", root, err)
-		args = append(args, "--sidecar", sidecar)
-	}
-	_ = os.Remove(probe)
-	args = append(args, root)
-
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	args[1] = addr
-
-	var logBuf syncBuffer
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start versitygw %s: %v", bin, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("versitygw output:\n%s", logBuf.String())
-		}
-	})
-	endpoint := "http://" + addr
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(endpoint + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("versitygw exited: %v\n%s", err, logBuf.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("versitygw not healthy at %s/health after 20s: %v\n%s", endpoint, err, logBuf.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return &versityGW{endpoint: endpoint}
-}
+func startVersityGW(tb testing.TB) *versityGW { return &versityGW{s3test.Start(tb)} }
 
 // transport creates a fresh bucket and returns an S3 transport on it under
 // a prefix, with opts applied.
-func (g *versityGW) transport(t *testing.T, opts func(*S3Options)) *S3 {
-	t.Helper()
-	bucket := fmt.Sprintf("foldhost-%d", g.buckets.Add(1))
+func (g *versityGW) transport(tb testing.TB, opts func(*S3Options)) *S3 {
+	tb.Helper()
 	o := S3Options{
-		Endpoint:     g.endpoint,
-		Region:       "us-east-1",
-		Bucket:       bucket,
+		Endpoint:     g.Endpoint,
+		Region:       s3test.Region,
+		Bucket:       g.NewBucket(tb),
 		Prefix:       "exports/test",
-		AccessKey:    vgwAccess,
-		SecretKey:    vgwSecret,
+		AccessKey:    s3test.AccessKey,
+		SecretKey:    s3test.SecretKey,
 		UsePathStyle: true,
 	}
 	if opts != nil {
@@ -135,10 +44,7 @@ func (g *versityGW) transport(t *testing.T, opts func(*S3Options)) *S3 {
 	}
 	s, err := NewS3(o)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.client.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatalf("create bucket: %v", err)
+		tb.Fatal(err)
 	}
 	return s
 }
@@ -427,22 +333,4 @@ func TestS3SwapContended(t *testing.T) {
 	if b, _ := s.Pointer(t.Context(), "k"); string(b) != fmt.Sprintf("corrupt %d", MaxSwapRetries) {
 		t.Fatalf("pointer %q", b)
 	}
-}
-
-// syncBuffer collects a child's output for failure logs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
