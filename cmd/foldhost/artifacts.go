@@ -197,7 +197,21 @@ func (r *runner) exportRound(ctx context.Context, force bool) (roundResult, erro
 		return roundResult{Fold: r.cfg.Name}, errors.New("the fold is not running yet")
 	}
 	res, err := r.exp.round(ctx, r.cfg, r.store, loop, force)
-	r.lastExport.Store(&lastExport{At: time.Now(), Result: res, Err: err})
+	now := time.Now().UTC()
+	r.exportMeta.Lock()
+	defer r.exportMeta.Unlock()
+	r.lastExport = &lastExport{At: now, Result: res, Err: err}
+	switch {
+	case err != nil:
+		r.exportRounds.Failed++
+	case res.Outcome == "published":
+		r.exportRounds.Published++
+		r.lastPublished = now
+	case res.Outcome == "superseded":
+		r.exportRounds.Superseded++
+	case res.Outcome == "skipped":
+		r.exportRounds.Skipped++
+	}
 	return res, err
 }
 
@@ -206,6 +220,30 @@ type lastExport struct {
 	At     time.Time
 	Result roundResult
 	Err    error
+}
+
+// exportStatus is the fold's export status; nil when exporting is not
+// configured.
+func (r *runner) exportStatus() *httpapi.ExportStatus {
+	if r.exp == nil {
+		return nil
+	}
+	st := &httpapi.ExportStatus{Key: r.cfg.ArtifactKey, Store: r.exp.where, Interval: r.cfg.ExportInterval.String()}
+	r.exportMeta.Lock()
+	defer r.exportMeta.Unlock()
+	st.Rounds = r.exportRounds
+	if !r.lastPublished.IsZero() {
+		at := r.lastPublished
+		st.LastPublishedAt = &at
+	}
+	if le := r.lastExport; le != nil {
+		at := le.At
+		st.LastAt, st.LastOutcome, st.LastCursor = &at, le.Result.Outcome, le.Result.Cursor
+		if le.Err != nil {
+			st.LastOutcome, st.LastError = "failed", le.Err.Error()
+		}
+	}
+	return st
 }
 
 // exportEvery runs a round every export_interval once the fold caught up

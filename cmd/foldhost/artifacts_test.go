@@ -171,6 +171,17 @@ lease_ttl = "5s"
 	if st := foldStatusOf(t, a.base, "routes"); st["export"].(map[string]any)["last_outcome"] != "published" {
 		t.Errorf("status export = %v", st["export"])
 	}
+	_, metrics, _ := httpGet(a.base + "/metrics")
+	for _, want := range []string{
+		`foldhost_fold_export_rounds_total{fold="routes",outcome="published"} 2`,
+		`foldhost_fold_export_rounds_total{fold="routes",outcome="skipped"} 1`,
+		`foldhost_fold_export_rounds_total{fold="routes",outcome="failed"} 0`,
+		`foldhost_fold_export_last_published_timestamp_seconds{fold="routes"}`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 
 	put(before, delta, "route.") // written after the artifact's cursor
 	final := head

@@ -38,10 +38,14 @@ type runner struct {
 
 	// exp exports the fold's artifacts; loop is the live fold loop the
 	// rounds run on.
-	exp        *exporter
-	exportMu   sync.Mutex
-	loop       atomic.Pointer[fold.Loop]
-	lastExport atomic.Pointer[lastExport]
+	exp      *exporter
+	exportMu sync.Mutex // serializes rounds
+	loop     atomic.Pointer[fold.Loop]
+	// exportMeta guards what the rounds report.
+	exportMeta    sync.Mutex
+	lastExport    *lastExport
+	lastPublished time.Time
+	exportRounds  httpapi.ExportRounds
 }
 
 var _ httpapi.Fold = (*runner)(nil)
@@ -93,16 +97,7 @@ func (r *runner) Status() httpapi.Status {
 	if p := r.lastErr.Load(); p != nil {
 		st.LastError = *p
 	}
-	if r.exp != nil {
-		st.Export = &httpapi.ExportStatus{Key: r.cfg.ArtifactKey, Store: r.exp.where, Interval: r.cfg.ExportInterval.String()}
-		if le := r.lastExport.Load(); le != nil {
-			at := le.At.UTC()
-			st.Export.LastAt, st.Export.LastOutcome, st.Export.LastCursor = &at, le.Result.Outcome, le.Result.Cursor
-			if le.Err != nil {
-				st.Export.LastOutcome, st.Export.LastError = "failed", le.Err.Error()
-			}
-		}
-	}
+	st.Export = r.exportStatus()
 	if !st.Ready {
 		switch st.State {
 		case httpapi.StateHydrating:

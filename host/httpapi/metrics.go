@@ -98,6 +98,13 @@ var foldMetrics = []metricDef{
 		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.CommitFailures) }),
 }
 
+var (
+	exportRoundsDesc = prometheus.NewDesc("foldhost_fold_export_rounds_total",
+		"Export rounds this process ran, by outcome (published, superseded, skipped, failed).", []string{"fold", "outcome"}, nil)
+	lastPublishedDesc = prometheus.NewDesc("foldhost_fold_export_last_published_timestamp_seconds",
+		"When a round of this process last published an artifact (Unix time; absent before the first).", []string{"fold"}, nil)
+)
+
 // foldCollector reads every fold's Status once per scrape.
 type foldCollector struct{ folds []Fold }
 
@@ -105,6 +112,8 @@ func (c *foldCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range foldMetrics {
 		ch <- d.desc
 	}
+	ch <- exportRoundsDesc
+	ch <- lastPublishedDesc
 }
 
 func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
@@ -112,6 +121,17 @@ func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
 		st := f.Status()
 		for _, d := range foldMetrics {
 			ch <- prometheus.MustNewConstMetric(d.desc, d.kind, d.val(st), f.Name())
+		}
+		if e := st.Export; e != nil {
+			for _, o := range []struct {
+				name string
+				n    uint64
+			}{{"published", e.Rounds.Published}, {"superseded", e.Rounds.Superseded}, {"skipped", e.Rounds.Skipped}, {"failed", e.Rounds.Failed}} {
+				ch <- prometheus.MustNewConstMetric(exportRoundsDesc, prometheus.CounterValue, float64(o.n), f.Name(), o.name)
+			}
+			if e.LastPublishedAt != nil {
+				ch <- prometheus.MustNewConstMetric(lastPublishedDesc, prometheus.GaugeValue, float64(e.LastPublishedAt.Unix()), f.Name())
+			}
 		}
 	}
 }

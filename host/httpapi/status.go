@@ -90,6 +90,18 @@ type ExportStatus struct {
 	LastOutcome string     `json:"last_outcome,omitempty"`
 	LastCursor  uint64     `json:"last_cursor,omitempty"`
 	LastError   string     `json:"last_error,omitempty"`
+	// LastPublishedAt is when a round of this process last published.
+	LastPublishedAt *time.Time `json:"last_published_at,omitempty"`
+	// Rounds counts this process' rounds by outcome.
+	Rounds ExportRounds `json:"rounds"`
+}
+
+// ExportRounds counts export rounds by outcome.
+type ExportRounds struct {
+	Published  uint64 `json:"published"`
+	Superseded uint64 `json:"superseded"`
+	Skipped    uint64 `json:"skipped"`
+	Failed     uint64 `json:"failed"`
 }
 
 // PluginInfo identifies the plugin a fold runs; empty fields for a raw-only
