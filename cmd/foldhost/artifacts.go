@@ -26,7 +26,7 @@ func openTransport(a ArtifactsConfig) (export.Transport, string, error) {
 	if a.Store == "s3" {
 		tr, err := export.NewS3(export.S3Options{
 			Endpoint: a.S3.Endpoint, Region: a.S3.Region, Bucket: a.S3.Bucket, Prefix: a.S3.Prefix,
-			AccessKey: a.S3.AccessKey, SecretKey: a.S3.SecretKey, UsePathStyle: a.S3.PathStyle,
+			AccessKey: a.S3.AccessKey, SecretKey: a.S3.SecretKey, SessionToken: a.S3.SessionToken, UsePathStyle: a.S3.PathStyle,
 			PartSize: int64(a.S3.PartSizeMB) << 20, Concurrency: a.S3.Concurrency, OpTimeout: a.S3.RequestTimeout,
 		})
 		if err != nil {
@@ -126,6 +126,9 @@ type roundResult struct {
 	LeaseExpires time.Time `json:"lease_expires,omitzero"`
 	Forced       bool      `json:"forced,omitempty"`
 	TookMS       int64     `json:"took_ms"`
+	// Error says why a round failed (outcome "failed"; `foldhost export
+	// --json` only: the HTTP API answers an error status instead).
+	Error string `json:"error,omitempty"`
 }
 
 func (r roundResult) String() string {
@@ -159,7 +162,7 @@ func (e *exporter) round(ctx context.Context, f FoldConfig, store *fold.Store, l
 	}
 	rr, err := export.RunRound(ctx, loop, store, e.tr, lease, export.RoundConfig{
 		Key: f.ArtifactKey, Holder: e.cfg.Holder, TTL: e.cfg.LeaseTTL,
-		Source:   export.Source{Bucket: f.Bucket, Scope: slices.Clone(f.Scope)},
+		Source:   export.Source{Bucket: f.Bucket, Scope: slices.Sorted(slices.Values(f.Scope))},
 		StageDir: stageDir(f), IgnoreLease: lease == nil, Logger: e.log.With("fold", f.Name),
 	})
 	res.TookMS = time.Since(start).Milliseconds()
@@ -179,12 +182,23 @@ func (e *exporter) round(ctx context.Context, f FoldConfig, store *fold.Store, l
 	return res, nil
 }
 
-// Export implements httpapi.Exporter: a round now, on the live loop.
-func (r *runner) Export(ctx context.Context, force bool) (any, error) {
+// Export implements httpapi.Exporter: a round now, on the live loop. It
+// runs under the fold's context, not the request's: a client that goes away
+// does not cut a round short (its work would be lost and its lease held);
+// a shutdown does.
+func (r *runner) Export(_ context.Context, force bool) (any, error) {
 	if r.exp == nil {
 		return nil, httpapi.ErrExportNotConfigured
 	}
-	return r.exportRound(ctx, force)
+	ctx := r.runCtx.Load()
+	if ctx == nil {
+		return nil, errors.New("the fold is not running")
+	}
+	res, err := r.exportRound(*ctx, force)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // exportRound runs one round on the fold's live loop; rounds of one fold
@@ -195,6 +209,9 @@ func (r *runner) exportRound(ctx context.Context, force bool) (roundResult, erro
 	loop := r.loop.Load()
 	if loop == nil {
 		return roundResult{Fold: r.cfg.Name}, errors.New("the fold is not running yet")
+	}
+	if st := r.state.Load(); st == httpapi.StateFailed || st == httpapi.StateStopped {
+		return roundResult{Fold: r.cfg.Name}, fmt.Errorf("the fold is %s: export it with 'foldhost export' once foldhost is stopped", st)
 	}
 	res, err := r.exp.round(ctx, r.cfg, r.store, loop, force)
 	now := time.Now().UTC()

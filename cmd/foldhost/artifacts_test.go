@@ -107,7 +107,7 @@ scope = ["route."]
 batch_window = "2ms"
 [artifacts]
 holder = "node-a"
-lease_ttl = "5s"
+lease_ttl = "10s"
 %s
 `, freeAddr(t), store))
 	cfgText, _ := os.ReadFile(aCfg)
@@ -247,8 +247,9 @@ lease_ttl = "1s"
 		}
 	}
 	// B exports on its interval, publishing its cursor over A's artifact
-	// once A's lease (5s) has expired: skipped until then.
-	waitFor(t, 20*time.Second, "B's interval export", func() (bool, string) {
+	// once A's lease (10s: long enough for the "skipped" check above on a
+	// loaded machine) has expired: skipped until then.
+	waitFor(t, 45*time.Second, "B's interval export", func() (bool, string) {
 		e := foldStatusOf(t, nodeB.base, "routes")["export"].(map[string]any)
 		return e["last_outcome"] == "published" && e["last_cursor"] == float64(final), fmt.Sprint(e)
 	})
@@ -269,5 +270,41 @@ lease_ttl = "1s"
 	code, out, errOut = runCLI(t, nil, "export", "--config", aCfg)
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("published artifact \"routes\" at cursor %d", final)) || !strings.Contains(errOut, "without the fleet lease") {
 		t.Fatalf("offline export of A: exit %d: %s %s", code, out, errOut)
+	}
+}
+
+// TestExportOffline: a stopped fold on an external NATS exports with
+// --force even when NATS is down (no lease, no NATS); without --force it
+// fails naming the way out; a fold with no store is a failed round (exit 1,
+// a "failed" JSON line), not a usage error; the round's staging dir holds
+// nothing afterwards.
+func TestExportOffline(t *testing.T) {
+	dir := t.TempDir()
+	store := makeStore(t)
+	cfg := writeConfig(t, dir, fmt.Sprintf(`
+[nats]
+url = "nats://127.0.0.1:1"
+connect_timeout = "200ms"
+[[fold]]
+name = "routes"
+data_dir = %q
+[[fold]]
+name = "never-run"
+`, store))
+	code, out, errOut := runCLI(t, nil, "export", "--config", cfg, "--fold", "routes", "--force", "--json")
+	if r := exportResults(t, out); code != 0 || len(r) != 1 || r[0].Outcome != "published" || r[0].Cursor != 4 {
+		t.Fatalf("forced offline export with NATS down: exit %d: %s %s", code, out, errOut)
+	}
+	if left, _ := os.ReadDir(stageDir(FoldConfig{DataDir: store})); len(left) != 0 {
+		t.Errorf("staging dir holds %d entries after the round", len(left))
+	}
+	code, _, errOut = runCLI(t, nil, "export", "--config", cfg, "--fold", "routes")
+	if code != exitFailure || !strings.Contains(errOut, "--force exports without it") {
+		t.Errorf("offline export with NATS down: exit %d: %s", code, errOut)
+	}
+	code, out, errOut = runCLI(t, nil, "export", "--config", cfg, "--force", "--json")
+	r := exportResults(t, out)
+	if code != exitFailure || len(r) != 2 || r[0].Outcome != "published" || r[1].Outcome != "failed" || !strings.Contains(r[1].Error, "no fold store") {
+		t.Errorf("export with a never-run fold: exit %d: %s %s", code, out, errOut)
 	}
 }

@@ -56,6 +56,7 @@ type S3Config struct {
 	Endpoint, Region, Bucket, Prefix string
 	PathStyle                        bool
 	AccessKey, SecretKey             string
+	SessionToken                     string // environment only
 	PartSizeMB, Concurrency          int
 	RequestTimeout                   time.Duration
 }
@@ -148,13 +149,12 @@ const (
 // Environment variables that override the file (set and non-empty). They
 // exist so secrets need not be written into config.toml.
 const (
-	envNATSURL       = "FOLDHOST_NATS_URL"
-	envNATSCreds     = "FOLDHOST_NATS_CREDS"      // content of a .creds file
-	envNATSCredsFile = "FOLDHOST_NATS_CREDS_FILE" // path of a .creds file
-	envS3AccessKey   = "FOLDHOST_S3_ACCESS_KEY"
-	envS3SecretKey   = "FOLDHOST_S3_SECRET_KEY"
-	envAWSAccessKey  = "AWS_ACCESS_KEY_ID" // used when neither the file nor FOLDHOST_S3_* set a key
-	envAWSSecretKey  = "AWS_SECRET_ACCESS_KEY"
+	envNATSURL        = "FOLDHOST_NATS_URL"
+	envNATSCreds      = "FOLDHOST_NATS_CREDS"      // content of a .creds file
+	envNATSCredsFile  = "FOLDHOST_NATS_CREDS_FILE" // path of a .creds file
+	envS3AccessKey    = "FOLDHOST_S3_ACCESS_KEY"
+	envS3SecretKey    = "FOLDHOST_S3_SECRET_KEY"
+	envS3SessionToken = "FOLDHOST_S3_SESSION_TOKEN" // with temporary keys
 )
 
 // Limits checked by validation.
@@ -385,16 +385,16 @@ func (c *Config) applyEnv(getenv getenvFunc, ps *problems) {
 		c.NATS.Creds, c.NATS.CredsFile = "", file
 		ps.fromEnv["nats.creds_file"] = envNATSCredsFile
 	}
+	// Without keys from the file or here, the AWS SDK's default chain
+	// applies (AWS_* variables, shared files, roles).
 	s3 := &c.Artifacts.S3
 	ak, hasAK := get(envS3AccessKey)
 	sk, hasSK := get(envS3SecretKey)
 	if hasAK || hasSK {
 		s3.AccessKey, s3.SecretKey = ak, sk
 		ps.fromEnv["artifacts.s3.access_key"] = envS3AccessKey
-	} else if s3.AccessKey == "" && s3.SecretKey == "" {
-		s3.AccessKey, _ = get(envAWSAccessKey)
-		s3.SecretKey, _ = get(envAWSSecretKey)
 	}
+	s3.SessionToken, _ = get(envS3SessionToken)
 }
 
 // validate checks cross-key rules and applies defaults.

@@ -181,22 +181,22 @@ export_interval = "10m"
 artifact_key = "a-v2"
 [[fold]]
 name = "b"
-`, envOf(map[string]string{envAWSAccessKey: "AKIA", envAWSSecretKey: "s3cr3t"}))
+`, envOf(map[string]string{envS3AccessKey: "AKIA", envS3SecretKey: "s3cr3t", envS3SessionToken: "tok", "AWS_ACCESS_KEY_ID": "left-to-the-sdk"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := ArtifactsConfig{Store: "s3", LeaseBucket: "leases", LeaseTTL: 90 * time.Second, Holder: "edge-7",
 		S3: S3Config{Endpoint: "http://127.0.0.1:7070", Region: "eu-west-1", Bucket: "folds", Prefix: "prod/", PathStyle: true,
-			AccessKey: "AKIA", SecretKey: "s3cr3t", PartSizeMB: 16, Concurrency: 4, RequestTimeout: 30 * time.Second}}
+			AccessKey: "AKIA", SecretKey: "s3cr3t", SessionToken: "tok", PartSizeMB: 16, Concurrency: 4, RequestTimeout: 30 * time.Second}}
 	if !reflect.DeepEqual(cfg.Artifacts, want) {
 		t.Errorf("artifacts:\n got %+v\nwant %+v", cfg.Artifacts, want)
 	}
 	if f := cfg.Folds[0]; f.ExportInterval != 10*time.Minute || f.ArtifactKey != "a-v2" || cfg.Folds[1].ArtifactKey != "b" {
 		t.Errorf("folds = %+v", cfg.Folds)
 	}
-	// FOLDHOST_S3_* win over the file and AWS_*.
+	// FOLDHOST_S3_* win over the file.
 	cfg, err = parseIn(t, dir, "[artifacts]\nstore = \"s3\"\n[artifacts.s3]\nbucket = \"x\"\naccess_key = \"file\"\nsecret_key = \"file\"\n[[fold]]\nname = \"a\"\n",
-		envOf(map[string]string{envS3AccessKey: "env", envS3SecretKey: "envs", envAWSAccessKey: "aws"}))
+		envOf(map[string]string{envS3AccessKey: "env", envS3SecretKey: "envs"}))
 	if err != nil || cfg.Artifacts.S3.AccessKey != "env" || cfg.Artifacts.S3.SecretKey != "envs" {
 		t.Errorf("env keys: %v %+v", err, cfg)
 	}

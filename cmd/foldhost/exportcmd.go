@@ -46,8 +46,8 @@ without the lease: safe, since the pointer never moves backward. A stopped
 fold on the embedded NATS server (a single node) is exported without the
 lease.
 
-Prints one line per fold (--json: one JSON object per fold) and exits 1 if
-any round failed.`
+Prints one line per fold (--json: one JSON object per fold, "outcome":
+"failed" with "error" for a failed round) and exits 1 if any round failed.`
 
 func cmdExport(c *cli, args []string) error {
 	fs := c.flagSet("export", "export [--config FILE] [--fold NAME]... [--force] [--json]", exportAbout)
@@ -89,6 +89,10 @@ func cmdExport(c *cli, args []string) error {
 		res, err := x.export(ctx, f, *force)
 		if err != nil {
 			failed = append(failed, fmt.Errorf("fold %s: %w", f.Name, err))
+			if *asJSON {
+				b, _ := json.Marshal(roundResult{Fold: f.Name, Key: f.ArtifactKey, Outcome: "failed", Error: err.Error(), Forced: *force})
+				fmt.Fprintf(c.stdout, "%s\n", b)
+			}
 			continue
 		}
 		if *asJSON {
@@ -122,6 +126,10 @@ func (x *offlineExport) export(ctx context.Context, f FoldConfig, force bool) (r
 		if isLocked(err) {
 			return x.viaDaemon(ctx, f, force)
 		}
+		var ue *usageError
+		if errors.As(err, &ue) { // no store: a failed round, not a usage error
+			return roundResult{}, errors.New(ue.msg)
+		}
 		return roundResult{}, err
 	}
 	defer store.Close()
@@ -129,14 +137,16 @@ func (x *offlineExport) export(ctx context.Context, f FoldConfig, force bool) (r
 		return roundResult{}, err
 	}
 	if x.exp == nil {
-		if !x.cfg.NATS.Embedded {
+		switch {
+		case force: // no lease, so no NATS
+		case x.cfg.NATS.Embedded:
+			x.log.Info("the embedded NATS server runs only inside 'foldhost run': exporting without the fleet lease (a single node)")
+		default:
 			nc, err := natskv.Connect(x.cfg.NATS.connOptions(x.cfg.NATS.URL))
 			if err != nil {
-				return roundResult{}, err
+				return roundResult{}, fmt.Errorf("%w (the export lease lives in NATS; --force exports without it)", err)
 			}
 			x.nc = nc
-		} else if !force {
-			x.log.Info("the embedded NATS server runs only inside 'foldhost run': exporting without the fleet lease (a single node)")
 		}
 		if x.exp, err = newExporter(x.cfg, x.nc, x.log); err != nil {
 			return roundResult{}, err
@@ -266,11 +276,8 @@ func bootstrap(ctx context.Context, cfg *Config, f FoldConfig, stdout, stderr io
 			if m.Bucket != "" && m.Bucket != f.Bucket {
 				return fmt.Errorf("the artifact %q was exported from bucket %q, fold %s folds bucket %q", f.ArtifactKey, m.Bucket, f.Name, f.Bucket)
 			}
-			want := slices.Clone(f.Scope)
-			if want == nil {
-				want = []string{}
-			}
-			if !slices.Equal(m.Scope, want) {
+			want, got := slices.Sorted(slices.Values(f.Scope)), slices.Sorted(slices.Values(m.Scope))
+			if !slices.Equal(got, want) { // the order of prefixes does not matter
 				return fmt.Errorf("the artifact %q was exported with scope %q, fold %s has scope %q", f.ArtifactKey, m.Scope, f.Name, want)
 			}
 			c, _ := m.DecodeCursor() // ParseManifest checked it

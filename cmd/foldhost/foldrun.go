@@ -41,6 +41,7 @@ type runner struct {
 	exp      *exporter
 	exportMu sync.Mutex // serializes rounds
 	loop     atomic.Pointer[fold.Loop]
+	runCtx   atomic.Pointer[context.Context] // the fold's context while it runs
 	// exportMeta guards what the rounds report.
 	exportMeta    sync.Mutex
 	lastExport    *lastExport
@@ -141,10 +142,15 @@ func (r *runner) run(ctx context.Context) error {
 
 	start := time.Now()
 	bg, stopBG := context.WithCancel(ctx)
-	defer stopBG()
+	var bgWG sync.WaitGroup
+	defer func() {
+		stopBG()
+		bgWG.Wait() // an export round in flight ends before the store closes
+	}()
+	r.runCtx.Store(&bg)
 	go r.pollHead(bg)
 	go r.logProgress(bg, start)
-	go r.exportEvery(bg)
+	bgWG.Go(func() { r.exportEvery(bg) })
 
 	cur, err := fold.Follow(ctx, r.bucket, countingTarget{r.store, r}, countingPlugin{r.plugin, r}, fold.FollowConfig{
 		Scope:  natskv.Scope{Prefixes: r.cfg.Scope},

@@ -334,6 +334,8 @@ func (l *LocalDir) Prune(ctx context.Context, key string, grace time.Duration, n
 	if ptr != nil {
 		target = Address(ptr) + ".tar"
 	}
+	stale := now.Add(-max(grace, MinAbandonedAge))
+	l.removeStaleTemps(l.root, "."+key+".pointer-", stale)
 	entries, err := os.ReadDir(l.payloadDir(key))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -341,12 +343,11 @@ func (l *LocalDir) Prune(ctx context.Context, key string, grace time.Duration, n
 	if err != nil {
 		return nil, fmt.Errorf("export: prune: %w", err)
 	}
-	l.removeStaleTemps(l.root, "."+key+".pointer-", now.Add(-grace))
 	var deleted []string
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, ".upload-") { // an upload killed mid-way
-			if info, err := e.Info(); err == nil && e.Type().IsRegular() && info.ModTime().Before(now.Add(-grace)) {
+			if info, err := e.Info(); err == nil && e.Type().IsRegular() && info.ModTime().Before(stale) {
 				_ = os.Remove(filepath.Join(l.payloadDir(key), name))
 			}
 			continue

@@ -82,11 +82,15 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, tr Transp
 			return RoundResult{Skipped: true, Holder: rec}, nil
 		}
 	}
+	// The lease is released even when ctx ended (a shutdown, a caller
+	// that went away): otherwise the fleet skips the key for a whole TTL.
+	// The lease bounds each request itself.
+	leaseCtx := context.WithoutCancel(ctx)
 	abandon := func(why error) error {
 		if guard == nil {
 			return why
 		}
-		if err := guard.Abandon(ctx); err != nil {
+		if err := guard.Abandon(leaseCtx); err != nil {
 			log.Warn("export round: abandoning the lease failed; it expires on its own", "key", cfg.Key, "err", err)
 		}
 		return why
@@ -126,7 +130,7 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, tr Transp
 		return res, nil
 	}
 	if guard != nil {
-		if err := guard.Complete(ctx, cursor, cfg.Now()); err != nil && !errors.Is(err, ErrLeaseLost) {
+		if err := guard.Complete(leaseCtx, cursor, cfg.Now()); err != nil && !errors.Is(err, ErrLeaseLost) {
 			log.Warn("export round: completing the lease failed", "key", cfg.Key, "err", err)
 		}
 	}

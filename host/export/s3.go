@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -50,8 +51,12 @@ type S3Options struct {
 	// Prefix is prepended to every object key ("<prefix>/<key>..."); empty
 	// means the bucket root. Leading and trailing slashes are ignored.
 	Prefix string
-	// AccessKey and SecretKey are static credentials.
-	AccessKey, SecretKey string
+	// AccessKey and SecretKey (and SessionToken, for temporary ones) are
+	// static credentials. Without them the AWS SDK's default chain applies:
+	// AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, the shared
+	// config and credentials files (AWS_PROFILE), web identity, container
+	// and instance roles.
+	AccessKey, SecretKey, SessionToken string
 	// UsePathStyle addresses the bucket in the path (local servers).
 	UsePathStyle bool
 	// PartSize of multipart uploads, at least [MinPartSize]; 0 means
@@ -129,7 +134,15 @@ func NewS3(o S3Options) (*S3, error) {
 		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
 	}
 	if o.AccessKey != "" || o.SecretKey != "" {
-		so.Credentials = credentials.NewStaticCredentialsProvider(o.AccessKey, o.SecretKey, "")
+		so.Credentials = credentials.NewStaticCredentialsProvider(o.AccessKey, o.SecretKey, o.SessionToken)
+	} else {
+		// Reads the environment and the shared files only; the providers
+		// that call out (roles) run lazily, at the first request.
+		dc, err := config.LoadDefaultConfig(context.Background(), config.WithRegion(o.Region))
+		if err != nil {
+			return nil, fmt.Errorf("export: s3: default credentials: %w", err)
+		}
+		so.Credentials = dc.Credentials
 	}
 	if o.Endpoint != "" {
 		so.BaseEndpoint = aws.String(o.Endpoint)
@@ -572,8 +585,10 @@ func (s *S3) Prune(ctx context.Context, key string, grace time.Duration, now tim
 	if err != nil {
 		return nil, err
 	}
+	stale := now.Add(-max(grace, MinAbandonedAge))
 	if _, ok := state.Rank(); !ok {
-		return nil, nil // nothing is prunable; do not even list
+		// No payload is prunable; do not even list them.
+		return nil, s.abortStaleUploads(ctx, s.payloadPrefix(key), stale)
 	}
 	target := Address(ptr) + ".tar"
 	prefix := s.payloadPrefix(key)
@@ -615,13 +630,14 @@ func (s *S3) Prune(ctx context.Context, key string, grace time.Duration, now tim
 			deleted = append(deleted, name)
 		}
 	}
-	return deleted, s.abortStaleUploads(ctx, prefix, now.Add(-grace))
+	return deleted, s.abortStaleUploads(ctx, prefix, stale)
 }
 
-// abortStaleUploads aborts the multipart uploads under prefix initiated
-// before cutoff: what an upload killed mid-way (a crashed node) left
-// behind, which S3 would otherwise keep, and bill, forever. A live upload
-// is far younger than the prune grace.
+// abortStaleUploads aborts the multipart uploads under prefix idle since
+// before cutoff (initiated before it, and no part uploaded after it): what
+// an upload killed mid-way (a crashed node) left behind, which S3 would
+// otherwise keep, and bill, forever. A live upload sends a part every few
+// seconds.
 func (s *S3) abortStaleUploads(ctx context.Context, prefix string, cutoff time.Time) error {
 	in := &s3.ListMultipartUploadsInput{Bucket: &s.bucket, Prefix: &prefix}
 	for {
@@ -633,6 +649,12 @@ func (s *S3) abortStaleUploads(ctx context.Context, prefix string, cutoff time.T
 		}
 		for _, u := range page.Uploads {
 			if u.Initiated == nil || !u.Initiated.Before(cutoff) {
+				continue
+			}
+			if live, err := s.uploadActiveSince(ctx, u, cutoff); err != nil || live {
+				if err != nil {
+					return fmt.Errorf("export: prune: list parts of %s: %w", aws.ToString(u.Key), err)
+				}
 				continue
 			}
 			actx, cancel := s.op(ctx)
@@ -700,4 +722,30 @@ func (s *S3) get(ctx context.Context, obj string, rng *string) ([]byte, error) {
 		return nil, fmt.Errorf("get %s: %w", obj, err)
 	}
 	return b, nil
+}
+
+// uploadActiveSince reports whether a part of upload u was uploaded at or
+// after t.
+func (s *S3) uploadActiveSince(ctx context.Context, u types.MultipartUpload, t time.Time) (bool, error) {
+	in := &s3.ListPartsInput{Bucket: &s.bucket, Key: u.Key, UploadId: u.UploadId}
+	for {
+		lctx, cancel := s.op(ctx)
+		page, err := s.client.ListParts(lctx, in)
+		cancel()
+		if isNotFound(err) {
+			return false, nil // completed or aborted meanwhile
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, p := range page.Parts {
+			if p.LastModified != nil && !p.LastModified.Before(t) {
+				return true, nil
+			}
+		}
+		if !aws.ToBool(page.IsTruncated) {
+			return false, nil
+		}
+		in.PartNumberMarker = page.NextPartNumberMarker
+	}
 }

@@ -85,7 +85,13 @@ func s3Harness(t *testing.T, s *S3) harness {
 		payloads: func(t *testing.T, key string) []string { return s.testList(t, s.payloadPrefix(key)) },
 		abandonUpload: func(t *testing.T, key string) {
 			obj := s.payloadKey(key, "0123456789abcdef")
-			if _, err := s.client.CreateMultipartUpload(t.Context(), &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: &obj}); err != nil {
+			up, err := s.client.CreateMultipartUpload(t.Context(), &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: &obj})
+			if err != nil {
+				t.Fatal(err)
+			}
+			part := bytes.Repeat([]byte("x"), 1024)
+			if _, err := s.client.UploadPart(t.Context(), &s3.UploadPartInput{Bucket: &s.bucket, Key: &obj, UploadId: up.UploadId,
+				PartNumber: aws.Int32(1), Body: bytes.NewReader(part), ContentLength: aws.Int64(int64(len(part)))}); err != nil {
 				t.Fatal(err)
 			}
 		},

@@ -44,7 +44,8 @@ type Transport interface {
 	OpenPayload(ctx context.Context, key string, manifest []byte) (io.ReadCloser, int64, error)
 	// Prune deletes key's payloads that [protocol.PayloadPrunable] admits
 	// (aged out: last written before now-grace) and returns their names
-	// ("<address>.tar").
+	// ("<address>.tar"). It also removes what uploads killed mid-way left,
+	// once idle for max(grace, [MinAbandonedAge]).
 	Prune(ctx context.Context, key string, grace time.Duration, now time.Time) ([]string, error)
 }
 
@@ -52,6 +53,12 @@ var (
 	_ Transport = (*LocalDir)(nil)
 	_ Transport = (*S3)(nil)
 )
+
+// MinAbandonedAge is the least idle time after which Prune takes an
+// upload's leftovers (a temp file, an S3 multipart upload) for abandoned,
+// whatever the prune grace: a live upload writes far more often, and the
+// grace alone (4 x a lease TTL that may be seconds) could cut a slow one.
+const MinAbandonedAge = time.Hour
 
 // ErrSwapContended: a pointer swap lost the compare-and-swap more times than
 // the retry budget allows. Retry the round later.

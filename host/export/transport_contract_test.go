@@ -426,29 +426,46 @@ func contractCancelledDownload(t *testing.T, h harness) {
 }
 
 // contractAbandonedUploads: what an upload killed mid-way leaves behind is
-// collected by Prune once it is older than the grace, never before.
+// collected by Prune once idle for max(grace, MinAbandonedAge), never
+// before, with or without a published pointer.
 func contractAbandonedUploads(t *testing.T, h harness) {
+	now := time.Now()
+	h.abandonUpload(t, "f")
+	n := h.leftovers(t, "f")
+	if n == 0 {
+		t.Fatal("abandonUpload left nothing behind")
+	}
+	// No pointer yet: a young leftover stays, an idle one goes.
+	if _, err := h.Prune(t.Context(), "f", time.Second, now.Add(MinAbandonedAge/2)); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.leftovers(t, "f"); got != n {
+		t.Fatalf("prune took %d of %d leftovers idle for less than MinAbandonedAge (they may be live)", n-got, n)
+	}
+	if _, err := h.Prune(t.Context(), "f", time.Second, now.Add(2*MinAbandonedAge)); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.leftovers(t, "f"); got != 0 {
+		t.Fatalf("%d leftovers after a prune without a pointer", got)
+	}
+
 	st := openStore(t)
 	a := exportAt(t, st, 10, nil)
 	if _, err := h.Upload(t.Context(), "f", a.dir); err != nil {
 		t.Fatal(err)
 	}
 	h.abandonUpload(t, "f")
-	if n := h.leftovers(t, "f"); n == 0 {
-		t.Fatal("abandonUpload left nothing behind")
-	}
-	now := time.Now()
-	if _, err := h.Prune(t.Context(), "f", time.Hour, now); err != nil {
+	if _, err := h.Prune(t.Context(), "f", 3*MinAbandonedAge, now.Add(2*MinAbandonedAge)); err != nil {
 		t.Fatal(err)
 	}
-	if n := h.leftovers(t, "f"); n == 0 {
-		t.Fatal("prune collected a young upload (it may still be running)")
+	if got := h.leftovers(t, "f"); got != n {
+		t.Fatalf("prune took %d of %d leftovers younger than the grace", n-got, n)
 	}
-	if _, err := h.Prune(t.Context(), "f", time.Hour, now.Add(2*time.Hour)); err != nil {
+	if _, err := h.Prune(t.Context(), "f", time.Hour, now.Add(2*MinAbandonedAge)); err != nil {
 		t.Fatal(err)
 	}
-	if n := h.leftovers(t, "f"); n != 0 {
-		t.Fatalf("%d leftovers after a prune past the grace", n)
+	if got := h.leftovers(t, "f"); got != 0 {
+		t.Fatalf("%d leftovers after a prune past the grace", got)
 	}
 	if _, err := Download(t.Context(), h, "f", filepath.Join(t.TempDir(), "x"), DownloadOptions{}); err != nil {
 		t.Fatalf("the published artifact after the cleanup: %v", err)

@@ -74,6 +74,8 @@ var (
 	ErrPlugin = errors.New("fold: plugin failed")
 	// ErrCommitFailures: MaxCommitFailures commits in a row failed.
 	ErrCommitFailures = errors.New("fold: too many consecutive commit failures")
+	// ErrLoopStopped: Do was called on a loop whose Run has returned.
+	ErrLoopStopped = errors.New("fold: loop stopped")
 )
 
 // Loop is the applied loop: it batches a source's updates, hands each batch
@@ -91,6 +93,7 @@ type Loop struct {
 	plugin Plugin
 	cfg    LoopConfig
 	reqs   chan request
+	done   chan struct{} // closed when Run returns
 
 	pending  []natskv.Update // the open batch, re-queued updates first
 	raw      []RawUpdate     // reused per flush
@@ -119,26 +122,27 @@ func NewLoop(store Target, plugin Plugin, cfg LoopConfig) *Loop {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Loop{store: store, plugin: plugin, cfg: cfg, reqs: make(chan request)}
+	return &Loop{store: store, plugin: plugin, cfg: cfg, reqs: make(chan request), done: make(chan struct{})}
 }
 
 // Do runs fn on the loop's goroutine between flushes, after the pending batch
 // was flushed: export and repair work, which must never run concurrently with
 // an apply. It fails without calling fn if the pending batch cannot be
-// committed. Do blocks until fn returned, ctx is done, or the loop stopped.
+// committed. Until the loop takes the request, Do gives up when ctx is
+// done or the loop stopped ([ErrLoopStopped]); once taken, it waits for fn
+// to return whatever ctx does, so fn's effects never outlive Do (an export
+// cancelled halfway must still be able to remove what it staged). Run Do's
+// fn only with bounded work.
 func (l *Loop) Do(ctx context.Context, fn func(ctx context.Context, t Target) error) error {
 	r := request{fn: fn, reply: make(chan error, 1)}
 	select {
 	case l.reqs <- r:
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-l.done:
+		return ErrLoopStopped
 	}
-	select {
-	case err := <-r.reply:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return <-r.reply
 }
 
 // Run folds src until ctx is done (shutdown), src ends, or an error stops the
@@ -148,6 +152,7 @@ func (l *Loop) Do(ctx context.Context, fn func(ctx context.Context, t Target) er
 // that failed (such as natskv.ErrCursorExpired), or the error that stopped
 // the fold.
 func (l *Loop) Run(ctx context.Context, src Source) (protocol.Cursor, error) {
+	defer close(l.done)
 	defer src.Stop()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
