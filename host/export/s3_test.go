@@ -6,11 +6,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -338,5 +344,82 @@ func TestS3SwapContended(t *testing.T) {
 	}
 	if b, _ := s.Pointer(t.Context(), "k"); string(b) != fmt.Sprintf("corrupt %d", MaxSwapRetries) {
 		t.Fatalf("pointer %q", b)
+	}
+}
+
+// stallingProxyFake forwards to the S3 server but, once armed, stops every
+// GET response body of a payload after its first bytes until the client
+// gives up: a fault injector for the download stall timer.
+func stallingProxyFake(t *testing.T, target string, armed *atomic.Bool) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1 // the headers and first bytes reach the client, then nothing
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if armed.Load() && resp.Request.Method == http.MethodGet && strings.Contains(resp.Request.URL.Path, ".payloads/") {
+			resp.Body = &stallingBody{rc: resp.Body, after: 4096, ctx: resp.Request.Context()}
+		}
+		return nil
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+type stallingBody struct {
+	rc    io.ReadCloser
+	after int
+	ctx   context.Context
+}
+
+func (b *stallingBody) Read(p []byte) (int, error) {
+	if b.after <= 0 {
+		<-b.ctx.Done() // the client hung up
+		return 0, b.ctx.Err()
+	}
+	n, err := b.rc.Read(p[:min(len(p), b.after)])
+	b.after -= n
+	return n, err
+}
+
+func (b *stallingBody) Close() error { return b.rc.Close() }
+
+// TestS3DownloadStallFails: a payload download that stops sending bytes
+// fails after OpTimeout, however long the transfer is allowed to take, and
+// leaves the destination absent.
+func TestS3DownloadStallFails(t *testing.T) {
+	gw := startVersityGW(t)
+	var armed atomic.Bool
+	proxy := stallingProxyFake(t, gw.Endpoint, &armed)
+	s := gw.transport(t, func(o *S3Options) { o.Endpoint = proxy; o.OpTimeout = 500 * time.Millisecond })
+	st := openStore(t)
+	a := padArtifact(t, exportAt(t, st, 100, nil), 1<<20)
+	if _, err := s.Upload(t.Context(), "k", a.dir); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	dest := filepath.Join(t.TempDir(), "fold")
+	// The caller's deadline is far: only the stall timer can end it early.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := Download(ctx, s, "k", dest, DownloadOptions{})
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("a stalled download succeeded")
+	}
+	if took > 15*time.Second {
+		t.Fatalf("the stalled download failed only after %v", took)
+	}
+	if _, serr := os.Stat(dest); !errors.Is(serr, os.ErrNotExist) {
+		t.Fatalf("dest after a stalled download: %v", serr)
+	}
+	t.Logf("stalled download failed after %v: %v", took.Round(time.Millisecond), err)
+	armed.Store(false)
+	if _, err := Download(t.Context(), s, "k", dest, DownloadOptions{}); err != nil {
+		t.Fatalf("download once the stall is gone: %v", err)
 	}
 }
