@@ -157,6 +157,8 @@ func (d *daemon) run(ctx context.Context, stopSignals func()) error {
 	if err != nil {
 		return err
 	}
+	d.log.Info("artifact store", "store", exp.where, "lease_bucket", cfg.Artifacts.LeaseBucket,
+		"lease_ttl", cfg.Artifacts.LeaseTTL, "holder", cfg.Artifacts.Holder)
 	metrics := httpapi.NewMetrics()
 	runners := make([]*runner, len(cfg.Folds))
 	folds := make([]httpapi.Fold, len(cfg.Folds))
