@@ -224,12 +224,22 @@ func (r *runner) exportRound(ctx context.Context, force bool) (roundResult, erro
 	case res.Outcome == "published":
 		r.exportRounds.Published++
 		r.lastPublished = now
+		r.exportedCursor = max(r.exportedCursor, res.Cursor)
 	case res.Outcome == "superseded":
 		r.exportRounds.Superseded++
+		r.exportedCursor = max(r.exportedCursor, res.Cursor)
 	case res.Outcome == "skipped":
 		r.exportRounds.Skipped++
 	}
 	return res, err
+}
+
+// lastPublishedCursor is the cursor this process' rounds last published
+// or found superseded (0: none).
+func (r *runner) lastPublishedCursor() uint64 {
+	r.exportMeta.Lock()
+	defer r.exportMeta.Unlock()
+	return r.exportedCursor
 }
 
 // lastExport is the most recent round, for the status.
@@ -279,6 +289,12 @@ func (r *runner) exportEvery(ctx context.Context) {
 		case <-t.C:
 		}
 		if !r.ready.Load() || r.state.Load() != httpapi.StateFollowing {
+			continue
+		}
+		// Nothing new to export: an empty fold, or the cursor a round of
+		// this process already published (a new artifact of the same
+		// cursor would only add a payload for prune to collect).
+		if cur := uint64(r.store.Cursor().Rev); cur == 0 || cur <= r.lastPublishedCursor() {
 			continue
 		}
 		res, err := r.exportRound(ctx, false)

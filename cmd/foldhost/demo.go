@@ -56,7 +56,7 @@ func cmdDemo(c *cli, args []string) error {
 	if *keys < 1 || *delta < 1 || *delta > *keys {
 		return usagef("--keys must be >= 1 and --delta between 1 and --keys")
 	}
-	d := &demo{out: c.stdout, keys: *keys, delta: *delta, rng: rand.New(rand.NewPCG(1, 2))}
+	d := &demo{out: c.stdout, keys: *keys, delta: *delta, rng: rand.New(rand.NewPCG(1, 2)), keep: *dir != ""}
 	d.tty = isTerminal(c.stdout)
 	if *dir == "" {
 		tmp, err := os.MkdirTemp("", "foldhost-demo-")
@@ -74,6 +74,7 @@ type demo struct {
 	out         io.Writer
 	tty         bool
 	dir         string
+	keep        bool // --dir given: the fold stays after the demo
 	keys, delta int
 	rng         *rand.Rand
 	lastLine    time.Time // non-terminal progress: when the last line went out
@@ -157,7 +158,11 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 	}
 	d.say("")
 	d.say("Done in %v. Where to look next:", time.Since(start).Round(time.Millisecond))
-	d.say("  foldhost inspect --data %s view get host/h00042     # the fold, offline (with --dir to keep it)", storeDir)
+	if d.keep {
+		d.say("  foldhost inspect --data %s view get host/h00042     # the fold, offline", storeDir)
+	} else {
+		d.say("  foldhost demo --dir DIR, then foldhost inspect --data DIR/fold view get host/h00042   # keep the fold and read it offline")
+	}
 	d.say("  foldhost run --config config.toml.example           # the daemon: HTTP API, /metrics, /readyz")
 	d.say("  foldhost export / foldhost bootstrap --help         # artifacts for a fleet (README: Artifacts)")
 	d.say("  plugins/example-router/SPEC.md, abi/ABI.md          # write your own plugin")

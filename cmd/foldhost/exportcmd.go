@@ -299,9 +299,9 @@ func bootstrap(ctx context.Context, cfg *Config, f FoldConfig, stdout, stderr io
 	}
 	c, _ := m.DecodeCursor()
 	took := time.Since(start)
-	mb := float64(total.Load()) / (1 << 20)
-	fmt.Fprintf(stdout, "bootstrapped fold %s from %s key %q: cursor %d, %.1f MiB in %s (%.1f MiB/s), verified; 'foldhost run' resumes from cursor %d\n",
-		f.Name, where, f.ArtifactKey, c.Rev, mb, took.Round(time.Millisecond), mb/max(took.Seconds(), 1e-9), c.Rev)
+	n := total.Load()
+	fmt.Fprintf(stdout, "bootstrapped fold %s from %s key %q: cursor %d, %s in %s (%s/s), verified; 'foldhost run' resumes from cursor %d\n",
+		f.Name, where, f.ArtifactKey, c.Rev, humanBytes(n), took.Round(time.Millisecond), humanBytes(int64(float64(n)/max(took.Seconds(), 1e-9))), c.Rev)
 	warnPluginMismatch(stderr, f, m)
 	return nil
 }
@@ -365,16 +365,29 @@ func (p *progress) update(read, size int64) {
 	if size > 0 {
 		pct = 100 * float64(read) / float64(size)
 	}
-	rate := float64(read) / (1 << 20) / max(time.Since(p.start).Seconds(), 1e-9)
+	rate := int64(float64(read) / max(time.Since(p.start).Seconds(), 1e-9))
 	if p.tty {
 		const width = 30
 		n := min(width, int(pct/100*width))
-		fmt.Fprintf(p.w, "\r  [%s%s] %5.1f%%  %.1f / %.1f MiB  %.1f MiB/s", strings.Repeat("#", n), strings.Repeat(".", width-n),
-			pct, float64(read)/(1<<20), float64(size)/(1<<20), rate)
+		fmt.Fprintf(p.w, "\r  [%s%s] %5.1f%%  %s / %s  %s/s", strings.Repeat("#", n), strings.Repeat(".", width-n),
+			pct, humanBytes(read), humanBytes(size), humanBytes(rate))
 		p.drawn = true
 		return
 	}
-	fmt.Fprintf(p.w, "foldhost bootstrap: downloaded %.1f / %.1f MiB (%.0f%%, %.1f MiB/s)\n", float64(read)/(1<<20), float64(size)/(1<<20), pct, rate)
+	fmt.Fprintf(p.w, "foldhost bootstrap: downloaded %s / %s (%.0f%%, %s/s)\n", humanBytes(read), humanBytes(size), pct, humanBytes(rate))
+}
+
+// humanBytes formats n bytes in B, KiB, MiB or GiB.
+func humanBytes(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	case n < 1<<30:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
 }
 
 func (p *progress) done() {

@@ -43,10 +43,11 @@ type runner struct {
 	loop     atomic.Pointer[fold.Loop]
 	runCtx   atomic.Pointer[context.Context] // the fold's context while it runs
 	// exportMeta guards what the rounds report.
-	exportMeta    sync.Mutex
-	lastExport    *lastExport
-	lastPublished time.Time
-	exportRounds  httpapi.ExportRounds
+	exportMeta     sync.Mutex
+	lastExport     *lastExport
+	lastPublished  time.Time
+	exportedCursor uint64 // the highest cursor a round published or found superseded
+	exportRounds   httpapi.ExportRounds
 }
 
 var _ httpapi.Fold = (*runner)(nil)

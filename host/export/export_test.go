@@ -136,6 +136,11 @@ func TestExportImportRoundTrip(t *testing.T) {
 	if err := os.Mkdir(empty, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The imported fold has the mode of a directory made in place (not
+	// a temp dir's 0700).
+	if di, ei := statMode(t, dest), statMode(t, empty); di != ei {
+		t.Fatalf("imported fold mode %v, a fold made in place has %v", di, ei)
+	}
 	if _, err := Import(bytes.NewReader(tb), mb, empty); err != nil {
 		t.Fatal(err)
 	}
@@ -323,4 +328,13 @@ func bumpCursor(t *testing.T) func(*Manifest) {
 		b, _ := c.MarshalBinary()
 		m.Cursor = hex.EncodeToString(b)
 	}
+}
+
+func statMode(t *testing.T, p string) os.FileMode {
+	t.Helper()
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Mode().Perm()
 }

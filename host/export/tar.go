@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -116,7 +118,7 @@ func Import(r io.Reader, manifest []byte, dest string) (Manifest, error) {
 	if parent == "" {
 		parent = "."
 	}
-	stage, err := os.MkdirTemp(parent, "."+base+".import-*")
+	stage, err := mkdirStage(parent, "."+base+".import-")
 	if err != nil {
 		return Manifest{}, fmt.Errorf("export: import: stage: %w", err)
 	}
@@ -297,4 +299,21 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// mkdirStage creates a new directory named prefix + a random suffix under
+// parent, with the mode a fold created in place gets (0755 less the
+// umask; os.MkdirTemp's 0700 would follow the fold after the rename).
+func mkdirStage(parent, prefix string) (string, error) {
+	for range 100 {
+		p := filepath.Join(parent, prefix+strconv.FormatUint(rand.Uint64(), 36))
+		err := os.Mkdir(p, 0o755)
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("export: no free stage name under %s", parent)
 }

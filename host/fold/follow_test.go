@@ -412,8 +412,13 @@ func TestFollowSurvivesNATSRestart(t *testing.T) {
 	st, _ := openTemp(t, Options{})
 	f := follow(t, env.bucket, st, natskv.Scope{}, NopPlugin)
 	var last protocol.Revision
+	// Distinct keys: a history-1 bucket drops an overwritten key's old
+	// message, and a watch lagging behind the writes (a loaded machine)
+	// would then see a supersession-only gap, which its floor guard takes
+	// for eviction (no repair yet; RATIONALE.md). Not what this test is
+	// about.
 	for i := range 50 {
-		last = tr.put(t, env.bucket, fmt.Sprintf("k%d", i%20), fmt.Sprint(i))
+		last = tr.put(t, env.bucket, fmt.Sprintf("k%d", i), fmt.Sprint(i))
 	}
 	waitCursor(t, st, f, last)
 	port := env.srv.Port()
