@@ -222,9 +222,17 @@ lease_ttl = "1s"
 		}
 	}
 
+	// What an import killed mid-way left beside the fold: removed.
+	stale := filepath.Join(filepath.Dir(bData), ".routes.import-killed")
+	if err := os.MkdirAll(filepath.Join(stale, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	code, out, errOut = runCLI(t, nil, "bootstrap", "--config", bCfg, "--fold", "routes")
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("cursor %d", exported)) {
 		t.Fatalf("bootstrap: exit %d: %s %s", code, out, errOut)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("a stale import dir survived the bootstrap: %v", err)
 	}
 	if !strings.Contains(errOut, "downloaded") || !strings.Contains(errOut, fmt.Sprintf("artifact at cursor %d", exported)) {
 		t.Errorf("bootstrap progress on stderr: %q", errOut)
@@ -277,7 +285,7 @@ lease_ttl = "1s"
 // --force even when NATS is down (no lease, no NATS); without --force it
 // fails naming the way out; a fold with no store is a failed round (exit 1,
 // a "failed" JSON line), not a usage error; the round's staging dir holds
-// nothing afterwards.
+// nothing afterwards, not even what a killed export left there.
 func TestExportOffline(t *testing.T) {
 	dir := t.TempDir()
 	store := makeStore(t)
@@ -291,12 +299,16 @@ data_dir = %q
 [[fold]]
 name = "never-run"
 `, store))
+	// What an export killed mid-way left in the fold's staging dir.
+	if err := os.MkdirAll(filepath.Join(stageDir(FoldConfig{DataDir: store}), ".export-killed", "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	code, out, errOut := runCLI(t, nil, "export", "--config", cfg, "--fold", "routes", "--force", "--json")
 	if r := exportResults(t, out); code != 0 || len(r) != 1 || r[0].Outcome != "published" || r[0].Cursor != 4 {
 		t.Fatalf("forced offline export with NATS down: exit %d: %s %s", code, out, errOut)
 	}
 	if left, _ := os.ReadDir(stageDir(FoldConfig{DataDir: store})); len(left) != 0 {
-		t.Errorf("staging dir holds %d entries after the round", len(left))
+		t.Errorf("staging dir holds %d entries after the round (a stale one, or the round's artifact)", len(left))
 	}
 	code, _, errOut = runCLI(t, nil, "export", "--config", cfg, "--fold", "routes")
 	if code != exitFailure || !strings.Contains(errOut, "--force exports without it") {
