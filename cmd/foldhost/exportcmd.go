@@ -56,14 +56,7 @@ func cmdExport(c *cli, args []string) error {
 	fs.Var(&names, "fold", "export only the fold `name` (repeatable)")
 	force := fs.Bool("force", false, "export without the fleet's lease")
 	asJSON := fs.Bool("json", false, "print each result as a JSON object")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
-	}
-	cfg, err := loadConfig(*configPath, c.getenv)
+	cfg, err := c.parseConfig(fs, configPath, args)
 	if err != nil {
 		return err
 	}
@@ -214,18 +207,11 @@ when the artifact was exported from another bucket or scope. A failed or
 interrupted bootstrap leaves the data_dir as it was. Progress goes to stderr.`
 
 func cmdBootstrap(c *cli, args []string) error {
-	fs := c.flagSet("bootstrap", "bootstrap [--config FILE] --fold NAME [--key KEY]", bootstrapAbout)
+	fs := c.flagSet("bootstrap", "bootstrap [--config FILE] [--fold NAME] [--key KEY]", bootstrapAbout)
 	configPath := fs.String("config", "config.toml", "config `file`")
 	name := fs.String("fold", "", "the fold `name` (may be omitted when the config has one fold)")
 	key := fs.String("key", "", "the artifact `key` (default: the fold's artifact_key)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
-	}
-	cfg, err := loadConfig(*configPath, c.getenv)
+	cfg, err := c.parseConfig(fs, configPath, args)
 	if err != nil {
 		return err
 	}
@@ -256,9 +242,12 @@ func bootstrap(ctx context.Context, cfg *Config, f FoldConfig, stdout, stderr io
 	defer unlock()
 	// Leftovers of an import that died mid-way (we hold the lock, so no
 	// import of this fold is running).
-	stale, _ := filepath.Glob(filepath.Join(parent, "."+globQuote(filepath.Base(f.DataDir))+".import-*"))
-	for _, p := range stale {
-		_ = os.RemoveAll(p)
+	staleImport := "." + filepath.Base(f.DataDir) + ".import-"
+	entries, _ := os.ReadDir(parent)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), staleImport) {
+			_ = os.RemoveAll(filepath.Join(parent, e.Name()))
+		}
 	}
 	if entries, err := os.ReadDir(f.DataDir); err == nil && len(entries) > 0 {
 		return fmt.Errorf("fold %s already has data in %s: bootstrap only fills an empty fold (to replace it, stop foldhost and move the directory aside)", f.Name, f.DataDir)
@@ -410,10 +399,6 @@ func lockFile(path string) (func(), error) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		_ = f.Close()
 	}, nil
-}
-
-func globQuote(s string) string {
-	return strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `\`, `\\`).Replace(s)
 }
 
 // fileSHA256 is the hex SHA-256 of the file at path (a plugin module's

@@ -183,6 +183,19 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseConfig parses a command that takes flags only, then loads and
+// validates the config file its --config flag names.
+func (c *cli) parseConfig(fs *flag.FlagSet, configPath *string, args []string) (*Config, error) {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) > 0 {
+		return nil, usagef("unexpected argument %q", pos[0])
+	}
+	return loadConfig(*configPath, c.getenv)
+}
+
 // reserved is a command that lands in a later issue.
 func reserved(name string) func(c *cli, args []string) error {
 	return func(c *cli, args []string) error {

@@ -43,14 +43,7 @@ with code 1 when it is later shut down.`
 func cmdRun(c *cli, args []string) error {
 	fs := c.flagSet("run", "run [--config FILE]", runAbout)
 	configPath := fs.String("config", "config.toml", "config `file`")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
-	}
-	cfg, err := loadConfig(*configPath, c.getenv)
+	cfg, err := c.parseConfig(fs, configPath, args)
 	if err != nil {
 		return err
 	}

@@ -335,7 +335,8 @@ func (l *LocalDir) Prune(ctx context.Context, key string, grace time.Duration, n
 		target = Address(ptr) + ".tar"
 	}
 	stale := now.Add(-max(grace, MinAbandonedAge))
-	l.removeStaleTemps(l.root, "."+key+".pointer-", stale)
+	removeStaleTemps(l.root, "."+key+".pointer-", stale)
+	removeStaleTemps(l.payloadDir(key), ".upload-", stale)
 	entries, err := os.ReadDir(l.payloadDir(key))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -346,12 +347,6 @@ func (l *LocalDir) Prune(ctx context.Context, key string, grace time.Duration, n
 	var deleted []string
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".upload-") { // an upload killed mid-way
-			if info, err := e.Info(); err == nil && e.Type().IsRegular() && info.ModTime().Before(stale) {
-				_ = os.Remove(filepath.Join(l.payloadDir(key), name))
-			}
-			continue
-		}
 		if !e.Type().IsRegular() || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".tar") {
 			continue
 		}
@@ -385,20 +380,18 @@ func (l *LocalDir) Prune(ctx context.Context, key string, grace time.Duration, n
 
 // removeStaleTemps removes the temp files in dir whose names start with
 // prefix and that were last written before cutoff: what an upload or a
-// pointer swap killed mid-way left behind (a live one writes its temp file
-// well within the prune grace). Best effort: failures are ignored.
-func (l *LocalDir) removeStaleTemps(dir, prefix string, cutoff time.Time) {
-	matches, _ := filepath.Glob(filepath.Join(dir, globEscape(prefix)+"*"))
-	for _, p := range matches {
-		if st, err := os.Lstat(p); err == nil && st.Mode().IsRegular() && st.ModTime().Before(cutoff) {
-			_ = os.Remove(p)
+// pointer swap killed mid-way left behind (a live one keeps writing its
+// temp file). Best effort: failures are ignored.
+func removeStaleTemps(dir, prefix string, cutoff time.Time) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), prefix) || !e.Type().IsRegular() {
+			continue
+		}
+		if info, err := e.Info(); err == nil && info.ModTime().Before(cutoff) {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
-}
-
-func globEscape(s string) string {
-	r := strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `\`, `\\`)
-	return r.Replace(s)
 }
 
 // payloadRank reads the rank of the payload at p from its embedded

@@ -15,22 +15,9 @@ import (
 // TestHotReload: a good module swaps in at the next batch; a bad file never
 // replaces it, and the refusal shows in Status.
 func TestHotReload(t *testing.T) {
-	r := newRuntime(t, Options{})
-	dir := t.TempDir()
+	r, dir := newRuntime(t, Options{}), t.TempDir()
 	path := filepath.Join(dir, "plugin.wasm")
-	good, err := os.ReadFile(goRouterWasm(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, good, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m, err := r.LoadFile(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := r.NewPlugin(m)
-	defer p.Close(context.Background())
+	good, m, p := loadGoRouterAt(t, r, path)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.WatchFile(ctx, p, path, 10*time.Millisecond)
@@ -99,19 +86,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestWatchFileSeesAChangeBeforeItStarted(t *testing.T) {
 	r := newRuntime(t, Options{})
 	path := filepath.Join(t.TempDir(), "plugin.wasm")
-	good, err := os.ReadFile(goRouterWasm(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, good, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m, err := r.LoadFile(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := r.NewPlugin(m)
-	defer p.Close(context.Background())
+	good, _, p := loadGoRouterAt(t, r, path)
 	other := append(append([]byte{}, good...), 0, 5, 3, 'x', 'y', 'z', '!')
 	if err := os.WriteFile(path, other, 0o644); err != nil {
 		t.Fatal(err)
@@ -124,4 +99,24 @@ func TestWatchFileSeesAChangeBeforeItStarted(t *testing.T) {
 		defer p.mu.Unlock()
 		return p.next != nil
 	})
+}
+
+// loadGoRouterAt writes the Go router build to path and loads it as a
+// plugin, closed at the test's end; it returns the module bytes too.
+func loadGoRouterAt(t *testing.T, r *Runtime, path string) ([]byte, *Module, *Plugin) {
+	t.Helper()
+	good, err := os.ReadFile(goRouterWasm(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.LoadFile(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.NewPlugin(m)
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return good, m, p
 }
