@@ -224,7 +224,7 @@ func TestInspect(t *testing.T) {
 	}
 	defer s.Close()
 	code, _, errOut = runCLI(t, nil, "inspect", "--data", dir, "cursor")
-	if code != exitFailure || !strings.Contains(errOut, "is another foldhost running") {
+	if code != exitFailure || !strings.Contains(errOut, "store in use") {
 		t.Errorf("locked store: exit %d, %q", code, errOut)
 	}
 }

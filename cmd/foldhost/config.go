@@ -13,6 +13,8 @@ import (
 	"github.com/foldhost/foldhost/host/export"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/internal/files"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -25,12 +27,15 @@ type Config struct {
 	File string
 	// DataDir is the root of everything foldhost persists; default "data"
 	// next to the config file.
-	DataDir   string
-	NATS      NATSConfig
-	HTTP      HTTPConfig
-	Log       LogConfig
-	Artifacts ArtifactsConfig
-	Folds     []FoldConfig
+	DataDir string
+	// ShutdownGrace bounds a graceful shutdown after SIGINT/SIGTERM; then
+	// the process exits at once. Default 30s.
+	ShutdownGrace time.Duration
+	NATS          NATSConfig
+	HTTP          HTTPConfig
+	Log           LogConfig
+	Artifacts     ArtifactsConfig
+	Folds         []FoldConfig
 }
 
 // ArtifactsConfig is where artifacts go ([artifacts]): one store for every
@@ -104,12 +109,14 @@ type FoldConfig struct {
 	Scope  []string
 	// Plugin is the absolute path of the plugin, "" for a raw-only fold.
 	Plugin string
-	// PluginCallTimeout bounds each call into the plugin (0: none; a
-	// deadline costs throughput, see RATIONALE.md); PluginMemoryMB caps its
-	// memory; PluginRetries is how often a failed batch is retried on a
-	// fresh instance before the fold stops.
+	// PluginCallTimeout bounds each call into the plugin (default
+	// wasm.DefaultCallTimeout; 0 in the file: none, the plugin is still
+	// contained); PluginMemoryMB caps its memory; PluginMaxMB caps its
+	// module file; PluginRetries is how often a failed batch is retried on
+	// a fresh instance before the fold stops.
 	PluginCallTimeout time.Duration
 	PluginMemoryMB    int
+	PluginMaxMB       int
 	PluginRetries     int
 	DataDir           string // default <data_dir>/folds/<name>
 	// BatchWindow, BatchSize and Buffer tune the applied loop
@@ -132,7 +139,9 @@ type FoldConfig struct {
 
 // Defaults.
 const (
+	defaultShutdownGrace  = 30 * time.Second
 	defaultPluginMemoryMB = 256
+	defaultPluginMaxMB    = wasm.DefaultMaxModuleBytes >> 20
 	defaultPluginRetries  = 2
 	defaultHTTPAddr       = "127.0.0.1:8080"
 	defaultEmbeddedListen = "127.0.0.1:4222"
@@ -208,6 +217,9 @@ func parseConfig(data []byte, path string, getenv getenvFunc) (*Config, error) {
 // keys.
 func (c *Config) extract(root *table) {
 	root.str("data_dir", &c.DataDir)
+	if root.duration("shutdown_grace", &c.ShutdownGrace) && c.ShutdownGrace < time.Second {
+		root.problem("shutdown_grace", "must be at least 1s, got %v", c.ShutdownGrace)
+	}
 
 	n := root.sub("nats")
 	n.str("url", &c.NATS.URL)
@@ -252,13 +264,18 @@ func extractFold(f *table) FoldConfig {
 	f.str("bucket", &fc.Bucket)
 	f.strings("scope", &fc.Scope)
 	f.str("plugin", &fc.Plugin)
+	fc.PluginCallTimeout = wasm.DefaultCallTimeout
 	if f.duration("plugin_call_timeout", &fc.PluginCallTimeout) && fc.PluginCallTimeout < 0 {
 		f.problem("plugin_call_timeout", "must be >= 0 (0: no deadline), got %v", fc.PluginCallTimeout)
 	}
-	var memMB, retries int64 = defaultPluginMemoryMB, defaultPluginRetries
+	var memMB, maxMB, retries int64 = defaultPluginMemoryMB, defaultPluginMaxMB, defaultPluginRetries
 	if f.integer("plugin_memory_mb", &memMB) && (memMB < 1 || memMB > 4096) {
 		f.problem("plugin_memory_mb", "must be between 1 and 4096, got %d", memMB)
 	}
+	if f.integer("plugin_max_mb", &maxMB) && (maxMB < 1 || maxMB > 1024) {
+		f.problem("plugin_max_mb", "must be between 1 and 1024, got %d", maxMB)
+	}
+	fc.PluginMaxMB = clampInt(maxMB)
 	if f.integer("plugin_retries", &retries) && (retries < 0 || retries > 100) {
 		f.problem("plugin_retries", "must be between 0 and 100, got %d", retries)
 	}
@@ -410,6 +427,9 @@ func (c *Config) validate(ps *problems) {
 		c.DataDir = defaultDataDir
 	}
 	c.DataDir = resolve(c.DataDir)
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = defaultShutdownGrace
+	}
 
 	// NATS.
 	n := &c.NATS
@@ -533,10 +553,10 @@ func (c *Config) validate(ps *problems) {
 		}
 		if f.Plugin != "" {
 			f.Plugin = resolve(f.Plugin)
-			if st, err := os.Stat(f.Plugin); err != nil {
+			if pf, _, err := files.OpenRegular(f.Plugin, int64(f.PluginMaxMB)<<20); err != nil {
 				ps.add(key("plugin"), "%v", err)
-			} else if st.IsDir() {
-				ps.add(key("plugin"), "%s is a directory, want a plugin file", f.Plugin)
+			} else {
+				pf.Close()
 			}
 		}
 		defaultDir := f.DataDir == ""
@@ -548,9 +568,6 @@ func (c *Config) validate(ps *problems) {
 			ps.add(key("data_dir"), "%s is also the data dir of fold[%d]", f.DataDir, j)
 		}
 		dirs[f.DataDir] = i
-		if n.Embedded && f.DataDir == filepath.Clean(n.EmbeddedDir) {
-			ps.add(key("data_dir"), "%s is the embedded NATS server's directory", f.DataDir)
-		}
 		if f.ArtifactKey == "" {
 			f.ArtifactKey = f.Name
 		} else if !nameRE.MatchString(f.ArtifactKey) {
@@ -577,6 +594,7 @@ func (c *Config) validate(ps *problems) {
 			f.CreateBucket.Replicas = 1
 		}
 	}
+	c.checkDirs(ps)
 	// Folds sharing a bucket must agree on how to create it.
 	first := map[string]int{}
 	for i, f := range c.Folds {
@@ -587,6 +605,69 @@ func (c *Config) validate(ps *problems) {
 			continue
 		}
 		first[f.Bucket] = i
+	}
+}
+
+// checkDirs refuses directories that are one, or lie inside one another,
+// once symlinks are resolved: two stores in one directory wipe each other,
+// and foreign files inside a store's directory are not the store's. Fold
+// data dirs are checked against each other, the local artifact store, the
+// embedded NATS server's directory and the compiled-plugin cache. (A
+// literal duplicate data_dir is reported where it is found.)
+func (c *Config) checkDirs(ps *problems) {
+	type owned struct{ key, path, real string }
+	var ds []owned
+	add := func(key, path string) {
+		if path != "" {
+			ds = append(ds, owned{key, path, realPath(path)})
+		}
+	}
+	for i, f := range c.Folds {
+		add("fold["+strconv.Itoa(i)+"].data_dir", f.DataDir)
+	}
+	folds := len(ds)
+	if c.Artifacts.Store == "local" {
+		add("artifacts.dir", c.Artifacts.Dir)
+	}
+	if c.NATS.Embedded {
+		add("nats.embedded_dir", c.NATS.EmbeddedDir)
+	}
+	add("data_dir (its wasm-cache)", c.wasmCacheDir())
+	for i := 0; i < folds; i++ {
+		for j := i + 1; j < len(ds); j++ {
+			a, b := ds[i], ds[j]
+			if a.path == b.path && j < folds {
+				continue // the same literal path: reported as a duplicate
+			}
+			if fold.Overlap(a.real, b.real) {
+				how := "is the same directory as"
+				if a.real != b.real {
+					how = "overlaps"
+				}
+				ps.add(a.key, "%s %s %s (%s): a fold's store must have its directory to itself", a.path, how, b.key, b.path)
+			}
+		}
+	}
+}
+
+// wasmCacheDir holds compiled plugins, shared by every fold.
+func (c *Config) wasmCacheDir() string { return filepath.Join(c.DataDir, "wasm-cache") }
+
+// realPath resolves the symlinks of path's longest existing ancestor (the
+// rest does not exist yet, so it cannot be a link).
+func realPath(path string) string {
+	path = filepath.Clean(path)
+	rest := ""
+	for {
+		if r, err := filepath.EvalSymlinks(path); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(path)
+		if parent == path {
+			return filepath.Join(path, rest)
+		}
+		rest = filepath.Join(filepath.Base(path), rest)
+		path = parent
 	}
 }
 

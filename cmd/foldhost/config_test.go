@@ -2,15 +2,18 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -66,8 +69,9 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Config{
-		File:    filepath.Join(dir, "config.toml"),
-		DataDir: filepath.Join(dir, "data"),
+		File:          filepath.Join(dir, "config.toml"),
+		DataDir:       filepath.Join(dir, "data"),
+		ShutdownGrace: 30 * time.Second,
 		NATS: NATSConfig{
 			Embedded: true, EmbeddedListen: "127.0.0.1:4222", EmbeddedDir: filepath.Join(dir, "data", "nats"),
 			ConnectTimeout: 5 * time.Second, RequestTimeout: natskv.DefaultRequestTimeout, HeadPollInterval: 5 * time.Second,
@@ -82,6 +86,7 @@ func TestConfigDefaults(t *testing.T) {
 		Folds: []FoldConfig{{
 			Name: "a", Bucket: "a", DataDir: filepath.Join(dir, "data", "folds", "a"), ArtifactKey: "a",
 			BatchWindow: fold.DefaultWindow, BatchSize: fold.DefaultMaxBatch, Buffer: 256, PluginMemoryMB: 256, PluginRetries: 2,
+			PluginCallTimeout: wasm.DefaultCallTimeout, PluginMaxMB: 64,
 			Repair: protocol.RepairNone, CreateBucket: natskv.BucketConfig{Name: "a", History: 1, Replicas: 1},
 		}},
 	}
@@ -138,6 +143,7 @@ limit_marker_ttl = "1m"
 		Name: "r", Bucket: "routes", Scope: []string{"route.", "tenant.a."},
 		Plugin: filepath.Join(dir, "router.wasm"), DataDir: filepath.Join(dir, "r-data"), ArtifactKey: "r",
 		BatchWindow: 25 * time.Millisecond, BatchSize: 1024, Buffer: 4096, Repair: protocol.RepairAuto, Sync: true, PluginMemoryMB: 256, PluginRetries: 2,
+		PluginCallTimeout: wasm.DefaultCallTimeout, PluginMaxMB: 64,
 		CreateBucket: natskv.BucketConfig{Name: "routes", History: 5, MaxAge: 24 * time.Hour, MaxBytes: 1 << 20,
 			Replicas: 3, Memory: true, LimitMarkerTTL: time.Minute},
 	}
@@ -472,5 +478,92 @@ a.b = 1
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("locateKeys:\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestConfigRefusesSharedDirectories: stores that resolve to one directory,
+// or lie inside one another, are refused naming both (two folds whose data
+// dirs were one directory through a symlink used to be accepted, and the
+// second wiped the first), and so are a fold store shared with the local
+// artifact store, the embedded NATS server or the plugin cache.
+func TestConfigRefusesSharedDirectories(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "real"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "real"), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct{ text, want string }{
+		"symlink": {`
+[[fold]]
+name = "a"
+data_dir = "real"
+[[fold]]
+name = "b"
+data_dir = "link"
+`, "fold[0].data_dir: " + filepath.Join(dir, "real") + " is the same directory as fold[1].data_dir (" + filepath.Join(dir, "link") + ")"},
+		"nested, through a symlink": {`
+[[fold]]
+name = "a"
+data_dir = "real"
+[[fold]]
+name = "b"
+data_dir = "link/inner"
+`, "fold[0].data_dir: " + filepath.Join(dir, "real") + " overlaps fold[1].data_dir"},
+		"artifacts": {`
+[artifacts]
+dir = "store"
+[[fold]]
+name = "a"
+data_dir = "store"
+`, "fold[0].data_dir: " + filepath.Join(dir, "store") + " is the same directory as artifacts.dir"},
+		"the whole data dir": {`
+[[fold]]
+name = "a"
+data_dir = "data"
+`, "fold[0].data_dir: " + filepath.Join(dir, "data") + " overlaps artifacts.dir"},
+		"embedded NATS": {`
+[nats]
+embedded_dir = "link/nats"
+[[fold]]
+name = "a"
+data_dir = "real"
+`, "overlaps nats.embedded_dir"},
+	} {
+		_, err := parseIn(t, dir, c.text, noEnv)
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v\nwant a problem saying %q", name, err, c.want)
+		}
+	}
+}
+
+// TestConfigPluginMustBeARegularFile: /dev/zero (read without a limit, it
+// ran the machine out of memory), a FIFO (blocked forever) and a module
+// over plugin_max_mb are refused at config time.
+func TestConfigPluginMustBeARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.wasm")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.wasm")
+	if err := os.WriteFile(big, make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		"/dev/zero": "not a regular file (a device)",
+		fifo:        "not a regular file (a FIFO)",
+		dir:         "not a regular file (a directory)",
+		big:         "file too large: 2097152 bytes, the limit is 1048576",
+	} {
+		_, err := parseIn(t, dir, fmt.Sprintf("[[fold]]\nname = \"a\"\nplugin = %q\nplugin_max_mb = 1\n", path), noEnv)
+		if err == nil || !strings.Contains(err.Error(), "fold[0].plugin") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a fold[0].plugin problem saying %q", path, err, want)
+		}
 	}
 }

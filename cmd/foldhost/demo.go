@@ -102,6 +102,7 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 		return err
 	}
 	d.say("1. plugin %s %s (%s, sha256 %s...) validated", mod.Info.Name, mod.Info.Version, filepath.Base(plugin), mod.SHA256[:12])
+	mod.Close(ctx) // each fold below loads its own (a Plugin owns its Module)
 
 	srv, err := embeddednats.Start(embeddednats.Options{Dir: filepath.Join(d.dir, "nats")})
 	if err != nil {
@@ -130,7 +131,7 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 	d.say("3. wrote %d route keys in %v", d.keys, time.Since(t0).Round(time.Millisecond))
 
 	storeDir := filepath.Join(d.dir, "fold")
-	first, err := d.fold(ctx, bucket, rt, mod, storeDir, "4. folding")
+	first, err := d.fold(ctx, bucket, rt, plugin, storeDir, "4. folding")
 	if err != nil {
 		return err
 	}
@@ -142,7 +143,7 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 	}
 	d.say("5. fold stopped; wrote a delta of %d updates (changes and deletes) in %v", d.delta, time.Since(t0).Round(time.Millisecond))
 
-	second, err := d.fold(ctx, bucket, rt, mod, storeDir, "6. restart: resuming")
+	second, err := d.fold(ctx, bucket, rt, plugin, storeDir, "6. restart: resuming")
 	if err != nil {
 		return err
 	}
@@ -153,7 +154,7 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 	}
 	d.say("   %s", second.summary)
 
-	if err := d.artifactTour(ctx, js, bucket, rt, mod, storeDir); err != nil {
+	if err := d.artifactTour(ctx, js, bucket, rt, plugin, storeDir); err != nil {
 		return err
 	}
 	d.say("")
@@ -178,7 +179,7 @@ type foldResult struct {
 
 // fold follows the bucket until the store holds the stream head, showing
 // progress, then stops (flushing) and closes the store.
-func (d *demo) fold(ctx context.Context, bucket *natskv.Bucket, rt *wasm.Runtime, mod *wasm.Module, dir, what string) (foldResult, error) {
+func (d *demo) fold(ctx context.Context, bucket *natskv.Bucket, rt *wasm.Runtime, plugin, dir, what string) (foldResult, error) {
 	store, cur, err := fold.Open(dir, fold.Options{})
 	if err != nil {
 		return foldResult{}, err
@@ -195,6 +196,10 @@ func (d *demo) fold(ctx context.Context, bucket *natskv.Bucket, rt *wasm.Runtime
 	}
 	d.say("%s the bucket through the plugin: %s, stream head %d", what, mode, head)
 	d.lastLine, d.final = time.Now(), false
+	mod, err := rt.LoadFile(ctx, plugin) // compiled code comes from the cache
+	if err != nil {
+		return foldResult{}, err
+	}
 	p := rt.NewPlugin(mod)
 	defer p.Close(ctx)
 	var delivered, rejected atomic.Int64
@@ -338,7 +343,7 @@ func isTerminal(w io.Writer) bool {
 // artifactTour exports the stopped fold at storeDir to a local artifact
 // store, writes a delta, bootstraps a second fold from the artifact and
 // folds it: it must receive only the delta and end identical to the first.
-func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, bucket *natskv.Bucket, rt *wasm.Runtime, mod *wasm.Module, storeDir string) error {
+func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, bucket *natskv.Bucket, rt *wasm.Runtime, plugin, storeDir string) error {
 	tr, err := export.NewLocalDir(filepath.Join(d.dir, "artifacts"))
 	if err != nil {
 		return err
@@ -384,7 +389,7 @@ func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, bucket 
 	}
 	d.say("9. a new node bootstraps its fold from the artifact: %d files, %.1f MiB, verified and installed in %v",
 		len(m.Files), float64(size)/(1<<20), time.Since(t0).Round(time.Millisecond))
-	b, err := d.fold(ctx, bucket, rt, mod, second, "10. the new node folds")
+	b, err := d.fold(ctx, bucket, rt, plugin, second, "10. the new node folds")
 	if err != nil {
 		return err
 	}
@@ -392,7 +397,7 @@ func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, bucket 
 	if b.delivered != int64(d.delta) {
 		return fmt.Errorf("demo: the bootstrapped fold received %d updates, want the delta %d", b.delivered, d.delta)
 	}
-	if _, err := d.fold(ctx, bucket, rt, mod, storeDir, "11. the first node catches up: folding"); err != nil {
+	if _, err := d.fold(ctx, bucket, rt, plugin, storeDir, "11. the first node catches up: folding"); err != nil {
 		return err
 	}
 	same, err := sameFolds(storeDir, second)

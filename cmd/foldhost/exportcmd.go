@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,18 +13,19 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/foldhost/foldhost/host/export"
+	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/internal/files"
 )
 
 const exportAbout = `Runs an export round now for each selected fold (every fold of the
@@ -71,8 +71,7 @@ func cmdExport(c *cli, args []string) error {
 			folds = append(folds, f)
 		}
 	}
-	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := c.ctx
 	log := newLogger(cfg.Log, c.stderr)
 
 	x := &offlineExport{cfg: cfg, log: log}
@@ -116,7 +115,7 @@ func (x *offlineExport) close() {
 func (x *offlineExport) export(ctx context.Context, f FoldConfig, force bool) (roundResult, error) {
 	store, err := openExisting(f.DataDir)
 	if err != nil {
-		if isLocked(err) {
+		if errors.Is(err, fold.ErrLocked) {
 			return x.viaDaemon(ctx, f, force)
 		}
 		var ue *usageError
@@ -225,9 +224,7 @@ func cmdBootstrap(c *cli, args []string) error {
 		}
 		f.ArtifactKey = *key
 	}
-	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return bootstrap(ctx, cfg, f, c.stdout, c.stderr)
+	return bootstrap(c.ctx, cfg, f, c.stdout, c.stderr)
 }
 
 func bootstrap(ctx context.Context, cfg *Config, f FoldConfig, stdout, stderr io.Writer) error {
@@ -235,11 +232,11 @@ func bootstrap(ctx context.Context, cfg *Config, f FoldConfig, stdout, stderr io
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return err
 	}
-	unlock, err := lockFile(filepath.Join(parent, "."+filepath.Base(f.DataDir)+".bootstrap.lock"))
+	lk, err := files.TryLock(filepath.Join(parent, "."+filepath.Base(f.DataDir)+".bootstrap.lock"))
 	if err != nil {
 		return fmt.Errorf("another bootstrap of fold %s is running: %w", f.Name, err)
 	}
-	defer unlock()
+	defer lk.Unlock()
 	// Leftovers of an import that died mid-way (we hold the lock, so no
 	// import of this fold is running).
 	staleImport := "." + filepath.Base(f.DataDir) + ".import-"
@@ -309,8 +306,8 @@ func warnPluginMismatch(w io.Writer, f FoldConfig, m export.Manifest) {
 	}
 	ours := ""
 	if f.Plugin != "" {
-		if sum, err := fileSHA256(f.Plugin); err == nil {
-			ours = sum
+		if b, err := files.ReadRegular(f.Plugin, int64(f.PluginMaxMB)<<20); err == nil {
+			ours = wasm.ModuleHash(b)
 		}
 	}
 	switch {
@@ -383,35 +380,4 @@ func (p *progress) done() {
 	if p.drawn {
 		fmt.Fprintln(p.w)
 	}
-}
-
-// lockFile takes an exclusive, non-blocking flock on path.
-func lockFile(path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		_ = f.Close()
-	}, nil
-}
-
-// fileSHA256 is the hex SHA-256 of the file at path (a plugin module's
-// identity, as host/wasm computes it).
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -206,7 +206,7 @@ func openExisting(dir string) (*fold.Store, error) {
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, _, err := fold.Open(dir, fold.Options{Logger: quiet})
 	if err != nil {
-		return nil, fmt.Errorf("%w%s", err, lockHint(err))
+		return nil, err
 	}
 	return s, nil
 }

@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -197,8 +194,6 @@ func natskvOp(op jetstream.KeyValueOp) string {
 }
 
 func kvWatch(ctx context.Context, c *cli, kv jetstream.KeyValue, bucket, prefix string, updatesOnly bool) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	filter := ">"
 	if prefix != "" {
 		if err := (natskv.Scope{Prefixes: []string{prefix}}).Validate(); err != nil {

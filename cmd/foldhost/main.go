@@ -10,7 +10,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
 )
 
 // Exit codes. Documented in the top-level help and the README.
@@ -23,11 +27,16 @@ const (
 
 // cli is one invocation's environment, injectable for tests.
 type cli struct {
+	// ctx is cancelled by the first SIGINT or SIGTERM: every command shuts
+	// down gracefully from there (watchSignals).
 	ctx    context.Context
 	stdout io.Writer
 	stderr io.Writer
 	stdin  io.Reader
 	getenv getenvFunc
+	// grace bounds a graceful shutdown (nanoseconds); a command that loads
+	// a config sets it from shutdown_grace.
+	grace atomic.Int64
 }
 
 type command struct {
@@ -48,9 +57,50 @@ func commands() []command {
 	}
 }
 
-func main() {
-	c := &cli{ctx: context.Background(), stdout: os.Stdout, stderr: os.Stderr, stdin: os.Stdin, getenv: os.LookupEnv}
-	os.Exit(c.main(os.Args[1:]))
+func main() { os.Exit(run(os.Args[1:])) }
+
+// run is the process: signals installed before anything else happens, so
+// they work in every state (config loading, plugin loading, start,
+// bootstrap, export, shutdown).
+func run(args []string) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &cli{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr, stdin: os.Stdin, getenv: os.LookupEnv}
+	c.grace.Store(int64(defaultShutdownGrace))
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	defer close(done)
+	go c.watchSignals(sigs, done, cancel, os.Exit)
+	return c.main(args)
+}
+
+// watchSignals turns the first signal into the cancellation of c.ctx; a
+// second signal, or the shutdown grace running out, exits at once with
+// exitFailure (nothing is left half-written: every commit is atomic, and
+// what was not committed is folded again after a restart).
+func (c *cli) watchSignals(sigs <-chan os.Signal, done <-chan struct{}, cancel func(), exit func(int)) {
+	var sig os.Signal
+	select {
+	case sig = <-sigs:
+	case <-done:
+		return
+	}
+	cancel()
+	grace := time.Duration(c.grace.Load())
+	fmt.Fprintf(c.stderr, "foldhost: %v: shutting down (within %v; a second signal exits at once)\n", sig, grace)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case sig = <-sigs:
+		fmt.Fprintf(c.stderr, "foldhost: %v again: exiting now\n", sig)
+	case <-t.C:
+		fmt.Fprintf(c.stderr, "foldhost: shutdown did not finish within %v (shutdown_grace): exiting now\n", grace)
+	case <-done:
+		return
+	}
+	exit(exitFailure)
 }
 
 // main dispatches args and maps the result to an exit code.
@@ -97,7 +147,8 @@ Run 'foldhost <command> --help' (or 'foldhost help <command>') for its flags.
 
 Exit codes:
   0  success (run: clean shutdown on SIGINT/SIGTERM)
-  1  runtime failure (NATS unreachable, store error, a fold stopped on an error)
+  1  runtime failure (NATS unreachable, store error, a fold stopped on an error;
+     a second signal, or a shutdown that outlasts shutdown_grace)
   2  usage or config error, or a command not implemented yet (nothing was started)
   3  not found (inspect get, kv get: the key does not exist)
 `)
@@ -184,7 +235,8 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // parseConfig parses a command that takes flags only, then loads and
-// validates the config file its --config flag names.
+// validates the config file its --config flag names; its shutdown_grace
+// bounds the command's shutdown from then on.
 func (c *cli) parseConfig(fs *flag.FlagSet, configPath *string, args []string) (*Config, error) {
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -193,7 +245,11 @@ func (c *cli) parseConfig(fs *flag.FlagSet, configPath *string, args []string) (
 	if len(pos) > 0 {
 		return nil, usagef("unexpected argument %q", pos[0])
 	}
-	return loadConfig(*configPath, c.getenv)
+	cfg, err := loadConfig(*configPath, c.getenv)
+	if err == nil {
+		c.grace.Store(int64(cfg.ShutdownGrace))
+	}
+	return cfg, err
 }
 
 // reserved is a command that lands in a later issue.

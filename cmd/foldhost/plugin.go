@@ -20,7 +20,9 @@ import (
 // watched: a changed module is validated off the hot path and swapped in at
 // a batch boundary, and a module that fails validation never replaces the
 // running one (the refusal is logged and shown in the fold's status).
-func loadPlugin(f FoldConfig, cacheDir string, logger *slog.Logger) (fold.Plugin, func() error, error) {
+//
+// Loading honours ctx (a signal during start ends a trial run in progress).
+func loadPlugin(ctx context.Context, f FoldConfig, cacheDir string, logger *slog.Logger) (fold.Plugin, func() error, error) {
 	path := f.Plugin
 	if path == "" {
 		logger.Debug("raw-only fold: no plugin configured")
@@ -32,27 +34,38 @@ func loadPlugin(f FoldConfig, cacheDir string, logger *slog.Logger) (fold.Plugin
 	if retries == 0 {
 		retries = -1 // wasm.Options: 0 means the default, negative none
 	}
+	timeout := f.PluginCallTimeout
+	if timeout == 0 {
+		timeout = wasm.NoCallTimeout // config: "0s" means none
+	}
 	rt, err := wasm.NewRuntime(context.Background(), wasm.Options{
 		CacheDir:         cacheDir,
 		Logger:           logger,
-		CallTimeout:      f.PluginCallTimeout,
+		CallTimeout:      timeout,
+		MaxModuleBytes:   int64(f.PluginMaxMB) << 20,
 		MemoryLimitPages: uint32(f.PluginMemoryMB) * 16, // 64 KiB pages
 		Retries:          retries,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := rt.LoadFile(context.Background(), path)
+	logger.Info("loading plugin", "path", path)
+	m, err := rt.LoadFile(ctx, path)
 	if err != nil {
 		rt.Close(context.Background())
 		return nil, nil, err
 	}
 	logger.Info("plugin loaded", "path", path, "name", m.Info.Name, "version", m.Info.Version, "sha256", m.SHA256)
-	ctx, cancel := context.WithCancel(context.Background())
+	wctx, cancel := context.WithCancel(context.Background())
 	p := &wasmPlugin{Plugin: rt.NewPlugin(m), rt: rt, path: path}
-	go rt.WatchFile(ctx, p.Plugin, path, time.Second)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		rt.WatchFile(wctx, p.Plugin, path, time.Second)
+	}()
 	return p, func() error {
 		cancel()
+		<-watched // a reload in flight uses the runtime
 		p.Close(context.Background())
 		return rt.Close(context.Background())
 	}, nil

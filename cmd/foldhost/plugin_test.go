@@ -18,12 +18,18 @@ import (
 	"github.com/foldhost/foldhost/host/natskv"
 )
 
-// routerBuild returns the C build of the example-router plugin, made by
-// scripts/build-plugins (the test command runs it first).
+// routerBuild returns the C build of the example-router plugin.
 func routerBuild(t *testing.T) string {
 	t.Helper()
+	return builtPlugin(t, "example-router", "router-c")
+}
+
+// builtPlugin is plugins/<dir>/build/<name>.wasm, made by
+// scripts/build-plugins (the test command runs it first).
+func builtPlugin(t *testing.T, dir, name string) string {
+	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	p := filepath.Join(filepath.Dir(file), "..", "..", "plugins", "example-router", "build", "router-c.wasm")
+	p := filepath.Join(filepath.Dir(file), "..", "..", "plugins", dir, "build", name+".wasm")
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("missing %s: run scripts/build-plugins first (the test command does): %v", p, err)
 	}

@@ -10,9 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -33,8 +31,10 @@ With nats.url empty or "embedded", an in-process NATS server with JetStream
 it lives only while 'run' runs.
 
 SIGINT or SIGTERM shuts down gracefully: every fold flushes its pending
-batch, then the HTTP server, stores and NATS are closed. A second signal
-kills the process at once.
+batch, then the HTTP server, stores and NATS are closed. A second signal,
+or a shutdown that takes longer than shutdown_grace, exits at once (exit
+code 1). Signals work from the moment the process starts, also while
+plugins load.
 
 A fold that stops on an error (expired cursor, plugin failure) keeps being
 served frozen at its cursor, /readyz answers 503 naming it, and 'run' exits
@@ -48,13 +48,17 @@ func cmdRun(c *cli, args []string) error {
 		return err
 	}
 	logger := newLogger(cfg.Log, c.stderr)
-	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	d := &daemon{cfg: cfg, log: logger, stdout: c.stdout, hup: hup}
-	return d.run(ctx, stop)
+	err = d.run(c.ctx)
+	if err != nil && !d.started && c.ctx.Err() != nil {
+		// A signal during the start: a shutdown, not a failure.
+		logger.Info("start interrupted by a signal", "err", err)
+		return nil
+	}
+	return err
 }
 
 func newLogger(lc LogConfig, w io.Writer) *slog.Logger {
@@ -77,6 +81,7 @@ type daemon struct {
 	hup <-chan os.Signal
 
 	cleanup []func() // run in reverse order on exit
+	started bool     // every fold runs; set before waiting for the signal
 }
 
 func (d *daemon) defer_(f func()) { d.cleanup = append(d.cleanup, f) }
@@ -90,8 +95,8 @@ func (d *daemon) close() {
 
 // run starts everything, waits for ctx (the signal), then shuts down in
 // order: folds (each flushes its pending batch), HTTP, stores, plugins,
-// NATS. stopSignals restores default signal handling once shutdown began.
-func (d *daemon) run(ctx context.Context, stopSignals func()) error {
+// NATS.
+func (d *daemon) run(ctx context.Context) error {
 	defer d.close()
 	cfg := d.cfg
 
@@ -116,7 +121,7 @@ func (d *daemon) run(ctx context.Context, stopSignals func()) error {
 	}
 	plugins := make([]fold.Plugin, len(cfg.Folds))
 	for i, f := range cfg.Folds {
-		p, closeFn, err := loadPlugin(f, filepath.Join(cfg.DataDir, "wasm-cache"), d.log.With("fold", f.Name))
+		p, closeFn, err := loadPlugin(ctx, f, cfg.wasmCacheDir(), d.log.With("fold", f.Name))
 		if err != nil {
 			return fmt.Errorf("fold %s: load plugin: %w", f.Name, err)
 		}
@@ -139,6 +144,7 @@ func (d *daemon) run(ctx context.Context, stopSignals func()) error {
 		url = srv.ClientURL()
 		conn = natskv.ConnOptions{URL: url, Name: "foldhost", Timeout: cfg.NATS.ConnectTimeout}
 	}
+	d.log.Info("connecting to NATS", "url", natskv.Redact(conn.URL))
 	nc, err := natskv.Connect(conn)
 	if err != nil {
 		return err
@@ -170,6 +176,7 @@ func (d *daemon) run(ctx context.Context, stopSignals func()) error {
 		return err
 	}
 
+	d.started = true
 	var wg sync.WaitGroup
 	errs := make([]error, len(runners))
 	for i, r := range runners {
@@ -180,7 +187,6 @@ func (d *daemon) run(ctx context.Context, stopSignals func()) error {
 		}()
 	}
 	<-ctx.Done()
-	stopSignals()
 	d.log.Info("shutting down: flushing pending batches")
 	wg.Wait()
 	var failed []error
@@ -212,30 +218,15 @@ func (d *daemon) startEmbedded() (*embeddednats.Server, error) {
 	return srv, nil
 }
 
-// openStore opens a fold's store, creating its data dir.
+// openStore opens a fold's store, creating its data dir. A store in use
+// (another foldhost, or another fold of this config) fails with
+// fold.ErrLocked, whose message says so.
 func openStore(f FoldConfig, log *slog.Logger) (*fold.Store, error) {
-	if err := os.MkdirAll(f.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("fold %s: %w", f.Name, err)
-	}
 	store, _, err := fold.Open(f.DataDir, fold.Options{Sync: f.Sync, Logger: log})
 	if err != nil {
-		return nil, fmt.Errorf("fold %s: %w%s", f.Name, err, lockHint(err))
+		return nil, fmt.Errorf("fold %s: %w", f.Name, err)
 	}
 	return store, nil
-}
-
-// lockHint explains pebble's lock error: another process has the store.
-func lockHint(err error) string {
-	if isLocked(err) {
-		return " (the store is locked: is another foldhost running on this data dir?)"
-	}
-	return ""
-}
-
-// isLocked reports pebble's lock error: another process (flock's EAGAIN)
-// or this one (pebble's own check) has the store open.
-func isLocked(err error) bool {
-	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) || strings.Contains(err.Error(), "lock held by current process")
 }
 
 // serveHTTP binds the API's address, prints it, and serves until close.

@@ -7,14 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/zeebo/blake3"
 
+	"github.com/foldhost/foldhost/internal/files"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -181,7 +182,7 @@ func (l *LocalDir) SwapPointer(ctx context.Context, key string, manifest []byte)
 
 // readPointer returns the pointer's bytes (nil when absent) and its state.
 func (l *LocalDir) readPointer(key string) ([]byte, protocol.PointerState, error) {
-	b, err := os.ReadFile(l.pointerPath(key))
+	b, err := files.ReadRegular(l.pointerPath(key), maxManifestSize)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, protocol.PointerAbsent(), nil
 	}
@@ -234,32 +235,11 @@ func (l *LocalDir) writePointer(key string, manifest []byte) error {
 // call opens its own file description, so it excludes other goroutines of
 // this process as well as other processes.
 func (l *LocalDir) lock(ctx context.Context, key string) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(l.root, key+".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	lk, err := files.LockWait(ctx, filepath.Join(l.root, key+".lock"))
 	if err != nil {
-		return nil, fmt.Errorf("export: lock: %w", err)
+		return nil, fmt.Errorf("export: %w", err)
 	}
-	wait := time.Millisecond
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if err != syscall.EINTR && err != syscall.EWOULDBLOCK {
-			f.Close()
-			return nil, fmt.Errorf("export: lock: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("export: lock %s: %w", key, ctx.Err())
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 50*time.Millisecond)
-	}
-	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		_ = f.Close()
-	}, nil
+	return lk.Unlock, nil
 }
 
 // ctxWriter fails writes once ctx is done.
@@ -282,7 +262,7 @@ func (l *LocalDir) Pointer(_ context.Context, key string) ([]byte, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(l.pointerPath(key))
+	b, err := files.ReadRegular(l.pointerPath(key), maxManifestSize)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrNoPointer, key)
 	}
@@ -297,16 +277,13 @@ func (l *LocalDir) OpenPayload(_ context.Context, key string, manifest []byte) (
 	if err := checkKey(key); err != nil {
 		return nil, 0, err
 	}
-	f, err := os.Open(l.payloadPath(key, Address(manifest)))
+	// A FIFO or a device named like a payload is refused, not read (a FIFO
+	// used to hang bootstrap forever).
+	f, size, err := files.OpenRegular(l.payloadPath(key, Address(manifest)), math.MaxInt64)
 	if err != nil {
 		return nil, 0, err
 	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, 0, err
-	}
-	return f, st.Size(), nil
+	return f, size, nil
 }
 
 // Prune deletes key's payloads that [protocol.PayloadPrunable] admits, under
@@ -397,7 +374,7 @@ func removeStaleTemps(dir, prefix string, cutoff time.Time) {
 // payloadRank reads the rank of the payload at p from its embedded
 // manifest, which must parse and have address addr.
 func payloadRank(p, addr string) (protocol.Revision, bool) {
-	f, err := os.Open(p)
+	f, _, err := files.OpenRegular(p, math.MaxInt64)
 	if err != nil {
 		return 0, false
 	}

@@ -3,11 +3,14 @@ package export
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/internal/files"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -70,4 +73,71 @@ func TestLocalLockHonoursContext(t *testing.T) {
 	if out, err := l.SwapPointer(t.Context(), "k", manifest); err != nil || out != Published {
 		t.Fatalf("swap once the lock is free: %v %v", out, err)
 	}
+}
+
+// TestLocalRefusesNonRegularFiles: a payload or pointer that is a FIFO (or
+// any non-regular file) is refused without being read (a FIFO payload used
+// to hang `foldhost bootstrap` forever), and a pointer over the manifest
+// size limit is refused too (it used to be read whole).
+func TestLocalRefusesNonRegularFiles(t *testing.T) {
+	l := newLocal(t)
+	st := openStore(t)
+	a := exportAt(t, st, 10, nil)
+	if _, err := publishRound(t, l, "k", a.dir); err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := l.Pointer(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := l.payloadPath("k", Address(manifest))
+	if err := os.Remove(payload); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(payload, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Download(t.Context(), l, "k", filepath.Join(t.TempDir(), "dest"), DownloadOptions{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, files.ErrNotRegular) {
+			t.Fatalf("download of a FIFO payload: %v, want ErrNotRegular", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("download of a FIFO payload blocked")
+	}
+
+	pointer := l.pointerPath("k")
+	if err := os.Remove(pointer); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(pointer, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pointer(t.Context(), "k"); !errors.Is(err, files.ErrNotRegular) {
+		t.Fatalf("a FIFO pointer: %v, want ErrNotRegular", err)
+	}
+	if err := os.Remove(pointer); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pointer, make([]byte, maxManifestSize+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pointer(t.Context(), "k"); !errors.Is(err, files.ErrTooLarge) {
+		t.Fatalf("an oversized pointer: %v, want ErrTooLarge", err)
+	}
+}
+
+// publishRound uploads the artifact in dir and swaps key's pointer to it.
+func publishRound(t *testing.T, l *LocalDir, key, dir string) (Outcome, error) {
+	t.Helper()
+	manifest, err := l.UploadPayload(t.Context(), key, dir)
+	if err != nil {
+		return 0, err
+	}
+	return l.SwapPointer(t.Context(), key, manifest)
 }

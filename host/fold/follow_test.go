@@ -22,9 +22,15 @@ type natsEnv struct {
 	dir    string
 }
 
+// startNATS starts a server with a bucket that keeps 64 revisions per key.
+// With history 1, a key rewritten while a watch lags removes the older
+// revision from the stream; the floor guard cannot tell that gap from
+// eviction and stops the fold (natskv.ErrCursorExpired) until
+// cursor-expiry repair exists. Tests that are not about that gap must not
+// trip on it under load (it made this package's tests flaky).
 func startNATS(t testing.TB, bucket string) *natsEnv {
 	t.Helper()
-	return startNATSWith(t, natskv.BucketConfig{Name: bucket})
+	return startNATSWith(t, natskv.BucketConfig{Name: bucket, History: 64})
 }
 
 func startNATSWith(t testing.TB, cfg natskv.BucketConfig) *natsEnv {

@@ -34,6 +34,8 @@ type Store struct {
 
 	snapMu sync.Mutex
 	snaps  map[*Snapshot]struct{}
+
+	lock *dirLock
 }
 
 // Open opens (creating if needed) the store in dir and returns it with the
@@ -44,13 +46,20 @@ type Store struct {
 // Open fails with a [*FormatError] (errors.Is ErrFormatVersion) when the
 // directory holds a store of an unknown format version, or a pebble database
 // that is not a fold store; it never modifies such a directory's contents.
-// A directory is locked by one open Store at a time.
+// A directory is used by one open Store at a time: Open fails with
+// ErrLocked when another process holds it, or when this process has it, or
+// a directory inside or around it, open already (see lockDir).
 func Open(dir string, opts Options) (*Store, protocol.Cursor, error) {
 	opts = opts.withDefaults()
-	s := &Store{dir: dir, opts: opts, write: pebble.NoSync, snaps: map[*Snapshot]struct{}{}}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, protocol.Cursor{}, err
+	}
+	s := &Store{dir: dir, opts: opts, write: pebble.NoSync, snaps: map[*Snapshot]struct{}{}, lock: lock}
 	s.stalls.log = opts.Logger
 	db, err := pebble.Open(dir, opts.pebbleOptions(s.stalls.listener()))
 	if err != nil {
+		lock.release(true)
 		return nil, protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", dir, err)
 	}
 	s.db = db
@@ -60,6 +69,7 @@ func Open(dir string, opts Options) (*Store, protocol.Cursor, error) {
 	cur, err := s.recover()
 	if err != nil {
 		_ = db.Close()
+		lock.release(true)
 		return nil, protocol.Cursor{}, err
 	}
 	s.cursor.Store(&cur)
@@ -120,6 +130,7 @@ func (s *Store) Close() error {
 	s.snaps = nil
 	s.snapMu.Unlock()
 	errs = append(errs, s.db.Close())
+	s.lock.release(false)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("fold: close %s: %w", s.dir, err)
 	}

@@ -79,7 +79,7 @@ func OpenBucket(ctx context.Context, nc *nats.Conn, cfg BucketConfig, o Options)
 	if err != nil {
 		return nil, fmt.Errorf("natskv: jetstream: %w", err)
 	}
-	b := &Bucket{nc: nc, js: js, name: cfg.Name, stream: "KV_" + cfg.Name, opts: o, connURL: redactURL(nc.ConnectedUrl())}
+	b := &Bucket{nc: nc, js: js, name: cfg.Name, stream: "KV_" + cfg.Name, opts: o, connURL: Redact(nc.ConnectedUrl())}
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
 	kv, err := js.KeyValue(rctx, cfg.Name)

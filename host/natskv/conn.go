@@ -80,13 +80,13 @@ func Connect(o ConnOptions) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(o.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("natskv: connect %s: %w", redactURL(o.URL), err)
+		return nil, fmt.Errorf("natskv: connect %s: %w", Redact(o.URL), err)
 	}
 	return nc, nil
 }
 
-// redactURL hides credentials embedded in a URL before it reaches a log.
-func redactURL(u string) string {
+// Redact hides credentials embedded in a URL before it reaches a log.
+func Redact(u string) string {
 	at := strings.LastIndex(u, "@")
 	if at < 0 {
 		return u

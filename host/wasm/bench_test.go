@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sort"
 	"testing"
 	"time"
 
@@ -24,12 +25,12 @@ func BenchmarkApply(b *testing.B) {
 				Value: []byte(fmt.Sprintf(`{"upstreams":[{"addr":"10.0.%d.1:80","weight":%d},{"addr":"10.0.0.2:80"}]}`, i%7, 1+i%9))}
 		}
 		for _, c := range []struct {
-			timeout time.Duration
+			contain containment
 			gcEvery int
-		}{{0, 1}, {0, 64}, {time.Second, 64}} {
-			timeout, gcEvery := c.timeout, c.gcEvery
-			b.Run(fmt.Sprintf("wasm-go/batch=%d/timeout=%v/gc-every=%d", size, timeout, gcEvery), func(b *testing.B) {
-				r := newRuntime(b, Options{CallTimeout: timeout, GCEvery: gcEvery})
+		}{{containMetered, 1}, {containMetered, 64}, {containNone, 64}, {containCloseOnDone, 64}} {
+			contain, gcEvery := c.contain, c.gcEvery
+			b.Run(fmt.Sprintf("wasm-go/batch=%d/%s/gc-every=%d", size, contain, gcEvery), func(b *testing.B) {
+				r := newRuntime(b, Options{containment: contain, GCEvery: gcEvery})
 				m, err := r.LoadFile(context.Background(), goRouterWasm(b))
 				if err != nil {
 					b.Fatal(err)
@@ -47,24 +48,26 @@ func BenchmarkApply(b *testing.B) {
 			})
 		}
 		for _, lang := range []string{"c", "as"} {
-			b.Run(fmt.Sprintf("wasm-%s/batch=%d", lang, size), func(b *testing.B) {
-				path := filepath.Join(repoRoot(b), "plugins", "example-router", "build", "router-"+lang+".wasm")
-				r := newRuntime(b, Options{})
-				m, err := r.LoadFile(context.Background(), path)
-				if err != nil {
-					b.Fatalf("%v (run scripts/build-plugins)", err)
-				}
-				p := r.NewPlugin(m)
-				defer p.Close(context.Background())
-				b.ReportAllocs()
-				b.ResetTimer()
-				for range b.N {
-					if _, err := p.Apply(context.Background(), batch, emptyReader{}); err != nil {
-						b.Fatal(err)
+			for _, contain := range []containment{containMetered, containNone, containCloseOnDone} {
+				b.Run(fmt.Sprintf("wasm-%s/batch=%d/%s", lang, size, contain), func(b *testing.B) {
+					path := filepath.Join(repoRoot(b), "plugins", "example-router", "build", "router-"+lang+".wasm")
+					r := newRuntime(b, Options{containment: contain})
+					m, err := r.LoadFile(context.Background(), path)
+					if err != nil {
+						b.Fatalf("%v (run scripts/build-plugins)", err)
 					}
-				}
-				b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "updates/s")
-			})
+					p := r.NewPlugin(m)
+					defer p.Close(context.Background())
+					b.ReportAllocs()
+					b.ResetTimer()
+					for range b.N {
+						if _, err := p.Apply(context.Background(), batch, emptyReader{}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "updates/s")
+				})
+			}
 		}
 		b.Run(fmt.Sprintf("native-nop/batch=%d", size), func(b *testing.B) {
 			for range b.N {
@@ -75,4 +78,68 @@ func BenchmarkApply(b *testing.B) {
 			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "updates/s")
 		})
 	}
+}
+
+func (c containment) String() string {
+	return [...]string{"metered", "uncontained", "close-on-done"}[c]
+}
+
+// BenchmarkContainmentCost compares guest containment designs on the
+// example router in every language, in one process with rounds alternating
+// (so the machine's noise hits every variant alike): it reports each
+// variant's throughput as a ratio of the uncontained build's, the median
+// over the rounds. The meter is the production design (RATIONALE.md,
+// "Guest containment").
+func BenchmarkContainmentCost(b *testing.B) {
+	batch := make([]natskv.Update, 1000)
+	for i := range batch {
+		batch[i] = natskv.Update{Key: fmt.Sprintf("route.h%d", i%50), Rev: protocol.Revision(i + 1), Op: natskv.OpPut,
+			Value: []byte(fmt.Sprintf(`{"upstreams":[{"addr":"10.0.%d.1:80","weight":%d},{"addr":"10.0.0.2:80"}]}`, i%7, 1+i%9))}
+	}
+	variants := []containment{containNone, containMetered, containCloseOnDone}
+	for _, lang := range []string{"c", "as", "go"} {
+		b.Run(lang, func(b *testing.B) {
+			path := filepath.Join(repoRoot(b), "plugins", "example-router", "build", "router-"+lang+".wasm")
+			plugins := make([]*Plugin, len(variants))
+			for i, v := range variants {
+				r := newRuntime(b, Options{containment: v, GCEvery: 64})
+				m, err := r.LoadFile(context.Background(), path)
+				if err != nil {
+					b.Fatalf("%v (run scripts/build-plugins)", err)
+				}
+				plugins[i] = r.NewPlugin(m)
+				defer plugins[i].Close(context.Background())
+			}
+			ratios := make([][]float64, len(variants))
+			b.ResetTimer()
+			for range b.N {
+				var took [3]time.Duration
+				for i, p := range plugins {
+					n := 20
+					if variants[i] == containCloseOnDone {
+						n = 2 // about ten times slower
+					}
+					start := time.Now()
+					for range n {
+						if _, err := p.Apply(context.Background(), batch, emptyReader{}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					took[i] = time.Since(start) / time.Duration(n)
+				}
+				for i := range variants {
+					ratios[i] = append(ratios[i], float64(took[0])/float64(took[i]))
+				}
+			}
+			for i, v := range variants[1:] {
+				b.ReportMetric(median(ratios[i+1]), v.String()+"/uncontained")
+			}
+		})
+	}
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64{}, xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }

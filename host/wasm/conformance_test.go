@@ -79,9 +79,11 @@ func TestConformanceExampleRouter(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", lang, err)
 		}
+		p := r.NewPlugin(m)
+		defer p.Close(context.Background())
 		for _, c := range cases {
 			t.Run(lang+"/"+c.Name, func(t *testing.T) {
-				got, rejected := runCase(t, r, m, c)
+				got, rejected := runCase(t, p, c)
 				if rejected != c.WantRejected {
 					t.Errorf("rejected %d, want %d", rejected, c.WantRejected)
 				}
@@ -93,14 +95,14 @@ func TestConformanceExampleRouter(t *testing.T) {
 	}
 }
 
-func runCase(t *testing.T, r *Runtime, m *Module, c confCase) (map[string]string, int) {
+// runCase runs one table case through p on a fresh instance.
+func runCase(t *testing.T, p *Plugin, c confCase) (map[string]string, int) {
 	st, _, err := fold.Open(t.TempDir(), fold.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	p := r.NewPlugin(m)
-	defer p.Close(context.Background())
+	defer p.closeInstance(context.Background())
 	var rejected int
 	rev := protocol.Revision(0)
 	for _, b := range c.Batches {

@@ -3,8 +3,6 @@ package wasm
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +14,7 @@ import (
 // testPlugin returns a failure test plugin built by scripts/build-plugins.
 func testPlugin(t *testing.T, name string) string {
 	t.Helper()
-	p := filepath.Join(repoRoot(t), "plugins", "testdata", "build", name+".wasm")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("missing %s: run scripts/build-plugins first (the test command does): %v", p, err)
-	}
-	return p
+	return builtPlugin(t, "testdata", name)
 }
 
 func TestInvalidModulesAreRefusedWithTheReason(t *testing.T) {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/foldhost/foldhost/abi"
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/wasm/internal/meter"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 )
@@ -16,10 +18,18 @@ import (
 // travels in the call's context (host functions are shared by every
 // instance of the runtime).
 type callState struct {
-	fold   fold.Reader // the committed fold, for read
-	resp   []byte      // pending read response, for read_result
-	logger *slog.Logger
-	module string
+	fold    fold.Reader // the committed fold, for read
+	resp    []byte      // pending read response, for read_result
+	logger  *slog.Logger
+	module  string
+	maxResp int // a read's response must fit the guest's memory limit
+
+	// Metering (hostYield): the call's deadline (zero: none), and the
+	// allowance of checks between yields, adapted to keep yields about
+	// yieldEvery apart.
+	deadline  time.Time
+	lastYield time.Time
+	allowance uint32
 }
 
 type callKey struct{}
@@ -29,11 +39,93 @@ func stateOf(ctx context.Context) *callState {
 	return s
 }
 
+func withCallState(ctx context.Context, st *callState) context.Context {
+	return context.WithValue(ctx, callKey{}, st)
+}
+
+func (r *Runtime) newCallState(module string) *callState {
+	return &callState{logger: r.opts.Logger, module: module, allowance: minAllowance,
+		maxResp: int(min(uint64(r.opts.MemoryLimitPages)*65536, 1<<31))}
+}
+
+// start begins a call bounded by timeout (0: none).
+func (s *callState) start(timeout time.Duration) {
+	now := time.Now()
+	s.lastYield = now
+	s.deadline = time.Time{}
+	if timeout > 0 {
+		s.deadline = now.Add(timeout)
+	}
+}
+
+// Metering: a guest yields after every allowance of loop heads and calls
+// (package meter). The allowance adapts so yields come about yieldEvery
+// apart: often enough that a stop-the-world (a GC) waits at most about that
+// long for a guest, and a deadline is overrun by at most about that; rarely
+// enough to cost nothing measurable (RATIONALE.md, "Guest containment").
+const (
+	yieldEvery   = time.Millisecond
+	minAllowance = 1 << 10
+	maxAllowance = 1 << 26
+)
+
+// errDeadline ends a guest call that ran past Options.CallTimeout.
+var errDeadline = errors.New("plugin call ran past its deadline")
+
+// checkDeadline ends the call (a panic wazero turns into the call's error)
+// when its context is done or its deadline passed; it returns the time.
+func (s *callState) checkDeadline(ctx context.Context) time.Time {
+	if err := ctx.Err(); err != nil {
+		panic(fmt.Errorf("plugin call cancelled: %w", err))
+	}
+	now := time.Now()
+	if !s.deadline.IsZero() && now.After(s.deadline) {
+		panic(errDeadline)
+	}
+	return now
+}
+
+// hostYield is the meter's import: it ends the call when its deadline
+// passed or its context is done, and otherwise returns the next allowance.
+// Being Go code, it is also where the scheduler can preempt the guest's
+// goroutine.
+func hostYield(ctx context.Context, _ api.Module, stack []uint64) {
+	st := stateOf(ctx)
+	if st == nil { // a call the host did not prepare: yield often
+		if err := ctx.Err(); err != nil {
+			panic(fmt.Errorf("plugin call cancelled: %w", err))
+		}
+		stack[0] = minAllowance
+		return
+	}
+	now := st.checkDeadline(ctx)
+	// Scale the allowance by how far the last one was from yieldEvery,
+	// at most 2x per step: a loop whose body cost changes settles quickly
+	// without one odd interval swinging it far.
+	elapsed := now.Sub(st.lastYield)
+	st.lastYield = now
+	a := uint64(st.allowance)
+	switch {
+	case elapsed < yieldEvery/2:
+		a *= 2
+	case elapsed > yieldEvery*2:
+		a /= 2
+	}
+	st.allowance = uint32(min(max(a, minAllowance), maxAllowance))
+	stack[0] = uint64(st.allowance)
+}
+
 // errAbort is how AssemblyScript's env.abort ends a call.
 var errAbort = errors.New("guest called abort")
 
 func installHost(ctx context.Context, rt wazero.Runtime) error {
-	_, err := rt.NewHostModuleBuilder(abi.ImportModule).
+	_, err := rt.NewHostModuleBuilder(meter.ImportModule).NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(hostYield), nil, []api.ValueType{api.ValueTypeI32}).
+		Export(meter.ImportName).Instantiate(ctx)
+	if err != nil {
+		return fmt.Errorf("wasm: meter module: %w", err)
+	}
+	_, err = rt.NewHostModuleBuilder(abi.ImportModule).
 		NewFunctionBuilder().WithFunc(hostRead).Export(abi.ImportRead).
 		NewFunctionBuilder().WithFunc(hostReadResult).Export(abi.ImportReadResult).
 		NewFunctionBuilder().WithFunc(hostLog).Export(abi.ImportLog).
@@ -58,7 +150,18 @@ func hostRead(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 		return -1
 	}
 	resp := st.resp[:0]
+	keys := 0
 	err := abi.DecodeReadRequest(req, func(key []byte) error {
+		// A request is bounded by guest memory, but its answer is not (one
+		// large value asked for many times): it must fit the guest's memory
+		// limit, where read_result will copy it. Long reads honour the
+		// deadline like guest code does.
+		if len(resp) > st.maxResp {
+			return fmt.Errorf("response over %d bytes, the plugin's memory limit", st.maxResp)
+		}
+		if keys++; keys%1024 == 0 {
+			st.checkDeadline(ctx)
+		}
 		if space == abi.SpaceView {
 			v, found, err := st.fold.ViewGet(key)
 			if err != nil {

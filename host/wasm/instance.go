@@ -15,15 +15,14 @@ import (
 
 // instance is one running copy of a module.
 type instance struct {
-	mod                api.Module
-	m                  *Module
-	alloc, apply, gc   api.Function
-	stack              [1]uint64
-	stderr             *tail
-	batches            int
-	memLimit           uint32
-	marker, info       api.Function
-	deadlineConfigured bool
+	mod              api.Module
+	m                *Module
+	alloc, apply, gc api.Function
+	stack            [1]uint64
+	stderr           *tail
+	batches          int
+	memLimit         uint32
+	marker, info     api.Function
 }
 
 // tail keeps the last bytes written to it.
@@ -51,6 +50,9 @@ func (t *tail) String() string {
 }
 
 func (r *Runtime) instantiate(ctx context.Context, m *Module) (*instance, error) {
+	if m.compiled == nil {
+		return nil, errors.New("the module was closed (a Plugin owns its Module: load one per Plugin)")
+	}
 	errTail := &tail{}
 	cfg := wazero.NewModuleConfig().
 		WithName(""). // anonymous: any number of instances
@@ -69,16 +71,15 @@ func (r *Runtime) instantiate(ctx context.Context, m *Module) (*instance, error)
 		return nil, err
 	}
 	return &instance{
-		mod:                mod,
-		m:                  m,
-		alloc:              mod.ExportedFunction(abi.ExportAlloc),
-		apply:              mod.ExportedFunction(abi.ExportApply),
-		gc:                 mod.ExportedFunction(abi.ExportGC),
-		marker:             mod.ExportedFunction(abi.Marker),
-		info:               mod.ExportedFunction(abi.ExportInfo),
-		stderr:             errTail,
-		memLimit:           r.opts.MemoryLimitPages,
-		deadlineConfigured: r.opts.CallTimeout > 0,
+		mod:      mod,
+		m:        m,
+		alloc:    mod.ExportedFunction(abi.ExportAlloc),
+		apply:    mod.ExportedFunction(abi.ExportApply),
+		gc:       mod.ExportedFunction(abi.ExportGC),
+		marker:   mod.ExportedFunction(abi.Marker),
+		info:     mod.ExportedFunction(abi.ExportInfo),
+		stderr:   errTail,
+		memLimit: r.opts.MemoryLimitPages,
 	}, nil
 }
 
@@ -144,7 +145,7 @@ func (in *instance) classify(err error) error {
 	pe := &PluginError{Kind: KindTrap, Module: in.m.Short(), Err: err, Stderr: in.stderr.String()}
 	var exit *sys.ExitError
 	switch {
-	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded:
+	case errors.Is(err, errDeadline), errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded:
 		pe.Kind = KindTimeout
 	case in.outOfMemory():
 		pe.Kind = KindOOM

@@ -23,7 +23,7 @@ type Plugin struct {
 
 	in    *instance
 	enc   abi.BatchEncoder
-	state callState
+	state *callState
 	views []fold.ViewMutation
 	spans []span
 	arena []byte
@@ -44,10 +44,10 @@ type Status struct {
 	ReloadFailed bool   // the last reload attempt was refused; the old module runs
 }
 
-// NewPlugin runs m.
+// NewPlugin runs m. The Plugin owns m from now on: Close (or a later swap)
+// releases it.
 func (r *Runtime) NewPlugin(m *Module) *Plugin {
-	p := &Plugin{r: r, current: m}
-	p.state.logger = r.opts.Logger
+	p := &Plugin{r: r, current: m, state: r.newCallState(m.Short())}
 	p.setStatus(m)
 	return p
 }
@@ -70,11 +70,15 @@ func (p *Plugin) Status() Status {
 }
 
 // Swap makes m the module for the next batch; the batch in flight (if any)
-// finishes on the old one. m must come from Runtime.Load (validated).
+// finishes on the old one, which is then released. m must come from
+// Runtime.Load (validated); the Plugin owns it from now on. A module
+// swapped in but not yet used is released when another replaces it.
 func (p *Plugin) Swap(m *Module) {
 	p.mu.Lock()
+	old := p.next
 	p.next = m
 	p.mu.Unlock()
+	old.Close(context.Background())
 }
 
 // ReloadFailed records a refused reload: the old module keeps running.
@@ -85,8 +89,19 @@ func (p *Plugin) ReloadFailed(err error) {
 	p.status.ReloadFailed = true
 }
 
-// Close releases the instance.
+// Close releases the instance and the modules the Plugin owns. It must not
+// run concurrently with Apply.
 func (p *Plugin) Close(ctx context.Context) {
+	p.closeInstance(ctx)
+	p.mu.Lock()
+	cur, next := p.current, p.next
+	p.current, p.next = nil, nil
+	p.mu.Unlock()
+	cur.Close(ctx)
+	next.Close(ctx)
+}
+
+func (p *Plugin) closeInstance(ctx context.Context) {
 	if p.in != nil {
 		p.in.close(ctx)
 		p.in = nil
@@ -99,9 +114,12 @@ func (p *Plugin) Close(ctx context.Context) {
 func (p *Plugin) Apply(ctx context.Context, batch []natskv.Update, r fold.Reader) (fold.Output, error) {
 	p.mu.Lock()
 	if p.next != nil {
+		old := p.current
 		p.current, p.next = p.next, nil
 		p.mu.Unlock()
-		p.Close(ctx) // batch boundary: the old instance goes
+		p.closeInstance(ctx) // batch boundary: the old instance goes, and its module
+		old.Close(ctx)
+		p.state.module = p.current.Short()
 		p.setStatus(p.current)
 		p.r.opts.Logger.Info("wasm: plugin swapped", "module", p.current.Short(), "name", p.current.Info.Name, "version", p.current.Info.Version)
 	} else {
@@ -122,7 +140,7 @@ func (p *Plugin) Apply(ctx context.Context, batch []natskv.Update, r fold.Reader
 			p.mu.Unlock()
 			return out, nil
 		}
-		p.Close(ctx) // never reuse an instance after a failure
+		p.closeInstance(ctx) // never reuse an instance after a failure
 		p.mu.Lock()
 		p.status.Failures++
 		p.status.LastError = err.Error()
@@ -149,18 +167,20 @@ func opOf(op natskv.Op) byte {
 
 func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 	if p.in == nil {
-		in, err := p.r.instantiate(ctx, p.current)
+		p.state.start(p.r.opts.CallTimeout) // instantiation runs _initialize
+		in, err := p.r.instantiate(withCallState(ctx, p.state), p.current)
 		if err != nil {
 			return fold.Output{}, &PluginError{Kind: KindTrap, Module: p.current.Short(), Err: fmt.Errorf("instantiate: %w", err)}
 		}
 		p.in = in
 	}
-	p.state.fold, p.state.module = r, p.current.Short()
+	p.state.fold = r
 	defer func() { p.state.fold = nil }() // the Reader is the caller's, for this call only
-	cctx := context.WithValue(ctx, callKey{}, &p.state)
-	if d := p.r.opts.CallTimeout; d > 0 {
+	p.state.start(p.r.opts.CallTimeout)   // one deadline for write, apply and gc
+	cctx := withCallState(ctx, p.state)
+	if p.r.opts.containment == containCloseOnDone {
 		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(cctx, d)
+		cctx, cancel = context.WithTimeout(cctx, p.r.opts.CallTimeout)
 		defer cancel()
 	}
 	batch := p.enc.Bytes()

@@ -2,10 +2,10 @@ package wasm
 
 import (
 	"context"
-	"crypto/sha256"
-	"fmt"
 	"os"
 	"time"
+
+	"github.com/foldhost/foldhost/internal/files"
 )
 
 // Reload loads the module at path (off the hot path: compiling and
@@ -15,12 +15,16 @@ import (
 // error in its Status.
 func (r *Runtime) Reload(ctx context.Context, p *Plugin, path string) error {
 	m, err := r.LoadFile(ctx, path)
+	if err != nil && ctx.Err() != nil {
+		return err // shutting down: not a verdict on the file
+	}
 	if err != nil {
 		p.ReloadFailed(err)
 		r.opts.Logger.Error("wasm: plugin reload refused; the running module stays", "path", path, "err", err)
 		return err
 	}
 	if cur := p.Status().Module.SHA256; cur == m.SHA256 {
+		m.Close(ctx)
 		return nil // same bytes: nothing to swap
 	}
 	p.Swap(m)
@@ -30,7 +34,8 @@ func (r *Runtime) Reload(ctx context.Context, p *Plugin, path string) error {
 }
 
 // WatchFile reloads p whenever the file at path changes (size or
-// modification time), checking every interval, until ctx is done. A file
+// modification time), checking every interval, until ctx is done; it
+// returns then, and the caller must wait for it before closing the Runtime. A file
 // being written is seen as changed again once it settles, so a half-written
 // module that fails validation is followed by a successful reload.
 //
@@ -51,7 +56,7 @@ func (r *Runtime) WatchFile(ctx context.Context, p *Plugin, path string, interva
 			// being replaced; look again next tick
 		case last == nil:
 			last = fi
-			if b, err := os.ReadFile(path); err != nil || fmt.Sprintf("%x", sha256.Sum256(b)) != p.Status().Module.SHA256 {
+			if b, err := files.ReadRegular(path, r.opts.MaxModuleBytes); err != nil || ModuleHash(b) != p.Status().Module.SHA256 {
 				_ = r.Reload(ctx, p, path)
 			}
 		case fi.Size() != last.Size() || !fi.ModTime().Equal(last.ModTime()):

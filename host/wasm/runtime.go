@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/foldhost/foldhost/abi"
+	"github.com/foldhost/foldhost/host/wasm/internal/meter"
+	"github.com/foldhost/foldhost/internal/files"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
@@ -25,11 +27,15 @@ type Options struct {
 	// MemoryLimitPages caps a plugin's linear memory in 64 KiB pages;
 	// default 4096 (256 MiB).
 	MemoryLimitPages uint32
-	// CallTimeout bounds each call into a plugin. 0 (the default) means no
-	// deadline: a spinning plugin then blocks its fold forever, but every
-	// call is cheaper (wazero must check for cancellation in loops and
-	// arm a timer per call; see the package benchmarks and RATIONALE.md).
+	// CallTimeout bounds each call into a plugin: the trial run of Load
+	// (instantiation with its start function, and the info export), every
+	// apply and every gc. Default DefaultCallTimeout; NoCallTimeout
+	// disables it (a spinning plugin then stalls its own fold until
+	// shutdown, and nothing else: containment does not depend on it).
 	CallTimeout time.Duration
+	// MaxModuleBytes caps a module file's size; default
+	// DefaultMaxModuleBytes. Only regular files are read.
+	MaxModuleBytes int64
 	// GCEvery runs the guest's foldhost_gc export after every GCEvery
 	// batches; default 16. Go guests need it (they run with GOGC=off):
 	// their garbage accumulates between collections, so a larger value
@@ -41,9 +47,36 @@ type Options struct {
 	// Logger receives the plugin's log lines and stdout/stderr; default
 	// slog.Default().
 	Logger *slog.Logger
+
+	// containment selects how guests are contained; only the package's
+	// benchmarks set it, to compare the alternatives in one process.
+	containment containment
 }
 
+type containment int
+
+const (
+	containMetered     containment = iota // the meter (production)
+	containNone                           // nothing: a spinning guest freezes the process
+	containCloseOnDone                    // wazero's WithCloseOnContextDone and a context deadline
+)
+
+// Defaults and sentinels of Options.
+const (
+	DefaultCallTimeout    = 10 * time.Second
+	NoCallTimeout         = time.Duration(-1)
+	DefaultMaxModuleBytes = 64 << 20
+)
+
 func (o Options) withDefaults() Options {
+	if o.CallTimeout == 0 {
+		o.CallTimeout = DefaultCallTimeout
+	} else if o.CallTimeout < 0 {
+		o.CallTimeout = 0 // internally: none
+	}
+	if o.MaxModuleBytes <= 0 {
+		o.MaxModuleBytes = DefaultMaxModuleBytes
+	}
 	if o.MemoryLimitPages == 0 {
 		o.MemoryLimitPages = 4096
 	}
@@ -69,11 +102,19 @@ type Runtime struct {
 }
 
 // NewRuntime starts a runtime with the host imports installed.
+//
+// Every module is instrumented before it is compiled (package meter): the
+// guest calls back into the host at bounded intervals, where the deadline
+// and cancellation are checked and the Go scheduler gets the preemption
+// point compiled guest code otherwise lacks. wazero's own
+// WithCloseOnContextDone is not used: it leaves to Go on every loop
+// iteration (RATIONALE.md, "Guest containment").
 func NewRuntime(ctx context.Context, o Options) (*Runtime, error) {
 	o = o.withDefaults()
 	cfg := wazero.NewRuntimeConfig().
+		WithCoreFeatures(api.CoreFeaturesV2). // what the meter understands
 		WithMemoryLimitPages(o.MemoryLimitPages).
-		WithCloseOnContextDone(o.CallTimeout > 0)
+		WithCloseOnContextDone(o.containment == containCloseOnDone)
 	if o.CacheDir != "" {
 		cache, err := wazero.NewCompilationCacheWithDir(o.CacheDir)
 		if err != nil {
@@ -121,9 +162,11 @@ type IdentityRecord struct {
 	ABI        string `json:"abi"`
 }
 
-// LoadFile reads and validates the module at path.
+// LoadFile reads and validates the module at path: a regular file of at
+// most Options.MaxModuleBytes (a FIFO, a device or a directory is refused
+// without being read).
 func (r *Runtime) LoadFile(ctx context.Context, path string) (*Module, error) {
-	b, err := os.ReadFile(path)
+	b, err := files.ReadRegular(path, r.opts.MaxModuleBytes)
 	if err != nil {
 		return nil, fmt.Errorf("wasm: read plugin: %w", err)
 	}
@@ -140,12 +183,23 @@ var allowedImports = map[string]bool{
 	abi.ImportModule:                  true,
 }
 
-// Load compiles and validates a module: every check in the package doc,
-// each failure an error wrapping ErrInvalidModule that names the problem.
+// Load instruments, compiles and validates a module: every check in the
+// package doc, each failure an error wrapping ErrInvalidModule that names
+// the problem. The trial run is bounded by Options.CallTimeout and by ctx.
+// The Module holds no reference to wasm; Close releases its compiled code.
 func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
-	sum := sha256.Sum256(wasm)
-	m := &Module{SHA256: hex.EncodeToString(sum[:])}
-	compiled, err := r.rt.CompileModule(ctx, wasm)
+	if int64(len(wasm)) > r.opts.MaxModuleBytes {
+		return nil, fmt.Errorf("%w: %d bytes, over the limit of %d", ErrInvalidModule, len(wasm), r.opts.MaxModuleBytes)
+	}
+	m := &Module{SHA256: ModuleHash(wasm)}
+	metered, err := meter.Instrument(wasm)
+	if r.opts.containment != containMetered {
+		metered = wasm
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: does not compile as WebAssembly: %v", ErrInvalidModule, err)
+	}
+	compiled, err := r.rt.CompileModule(ctx, metered)
 	if err != nil {
 		if strings.Contains(err.Error(), "over limit") {
 			return nil, fmt.Errorf("%w: memory over the limit of %d pages: %v", ErrInvalidModule, r.opts.MemoryLimitPages, err)
@@ -154,6 +208,9 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	fail := func(format string, args ...any) (*Module, error) {
 		compiled.Close(ctx)
+		if err := ctx.Err(); err != nil { // not the module's fault: a shutdown
+			return nil, fmt.Errorf("wasm: load cancelled: %w", err)
+		}
 		return nil, fmt.Errorf("%w: %s", ErrInvalidModule, fmt.Sprintf(format, args...))
 	}
 	exports := compiled.ExportedFunctions()
@@ -201,27 +258,56 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	for _, imp := range compiled.ImportedFunctions() {
 		mod, name, _ := imp.Import()
+		if mod == meter.ImportModule && name == meter.ImportName {
+			continue // the meter's own
+		}
 		if !allowedImports[mod] && !(mod == "env" && name == "abort") {
 			return fail("imports %s.%s, which the host does not provide (allowed: WASI, foldhost.*, env.abort)", mod, name)
 		}
 	}
 	m.compiled = compiled
-	// Trial run: instantiate, read the version and the info.
-	in, err := r.instantiate(ctx, m)
+	// Trial run: instantiate, read the version and the info, all under
+	// one deadline.
+	st := r.newCallState("")
+	st.start(r.opts.CallTimeout)
+	cctx := withCallState(ctx, st)
+	in, err := r.instantiate(cctx, m)
 	if err != nil {
 		return fail("instantiation failed: %v", err)
 	}
 	defer in.close(ctx)
-	minor, info, err := in.describe(ctx)
+	minor, info, err := in.describe(cctx)
 	if err != nil {
 		return fail("%v", err)
 	}
+	openModules.Add(1)
 	m.ABIMinor, m.Info = minor, info
 	m.identity, _ = json.Marshal(IdentityRecord{
 		SHA256: m.SHA256, Name: info.Name, Version: info.Version, ViewSchema: info.ViewSchema,
 		ABI: fmt.Sprintf("v%d.%d", abi.Major, minor),
 	})
 	return m, nil
+}
+
+// Close releases the module's compiled code. Instances already made keep
+// running; the Module must not be loaded into a Plugin afterwards.
+func (m *Module) Close(ctx context.Context) {
+	if m != nil && m.compiled != nil {
+		_ = m.compiled.Close(ctx)
+		m.compiled = nil
+		openModules.Add(-1)
+	}
+}
+
+// openModules counts Modules loaded and not yet closed, process-wide: the
+// compiled code each holds lives outside the Go heap, so this is how tests
+// see a leak.
+var openModules atomic.Int64
+
+// ModuleHash is the identity of a module's bytes: their SHA-256, in hex.
+func ModuleHash(wasm []byte) string {
+	sum := sha256.Sum256(wasm)
+	return hex.EncodeToString(sum[:])
 }
 
 func sameTypes(a, b []api.ValueType) bool {

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/foldhost/foldhost/host/fold"
@@ -15,36 +13,30 @@ import (
 	"github.com/foldhost/foldhost/protocol"
 )
 
-var (
-	buildOnce sync.Once
-	goRouter  string
-	buildErr  error
-)
-
-// goRouterWasm builds the Go example-router plugin once per test binary.
+// goRouterWasm is the Go build of the example router, built by
+// scripts/build-plugins (the test command runs it).
 func goRouterWasm(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "foldhost-wasm-test")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		goRouter = filepath.Join(dir, "router-go.wasm")
-		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", goRouter, "github.com/foldhost/foldhost/plugins/example-router/go")
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = errors.New(string(out))
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("building the Go router plugin: %v", buildErr)
-	}
-	return goRouter
+	return builtPlugin(t, "example-router", "router-go")
 }
 
+// builtPlugin is plugins/<dir>/build/<name>.wasm, which must exist.
+func builtPlugin(t testing.TB, dir, name string) string {
+	t.Helper()
+	p := filepath.Join(repoRoot(t), "plugins", dir, "build", name+".wasm")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("missing %s: run scripts/build-plugins first (the test command does): %v", p, err)
+	}
+	return p
+}
+
+// newRuntime makes a runtime closed at the test's end, sharing the test
+// binary's compilation cache unless o names one.
 func newRuntime(t testing.TB, o Options) *Runtime {
 	t.Helper()
+	if o.CacheDir == "" {
+		o.CacheDir = testCacheDir
+	}
 	r, err := NewRuntime(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)

@@ -1,5 +1,5 @@
-/* spin.wasm: apply never returns. For the host's per-call deadline (only
- * closing the module from the outside stops it). */
+/* spin.wasm: apply logs "spin.wasm: spinning" (INFO), then never returns.
+ * For the host's per-call deadline and its containment of a spinning guest. */
 #include "foldhost.h"
 
 struct rec {
@@ -17,6 +17,7 @@ static volatile uint64_t spins;
 static int apply(struct rec *rs, uint32_t n) {
 	(void)rs;
 	(void)n;
+	fh_logs(FH_LOG_INFO, "spin.wasm: spinning");
 	for (;;)
 		spins++;
 	return FH_OK;

@@ -1,0 +1,20 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/foldhost/foldhost/internal/leakcheck"
+)
+
+// runMainEnv makes the test binary be foldhost itself (run with the
+// binary's arguments): the signal tests need a process of their own, and
+// this spares them building the binary.
+const runMainEnv = "FOLDHOST_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		os.Exit(run(os.Args[1:]))
+	}
+	os.Exit(leakcheck.Run(m))
+}

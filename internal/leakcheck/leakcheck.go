@@ -1,0 +1,91 @@
+// Package leakcheck fails a test binary whose tests leave goroutines
+// behind: every goroutine a test starts must be done before the test
+// returns (a goroutine that outlives its test can touch what the test
+// closed, and did: a plugin file watcher panicked inside a closed runtime).
+//
+// Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(leakcheck.Run(m)) }
+package leakcheck
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// settle bounds how long goroutines that are already ending (a connection's
+// reader after Close, a timer's function) get to finish: long, because on a
+// loaded machine an ending goroutine may wait for a CPU.
+const settle = time.Minute
+
+// Run runs the tests and returns the exit code: failed, too, if goroutines
+// other than the runtime's and the test framework's are still running once
+// they settled.
+func Run(m *testing.M) int {
+	code := m.Run()
+	if code == 0 {
+		if leaked := wait(settle); leaked != "" {
+			fmt.Fprintf(os.Stderr, "leakcheck: goroutines still running after every test returned:\n\n%s\n", leaked)
+			code = 1
+		}
+	}
+	return code
+}
+
+// wait returns the stacks of the goroutines still running after d, or "".
+func wait(d time.Duration) string {
+	deadline := time.Now().Add(d)
+	for {
+		leaked := running()
+		if leaked == "" || time.Now().After(deadline) {
+			return leaked
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ignored are goroutines that belong to the runtime, the test framework or
+// the standard library's process-wide machinery, not to a test.
+var ignored = []string{
+	"leakcheck.running(",    // this goroutine
+	"testing.(*M).",         // the test main
+	"testing.runFuzzing",    // the fuzzing engine
+	"os/signal.signal_recv", // signal.Notify's reader, process-wide
+	"runtime.ensureSigM",    // signal mask handler
+	"runtime.goexit1",       // exiting
+	"created by runtime.gc", // GC workers
+	"runtime.ReadTrace",     // tracing
+}
+
+func running() string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var leaked []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if g == "" || isIgnored(g) {
+			continue
+		}
+		leaked = append(leaked, g)
+	}
+	return strings.Join(leaked, "\n\n")
+}
+
+func isIgnored(g string) bool {
+	for _, s := range ignored {
+		if strings.Contains(g, s) {
+			return true
+		}
+	}
+	return false
+}
