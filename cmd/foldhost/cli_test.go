@@ -152,12 +152,12 @@ func makeStore(t *testing.T) string {
 		t.Fatal(err)
 	}
 	err = s.Commit(fold.Commit{
-		Raw: []fold.RawUpdate{
+		Raw: []fold.Update{
 			{Key: "route.a", Op: fold.OpPut, Rev: 1, Value: []byte("alpha")},
 			{Key: "route.b", Op: fold.OpPut, Rev: 2, Value: []byte("\xff")},
 			{Key: "other", Op: fold.OpPut, Rev: 3, Value: []byte("<&>")},
 		},
-		Views:  []fold.ViewMutation{{Key: []byte("\x00v"), Op: fold.OpPut, Value: []byte("view")}},
+		Views:  []fold.ViewMutation{{Key: []byte("\x00v"), Op: fold.ViewPut, Value: []byte("view")}},
 		Cursor: protocol.Cursor{Rev: 4},
 	})
 	if err != nil {
@@ -344,7 +344,7 @@ func TestRunInProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stale.Commit(fold.Commit{Raw: []fold.RawUpdate{{Key: "old", Op: fold.OpPut, Rev: 1000, Value: []byte("v")}}, Cursor: protocol.Cursor{Rev: 1000}}); err != nil {
+	if err := stale.Commit(fold.Commit{Raw: []fold.Update{{Key: "old", Op: fold.OpPut, Rev: 1000, Value: []byte("v")}}, Cursor: protocol.Cursor{Rev: 1000}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := stale.Close(); err != nil {

@@ -208,8 +208,7 @@ func (d *demo) fold(ctx context.Context, bucket *natskv.Bucket, rt *wasm.Runtime
 	done := make(chan error, 1)
 	t0 := time.Now()
 	go func() {
-		_, err := fold.Follow(fctx, bucket, store, p, fold.FollowConfig{
-			Buffer: 4096,
+		_, err := fold.Follow(fctx, bucket.Feed(natskv.Scope{}, natskv.WatchOptions{Buffer: 4096}), store, p, fold.FollowConfig{
 			Loop: fold.LoopConfig{MaxBatch: 1024, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 				OnApplied: func(a fold.Applied) { delivered.Add(int64(a.Updates)); rejected.Add(int64(a.Rejected)) }},
 		})

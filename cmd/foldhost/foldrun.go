@@ -153,16 +153,20 @@ func (r *runner) run(ctx context.Context) error {
 	go r.logProgress(bg, start)
 	bgWG.Go(func() { r.exportEvery(bg) })
 
-	cur, err := fold.Follow(ctx, r.bucket, countingTarget{r.store, r}, countingPlugin{r.plugin, r}, fold.FollowConfig{
-		Scope:  natskv.Scope{Prefixes: r.cfg.Scope},
-		Buffer: r.cfg.Buffer,
+	feed := r.bucket.Feed(natskv.Scope{Prefixes: r.cfg.Scope}, natskv.WatchOptions{Buffer: r.cfg.Buffer})
+	cur, err := fold.Follow(ctx, feed, r.store, r.plugin, fold.FollowConfig{
 		OnLoop: func(l *fold.Loop) { r.loop.Store(l) },
 		Loop: fold.LoopConfig{
-			Window:    r.cfg.BatchWindow,
-			MaxBatch:  r.cfg.BatchSize,
-			OnApplied: r.onApplied,
-			OnSynced:  func(c protocol.Cursor) { r.onSynced(c, start) },
-			Logger:    r.log,
+			Window:        r.cfg.BatchWindow,
+			MaxBatch:      r.cfg.BatchSize,
+			OnApplied:     r.onApplied,
+			OnSynced:      func(c protocol.Cursor) { r.onSynced(c, start) },
+			OnPluginError: func(error) { r.pluginErrs.Add(1) },
+			OnCommitError: func(err error) {
+				r.commitErr.Add(1)
+				r.setErr(err)
+			},
+			Logger: r.log,
 		},
 	})
 	if err != nil {
@@ -179,9 +183,9 @@ func (r *runner) run(ctx context.Context) error {
 // hint tells an operator what a fold-stopping error means.
 func hint(err error) string {
 	switch {
-	case errors.Is(err, natskv.ErrCursorExpired):
+	case errors.Is(err, fold.ErrCursorExpired):
 		return "NATS no longer retains revisions after the fold's cursor; cursor-expiry repair is not implemented yet: move the data_dir aside to re-fold from scratch"
-	case errors.Is(err, natskv.ErrCursorBeyondHead):
+	case errors.Is(err, fold.ErrCursorBeyondHead):
 		return "the fold's cursor is past the stream's last revision: the bucket was probably deleted and recreated; move the data_dir aside to re-fold from scratch"
 	case errors.Is(err, fold.ErrPlugin):
 		return "the plugin failed on a batch; nothing of it was committed; fix the plugin (or the data) and restart"
@@ -261,33 +265,4 @@ func (r *runner) logProgress(ctx context.Context, start time.Time) {
 			r.log.Info("fold hydrating", args...)
 		}
 	}
-}
-
-// countingTarget counts failed commits on their way to the store.
-type countingTarget struct {
-	fold.Target
-	r *runner
-}
-
-func (t countingTarget) Commit(c fold.Commit) error {
-	err := t.Target.Commit(c)
-	if err != nil {
-		t.r.commitErr.Add(1)
-		t.r.setErr(err)
-	}
-	return err
-}
-
-// countingPlugin counts failed plugin calls.
-type countingPlugin struct {
-	fold.Plugin
-	r *runner
-}
-
-func (p countingPlugin) Apply(ctx context.Context, batch []natskv.Update, rd fold.Reader) (fold.Output, error) {
-	out, err := p.Plugin.Apply(ctx, batch, rd)
-	if err != nil {
-		p.r.pluginErrs.Add(1)
-	}
-	return out, err
 }

@@ -387,7 +387,7 @@ func (e *benchBucket) follow(b *testing.B, dir string) (*fold.Store, time.Durati
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		_, err := fold.Follow(ctx, e.bucket, st, fold.NopPlugin, fold.FollowConfig{Loop: fold.LoopConfig{
+		_, err := fold.Follow(ctx, e.bucket.Feed(natskv.Scope{}, natskv.WatchOptions{}), st, fold.NopPlugin, fold.FollowConfig{Loop: fold.LoopConfig{
 			OnApplied: func(a fold.Applied) { updates.Add(int64(a.Updates)) },
 			OnSynced: func(c protocol.Cursor) {
 				select { // once per watch attempt: keep the first

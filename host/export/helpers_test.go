@@ -34,9 +34,9 @@ func commitN(t testing.TB, st *fold.Store, n int) protocol.Cursor {
 	var c fold.Commit
 	for i := 0; i < n; i++ {
 		rev++
-		c.Raw = append(c.Raw, fold.RawUpdate{Key: fmt.Sprintf("route.k%06d", rev), Op: fold.OpPut, Rev: rev,
+		c.Raw = append(c.Raw, fold.Update{Key: fmt.Sprintf("route.k%06d", rev), Op: fold.OpPut, Rev: rev,
 			Value: bytes.Repeat([]byte{byte(rev)}, 100)})
-		c.Views = append(c.Views, fold.ViewMutation{Key: []byte(fmt.Sprintf("v/%06d", rev)), Op: fold.OpPut,
+		c.Views = append(c.Views, fold.ViewMutation{Key: []byte(fmt.Sprintf("v/%06d", rev)), Op: fold.ViewPut,
 			Value: []byte(fmt.Sprintf("view-%d", rev))})
 	}
 	c.Cursor = protocol.Cursor{Rev: rev, EvictionSeen: true, MsgUnixNano: int64(rev) * 1000}

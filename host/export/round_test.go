@@ -33,7 +33,7 @@ func followBucket(t *testing.T, b *natskv.Bucket, dir string) *liveFold {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &liveFold{store: st, cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		_, err := fold.Follow(ctx, b, st, fold.NopPlugin, fold.FollowConfig{
+		_, err := fold.Follow(ctx, b.Feed(natskv.Scope{}, natskv.WatchOptions{}), st, fold.NopPlugin, fold.FollowConfig{
 			Loop:   fold.LoopConfig{OnApplied: func(a fold.Applied) { f.delivered.Add(int64(a.Updates)) }},
 			OnLoop: func(l *fold.Loop) { f.loop.Store(l) },
 		})
@@ -164,11 +164,11 @@ func TestRoundThenDeltaOnlyBootstrap(t *testing.T) {
 
 // idleSource is a fold.Source that delivers nothing until stopped: a loop
 // that only serves requests.
-type idleSource struct{ ch chan natskv.Event }
+type idleSource struct{ ch chan fold.Event }
 
-func (s *idleSource) Events() <-chan natskv.Event { return s.ch }
-func (s *idleSource) Stop()                       {}
-func (s *idleSource) Err() error                  { return nil }
+func (s *idleSource) Events() <-chan fold.Event { return s.ch }
+func (s *idleSource) Stop()                     {}
+func (s *idleSource) Err() error                { return nil }
 
 // TestRoundSupersededAbandonsTheLease: a slow exporter whose fold is behind
 // the published pointer gets SupersededByNewer, the pointer stays, and the
@@ -182,7 +182,7 @@ func TestRoundSupersededAbandonsTheLease(t *testing.T) {
 	ctx := context.Background()
 	run := func(st *fold.Store, holder string, now time.Time) RoundResult {
 		t.Helper()
-		src := &idleSource{ch: make(chan natskv.Event)}
+		src := &idleSource{ch: make(chan fold.Event)}
 		loop := fold.NewLoop(st, fold.NopPlugin, fold.LoopConfig{})
 		lctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})

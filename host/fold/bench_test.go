@@ -13,6 +13,9 @@ import (
 
 const benchKeySpace = 1 << 20
 
+// benchValueLen is the value size of the benchmarks' updates.
+const benchValueLen = 64
+
 var benchKeys = sync.OnceValue(func() []string {
 	keys := make([]string, benchKeySpace)
 	for i := range keys {
@@ -51,7 +54,7 @@ func benchCommit(b *testing.B, batch int, opts Options) {
 	for i := range value {
 		value[i] = byte(i * 7)
 	}
-	c := Commit{Raw: make([]RawUpdate, batch)}
+	c := Commit{Raw: make([]Update, batch)}
 	var rev protocol.Revision
 	var slowest time.Duration
 	b.ReportAllocs()
@@ -59,7 +62,7 @@ func benchCommit(b *testing.B, batch int, opts Options) {
 	for b.Loop() {
 		for j := range c.Raw {
 			rev++
-			c.Raw[j] = RawUpdate{Key: keys[(uint64(rev)*2654435761)%benchKeySpace], Op: OpPut, Rev: rev, Value: value}
+			c.Raw[j] = Update{Key: keys[(uint64(rev)*2654435761)%benchKeySpace], Op: OpPut, Rev: rev, Value: value}
 		}
 		c.Cursor = protocol.Cursor{Rev: rev}
 		start := time.Now()
@@ -87,7 +90,7 @@ func BenchmarkRawKeys(b *testing.B) {
 	for base := 0; base < n; base += 10_000 {
 		c := Commit{Cursor: protocol.Cursor{Rev: protocol.Revision(base + 10_000)}}
 		for i := base; i < base+10_000; i++ {
-			c.Raw = append(c.Raw, RawUpdate{Key: keys[i], Op: OpPut, Rev: protocol.Revision(i + 1), Value: make([]byte, 128)})
+			c.Raw = append(c.Raw, Update{Key: keys[i], Op: OpPut, Rev: protocol.Revision(i + 1), Value: make([]byte, 128)})
 		}
 		mustCommit(b, s, c)
 	}

@@ -20,7 +20,7 @@ func TestCheckpointReopens(t *testing.T) {
 		c := Commit{Views: []ViewMutation{vput(fmt.Sprintf("view.%02d", b), "w")}}
 		for i := 0; i < 100; i++ {
 			rev++
-			c.Raw = append(c.Raw, RawUpdate{Key: fmt.Sprintf("k.%03d", i), Op: OpPut, Rev: rev, Value: make([]byte, 1000)})
+			c.Raw = append(c.Raw, Update{Key: fmt.Sprintf("k.%03d", i), Op: OpPut, Rev: rev, Value: make([]byte, 1000)})
 		}
 		c.Raw = append(c.Raw, del(fmt.Sprintf("k.%03d", b)))
 		c.Cursor = protocol.Cursor{Rev: rev, EvictionSeen: b > 10, MsgUnixNano: int64(b + 1)}
@@ -39,7 +39,7 @@ func TestCheckpointReopens(t *testing.T) {
 	wantCur := s.Cursor()
 
 	// Later commits do not reach the checkpoint.
-	mustCommit(t, s, Commit{Raw: []RawUpdate{put("after", rev+1, "x")}, Cursor: protocol.Cursor{Rev: rev + 1, EvictionSeen: true}})
+	mustCommit(t, s, Commit{Raw: []Update{put("after", rev+1, "x")}, Cursor: protocol.Cursor{Rev: rev + 1, EvictionSeen: true}})
 
 	c, cur, err := Open(ck, Options{})
 	if err != nil {
@@ -77,7 +77,7 @@ func TestStats(t *testing.T) {
 	for base := 0; base < n; base += 1000 {
 		c := Commit{Cursor: cursorAt(protocol.Revision(base + 1000))}
 		for i := base; i < base+1000; i++ {
-			c.Raw = append(c.Raw, RawUpdate{Key: fmt.Sprintf("k.%06d", i), Op: OpPut, Rev: protocol.Revision(i + 1), Value: make([]byte, 200)})
+			c.Raw = append(c.Raw, Update{Key: fmt.Sprintf("k.%06d", i), Op: OpPut, Rev: protocol.Revision(i + 1), Value: make([]byte, 200)})
 			if i%10 == 0 {
 				c.Views = append(c.Views, vput(fmt.Sprintf("v.%06d", i), "view"))
 			}

@@ -6,48 +6,38 @@ import (
 	"github.com/foldhost/foldhost/protocol"
 )
 
-// Op is a mutation kind. The zero Op is invalid, so a forgotten field is
-// refused rather than read as a put.
-type Op uint8
+// ViewOp is a view mutation's kind. The zero ViewOp is invalid.
+type ViewOp uint8
 
 const (
-	OpPut    Op = iota + 1 // set the key's value
-	OpDelete               // remove the key (a no-op when absent)
+	ViewPut    ViewOp = iota + 1 // set the view key's value
+	ViewDelete                   // remove the view key (a no-op when absent)
 )
 
-func (o Op) String() string {
+func (o ViewOp) String() string {
 	switch o {
-	case OpPut:
+	case ViewPut:
 		return "put"
-	case OpDelete:
+	case ViewDelete:
 		return "delete"
 	}
-	return fmt.Sprintf("Op(%d)", uint8(o))
-}
-
-// RawUpdate is one raw fold change: a NATS KV entry (put) or its removal
-// (delete, purge, or a repair's synthetic delete).
-type RawUpdate struct {
-	Key string // NATS key, non-empty
-	Op  Op
-	// Rev is the revision of the message that wrote Value; a put requires a
-	// known revision. Ignored for a delete.
-	Rev   protocol.Revision
-	Value []byte // ignored for a delete
+	return fmt.Sprintf("ViewOp(%d)", uint8(o))
 }
 
 // ViewMutation is one plugin view change.
 type ViewMutation struct {
 	Key   []byte // non-empty
-	Op    Op
+	Op    ViewOp
 	Value []byte // ignored for a delete
 }
 
 // Commit is everything one apply produced. [Store.Commit] writes it in one
 // atomic batch.
 type Commit struct {
-	// Raw updates in order; a later update of the same key wins.
-	Raw []RawUpdate
+	// Raw updates in order; a later update of the same key wins. A put
+	// stores its value and revision; a delete or purge removes the key
+	// (Value, and Rev, ignored).
+	Raw []Update
 	// Views mutations in order; a later mutation of the same key wins.
 	Views []ViewMutation
 	// Cursor is the position after this commit. It must not be below the
@@ -99,7 +89,7 @@ func (s *Store) Commit(c Commit) error {
 	var key []byte
 	for _, u := range c.Raw {
 		key = appendKey(key[:0], spaceRaw, u.Key)
-		if u.Op == OpDelete {
+		if u.Op != OpPut {
 			if err := b.Delete(key, nil); err != nil {
 				return fmt.Errorf("fold: commit: batch: %w", err)
 			}
@@ -115,7 +105,7 @@ func (s *Store) Commit(c Commit) error {
 	for _, m := range c.Views {
 		key = appendKey(key[:0], spaceView, m.Key)
 		var err error
-		if m.Op == OpDelete {
+		if m.Op == ViewDelete {
 			err = b.Delete(key, nil)
 		} else {
 			err = b.Set(key, m.Value, nil)
@@ -150,7 +140,7 @@ func validate(c *Commit) error {
 		switch {
 		case u.Key == "":
 			return fmt.Errorf("%w: raw update %d: empty key", ErrInvalidCommit, i)
-		case u.Op != OpPut && u.Op != OpDelete:
+		case !u.Op.Valid():
 			return fmt.Errorf("%w: raw update %d (%q): unknown op %v", ErrInvalidCommit, i, u.Key, u.Op)
 		case u.Op == OpPut && !u.Rev.Known():
 			return fmt.Errorf("%w: raw put %d (%q): no revision", ErrInvalidCommit, i, u.Key)
@@ -160,7 +150,7 @@ func validate(c *Commit) error {
 		switch {
 		case len(m.Key) == 0:
 			return fmt.Errorf("%w: view mutation %d: empty key", ErrInvalidCommit, i)
-		case m.Op != OpPut && m.Op != OpDelete:
+		case m.Op != ViewPut && m.Op != ViewDelete:
 			return fmt.Errorf("%w: view mutation %d (%q): unknown op %v", ErrInvalidCommit, i, m.Key, m.Op)
 		}
 	}

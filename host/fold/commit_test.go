@@ -12,18 +12,18 @@ import (
 func TestCommitValidationIsAtomic(t *testing.T) {
 	bad := []struct {
 		name string
-		raw  []RawUpdate
+		raw  []Update
 		view []ViewMutation
 	}{
-		{"empty raw key", []RawUpdate{put("ok", 5, "v"), {Key: "", Op: OpPut, Rev: 6}}, nil},
-		{"zero op", []RawUpdate{put("ok", 5, "v"), {Key: "k", Rev: 6}}, nil},
-		{"unknown op", []RawUpdate{{Key: "k", Op: 9, Rev: 6}}, nil},
-		{"put without revision", []RawUpdate{put("ok", 5, "v"), {Key: "k", Op: OpPut}}, nil},
-		{"empty view key", []RawUpdate{put("ok", 5, "v")}, []ViewMutation{vput("fine", "x"), {Op: OpPut}}},
-		{"view zero op", []RawUpdate{put("ok", 5, "v")}, []ViewMutation{{Key: []byte("v")}}},
+		{"empty raw key", []Update{put("ok", 5, "v"), {Key: "", Op: OpPut, Rev: 6}}, nil},
+		{"zero op", []Update{put("ok", 5, "v"), {Key: "k", Rev: 6}}, nil},
+		{"unknown op", []Update{{Key: "k", Op: 9, Rev: 6}}, nil},
+		{"put without revision", []Update{put("ok", 5, "v"), {Key: "k", Op: OpPut}}, nil},
+		{"empty view key", []Update{put("ok", 5, "v")}, []ViewMutation{vput("fine", "x"), {Op: ViewPut}}},
+		{"view zero op", []Update{put("ok", 5, "v")}, []ViewMutation{{Key: []byte("v")}}},
 	}
 	s, dir := openTemp(t, Options{})
-	mustCommit(t, s, Commit{Raw: []RawUpdate{put("base", 1, "b")}, Cursor: cursorAt(1), PluginIdentity: []byte("p1")})
+	mustCommit(t, s, Commit{Raw: []Update{put("base", 1, "b")}, Cursor: cursorAt(1), PluginIdentity: []byte("p1")})
 	for _, tc := range bad {
 		err := s.Commit(Commit{Raw: tc.raw, Views: tc.view, Cursor: cursorAt(9), PluginIdentity: []byte("p2")})
 		if !errors.Is(err, ErrInvalidCommit) {
@@ -61,7 +61,7 @@ func TestCommitValidationIsAtomic(t *testing.T) {
 func TestCommitRefusesCursorRegression(t *testing.T) {
 	s, dir := openTemp(t, Options{})
 	stored := protocol.Cursor{Rev: 10, EvictionSeen: true, MsgUnixNano: 42}
-	mustCommit(t, s, Commit{Raw: []RawUpdate{put("k", 10, "v10")}, Cursor: stored})
+	mustCommit(t, s, Commit{Raw: []Update{put("k", 10, "v10")}, Cursor: stored})
 
 	for _, proposed := range []protocol.Cursor{
 		{Rev: 9, EvictionSeen: true},
@@ -69,7 +69,7 @@ func TestCommitRefusesCursorRegression(t *testing.T) {
 		{Rev: 11}, // clears the eviction memo
 	} {
 		err := s.Commit(Commit{
-			Raw:            []RawUpdate{put("k", 9, "stale"), put("new", 9, "x")},
+			Raw:            []Update{put("k", 9, "stale"), put("new", 9, "x")},
 			Views:          []ViewMutation{vput("v", "x")},
 			Cursor:         proposed,
 			PluginIdentity: []byte("p"),
@@ -94,7 +94,7 @@ func TestCommitRefusesCursorRegression(t *testing.T) {
 
 	// An equal cursor is allowed (repair corrections under the current
 	// cursor), and so is moving forward.
-	mustCommit(t, s, Commit{Raw: []RawUpdate{del("k")}, Cursor: stored})
+	mustCommit(t, s, Commit{Raw: []Update{del("k")}, Cursor: stored})
 	mustCommit(t, s, Commit{Cursor: protocol.Cursor{Rev: 12, EvictionSeen: true}})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -117,12 +117,12 @@ func TestCommitRefusesCursorRegression(t *testing.T) {
 func TestCommitDeletes(t *testing.T) {
 	s, _ := openTemp(t, Options{})
 	mustCommit(t, s, Commit{
-		Raw:    []RawUpdate{put("a", 1, "1"), put("b", 2, "2"), put("c", 3, "3")},
+		Raw:    []Update{put("a", 1, "1"), put("b", 2, "2"), put("c", 3, "3")},
 		Views:  []ViewMutation{vput("va", "1"), vput("vb", "2")},
 		Cursor: cursorAt(3),
 	})
 	mustCommit(t, s, Commit{
-		Raw: []RawUpdate{
+		Raw: []Update{
 			del("a"),
 			del("never-existed"),
 			put("c", 4, "3'"), del("c"), // later update of a key wins
@@ -150,7 +150,7 @@ func TestCommitDeletes(t *testing.T) {
 func TestViewsSeparateFromRaw(t *testing.T) {
 	s, _ := openTemp(t, Options{})
 	mustCommit(t, s, Commit{
-		Raw:            []RawUpdate{put("same", 1, "raw"), put("only-raw", 1, "r")},
+		Raw:            []Update{put("same", 1, "raw"), put("only-raw", 1, "r")},
 		Views:          []ViewMutation{vput("same", "view"), vput("only-view", "v")},
 		Cursor:         cursorAt(1),
 		PluginIdentity: []byte("id"),
@@ -176,7 +176,7 @@ func TestViewsSeparateFromRaw(t *testing.T) {
 	// Deleting the view leaves the raw entry, and vice versa.
 	mustCommit(t, s, Commit{Views: []ViewMutation{vdel("same")}, Cursor: cursorAt(2)})
 	wantGet(t, s, "same", 1, "raw")
-	mustCommit(t, s, Commit{Raw: []RawUpdate{del("only-raw")}, Views: []ViewMutation{vput("only-raw", "now a view")}, Cursor: cursorAt(3)})
+	mustCommit(t, s, Commit{Raw: []Update{del("only-raw")}, Views: []ViewMutation{vput("only-raw", "now a view")}, Cursor: cursorAt(3)})
 	wantMissing(t, s, "only-raw")
 	if v, ok, _ := s.ViewGet([]byte("only-raw")); !ok || string(v) != "now a view" {
 		t.Fatalf("ViewGet(only-raw) = %q %v", v, ok)
@@ -190,8 +190,8 @@ func TestCommitCopiesInput(t *testing.T) {
 	buf := []byte("original")
 	vkey := []byte("view-key")
 	mustCommit(t, s, Commit{
-		Raw:    []RawUpdate{{Key: "k", Op: OpPut, Rev: 1, Value: buf}},
-		Views:  []ViewMutation{{Key: vkey, Op: OpPut, Value: buf}},
+		Raw:    []Update{{Key: "k", Op: OpPut, Rev: 1, Value: buf}},
+		Views:  []ViewMutation{{Key: vkey, Op: ViewPut, Value: buf}},
 		Cursor: cursorAt(1),
 	})
 	copy(buf, "CLOBBERD")
@@ -225,8 +225,8 @@ func TestPluginIdentity(t *testing.T) {
 func TestEmptyValues(t *testing.T) {
 	s, _ := openTemp(t, Options{})
 	mustCommit(t, s, Commit{
-		Raw:    []RawUpdate{{Key: "k", Op: OpPut, Rev: 1}},
-		Views:  []ViewMutation{{Key: []byte("v"), Op: OpPut}},
+		Raw:    []Update{{Key: "k", Op: OpPut, Rev: 1}},
+		Views:  []ViewMutation{{Key: []byte("v"), Op: ViewPut}},
 		Cursor: cursorAt(1),
 	})
 	wantGet(t, s, "k", 1, "")

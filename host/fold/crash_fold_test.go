@@ -1,4 +1,4 @@
-package fold
+package fold_test
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/foldhost/foldhost/host/fold"
 
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/protocol"
@@ -45,21 +47,21 @@ const (
 
 // mirrorPlugin keeps a view "m.<key>" equal to each key's value, and, when
 // applied is set, logs each batch's highest revision there before returning.
-func mirrorPlugin(applied *os.File) Plugin {
-	return PluginFunc(func(_ context.Context, batch []natskv.Update, _ Reader) (Output, error) {
-		var out Output
+func mirrorPlugin(applied *os.File) fold.Plugin {
+	return fold.PluginFunc(func(_ context.Context, batch []fold.Update, _ fold.Reader) (fold.Output, error) {
+		var out fold.Output
 		var high protocol.Revision
 		for _, u := range batch {
 			high = max(high, u.Rev)
-			m := ViewMutation{Key: []byte("m." + u.Key), Op: OpDelete}
-			if u.Op == natskv.OpPut {
-				m.Op, m.Value = OpPut, u.Value
+			m := fold.ViewMutation{Key: []byte("m." + u.Key), Op: fold.ViewDelete}
+			if u.Op == fold.OpPut {
+				m.Op, m.Value = fold.ViewPut, u.Value
 			}
 			out.Views = append(out.Views, m)
 		}
 		if applied != nil {
 			if _, err := fmt.Fprintf(applied, "%d\n", high); err != nil {
-				return Output{}, err
+				return fold.Output{}, err
 			}
 		}
 		return out, nil
@@ -78,7 +80,7 @@ func foldCrashChild() {
 	}
 	// NoSync loses the last commits on a kill (pebble writes its WAL
 	// asynchronously), so half the rounds run Sync to keep more of them.
-	st, _, err := Open(dir, Options{MemTableSize: 1 << 20, Sync: os.Getenv(foldCrashEnvSync) != ""})
+	st, _, err := fold.Open(dir, fold.Options{MemTableSize: 1 << 20, Sync: os.Getenv(foldCrashEnvSync) != ""})
 	if err != nil {
 		fail("open", err)
 	}
@@ -92,7 +94,7 @@ func foldCrashChild() {
 	}
 	fmt.Println("ready")
 	// Small batches: many commits for the kill to land between.
-	_, err = Follow(context.Background(), b, st, mirrorPlugin(applied), FollowConfig{Loop: LoopConfig{MaxBatch: 16, Window: time.Millisecond}})
+	_, err = fold.Follow(context.Background(), b.Feed(natskv.Scope{}, natskv.WatchOptions{}), st, mirrorPlugin(applied), fold.FollowConfig{Loop: fold.LoopConfig{MaxBatch: 16, Window: time.Millisecond}})
 	fail("follow ended", err)
 }
 
@@ -180,7 +182,7 @@ func TestFoldCrashSafety(t *testing.T) {
 		killChildAfter(t, env.srv.ClientURL(), dir, logPath, delay, round%2 == 0)
 
 		// The property a kill can break: cursor <= what the plugin applied.
-		st, cur, err := Open(dir, Options{})
+		st, cur, err := fold.Open(dir, fold.Options{})
 		if err != nil {
 			t.Fatalf("round %d: reopen after SIGKILL: %v", round, err)
 		}
@@ -205,7 +207,7 @@ func TestFoldCrashSafety(t *testing.T) {
 	}
 }
 
-func catchUpAndCompare(t *testing.T, round int, b *natskv.Bucket, st *Store, w *crashWriter, tr *truth, logPath string) {
+func catchUpAndCompare(t *testing.T, round int, b *natskv.Bucket, st *fold.Store, w *crashWriter, tr *truth, logPath string) {
 	t.Helper()
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -61,7 +61,7 @@ func crashBatch(i uint64) Commit {
 	n := crashBatchLen(i)
 	c := Commit{Cursor: crashCursor(i), PluginIdentity: fmt.Appendf(nil, "plugin-%d", i)}
 	for j := 0; j < n; j++ {
-		c.Raw = append(c.Raw, RawUpdate{Key: fmt.Sprintf("b.%d.%d", i, j), Op: OpPut,
+		c.Raw = append(c.Raw, Update{Key: fmt.Sprintf("b.%d.%d", i, j), Op: OpPut,
 			Rev: protocol.Revision(i*revsPerBatch + uint64(j)), Value: crashValue(i, j)})
 	}
 	c.Raw = append(c.Raw, put(fmt.Sprintf("hot.%d", i%crashHotKeys), protocol.Revision(i*revsPerBatch), fmt.Sprintf("h%d", i)))

@@ -6,38 +6,35 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/protocol"
 )
 
 // FollowConfig configures Follow.
 type FollowConfig struct {
-	Scope natskv.Scope
-	Loop  LoopConfig
-	// Buffer is the capacity of the channel between the NATS watcher and the
-	// loop; default 256. A full channel backpressures the watcher by design;
-	// while hydrating a large bucket it becomes the effective batch boundary,
-	// so tune it together with Loop.MaxBatch.
-	Buffer int
+	Loop LoopConfig
 	// OnLoop, if set, receives each Loop as Follow creates it (one per watch
 	// attempt), so callers can send it requests (Loop.Do).
 	OnLoop func(*Loop)
 }
 
-// Follow folds bucket into store through plugin until ctx is done or the
-// fold must stop. Each attempt resumes from the store's cursor (never from a
+// Follow folds feed into store through plugin until ctx is done or the fold
+// must stop. Each attempt resumes from the store's cursor (never from a
 // cursor reported elsewhere: the store's is the one that matches its data),
 // or starts with a state-sync when the store has none. A watch that ends for
 // a transient reason (connection lost, a guard that could not read
 // retention) is re-armed after a backoff; a cursor refused at resume or by
-// the floor guard (natskv.ErrCursorExpired, natskv.ErrCursorBeyondHead), a
-// plugin error or persistent commit failures stop the fold and are
-// returned. On shutdown it returns the applied cursor and nil.
-func Follow(ctx context.Context, bucket *natskv.Bucket, store Target, plugin Plugin, cfg FollowConfig) (protocol.Cursor, error) {
+// the floor guard (ErrCursorExpired, ErrCursorBeyondHead), a plugin error or
+// persistent commit failures stop the fold and are returned. On shutdown it
+// returns the applied cursor and nil.
+func Follow(ctx context.Context, feed Feed, store Target, plugin Plugin, cfg FollowConfig) (protocol.Cursor, error) {
+	clock := cfg.Loop.Clock
+	if clock == nil {
+		clock = RealClock
+	}
 	backoff := 100 * time.Millisecond
 	for {
 		cur := store.Cursor()
-		w, err := bucket.Watch(ctx, cfg.Scope, cur, natskv.WatchOptions{Buffer: cfg.Buffer})
+		w, err := feed.Watch(ctx, cur)
 		if err == nil {
 			loop := NewLoop(store, plugin, cfg.Loop)
 			if cfg.OnLoop != nil {
@@ -55,9 +52,12 @@ func Follow(ctx context.Context, bucket *natskv.Bucket, store Target, plugin Plu
 			return store.Cursor(), err
 		}
 		logger(cfg.Loop).Warn("fold: watch ended; re-arming", "cursor", store.Cursor(), "in", backoff, "err", err)
+		t := clock.NewTimer()
+		t.Reset(backoff)
 		select {
-		case <-time.After(backoff):
+		case <-t.C():
 		case <-ctx.Done():
+			t.Stop()
 			return store.Cursor(), nil
 		}
 		backoff = min(2*backoff, 10*time.Second)
@@ -67,7 +67,7 @@ func Follow(ctx context.Context, bucket *natskv.Bucket, store Target, plugin Plu
 // transient reports whether a watch error may go away by watching again.
 func transient(err error) bool {
 	for _, fatal := range []error{
-		natskv.ErrCursorExpired, natskv.ErrCursorBeyondHead, // need a repair, not a retry
+		ErrCursorExpired, ErrCursorBeyondHead, // need a repair, not a retry
 		ErrPlugin, ErrCommitFailures, ErrCursorRegression, ErrClosed, ErrInvalidCommit,
 	} {
 		if errors.Is(err, fatal) {

@@ -1,4 +1,4 @@
-package fold
+package fold_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/foldhost/foldhost/host/fold"
 
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -25,7 +27,7 @@ type natsEnv struct {
 // startNATS starts a server with a bucket that keeps 64 revisions per key.
 // With history 1, a key rewritten while a watch lags removes the older
 // revision from the stream; the floor guard cannot tell that gap from
-// eviction and stops the fold (natskv.ErrCursorExpired) until
+// eviction and stops the fold (fold.ErrCursorExpired) until
 // cursor-expiry repair exists. Tests that are not about that gap must not
 // trip on it under load (it made this package's tests flaky).
 func startNATS(t testing.TB, bucket string) *natsEnv {
@@ -102,7 +104,7 @@ func (tr *truth) inScope(s natskv.Scope) map[string]string {
 	return out
 }
 
-func rawFold(t testing.TB, r Reader) map[string]string {
+func rawFold(t testing.TB, r fold.Reader) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	if err := r.RawRange("", func(k []byte, _ protocol.Revision, v []byte) error {
@@ -141,30 +143,29 @@ type follower struct {
 	err       error
 	delivered atomic.Int64 // updates applied (committed) since start
 	synced    chan struct{}
-	loop      atomic.Pointer[Loop]
+	loop      atomic.Pointer[fold.Loop]
 }
 
-func follow(t testing.TB, b *natskv.Bucket, st Target, scope natskv.Scope, plugin Plugin) *follower {
+func follow(t testing.TB, b *natskv.Bucket, st fold.Target, scope natskv.Scope, plugin fold.Plugin) *follower {
 	t.Helper()
-	return followWith(t, b, st, scope, plugin, LoopConfig{})
+	return followWith(t, b, st, scope, plugin, fold.LoopConfig{})
 }
 
 // followWith is follow with loop settings (its callbacks are the follower's).
-func followWith(t testing.TB, b *natskv.Bucket, st Target, scope natskv.Scope, plugin Plugin, lc LoopConfig) *follower {
+func followWith(t testing.TB, b *natskv.Bucket, st fold.Target, scope natskv.Scope, plugin fold.Plugin, lc fold.LoopConfig) *follower {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &follower{cancel: cancel, done: make(chan struct{}), synced: make(chan struct{})}
 	var once sync.Once
-	cfg := FollowConfig{
-		Scope:  scope,
+	cfg := fold.FollowConfig{
 		Loop:   lc,
-		OnLoop: func(l *Loop) { f.loop.Store(l) },
+		OnLoop: func(l *fold.Loop) { f.loop.Store(l) },
 	}
-	cfg.Loop.OnApplied = func(a Applied) { f.delivered.Add(int64(a.Updates)) }
+	cfg.Loop.OnApplied = func(a fold.Applied) { f.delivered.Add(int64(a.Updates)) }
 	cfg.Loop.OnSynced = func(protocol.Cursor) { once.Do(func() { close(f.synced) }) }
 	go func() {
 		defer close(f.done)
-		f.cursor, f.err = Follow(ctx, b, st, plugin, cfg)
+		f.cursor, f.err = fold.Follow(ctx, b.Feed(scope, natskv.WatchOptions{}), st, plugin, cfg)
 	}()
 	t.Cleanup(func() { f.stop() })
 	return f
@@ -177,7 +178,7 @@ func (f *follower) stop() (protocol.Cursor, error) {
 }
 
 // waitCursor waits until the store's cursor reaches rev.
-func waitCursor(t testing.TB, st Target, f *follower, rev protocol.Revision) {
+func waitCursor(t testing.TB, st fold.Target, f *follower, rev protocol.Revision) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for st.Cursor().Rev < rev {
@@ -202,11 +203,11 @@ func TestFollowRestartResumesDeltaOnly(t *testing.T) {
 		last = tr.put(t, env.bucket, fmt.Sprintf("k%04d", i), fmt.Sprint("v", i))
 	}
 	dir := t.TempDir()
-	st, _, err := Open(dir, Options{})
+	st, _, err := fold.Open(dir, fold.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := follow(t, env.bucket, st, natskv.Scope{}, NopPlugin)
+	f := follow(t, env.bucket, st, natskv.Scope{}, fold.NopPlugin)
 	waitCursor(t, st, f, last)
 	if got := f.delivered.Load(); got != bucketSize {
 		t.Fatalf("first start delivered %d, want the bucket (%d)", got, bucketSize)
@@ -220,7 +221,7 @@ func TestFollowRestartResumesDeltaOnly(t *testing.T) {
 	for i := range delta {
 		last = tr.put(t, env.bucket, fmt.Sprintf("k%04d", i*7), "changed")
 	}
-	st, recovered, err := Open(dir, Options{})
+	st, recovered, err := fold.Open(dir, fold.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func TestFollowRestartResumesDeltaOnly(t *testing.T) {
 	if recovered != cur {
 		t.Fatalf("reopened at %v, stopped at %v", recovered, cur)
 	}
-	f = follow(t, env.bucket, st, natskv.Scope{}, NopPlugin)
+	f = follow(t, env.bucket, st, natskv.Scope{}, fold.NopPlugin)
 	waitCursor(t, st, f, last)
 	if got := f.delivered.Load(); got != delta {
 		t.Fatalf("restart delivered %d updates, want the delta (%d), not the bucket (%d)", got, delta, bucketSize)
@@ -252,12 +253,12 @@ func TestFollowScopesDeliverExactlyTheirKeys(t *testing.T) {
 		{Prefixes: []string{"route."}},
 		{Prefixes: []string{"route.", "tenant.x."}},
 	}
-	var stores []*Store
+	var stores []*fold.Store
 	var fs []*follower
 	for _, sc := range scopes {
-		st, _ := openTemp(t, Options{})
+		st, _ := fold.OpenTemp(t, fold.Options{})
 		stores = append(stores, st)
-		fs = append(fs, follow(t, env.bucket, st, sc, NopPlugin))
+		fs = append(fs, follow(t, env.bucket, st, sc, fold.NopPlugin))
 	}
 	for _, f := range fs {
 		select {
@@ -292,13 +293,13 @@ func TestFollowScopesDeliverExactlyTheirKeys(t *testing.T) {
 // faultyStoreFailing wraps a Store and fails the commits the test names. It
 // is the fault injection the loop's re-queue is tested against.
 type faultyStoreFailing struct {
-	*Store
+	*fold.Store
 	mu    sync.Mutex
 	calls int
 	fail  func(call int) bool
 }
 
-func (s *faultyStoreFailing) Commit(c Commit) error {
+func (s *faultyStoreFailing) Commit(c fold.Commit) error {
 	s.mu.Lock()
 	s.calls++
 	n := s.calls
@@ -312,22 +313,22 @@ func (s *faultyStoreFailing) Commit(c Commit) error {
 func TestTransientCommitFailuresNeverLeaveACursorGap(t *testing.T) {
 	env := startNATS(t, "faults")
 	tr := newTruth()
-	st, _ := openTemp(t, Options{})
+	st, _ := fold.OpenTemp(t, fold.Options{})
 	// Fail every third commit, and a run of five: never 16 in a row.
 	fs := &faultyStoreFailing{Store: st, fail: func(n int) bool { return n%3 == 0 || (n >= 10 && n < 15) }}
 	// The plugin records what it was handed, so a dropped batch would show.
 	var seenMu sync.Mutex
 	seen := map[protocol.Revision]bool{}
-	plugin := PluginFunc(func(_ context.Context, batch []natskv.Update, _ Reader) (Output, error) {
+	plugin := fold.PluginFunc(func(_ context.Context, batch []fold.Update, _ fold.Reader) (fold.Output, error) {
 		seenMu.Lock()
 		for _, u := range batch {
 			seen[u.Rev] = true
 		}
 		seenMu.Unlock()
-		return Output{}, nil
+		return fold.Output{}, nil
 	})
 	// Small batches, so the failure schedule meets many commits.
-	f := followWith(t, env.bucket, fs, natskv.Scope{}, plugin, LoopConfig{MaxBatch: 4, Window: time.Millisecond})
+	f := followWith(t, env.bucket, fs, natskv.Scope{}, plugin, fold.LoopConfig{MaxBatch: 4, Window: time.Millisecond})
 	var last protocol.Revision
 	for i := range 300 {
 		k := fmt.Sprintf("k%02d", i%40)
@@ -359,20 +360,20 @@ func TestTransientCommitFailuresNeverLeaveACursorGap(t *testing.T) {
 func TestSixteenCommitFailuresStopTheFold(t *testing.T) {
 	env := startNATS(t, "stop16")
 	tr := newTruth()
-	st, _ := openTemp(t, Options{})
+	st, _ := fold.OpenTemp(t, fold.Options{})
 	tr.put(t, env.bucket, "a", "1")
 	fs := &faultyStoreFailing{Store: st, fail: func(int) bool { return true }}
-	f := follow(t, env.bucket, fs, natskv.Scope{}, NopPlugin)
+	f := follow(t, env.bucket, fs, natskv.Scope{}, fold.NopPlugin)
 	select {
 	case <-f.done:
 	case <-time.After(60 * time.Second):
 		t.Fatal("fold did not stop within 60s of failing every commit")
 	}
-	if !errors.Is(f.err, ErrCommitFailures) {
+	if !errors.Is(f.err, fold.ErrCommitFailures) {
 		t.Fatalf("fold stopped with %v, want ErrCommitFailures", f.err)
 	}
-	if fs.calls != DefaultMaxCommitFailures {
-		t.Fatalf("%d commit attempts, want exactly %d", fs.calls, DefaultMaxCommitFailures)
+	if fs.calls != fold.DefaultMaxCommitFailures {
+		t.Fatalf("%d commit attempts, want exactly %d", fs.calls, fold.DefaultMaxCommitFailures)
 	}
 	if c := st.Cursor(); c.Rev != 0 {
 		t.Fatalf("cursor moved to %v though nothing was committed", c)
@@ -382,16 +383,16 @@ func TestSixteenCommitFailuresStopTheFold(t *testing.T) {
 func TestPluginErrorCommitsNothing(t *testing.T) {
 	env := startNATS(t, "plugerr")
 	tr := newTruth()
-	st, _ := openTemp(t, Options{})
+	st, _ := fold.OpenTemp(t, fold.Options{})
 	first := tr.put(t, env.bucket, "a", "1")
 	boom := errors.New("boom")
-	plugin := PluginFunc(func(_ context.Context, batch []natskv.Update, _ Reader) (Output, error) {
+	plugin := fold.PluginFunc(func(_ context.Context, batch []fold.Update, _ fold.Reader) (fold.Output, error) {
 		for _, u := range batch {
 			if u.Key == "poison" {
-				return Output{}, boom
+				return fold.Output{}, boom
 			}
 		}
-		return Output{Views: []ViewMutation{{Key: []byte("seen"), Op: OpPut, Value: []byte("yes")}}}, nil
+		return fold.Output{Views: []fold.ViewMutation{{Key: []byte("seen"), Op: fold.ViewPut, Value: []byte("yes")}}}, nil
 	})
 	f := follow(t, env.bucket, st, natskv.Scope{}, plugin)
 	waitCursor(t, st, f, first)
@@ -401,7 +402,7 @@ func TestPluginErrorCommitsNothing(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("fold did not stop on a plugin error")
 	}
-	if !errors.Is(f.err, ErrPlugin) || !errors.Is(f.err, boom) {
+	if !errors.Is(f.err, fold.ErrPlugin) || !errors.Is(f.err, boom) {
 		t.Fatalf("fold stopped with %v, want ErrPlugin wrapping boom", f.err)
 	}
 	if c := st.Cursor(); c.Rev != first {
@@ -415,8 +416,8 @@ func TestPluginErrorCommitsNothing(t *testing.T) {
 func TestFollowSurvivesNATSRestart(t *testing.T) {
 	env := startNATS(t, "restart")
 	tr := newTruth()
-	st, _ := openTemp(t, Options{})
-	f := follow(t, env.bucket, st, natskv.Scope{}, NopPlugin)
+	st, _ := fold.OpenTemp(t, fold.Options{})
+	f := follow(t, env.bucket, st, natskv.Scope{}, fold.NopPlugin)
 	var last protocol.Revision
 	// Distinct keys: a history-1 bucket drops an overwritten key's old
 	// message, and a watch lagging behind the writes (a loaded machine)

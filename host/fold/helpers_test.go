@@ -36,17 +36,17 @@ func mustCommit(t testing.TB, s *Store, c Commit) {
 	}
 }
 
-func put(key string, rev protocol.Revision, value string) RawUpdate {
-	return RawUpdate{Key: key, Op: OpPut, Rev: rev, Value: []byte(value)}
+func put(key string, rev protocol.Revision, value string) Update {
+	return Update{Key: key, Op: OpPut, Rev: rev, Value: []byte(value)}
 }
 
-func del(key string) RawUpdate { return RawUpdate{Key: key, Op: OpDelete} }
+func del(key string) Update { return Update{Key: key, Op: OpDelete} }
 
 func vput(key, value string) ViewMutation {
-	return ViewMutation{Key: []byte(key), Op: OpPut, Value: []byte(value)}
+	return ViewMutation{Key: []byte(key), Op: ViewPut, Value: []byte(value)}
 }
 
-func vdel(key string) ViewMutation { return ViewMutation{Key: []byte(key), Op: OpDelete} }
+func vdel(key string) ViewMutation { return ViewMutation{Key: []byte(key), Op: ViewDelete} }
 
 func cursorAt(rev protocol.Revision) protocol.Cursor { return protocol.Cursor{Rev: rev} }
 

@@ -7,18 +7,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/protocol"
 )
-
-// Source is what the loop consumes: a *natskv.Watcher in production.
-type Source interface {
-	Events() <-chan natskv.Event
-	Stop()
-	Err() error
-}
-
-var _ Source = (*natskv.Watcher)(nil)
 
 // Target is the store surface the loop writes to. *Store implements it;
 // tests wrap it to inject faults.
@@ -54,6 +44,15 @@ type LoopConfig struct {
 	// before its Synced marker (a state-sync's initial values, or a resume's
 	// backlog) is committed.
 	OnSynced func(protocol.Cursor)
+	// OnPluginError, if set, is called on the loop's goroutine with each
+	// error the plugin returned (the batch is not committed; the loop
+	// stops). OnCommitError likewise with each failed commit (the batch is
+	// kept and retried, unless the error stops the loop).
+	OnPluginError, OnCommitError func(error)
+	// Clock is the loop's time (the batch window, the retry backoff, the
+	// Applied durations); default the real clock. A simulation passes its
+	// own to drive the loop step by step.
+	Clock Clock
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -95,8 +94,7 @@ type Loop struct {
 	reqs   chan request
 	done   chan struct{} // closed when Run returns
 
-	pending  []natskv.Update // the open batch, re-queued updates first
-	raw      []RawUpdate     // reused per flush
+	pending  []Update // the open batch, re-queued updates first
 	revs     []protocol.Revision
 	failures int
 	synced   bool // the source's Synced marker was seen
@@ -121,6 +119,9 @@ func NewLoop(store Target, plugin Plugin, cfg LoopConfig) *Loop {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = RealClock
 	}
 	return &Loop{store: store, plugin: plugin, cfg: cfg, reqs: make(chan request), done: make(chan struct{})}
 }
@@ -154,8 +155,8 @@ func (l *Loop) Do(ctx context.Context, fn func(ctx context.Context, t Target) er
 func (l *Loop) Run(ctx context.Context, src Source) (protocol.Cursor, error) {
 	defer close(l.done)
 	defer src.Stop()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
+	timer := l.cfg.Clock.NewTimer()
+	defer timer.Stop()
 	armed := false
 	arm := func(d time.Duration) {
 		if !armed {
@@ -193,7 +194,7 @@ func (l *Loop) Run(ctx context.Context, src Source) (protocol.Cursor, error) {
 					break drain
 				}
 			}
-		case <-timer.C:
+		case <-timer.C():
 			armed = false
 			if err := l.flush(ctx); err != nil {
 				return l.store.Cursor(), err
@@ -217,7 +218,7 @@ func (l *Loop) Run(ctx context.Context, src Source) (protocol.Cursor, error) {
 // accept takes one event from the source: the Synced marker flushes the
 // pending batch; an update joins it, and flushes it once it is full (unless
 // a failed commit is waiting for its backoff).
-func (l *Loop) accept(ctx context.Context, ev natskv.Event, arm func(time.Duration)) error {
+func (l *Loop) accept(ctx context.Context, ev Event, arm func(time.Duration)) error {
 	if ev.Synced {
 		l.synced = true
 		return l.flush(ctx)
@@ -255,14 +256,17 @@ func (l *Loop) flush(ctx context.Context) error {
 		l.reportSynced()
 		return nil
 	}
-	start := time.Now()
+	start := l.cfg.Clock.Now()
 	out, err := l.plugin.Apply(ctx, l.pending, l.store)
 	if err != nil {
+		if l.cfg.OnPluginError != nil {
+			l.cfg.OnPluginError(err)
+		}
 		first, last := l.pending[0].Rev, l.pending[len(l.pending)-1].Rev
 		return fmt.Errorf("%w on the batch of revisions %d..%d (nothing committed, cursor stays at %v): %w",
 			ErrPlugin, first, last, l.store.Cursor(), err)
 	}
-	l.raw, l.revs = l.raw[:0], l.revs[:0]
+	l.revs = l.revs[:0]
 	var highTime int64
 	var high protocol.Revision
 	for i := range l.pending {
@@ -271,15 +275,13 @@ func (l *Loop) flush(ctx context.Context) error {
 		if u.Rev > high {
 			high, highTime = u.Rev, u.Time
 		}
-		r := RawUpdate{Key: u.Key, Rev: u.Rev, Op: OpDelete}
-		if u.Op == natskv.OpPut {
-			r.Op, r.Value = OpPut, u.Value
-		}
-		l.raw = append(l.raw, r)
 	}
 	cursor := protocol.CursorAfterBatch(l.store.Cursor(), l.revs, highTime)
-	err = l.store.Commit(Commit{Raw: l.raw, Views: out.Views, Cursor: cursor, PluginIdentity: out.Identity})
+	err = l.store.Commit(Commit{Raw: l.pending, Views: out.Views, Cursor: cursor, PluginIdentity: out.Identity})
 	if err != nil {
+		if l.cfg.OnCommitError != nil {
+			l.cfg.OnCommitError(err)
+		}
 		if errors.Is(err, ErrCursorRegression) || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidCommit) {
 			return err // broken invariant or no store: retrying cannot help
 		}
@@ -296,7 +298,7 @@ func (l *Loop) flush(ctx context.Context) error {
 	l.pending = l.pending[:0]
 	l.failures = 0
 	if l.cfg.OnApplied != nil {
-		l.cfg.OnApplied(Applied{Cursor: cursor, Updates: n, Rejected: out.Rejected, Views: len(out.Views), Took: time.Since(start)})
+		l.cfg.OnApplied(Applied{Cursor: cursor, Updates: n, Rejected: out.Rejected, Views: len(out.Views), Took: l.cfg.Clock.Now().Sub(start)})
 	}
 	l.reportSynced()
 	return nil

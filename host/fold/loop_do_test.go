@@ -9,33 +9,32 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/protocol"
 )
 
 // chanSource is a Source fed by the test over an unbuffered channel: when a
 // send returns, the loop has taken the event.
 type chanSource struct {
-	events chan natskv.Event
+	events chan Event
 	stop   chan struct{}
 }
 
 func newChanSource() *chanSource {
-	return &chanSource{events: make(chan natskv.Event), stop: make(chan struct{})}
+	return &chanSource{events: make(chan Event), stop: make(chan struct{})}
 }
 
-func (s *chanSource) Events() <-chan natskv.Event { return s.events }
-func (s *chanSource) Stop()                       {}
-func (s *chanSource) Err() error                  { return nil }
+func (s *chanSource) Events() <-chan Event { return s.events }
+func (s *chanSource) Stop()                {}
+func (s *chanSource) Err() error           { return nil }
 
 func (s *chanSource) send(t *testing.T, n int) {
 	t.Helper()
 	for i := 1; i <= n; i++ {
-		u := natskv.Update{Key: fmt.Sprintf("k%d", i), Rev: protocol.Revision(i), Op: natskv.OpPut, Value: []byte("v")}
+		u := Update{Key: fmt.Sprintf("k%d", i), Rev: protocol.Revision(i), Op: OpPut, Value: []byte("v")}
 		select {
-		case s.events <- natskv.Event{Update: u}:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the loop did not take an event within 10s")
+		case s.events <- Event{Update: u}:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the loop did not take an event within 2m")
 		}
 	}
 }

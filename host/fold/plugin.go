@@ -1,10 +1,6 @@
 package fold
 
-import (
-	"context"
-
-	"github.com/foldhost/foldhost/host/natskv"
-)
+import "context"
 
 // Plugin is the domain logic the loop calls once per batch. Apply receives
 // the batch's updates in revision order (puts, deletes and purges; a
@@ -17,7 +13,7 @@ import (
 // Apply must not retain batch, its values, or the Reader after returning.
 // It is called from one goroutine at a time.
 type Plugin interface {
-	Apply(ctx context.Context, batch []natskv.Update, fold Reader) (Output, error)
+	Apply(ctx context.Context, batch []Update, fold Reader) (Output, error)
 }
 
 // Output is what a plugin produced for one batch. Its slices may alias the
@@ -34,15 +30,15 @@ type Output struct {
 
 // PluginFunc adapts a function to Plugin: the native Go implementation used
 // by tests and benchmarks (the WASM runtime is another implementation).
-type PluginFunc func(ctx context.Context, batch []natskv.Update, fold Reader) (Output, error)
+type PluginFunc func(ctx context.Context, batch []Update, fold Reader) (Output, error)
 
 // Apply calls f.
-func (f PluginFunc) Apply(ctx context.Context, batch []natskv.Update, fold Reader) (Output, error) {
+func (f PluginFunc) Apply(ctx context.Context, batch []Update, fold Reader) (Output, error) {
 	return f(ctx, batch, fold)
 }
 
 // NopPlugin applies nothing and rejects nothing: the fold keeps the raw
 // entries and the cursor only. The baseline of the benchmarks.
-var NopPlugin Plugin = PluginFunc(func(context.Context, []natskv.Update, Reader) (Output, error) {
+var NopPlugin Plugin = PluginFunc(func(context.Context, []Update, Reader) (Output, error) {
 	return Output{}, nil
 })

@@ -43,7 +43,7 @@ func TestReaderContract(t *testing.T) {
 			t.Cleanup(func() { sn.Close() })
 			// Commits after the snapshot must not show through it.
 			mustCommit(t, s, Commit{
-				Raw:    []RawUpdate{put("a.3", 100, "late"), del("a.1")},
+				Raw:    []Update{put("a.3", 100, "late"), del("a.1")},
 				Views:  []ViewMutation{vput("a.3", "late"), vdel("a.1")},
 				Cursor: cursorAt(100),
 			})
@@ -150,13 +150,13 @@ func TestPrefixBounds(t *testing.T) {
 // A Snapshot's cursor and data come from the same instant.
 func TestSnapshotIsolation(t *testing.T) {
 	s, _ := openTemp(t, Options{})
-	mustCommit(t, s, Commit{Raw: []RawUpdate{put("k", 1, "old")}, Cursor: cursorAt(1)})
+	mustCommit(t, s, Commit{Raw: []Update{put("k", 1, "old")}, Cursor: cursorAt(1)})
 	sn, err := s.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sn.Close()
-	mustCommit(t, s, Commit{Raw: []RawUpdate{put("k", 2, "new"), put("k2", 2, "x")}, Cursor: cursorAt(2)})
+	mustCommit(t, s, Commit{Raw: []Update{put("k", 2, "new"), put("k2", 2, "x")}, Cursor: cursorAt(2)})
 	if sn.Cursor() != cursorAt(1) || s.Cursor() != cursorAt(2) {
 		t.Fatalf("cursors: snapshot %v store %v", sn.Cursor(), s.Cursor())
 	}
@@ -177,7 +177,7 @@ func TestSnapshotIsolation(t *testing.T) {
 // A damaged raw record is reported as corruption, not returned as data.
 func TestCorruptRecord(t *testing.T) {
 	s, _ := openTemp(t, Options{})
-	mustCommit(t, s, Commit{Raw: []RawUpdate{put("good", 1, "v")}, Cursor: cursorAt(1)})
+	mustCommit(t, s, Commit{Raw: []Update{put("good", 1, "v")}, Cursor: cursorAt(1)})
 	if err := s.db.Set(appendKey(nil, spaceRaw, "bad"), []byte{1, 2, 3}, pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestRawKeysStreamsWithBoundedAllocations(t *testing.T) {
 	for base := 0; base < n; base += 5000 {
 		c := Commit{Cursor: cursorAt(protocol.Revision(base + 5000))}
 		for i := base; i < base+5000; i++ {
-			c.Raw = append(c.Raw, RawUpdate{Key: fmt.Sprintf("key.%07d", i), Op: OpPut, Rev: protocol.Revision(i + 1), Value: value})
+			c.Raw = append(c.Raw, Update{Key: fmt.Sprintf("key.%07d", i), Op: OpPut, Rev: protocol.Revision(i + 1), Value: value})
 		}
 		mustCommit(t, s, c)
 	}

@@ -15,14 +15,14 @@ import (
 func TestReopenRecoversCursorAndData(t *testing.T) {
 	s, dir := openTemp(t, Options{})
 	mustCommit(t, s, Commit{
-		Raw:            []RawUpdate{put("a.1", 1, "one"), put("a.2", 2, "two"), put("gone", 3, "x")},
+		Raw:            []Update{put("a.1", 1, "one"), put("a.2", 2, "two"), put("gone", 3, "x")},
 		Views:          []ViewMutation{vput("route/a", "A")},
 		Cursor:         cursorAt(3),
 		PluginIdentity: []byte("router@v1"),
 	})
 	want := protocol.Cursor{Rev: 7, EvictionSeen: true, MsgUnixNano: 1700000000123456789}
 	mustCommit(t, s, Commit{
-		Raw:    []RawUpdate{put("a.1", 6, "one'"), del("gone")},
+		Raw:    []Update{put("a.1", 6, "one'"), del("gone")},
 		Views:  []ViewMutation{vput("route/b", "B")},
 		Cursor: want,
 	})
@@ -134,7 +134,7 @@ func TestOpenTwiceLocked(t *testing.T) {
 // After Close every operation returns ErrClosed; pebble itself would panic.
 func TestOperationsAfterClose(t *testing.T) {
 	s, dir := openTemp(t, Options{})
-	mustCommit(t, s, Commit{Raw: []RawUpdate{put("k", 1, "v")}, Cursor: cursorAt(1)})
+	mustCommit(t, s, Commit{Raw: []Update{put("k", 1, "v")}, Cursor: cursorAt(1)})
 	sn, err := s.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestOperationsAfterClose(t *testing.T) {
 	noop := func([]byte) error { return nil }
 	ops := map[string]func() error{
 		"Commit": func() error {
-			return s.Commit(Commit{Raw: []RawUpdate{put("k", 2, "v2")}, Cursor: cursorAt(2)})
+			return s.Commit(Commit{Raw: []Update{put("k", 2, "v2")}, Cursor: cursorAt(2)})
 		},
 		"Get":            func() error { _, _, err := s.Get("k"); return err },
 		"RawRange":       func() error { return s.RawRange("", func([]byte, protocol.Revision, []byte) error { return nil }) },
@@ -187,7 +187,7 @@ func TestOperationsAfterClose(t *testing.T) {
 // ErrClosed instead of racing pebble's shutdown.
 func TestCloseWaitsForInFlightRange(t *testing.T) {
 	s, _ := openTemp(t, Options{})
-	mustCommit(t, s, Commit{Raw: []RawUpdate{put("a", 1, "1"), put("b", 2, "2")}, Cursor: cursorAt(2)})
+	mustCommit(t, s, Commit{Raw: []Update{put("a", 1, "1"), put("b", 2, "2")}, Cursor: cursorAt(2)})
 
 	inside := make(chan struct{})
 	release := make(chan struct{})

@@ -60,19 +60,19 @@ func openFold(t *testing.T, name string) *testFold {
 	return &testFold{name: name, store: s, st: httpapi.Status{State: httpapi.StateFollowing, Ready: true, Scope: []string{}}}
 }
 
-func commit(t *testing.T, f *testFold, rev protocol.Revision, raw []fold.RawUpdate, views []fold.ViewMutation) {
+func commit(t *testing.T, f *testFold, rev protocol.Revision, raw []fold.Update, views []fold.ViewMutation) {
 	t.Helper()
 	if err := f.store.Commit(fold.Commit{Raw: raw, Views: views, Cursor: protocol.Cursor{Rev: rev}}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func rawPut(key string, rev protocol.Revision, v string) fold.RawUpdate {
-	return fold.RawUpdate{Key: key, Op: fold.OpPut, Rev: rev, Value: []byte(v)}
+func rawPut(key string, rev protocol.Revision, v string) fold.Update {
+	return fold.Update{Key: key, Op: fold.OpPut, Rev: rev, Value: []byte(v)}
 }
 
 func viewPut(key, v string) fold.ViewMutation {
-	return fold.ViewMutation{Key: []byte(key), Op: fold.OpPut, Value: []byte(v)}
+	return fold.ViewMutation{Key: []byte(key), Op: fold.ViewPut, Value: []byte(v)}
 }
 
 // fixture: fold "routes" at cursor 7 with raw and view data, fold "empty"
@@ -80,7 +80,7 @@ func viewPut(key, v string) fold.ViewMutation {
 func fixture(t *testing.T) (*httptest.Server, *testFold, *testFold) {
 	t.Helper()
 	routes := openFold(t, "routes")
-	commit(t, routes, 5, []fold.RawUpdate{
+	commit(t, routes, 5, []fold.Update{
 		rawPut("route.a", 1, "alpha"),
 		rawPut("route.b", 2, "beta"),
 		rawPut("route.bin", 3, "\xff\x00\x01"),
@@ -91,7 +91,7 @@ func fixture(t *testing.T) (*httptest.Server, *testFold, *testFold) {
 		viewPut("table/b", "<b&>"),
 		viewPut("\xfe\xffbin", "v"),
 	})
-	commit(t, routes, 7, []fold.RawUpdate{rawPut("route.a", 7, "alpha2")}, nil)
+	commit(t, routes, 7, []fold.Update{rawPut("route.a", 7, "alpha2")}, nil)
 	empty := openFold(t, "empty")
 	empty.set(func(s *httpapi.Status) {
 		s.State, s.Ready, s.Reason = httpapi.StateHydrating, false, "hydrating: cursor 0, stream head at start 10"
@@ -354,7 +354,7 @@ func TestClosedStoreIs503(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	routes := openFold(t, "routes")
-	commit(t, routes, 3, []fold.RawUpdate{rawPut("k", 3, "v")}, nil)
+	commit(t, routes, 3, []fold.Update{rawPut("k", 3, "v")}, nil)
 	routes.set(func(s *httpapi.Status) {
 		s.StreamLastSeq, s.Lag = 10, 7
 		s.Counters = httpapi.Counters{DeliveredSinceStart: 3, Rejected: 1, Batches: 2, PluginErrors: 1, CommitFailures: 4}

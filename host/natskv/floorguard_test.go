@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/protocol"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestFloorGuardTripsWhenRetentionOverrunsAStalledWatch: a whole-bucket watch
 // whose reader stalls while a burst overruns a discard-old limit must end
-// with ErrCursorExpired (mid-watch) before it hands on anything past the
+// with fold.ErrCursorExpired (mid-watch) before it hands on anything past the
 // gap, where a raw NATS watch silently skips the evicted messages.
 func TestFloorGuardTripsWhenRetentionOverrunsAStalledWatch(t *testing.T) {
 	s := startServer(t, t.TempDir(), 0)
@@ -65,8 +66,8 @@ func TestFloorGuardTripsWhenRetentionOverrunsAStalledWatch(t *testing.T) {
 	}
 	err = w.Err()
 	var ce *CursorError
-	if !errors.Is(err, ErrCursorExpired) || !errors.As(err, &ce) || !ce.MidWatch {
-		t.Fatalf("watch ended with %v after revision %d, want a mid-watch ErrCursorExpired", err, frontier)
+	if !errors.Is(err, fold.ErrCursorExpired) || !errors.As(err, &ce) || !ce.MidWatch {
+		t.Fatalf("watch ended with %v after revision %d, want a mid-watch fold.ErrCursorExpired", err, frontier)
 	}
 	if ce.Cursor != frontier || ce.Retention.First <= frontier+1 {
 		t.Fatalf("guard reported frontier %d first %d; delivered up to %d", ce.Cursor, ce.Retention.First, frontier)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/embeddednats"
+	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -53,7 +54,7 @@ func put(t *testing.T, b *Bucket, key, val string) protocol.Revision {
 }
 
 // next receives one event or fails the test at the deadline.
-func next(t *testing.T, w *Watcher) (Event, bool) {
+func next(t *testing.T, w *Watcher) (fold.Event, bool) {
 	t.Helper()
 	select {
 	case ev, ok := <-w.Events():
@@ -61,7 +62,7 @@ func next(t *testing.T, w *Watcher) (Event, bool) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no event within 10s")
 	}
-	return Event{}, false
+	return fold.Event{}, false
 }
 
 // collect reads events until it has seen want updates (Synced markers are
@@ -190,7 +191,7 @@ func TestScopeValidate(t *testing.T) {
 
 // TestNATSSilentClampIsCaught pins the server behaviour the guard exists for:
 // a raw resume below the first retained revision starts at the first one
-// without any error, while Watch refuses with ErrCursorExpired.
+// without any error, while Watch refuses with fold.ErrCursorExpired.
 func TestNATSSilentClampIsCaught(t *testing.T) {
 	s := startServer(t, t.TempDir(), 0)
 	b := openBucket(t, connect(t, s.ClientURL()), BucketConfig{Name: "clamp"})
@@ -215,8 +216,8 @@ func TestNATSSilentClampIsCaught(t *testing.T) {
 
 	_, err = b.Watch(t.Context(), Scope{}, protocol.Cursor{Rev: 2}, WatchOptions{})
 	var ce *CursorError
-	if !errors.Is(err, ErrCursorExpired) || !errors.As(err, &ce) || ce.Retention.First != 5 {
-		t.Fatalf("Watch from 2 with first=5: err = %v, want ErrCursorExpired with first 5", err)
+	if !errors.Is(err, fold.ErrCursorExpired) || !errors.As(err, &ce) || ce.Retention.First != 5 {
+		t.Fatalf("Watch from 2 with first=5: err = %v, want fold.ErrCursorExpired with first 5", err)
 	}
 	// The boundary: cursor 4 reads 5 onward, which is retained.
 	w, err := b.Watch(t.Context(), Scope{}, protocol.Cursor{Rev: 4}, WatchOptions{})
@@ -259,12 +260,12 @@ func TestNATSSilentSkipBeyondHeadIsCaught(t *testing.T) {
 	}
 
 	_, err = b.Watch(t.Context(), Scope{}, protocol.Cursor{Rev: 11}, WatchOptions{})
-	if !errors.Is(err, ErrCursorBeyondHead) {
-		t.Fatalf("Watch from 11 with last=10: err = %v, want ErrCursorBeyondHead", err)
+	if !errors.Is(err, fold.ErrCursorBeyondHead) {
+		t.Fatalf("Watch from 11 with last=10: err = %v, want fold.ErrCursorBeyondHead", err)
 	}
 	_, err = b.Watch(t.Context(), Scope{}, protocol.Cursor{Rev: protocol.MaxRevision}, WatchOptions{})
-	if !errors.Is(err, ErrCursorBeyondHead) {
-		t.Fatalf("Watch from MaxRevision: err = %v, want ErrCursorBeyondHead", err)
+	if !errors.Is(err, fold.ErrCursorBeyondHead) {
+		t.Fatalf("Watch from MaxRevision: err = %v, want fold.ErrCursorBeyondHead", err)
 	}
 }
 
@@ -285,8 +286,8 @@ func TestRecreatedBucketIsRefused(t *testing.T) {
 	put(t, b, "k1", "new")
 	put(t, b, "k2", "new")
 	_, err := b.Watch(t.Context(), Scope{}, protocol.Cursor{Rev: 6}, WatchOptions{})
-	if !errors.Is(err, ErrCursorBeyondHead) {
-		t.Fatalf("resume from 6 on a recreated bucket at 2: err = %v, want ErrCursorBeyondHead", err)
+	if !errors.Is(err, fold.ErrCursorBeyondHead) {
+		t.Fatalf("resume from 6 on a recreated bucket at 2: err = %v, want fold.ErrCursorBeyondHead", err)
 	}
 }
 

@@ -7,69 +7,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Op is what an update does to its key.
-type Op uint8
+// ErrWatchClosed: the server side of the watch ended (connection closed,
+// subscription dropped).
+var ErrWatchClosed = errors.New("natskv: watch closed")
 
-const (
-	// OpPut sets the key's value.
-	OpPut Op = iota
-	// OpDelete removes the key (a delete marker, or a server "Remove" marker).
-	OpDelete
-	// OpPurge removes the key and its history (a purge, or a server limit
-	// marker such as MaxAge expiry on a bucket with limit markers).
-	OpPurge
-)
-
-func (o Op) String() string {
-	switch o {
-	case OpPut:
-		return "put"
-	case OpDelete:
-		return "delete"
-	case OpPurge:
-		return "purge"
-	}
-	return fmt.Sprintf("Op(%d)", uint8(o))
-}
-
-// Update is one message of the bucket's stream.
-type Update struct {
-	Key   string
-	Value []byte // owned by the receiver
-	Rev   protocol.Revision
-	Op    Op
-	// Time is the server's timestamp of the message, Unix nanoseconds.
-	Time int64
-}
-
-// Event is what a Watcher delivers: an Update, or (Synced) the marker that
-// every value present when the watch started has been delivered.
-type Event struct {
-	Update
-	Synced bool
-}
-
-var (
-	// ErrCursorExpired: retention evicted revisions after the cursor (at
-	// resume, or mid-watch via the floor guard). The fold needs the
-	// cursor-expiry repair. Match with errors.Is; errors.As a *CursorError
-	// for details.
-	ErrCursorExpired = errors.New("natskv: cursor expired: retention evicted revisions after it")
-	// ErrCursorBeyondHead: the cursor is past the stream's last revision
-	// (or at the maximum revision). The bucket was most likely deleted and
-	// recreated; the fold does not belong to this stream's history.
-	ErrCursorBeyondHead = errors.New("natskv: cursor beyond the stream head")
-	// ErrWatchClosed: the server side of the watch ended (connection
-	// closed, subscription dropped).
-	ErrWatchClosed = errors.New("natskv: watch closed")
-)
-
-// CursorError explains a refused or ended watch.
+// CursorError explains a refused or ended watch. It matches
+// fold.ErrCursorExpired or fold.ErrCursorBeyondHead (errors.Is), which is
+// all the fold needs; errors.As gives the details.
 type CursorError struct {
 	Verdict   protocol.ResumeVerdict
 	Cursor    protocol.Revision // the resume cursor, or the frontier mid-watch
@@ -86,13 +36,13 @@ func (e *CursorError) Error() string {
 	return fmt.Sprintf("natskv: %s from revision %d refused: %s (stream retains %d..%d)", where, e.Cursor, e.Verdict, w.First, w.Last)
 }
 
-// Is maps the verdict to ErrCursorExpired or ErrCursorBeyondHead.
+// Is maps the verdict to fold.ErrCursorExpired or fold.ErrCursorBeyondHead.
 func (e *CursorError) Is(target error) bool {
 	switch e.Verdict {
 	case protocol.ResumeExpired:
-		return target == ErrCursorExpired
+		return target == fold.ErrCursorExpired
 	case protocol.ResumeBeyondHead, protocol.ResumeAtMax:
-		return target == ErrCursorBeyondHead
+		return target == fold.ErrCursorBeyondHead
 	}
 	return false
 }
@@ -102,7 +52,7 @@ func (e *CursorError) Is(target error) bool {
 type Watcher struct {
 	b      *Bucket
 	scope  Scope
-	events chan Event
+	events chan fold.Event
 	stop   chan struct{}
 	once   sync.Once
 	done   chan struct{}
@@ -111,9 +61,11 @@ type Watcher struct {
 	headAtStart protocol.Revision
 }
 
+var _ fold.Source = (*Watcher)(nil)
+
 // Events delivers updates in revision order. The channel is closed when the
 // watch ends.
-func (w *Watcher) Events() <-chan Event { return w.events }
+func (w *Watcher) Events() <-chan fold.Event { return w.events }
 
 // Err returns why the watch ended; it waits until it has.
 func (w *Watcher) Err() error {
@@ -134,8 +86,28 @@ func (w *Watcher) Stop() {
 
 // WatchOptions tunes one watch.
 type WatchOptions struct {
-	// Buffer is the capacity of the Events channel; default 256.
+	// Buffer is the capacity of the Events channel; default 256. A full
+	// channel backpressures the watcher by design; while hydrating a large
+	// bucket it becomes the effective batch boundary, so tune it together
+	// with the loop's MaxBatch.
 	Buffer int
+}
+
+// Feed adapts the bucket to fold.Feed: watches of scope with o.
+func (b *Bucket) Feed(scope Scope, o WatchOptions) fold.Feed { return feed{b, scope, o} }
+
+type feed struct {
+	b     *Bucket
+	scope Scope
+	o     WatchOptions
+}
+
+func (f feed) Watch(ctx context.Context, from protocol.Cursor) (fold.Source, error) {
+	w, err := f.b.Watch(ctx, f.scope, from, f.o)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // Watch starts a watch over scope. With from.Rev == 0 it is a state-sync:
@@ -179,7 +151,7 @@ func (b *Bucket) Watch(ctx context.Context, scope Scope, from protocol.Cursor, o
 	w := &Watcher{
 		b:           b,
 		scope:       scope,
-		events:      make(chan Event, o.Buffer),
+		events:      make(chan fold.Event, o.Buffer),
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 		headAtStart: ret.Last,
@@ -291,7 +263,7 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 		probe = t.C
 	}
 	delivered := false
-	send := func(ev Event) bool {
+	send := func(ev fold.Event) bool {
 		select {
 		case w.events <- ev: // room in the buffer: one channel, no select
 			return true
@@ -324,7 +296,7 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 				g.frontier = w.headAtStart
 			}
 			guarding = g.on
-			return send(Event{Synced: true})
+			return send(fold.Event{Synced: true})
 		}
 		rev := protocol.Revision(e.Revision())
 		if rev <= g.frontier && !synced && !resuming {
@@ -336,12 +308,12 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 				return false
 			}
 		}
-		u := Update{Key: e.Key(), Value: e.Value(), Rev: rev, Op: opOf(e.Operation()), Time: e.Created().UnixNano()}
+		u := fold.Update{Key: e.Key(), Value: e.Value(), Rev: rev, Op: opOf(e.Operation()), Time: e.Created().UnixNano()}
 		if rev > g.frontier {
 			g.frontier, g.frontierTime = rev, u.Time
 		}
 		delivered = true
-		return send(Event{Update: u})
+		return send(fold.Event{Update: u})
 	}
 	for {
 		select {
@@ -417,14 +389,15 @@ func (closedWatcher) Updates() <-chan jetstream.KeyValueEntry {
 }
 func (closedWatcher) Stop() error { return nil }
 
-func opOf(op jetstream.KeyValueOp) Op {
+// opOf is the one conversion of a NATS KV operation into the fold's.
+func opOf(op jetstream.KeyValueOp) fold.Op {
 	switch op {
 	case jetstream.KeyValueDelete:
-		return OpDelete
+		return fold.OpDelete
 	case jetstream.KeyValuePurge:
-		return OpPurge
+		return fold.OpPurge
 	}
-	return OpPut
+	return fold.OpPut
 }
 
 // floorGuard is the live check that retention has not overrun a

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
-	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -19,9 +18,9 @@ import (
 // against a native Go plugin doing the same work as the baseline.
 func BenchmarkApply(b *testing.B) {
 	for _, size := range []int{100, 1000} {
-		batch := make([]natskv.Update, size)
+		batch := make([]fold.Update, size)
 		for i := range batch {
-			batch[i] = natskv.Update{Key: fmt.Sprintf("route.h%d", i%50), Rev: protocol.Revision(i + 1), Op: natskv.OpPut,
+			batch[i] = fold.Update{Key: fmt.Sprintf("route.h%d", i%50), Rev: protocol.Revision(i + 1), Op: fold.OpPut,
 				Value: []byte(fmt.Sprintf(`{"upstreams":[{"addr":"10.0.%d.1:80","weight":%d},{"addr":"10.0.0.2:80"}]}`, i%7, 1+i%9))}
 		}
 		for _, c := range []struct {
@@ -91,9 +90,9 @@ func (c containment) String() string {
 // over the rounds. The meter is the production design (RATIONALE.md,
 // "Guest containment").
 func BenchmarkContainmentCost(b *testing.B) {
-	batch := make([]natskv.Update, 1000)
+	batch := make([]fold.Update, 1000)
 	for i := range batch {
-		batch[i] = natskv.Update{Key: fmt.Sprintf("route.h%d", i%50), Rev: protocol.Revision(i + 1), Op: natskv.OpPut,
+		batch[i] = fold.Update{Key: fmt.Sprintf("route.h%d", i%50), Rev: protocol.Revision(i + 1), Op: fold.OpPut,
 			Value: []byte(fmt.Sprintf(`{"upstreams":[{"addr":"10.0.%d.1:80","weight":%d},{"addr":"10.0.0.2:80"}]}`, i%7, 1+i%9))}
 	}
 	variants := []containment{containNone, containMetered, containCloseOnDone}

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/foldhost/foldhost/host/fold"
-	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -106,11 +105,11 @@ func runCase(t *testing.T, p *Plugin, c confCase) (map[string]string, int) {
 	var rejected int
 	rev := protocol.Revision(0)
 	for _, b := range c.Batches {
-		var batch []natskv.Update
+		var batch []fold.Update
 		for _, u := range b {
 			rev++
-			op := map[string]natskv.Op{"put": natskv.OpPut, "delete": natskv.OpDelete, "purge": natskv.OpPurge}[u.Op]
-			batch = append(batch, natskv.Update{Key: u.Key, Value: []byte(u.Value), Rev: rev, Op: op, Time: int64(rev)})
+			op := map[string]fold.Op{"put": fold.OpPut, "delete": fold.OpDelete, "purge": fold.OpPurge}[u.Op]
+			batch = append(batch, fold.Update{Key: u.Key, Value: []byte(u.Value), Rev: rev, Op: op, Time: int64(rev)})
 		}
 		// One loop run per table batch: the feed closes after it, so the
 		// loop flushes exactly this batch.

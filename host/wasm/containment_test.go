@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/internal/files"
 	"github.com/foldhost/foldhost/protocol"
 )
@@ -38,7 +38,7 @@ func TestEveryGuestEntryHasADeadline(t *testing.T) {
 				}
 				p := r.NewPlugin(m)
 				defer p.Close(context.Background())
-				_, err = p.Apply(context.Background(), []natskv.Update{{Key: "k", Rev: 1}}, emptyReader{})
+				_, err = p.Apply(context.Background(), []fold.Update{{Key: "k", Rev: 1}}, emptyReader{})
 				return err
 			})
 			switch at {
@@ -216,7 +216,7 @@ func spinChild(t *testing.T, mode string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := p.Apply(ctx, []natskv.Update{{Key: "k", Rev: 1}}, emptyReader{})
+		_, err := p.Apply(ctx, []fold.Update{{Key: "k", Rev: 1}}, emptyReader{})
 		done <- err
 	}()
 	<-spinning
@@ -322,7 +322,7 @@ func TestSwapsDoNotAccumulateMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 		p.Swap(next)
-		if _, err := p.Apply(context.Background(), []natskv.Update{{Key: "route.a", Rev: protocol.Revision(i + 1),
+		if _, err := p.Apply(context.Background(), []fold.Update{{Key: "route.a", Rev: protocol.Revision(i + 1),
 			Value: []byte(`{"upstreams":[{"addr":"a:1"}]}`)}}, emptyReader{}); err != nil {
 			t.Fatal(err)
 		}

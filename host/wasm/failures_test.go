@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
-	"github.com/foldhost/foldhost/host/natskv"
 )
 
 // testPlugin returns a failure test plugin built by scripts/build-plugins.
@@ -63,9 +62,9 @@ func TestFailingPluginsCommitNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			batch := []natskv.Update{
-				{Key: "route.a", Rev: 1, Op: natskv.OpPut, Value: []byte(`{"upstreams":[{"addr":"a:1"}]}`)},
-				{Key: "route.b", Rev: 2, Op: natskv.OpPut, Value: []byte(`{"upstreams":[{"addr":"b:1"}]}`)},
+			batch := []fold.Update{
+				{Key: "route.a", Rev: 1, Op: fold.OpPut, Value: []byte(`{"upstreams":[{"addr":"a:1"}]}`)},
+				{Key: "route.b", Rev: 2, Op: fold.OpPut, Value: []byte(`{"upstreams":[{"addr":"b:1"}]}`)},
 			}
 			start := time.Now()
 			_, err = fold.NewLoop(st, p, fold.LoopConfig{}).Run(context.Background(), newFeed(batch))

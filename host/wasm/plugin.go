@@ -9,7 +9,6 @@ import (
 
 	"github.com/foldhost/foldhost/abi"
 	"github.com/foldhost/foldhost/host/fold"
-	"github.com/foldhost/foldhost/host/natskv"
 )
 
 // Plugin is a module running as a fold.Plugin.
@@ -111,7 +110,7 @@ func (p *Plugin) closeInstance(ctx context.Context) {
 // Apply implements fold.Plugin: one guest call for the batch, retried on a
 // fresh instance up to Options.Retries times. The returned Output aliases
 // buffers reused by the next Apply.
-func (p *Plugin) Apply(ctx context.Context, batch []natskv.Update, r fold.Reader) (fold.Output, error) {
+func (p *Plugin) Apply(ctx context.Context, batch []fold.Update, r fold.Reader) (fold.Output, error) {
 	p.mu.Lock()
 	if p.next != nil {
 		old := p.current
@@ -155,11 +154,12 @@ func (p *Plugin) Apply(ctx context.Context, batch []natskv.Update, r fold.Reader
 	return fold.Output{}, err
 }
 
-func opOf(op natskv.Op) byte {
+// opOf is the one conversion of the fold's update op into the ABI's.
+func opOf(op fold.Op) byte {
 	switch op {
-	case natskv.OpDelete:
+	case fold.OpDelete:
 		return abi.OpDelete
-	case natskv.OpPurge:
+	case fold.OpPurge:
 		return abi.OpPurge
 	}
 	return abi.OpPut
@@ -205,9 +205,9 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 		p.arena = append(p.arena, value...)
 		s.v1 = len(p.arena)
 		p.spans = append(p.spans, s)
-		m := fold.ViewMutation{Op: fold.OpPut}
+		m := fold.ViewMutation{Op: fold.ViewPut}
 		if op == abi.MutDelete {
-			m.Op = fold.OpDelete
+			m.Op = fold.ViewDelete
 		}
 		p.views = append(p.views, m)
 		return nil
@@ -221,7 +221,7 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 	}
 	for i, s := range p.spans { // the arena may have moved while growing
 		p.views[i].Key = p.arena[s.k0:s.k1:s.k1]
-		if p.views[i].Op == fold.OpPut {
+		if p.views[i].Op == fold.ViewPut {
 			p.views[i].Value = p.arena[s.v0:s.v1:s.v1]
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/foldhost/foldhost/host/fold"
-	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -31,12 +30,12 @@ func TestSDKProbes(t *testing.T) {
 			}
 			defer st.Close()
 			rev := protocol.Revision(0)
-			u := func(key, value string, op natskv.Op) natskv.Update {
+			u := func(key, value string, op fold.Op) fold.Update {
 				rev++
-				return natskv.Update{Key: key, Value: []byte(value), Rev: rev, Op: op}
+				return fold.Update{Key: key, Value: []byte(value), Rev: rev, Op: op}
 			}
-			put := func(k, v string) natskv.Update { return u(k, v, natskv.OpPut) }
-			run := func(batch ...natskv.Update) (int, error) {
+			put := func(k, v string) fold.Update { return u(k, v, fold.OpPut) }
+			run := func(batch ...fold.Update) (int, error) {
 				var rejected int
 				_, err := fold.NewLoop(st, p, fold.LoopConfig{MaxBatch: len(batch) + 1,
 					OnApplied: func(a fold.Applied) { rejected += a.Rejected }}).Run(context.Background(), newFeed(batch))
@@ -48,15 +47,15 @@ func TestSDKProbes(t *testing.T) {
 			}
 			// Batch 2: committed reads, the batch's own writes, rejections.
 			rejected, err := run(
-				put("pf/a", ""),               // 0: prefetch a
-				put("r/a", ""),                // 1: committed: got/1/a = "11"
-				put("w/b", "B"),               // 2: write b
-				put("r/b", ""),                // 3: own write: got/3/b = "1B"
-				u("w/a", "", natskv.OpDelete), // 4: delete a
-				put("r/a", ""),                // 5: own delete: got/5/a = "0"
-				put("raw/w/a", ""),            // 6: raw entry at revision 1: rawgot/6/w/a = "1:1"
-				put("raw/nope", ""),           // 7: rawgot/7/nope = "0"
-				put("reject-me", ""),          // rejected
+				put("pf/a", ""),             // 0: prefetch a
+				put("r/a", ""),              // 1: committed: got/1/a = "11"
+				put("w/b", "B"),             // 2: write b
+				put("r/b", ""),              // 3: own write: got/3/b = "1B"
+				u("w/a", "", fold.OpDelete), // 4: delete a
+				put("r/a", ""),              // 5: own delete: got/5/a = "0"
+				put("raw/w/a", ""),          // 6: raw entry at revision 1: rawgot/6/w/a = "1:1"
+				put("raw/nope", ""),         // 7: rawgot/7/nope = "0"
+				put("reject-me", ""),        // rejected
 				put("log", "hello from the probe"),
 			)
 			if err != nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/fold"
 )
 
 // TestHotReload: a good module swaps in at the next batch; a bad file never
@@ -22,7 +22,7 @@ func TestHotReload(t *testing.T) {
 
 	apply := func() {
 		t.Helper()
-		_, err := p.Apply(context.Background(), []natskv.Update{{Key: "route.a", Rev: 1, Op: natskv.OpPut,
+		_, err := p.Apply(context.Background(), []fold.Update{{Key: "route.a", Rev: 1, Op: fold.OpPut,
 			Value: []byte(`{"upstreams":[{"addr":"x:1"}]}`)}}, emptyReader{})
 		if err != nil {
 			t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/foldhost/foldhost/host/fold"
-	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -48,27 +47,27 @@ func newRuntime(t testing.TB, o Options) *Runtime {
 // feed is a fold.Source over a fixed list of events: the tests' way to hand
 // the real loop exact batches.
 type feed struct {
-	ch chan natskv.Event
+	ch chan fold.Event
 }
 
-func newFeed(batches ...[]natskv.Update) *feed {
+func newFeed(batches ...[]fold.Update) *feed {
 	n := 0
 	for _, b := range batches {
 		n += len(b)
 	}
-	f := &feed{ch: make(chan natskv.Event, n)}
+	f := &feed{ch: make(chan fold.Event, n)}
 	for _, b := range batches {
 		for _, u := range b {
-			f.ch <- natskv.Event{Update: u}
+			f.ch <- fold.Event{Update: u}
 		}
 	}
 	close(f.ch)
 	return f
 }
 
-func (f *feed) Events() <-chan natskv.Event { return f.ch }
-func (f *feed) Stop()                       {}
-func (f *feed) Err() error                  { return nil }
+func (f *feed) Events() <-chan fold.Event { return f.ch }
+func (f *feed) Stop()                     {}
+func (f *feed) Err() error                { return nil }
 
 func views(t testing.TB, st *fold.Store) map[string]string {
 	t.Helper()
@@ -124,21 +123,21 @@ func TestRouterThroughTheLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	put := func(rev protocol.Revision, key, val string) natskv.Update {
-		return natskv.Update{Key: key, Value: []byte(val), Rev: rev, Op: natskv.OpPut}
+	put := func(rev protocol.Revision, key, val string) fold.Update {
+		return fold.Update{Key: key, Value: []byte(val), Rev: rev, Op: fold.OpPut}
 	}
 	var rejected int
 	loop := fold.NewLoop(st, p, fold.LoopConfig{MaxBatch: 3, OnApplied: func(a fold.Applied) { rejected += a.Rejected }})
 	src := newFeed(
-		[]natskv.Update{
+		[]fold.Update{
 			put(1, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80","weight":3},{"addr":"10.0.0.2:80"}]}`),
 			put(2, "route.b", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`),
 			put(3, "route.c", `{"upstreams":[]}`), // rejected: empty
 		},
-		[]natskv.Update{
+		[]fold.Update{
 			put(4, "route.a", `{"upstreams":[{"addr":"10.0.0.3:80","weight":2}]}`),
 			put(5, "other", `x`), // rejected: not a route
-			{Key: "route.b", Rev: 6, Op: natskv.OpDelete},
+			{Key: "route.b", Rev: 6, Op: fold.OpDelete},
 		},
 	)
 	cur, err := loop.Run(context.Background(), src)
