@@ -13,18 +13,22 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/foldhost/foldhost/host/export"
+	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/artifact/dirstore"
+	"github.com/foldhost/foldhost/host/artifact/lease"
+	"github.com/foldhost/foldhost/host/artifact/s3store"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/protocol"
 )
 
-// openTransport opens the configured artifact store and describes it for
+// openArtifactStore opens the configured artifact store and describes it for
 // logs.
-func openTransport(a ArtifactsConfig) (export.Transport, string, error) {
+func openArtifactStore(a ArtifactsConfig) (artifact.Store, string, error) {
 	if a.Store == "s3" {
-		tr, err := export.NewS3(export.S3Options{
+		tr, err := s3store.New(s3store.Options{
 			Endpoint: a.S3.Endpoint, Region: a.S3.Region, Bucket: a.S3.Bucket, Prefix: a.S3.Prefix,
 			AccessKey: a.S3.AccessKey, SecretKey: a.S3.SecretKey, SessionToken: a.S3.SessionToken, UsePathStyle: a.S3.PathStyle,
 			PartSize: int64(a.S3.PartSizeMB) << 20, Concurrency: a.S3.Concurrency, OpTimeout: a.S3.RequestTimeout,
@@ -41,7 +45,7 @@ func openTransport(a ArtifactsConfig) (export.Transport, string, error) {
 		}
 		return tr, where, nil
 	}
-	tr, err := export.NewLocalDir(a.Dir)
+	tr, err := dirstore.New(a.Dir)
 	if err != nil {
 		return nil, "", err
 	}
@@ -72,7 +76,7 @@ func resetStageDir(f FoldConfig) error {
 // one lease bucket for every fold.
 type exporter struct {
 	cfg   ArtifactsConfig
-	tr    export.Transport
+	tr    artifact.Store
 	where string
 	// nc is the NATS connection the lease bucket is opened on (lazily, so
 	// a daemon that never exports needs no permission to create it); nil
@@ -83,11 +87,11 @@ type exporter struct {
 	log        *slog.Logger
 
 	mu    sync.Mutex
-	lease *export.Lease
+	lease *lease.Lease
 }
 
 func newExporter(cfg *Config, nc *nats.Conn, log *slog.Logger) (*exporter, error) {
-	tr, where, err := openTransport(cfg.Artifacts)
+	tr, where, err := openArtifactStore(cfg.Artifacts)
 	if err != nil {
 		return nil, fmt.Errorf("artifacts: %w", err)
 	}
@@ -95,7 +99,7 @@ func newExporter(cfg *Config, nc *nats.Conn, log *slog.Logger) (*exporter, error
 }
 
 // leaseFor opens the lease bucket on first use.
-func (e *exporter) leaseFor(ctx context.Context) (*export.Lease, error) {
+func (e *exporter) leaseFor(ctx context.Context) (*lease.Lease, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.lease != nil {
@@ -106,7 +110,7 @@ func (e *exporter) leaseFor(ctx context.Context) (*export.Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("export lease bucket %s: %w", e.cfg.LeaseBucket, err)
 	}
-	e.lease = export.NewLease(b.KV(), export.LeaseOptions{RequestTimeout: e.reqTimeout})
+	e.lease = lease.New(b.KV(), lease.Options{RequestTimeout: e.reqTimeout})
 	return e.lease, nil
 }
 
@@ -153,16 +157,16 @@ func (e *exporter) round(ctx context.Context, f FoldConfig, store *fold.Store, l
 	if store.Cursor().Rev == protocol.NoRevision {
 		return res, fmt.Errorf("fold %s has folded nothing yet (no cursor): nothing to export", f.Name)
 	}
-	var lease *export.Lease
+	var lease *lease.Lease
 	if !force && e.nc != nil {
 		var err error
 		if lease, err = e.leaseFor(ctx); err != nil {
 			return res, err
 		}
 	}
-	rr, err := export.RunRound(ctx, loop, store, e.tr, lease, export.RoundConfig{
+	rr, err := host.RunRound(ctx, loop, store, e.tr, lease, host.RoundConfig{
 		Key: f.ArtifactKey, Holder: e.cfg.Holder, TTL: e.cfg.LeaseTTL,
-		Source:   export.Source{Bucket: f.Bucket, Scope: slices.Sorted(slices.Values(f.Scope))},
+		Source:   artifact.Source{Bucket: f.Bucket, Scope: slices.Sorted(slices.Values(f.Scope))},
 		StageDir: stageDir(f), IgnoreLease: lease == nil, Logger: e.log.With("fold", f.Name),
 	})
 	res.TookMS = time.Since(start).Milliseconds()
@@ -174,7 +178,7 @@ func (e *exporter) round(ctx context.Context, f FoldConfig, store *fold.Store, l
 		res.Outcome = "skipped"
 		res.LeaseHolder = rr.Holder.HolderID
 		res.LeaseExpires = time.Unix(rr.Holder.ExpiresAtUnix, 0).UTC()
-	case rr.Outcome == export.SupersededByNewer:
+	case rr.Outcome == artifact.SupersededByNewer:
 		res.Outcome, res.Cursor = "superseded", uint64(rr.Cursor.Rev)
 	default:
 		res.Outcome, res.Cursor, res.Pruned = "published", uint64(rr.Cursor.Rev), rr.Pruned

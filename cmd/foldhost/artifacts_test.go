@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldhost/foldhost/host/export/s3test"
+	"github.com/foldhost/foldhost/host/artifact/s3test"
 	"github.com/foldhost/foldhost/host/natskv"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/foldhost/foldhost/host/export"
+	"github.com/foldhost/foldhost/host/artifact/s3store"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/wasm"
@@ -698,13 +698,13 @@ func (c *Config) validateArtifacts(ps *problems, resolve func(string) string) {
 		a.S3.Region = defaultS3Region
 	}
 	if a.S3.PartSizeMB == 0 {
-		a.S3.PartSizeMB = export.DefaultPartSize >> 20
+		a.S3.PartSizeMB = s3store.DefaultPartSize >> 20
 	}
 	if a.S3.Concurrency == 0 {
-		a.S3.Concurrency = export.DefaultPartConcurrency
+		a.S3.Concurrency = s3store.DefaultPartConcurrency
 	}
 	if a.S3.RequestTimeout == 0 {
-		a.S3.RequestTimeout = export.DefaultOpTimeout
+		a.S3.RequestTimeout = s3store.DefaultOpTimeout
 	}
 	if a.LeaseBucket == "" {
 		a.LeaseBucket = defaultLeaseBucket

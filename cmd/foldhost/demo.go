@@ -15,8 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/embeddednats"
-	"github.com/foldhost/foldhost/host/export"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/wasm"
@@ -343,7 +345,7 @@ func isTerminal(w io.Writer) bool {
 // store, writes a delta, bootstraps a second fold from the artifact and
 // folds it: it must receive only the delta and end identical to the first.
 func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, bucket *natskv.Bucket, rt *wasm.Runtime, plugin, storeDir string) error {
-	tr, err := export.NewLocalDir(filepath.Join(d.dir, "artifacts"))
+	tr, err := dirstore.New(filepath.Join(d.dir, "artifacts"))
 	if err != nil {
 		return err
 	}
@@ -357,9 +359,9 @@ func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, bucket 
 		store.Close()
 		return err
 	}
-	res, err := export.RunRound(ctx, nil, store, tr, nil, export.RoundConfig{
+	res, err := host.RunRound(ctx, nil, store, tr, nil, host.RoundConfig{
 		Key: "routes", IgnoreLease: true, TTL: time.Minute, StageDir: stage,
-		Source: export.Source{Bucket: "routes"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Source: artifact.Source{Bucket: "routes"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if cerr := store.Close(); err == nil {
 		err = cerr
@@ -378,7 +380,7 @@ func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, bucket 
 
 	second := filepath.Join(d.dir, "fold-b")
 	t0 = time.Now()
-	m, err := export.Download(ctx, tr, "routes", second, export.DownloadOptions{})
+	m, err := artifact.Download(ctx, tr, "routes", second, artifact.DownloadOptions{})
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/foldhost/foldhost/host/export"
+	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/wasm"
@@ -250,15 +250,15 @@ func bootstrap(ctx context.Context, cfg *Config, f FoldConfig, stdout, stderr io
 		return fmt.Errorf("fold %s already has data in %s: bootstrap only fills an empty fold (to replace it, stop foldhost and move the directory aside)", f.Name, f.DataDir)
 	}
 
-	tr, where, err := openTransport(cfg.Artifacts)
+	tr, where, err := openArtifactStore(cfg.Artifacts)
 	if err != nil {
 		return fmt.Errorf("artifacts: %w", err)
 	}
 	p := newProgress(stderr)
 	start := time.Now()
 	var total atomic.Int64
-	m, err := export.Download(ctx, tr, f.ArtifactKey, f.DataDir, export.DownloadOptions{
-		Check: func(m export.Manifest) error {
+	m, err := artifact.Download(ctx, tr, f.ArtifactKey, f.DataDir, artifact.DownloadOptions{
+		Check: func(m artifact.Manifest) error {
 			if m.Bucket != "" && m.Bucket != f.Bucket {
 				return fmt.Errorf("the artifact %q was exported from bucket %q, fold %s folds bucket %q", f.ArtifactKey, m.Bucket, f.Name, f.Bucket)
 			}
@@ -277,7 +277,7 @@ func bootstrap(ctx context.Context, cfg *Config, f FoldConfig, stdout, stderr io
 		},
 	})
 	p.done()
-	if errors.Is(err, export.ErrNoPointer) {
+	if errors.Is(err, artifact.ErrNoPointer) {
 		return fmt.Errorf("no artifact published under key %q in %s: run 'foldhost export' (or an export_interval) on a node that has the fold", f.ArtifactKey, where)
 	}
 	if err != nil {
@@ -295,7 +295,7 @@ func bootstrap(ctx context.Context, cfg *Config, f FoldConfig, stdout, stderr io
 // warnPluginMismatch tells the operator when the artifact's views were made
 // by another plugin build than the fold's: the views come across as they
 // are, and the fold's plugin applies every update from now on.
-func warnPluginMismatch(w io.Writer, f FoldConfig, m export.Manifest) {
+func warnPluginMismatch(w io.Writer, f FoldConfig, m artifact.Manifest) {
 	var theirs struct {
 		SHA256, Name, Version string
 	}

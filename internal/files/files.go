@@ -91,3 +91,17 @@ func kind(m os.FileMode) string {
 	}
 	return m.Type().String()
 }
+
+// SyncDir fsyncs a directory, making the entries created or renamed in it
+// durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}

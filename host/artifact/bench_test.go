@@ -1,4 +1,4 @@
-package export
+package artifact_test
 
 import (
 	"bufio"
@@ -19,10 +19,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/artifact/dirstore"
+	"github.com/foldhost/foldhost/host/artifact/s3store"
+	"github.com/foldhost/foldhost/host/artifact/s3test"
+	"github.com/foldhost/foldhost/host/artifact/storetest"
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -32,8 +36,8 @@ import (
 // Benchmarks of artifacts on a fold of a real bucket:
 //
 //	export FOLDHOST_VERSITYGW="$PWD/bin/versitygw"
-//	go test ./host/export -run '^$' -bench Artifact -benchtime 1x                    # 20k keys, ~1 s
-//	go test ./host/export -run '^$' -bench Artifact -benchtime 1x -export.bigbench   # 1M keys, ~35 s
+//	go test ./host/artifact -run '^$' -bench Artifact -benchtime 1x                    # 20k keys, ~1 s
+//	go test ./host/artifact -run '^$' -bench Artifact -benchtime 1x -export.bigbench   # 1M keys, ~35 s
 //
 // BenchmarkArtifact sets up once: an embedded nats-server with a bucket of
 // N keys (values of 80..120 random bytes, ~100 on average; keys in a random
@@ -43,7 +47,7 @@ import (
 //
 //	export          Export(A): MB/s of artifact bytes (data files + manifest),
 //	                artifact-MB
-//	local/upload    Upload of A's artifact to a fresh LocalDir: MB/s of
+//	local/upload    Upload of A's artifact to a fresh local store: MB/s of
 //	                payload (tar) bytes, payload-MB
 //	local/download  Pointer + OpenPayload, read to the end: MB/s
 //	local/bootstrap each iteration, in one run: Download into an empty dir
@@ -113,14 +117,14 @@ func benchArtifact(b *testing.B, n int, seed uint64) {
 	a, took := e.follow(b, filepath.Join(tmp, "fold-a"))
 	b.Cleanup(func() { _ = a.Close() })
 	b.Logf("store A: folded %d keys in %v (%.0f updates/s)", n, took.Round(time.Millisecond), float64(n)/took.Seconds())
-	src := Source{Bucket: e.bucket.Name()}
+	src := artifact.Source{Bucket: e.bucket.Name()}
 
 	b.Run("export", func(b *testing.B) {
 		var took time.Duration
 		var size int64
 		for b.Loop() {
 			start := time.Now()
-			dir, m, err := Export(a, tmp, src)
+			dir, m, err := artifact.Export(a, tmp, src)
 			took += time.Since(start)
 			if err != nil {
 				b.Fatal(err)
@@ -137,13 +141,13 @@ func benchArtifact(b *testing.B, n int, seed uint64) {
 	})
 
 	// One artifact for every transfer below.
-	art, m, err := Export(a, tmp, src)
+	art, m, err := artifact.Export(a, tmp, src)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = os.RemoveAll(art) })
 	var cw countWriter
-	if err := WriteTar(&cw, art); err != nil {
+	if err := artifact.WriteTar(&cw, art); err != nil {
 		b.Fatal(err)
 	}
 	payload := cw.n
@@ -155,33 +159,38 @@ func benchArtifact(b *testing.B, n int, seed uint64) {
 
 	b.Run("local", func(b *testing.B) {
 		root := b.TempDir()
-		fresh := func(b *testing.B, i int) (Transport, func()) {
+		fresh := func(b *testing.B, i int) (artifact.Store, func()) {
 			dir := filepath.Join(root, fmt.Sprintf("up-%d", i))
-			tr, err := NewLocalDir(dir)
+			tr, err := dirstore.New(dir)
 			if err != nil {
 				b.Fatal(err)
 			}
 			return tr, func() { _ = os.RemoveAll(dir) }
 		}
 		published, _ := fresh(b, -1)
-		benchTransport(b, e, art, payload, published, fresh)
+		benchStore(b, e, art, payload, published, fresh)
 	})
 	b.Run("s3", func(b *testing.B) {
-		gw := startVersityGW(b)
-		fresh := func(b *testing.B, _ int) (Transport, func()) {
-			s := gw.transport(b, func(o *S3Options) { o.Prefix = "exports/bench" })
-			return s, func() { s.deleteAll(b) }
+		gw := s3test.Start(b)
+		fresh := func(b *testing.B, _ int) (artifact.Store, func()) {
+			bucket := gw.NewBucket(b)
+			s, err := s3store.New(s3store.Options{Endpoint: gw.Endpoint, Region: s3test.Region, Bucket: bucket,
+				Prefix: "exports/bench", AccessKey: s3test.AccessKey, SecretKey: s3test.SecretKey, UsePathStyle: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return s, func() { gw.DeleteBucket(b, bucket) }
 		}
 		published, _ := fresh(b, -1)
-		benchTransport(b, e, art, payload, published, fresh)
+		benchStore(b, e, art, payload, published, fresh)
 	})
 }
 
-// benchTransport runs upload, download and bootstrap on one transport.
+// benchStore runs upload, download and bootstrap on one store.
 // published receives art before download and bootstrap; fresh returns an
 // empty transport for one upload and a func that deletes what it holds.
-func benchTransport(b *testing.B, e *benchBucket, art string, payload int64, published Transport,
-	fresh func(b *testing.B, i int) (Transport, func())) {
+func benchStore(b *testing.B, e *benchBucket, art string, payload int64, published artifact.Store,
+	fresh func(b *testing.B, i int) (artifact.Store, func())) {
 	b.Run("upload", func(b *testing.B) {
 		var took time.Duration
 		for i := 0; b.Loop(); i++ {
@@ -189,9 +198,9 @@ func benchTransport(b *testing.B, e *benchBucket, art string, payload int64, pub
 			tr, clean := fresh(b, i)
 			b.StartTimer()
 			start := time.Now()
-			out, err := tr.Upload(b.Context(), benchKey, art)
+			out, err := artifact.Upload(b.Context(), tr, benchKey, art)
 			took += time.Since(start)
-			if err != nil || out != Published {
+			if err != nil || out != artifact.Published {
 				b.Fatalf("upload: %v %v", out, err)
 			}
 			b.StopTimer()
@@ -202,7 +211,7 @@ func benchTransport(b *testing.B, e *benchBucket, art string, payload int64, pub
 		b.ReportMetric(float64(payload)/1e6, "payload-MB")
 	})
 
-	if out, err := published.Upload(b.Context(), benchKey, art); err != nil || out != Published {
+	if out, err := artifact.Upload(b.Context(), published, benchKey, art); err != nil || out != artifact.Published {
 		b.Fatalf("upload: %v %v", out, err)
 	}
 
@@ -429,11 +438,11 @@ func (e *benchBucket) follow(b *testing.B, dir string) (*fold.Store, time.Durati
 // bootstrap Downloads tr's artifact into dest (which must not exist),
 // sampling memory meanwhile, checks the result and returns the Download's
 // time and memory peak.
-func (e *benchBucket) bootstrap(b *testing.B, tr Transport, dest string) (time.Duration, memPeak) {
+func (e *benchBucket) bootstrap(b *testing.B, tr artifact.Store, dest string) (time.Duration, memPeak) {
 	b.Helper()
 	s := startMemSampler(memSampleEvery)
 	start := time.Now()
-	m, err := Download(b.Context(), tr, benchKey, dest, DownloadOptions{})
+	m, err := artifact.Download(b.Context(), tr, benchKey, dest, artifact.DownloadOptions{})
 	took := time.Since(start)
 	peak := s.stop()
 	if err != nil {
@@ -468,7 +477,7 @@ func countKeys(b *testing.B, st *fold.Store) int {
 
 // artifactBytes is the size of the artifact in dir: its data files (from
 // the manifest, checked against the disk) and the manifest.
-func artifactBytes(b *testing.B, dir string, m Manifest) int64 {
+func artifactBytes(b *testing.B, dir string, m artifact.Manifest) int64 {
 	b.Helper()
 	var n int64
 	for _, f := range m.Files {
@@ -481,7 +490,7 @@ func artifactBytes(b *testing.B, dir string, m Manifest) int64 {
 		}
 		n += f.Size
 	}
-	return n + int64(len(readManifest(b, dir)))
+	return n + int64(len(storetest.ReadManifest(b, dir)))
 }
 
 type countWriter struct{ n int64 }
@@ -613,26 +622,4 @@ func procStatus(field string) (int64, bool) {
 		return kb << 10, true
 	}
 	return 0, false
-}
-
-// deleteAll deletes every object in s's bucket, so that repeated uploads
-// do not fill the disk.
-func (s *S3) deleteAll(tb testing.TB) {
-	tb.Helper()
-	ctx := context.Background()
-	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket})
-	for pages.HasMorePages() {
-		page, err := pages.NextPage(ctx)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		for _, o := range page.Contents {
-			if _, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: o.Key}); err != nil {
-				tb.Fatal(err)
-			}
-		}
-	}
-	if _, err := s.client.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: &s.bucket}); err != nil {
-		tb.Logf("delete bucket %s: %v", s.bucket, err)
-	}
 }

@@ -1,4 +1,4 @@
-package export
+package artifact
 
 import (
 	"bytes"
@@ -38,8 +38,9 @@ const (
 	// directory; every manifest file path starts with DataDir + "/".
 	DataDir = "data"
 
-	// maxManifestSize bounds the manifest read from an untrusted tar.
-	maxManifestSize = 16 << 20
+	// MaxManifestSize bounds a manifest read from anywhere untrusted: a
+	// payload tar, a pointer.
+	MaxManifestSize = 16 << 20
 )
 
 // Manifest describes one artifact. Its JSON encoding ([Manifest.Encode]) is
@@ -94,7 +95,7 @@ func (m Manifest) Encode() ([]byte, error) {
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(m); err != nil {
-		return nil, fmt.Errorf("export: encode manifest: %w", err)
+		return nil, fmt.Errorf("artifact: encode manifest: %w", err)
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

@@ -1,4 +1,4 @@
-package export
+package dirstore
 
 import (
 	"os"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/artifact/storetest"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -15,14 +17,14 @@ import (
 // binary re-run with EXPORT_HELPER_ROOT set uploads the artifacts named in
 // its environment, in order, several times.
 func helperUploader(t *testing.T, root string) {
-	l, err := NewLocalDir(root)
+	l, err := New(root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dirs := strings.Split(os.Getenv("EXPORT_HELPER_DIRS"), string(os.PathListSeparator))
 	for i := 0; i < 30; i++ {
 		for _, d := range dirs {
-			if _, err := l.Upload(t.Context(), "f", d); err != nil {
+			if _, err := artifact.Upload(t.Context(), l, "f", d); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -37,15 +39,15 @@ func TestLocalRaceAcrossProcesses(t *testing.T) {
 		helperUploader(t, root)
 		return
 	}
-	st := openStore(t)
-	var arts []artifact
+	st := storetest.OpenStore(t)
+	var arts []storetest.Artifact
 	for i := 0; i < 3; i++ {
-		arts = append(arts, exportAt(t, st, 10, nil))
+		arts = append(arts, storetest.ExportAt(t, st, 10, nil))
 	}
 	l := newLocal(t)
 	var fwd, rev []string
 	for _, a := range arts {
-		fwd = append(fwd, a.dir)
+		fwd = append(fwd, a.Dir)
 	}
 	rev = slices.Clone(fwd)
 	slices.Reverse(rev)
@@ -74,7 +76,7 @@ func TestLocalRaceAcrossProcesses(t *testing.T) {
 		default:
 		}
 		if b, err := os.ReadFile(filepath.Join(l.root, "f.manifest.json")); err == nil {
-			r, ok := pointerState(b).Rank()
+			r, ok := artifact.PointerState(b).Rank()
 			if !ok {
 				t.Fatalf("torn pointer read: %q", b)
 			}
@@ -84,7 +86,7 @@ func TestLocalRaceAcrossProcesses(t *testing.T) {
 	if !slices.IsSorted(observed) {
 		t.Fatalf("pointer regressed across processes: %v", observed)
 	}
-	if r := contractPointerRank(t, l, "f"); r != arts[len(arts)-1].cursor.Rev {
+	if r := storetest.PointerRank(t, l, "f"); r != arts[len(arts)-1].Cursor.Rev {
 		t.Fatalf("final rank %d", r)
 	}
 	t.Logf("%d pointer observations, monotone", len(observed))

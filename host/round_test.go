@@ -1,4 +1,4 @@
-package export
+package host
 
 import (
 	"context"
@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/artifact/dirstore"
+	"github.com/foldhost/foldhost/host/artifact/lease"
+	"github.com/foldhost/foldhost/host/artifact/storetest"
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -104,8 +108,8 @@ func TestRoundThenDeltaOnlyBootstrap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease := NewLease(lb.KV(), LeaseOptions{})
-	tr, err := NewLocalDir(t.TempDir())
+	ls := lease.New(lb.KV(), lease.Options{})
+	tr, err := dirstore.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,15 +121,15 @@ func TestRoundThenDeltaOnlyBootstrap(t *testing.T) {
 	putN(t, b, before, during) // the loop is live while the round runs
 	head := a.waitHead(t, b)
 
-	cfg := RoundConfig{Key: "routes", Holder: "node-a", TTL: time.Minute, StageDir: t.TempDir(), Source: Source{Bucket: "routes"}}
-	res, err := RunRound(ctx, a.loop.Load(), a.store, tr, lease, cfg)
+	cfg := RoundConfig{Key: "routes", Holder: "node-a", TTL: time.Minute, StageDir: t.TempDir(), Source: artifact.Source{Bucket: "routes"}}
+	res, err := RunRound(ctx, a.loop.Load(), a.store, tr, ls, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Skipped || res.Outcome != Published || res.Cursor.Rev != head {
+	if res.Skipped || res.Outcome != artifact.Published || res.Cursor.Rev != head {
 		t.Fatalf("round = %+v, want published at %d", res, head)
 	}
-	rec, err := lease.Read(ctx, "routes")
+	rec, err := ls.Read(ctx, "routes")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,14 +138,14 @@ func TestRoundThenDeltaOnlyBootstrap(t *testing.T) {
 	}
 	// Another node in the same TTL: the lease is held, nothing exported.
 	cfg.Holder = "node-c"
-	if res2, err := RunRound(ctx, a.loop.Load(), a.store, tr, lease, cfg); err != nil || !res2.Skipped {
+	if res2, err := RunRound(ctx, a.loop.Load(), a.store, tr, ls, cfg); err != nil || !res2.Skipped {
 		t.Fatalf("second round within the TTL = %+v, %v; want skipped", res2, err)
 	}
 
 	putN(t, b, 1000, delta) // written after the artifact's cursor
 
 	bDir := filepath.Join(t.TempDir(), "b")
-	m, err := Download(t.Context(), tr, "routes", bDir, DownloadOptions{})
+	m, err := artifact.Download(t.Context(), tr, "routes", bDir, artifact.DownloadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +161,7 @@ func TestRoundThenDeltaOnlyBootstrap(t *testing.T) {
 		t.Fatalf("bootstrapped node received %d updates, want only the delta %d (not %d)", got, delta, before+during+delta)
 	}
 	a.waitHead(t, b)
-	if da, db := dumpStore(t, a.store), dumpStore(t, node.store); !reflect.DeepEqual(da, db) {
+	if da, db := storetest.DumpStore(t, a.store), storetest.DumpStore(t, node.store); !reflect.DeepEqual(da, db) {
 		t.Fatalf("bootstrapped node differs from the exporter at %d", final)
 	}
 }
@@ -171,11 +175,11 @@ func (s *idleSource) Stop()                     {}
 func (s *idleSource) Err() error                { return nil }
 
 // TestRoundSupersededAbandonsTheLease: a slow exporter whose fold is behind
-// the published pointer gets SupersededByNewer, the pointer stays, and the
+// the published pointer gets artifact.SupersededByNewer, the pointer stays, and the
 // lease is freed at once for the next round.
 func TestRoundSupersededAbandonsTheLease(t *testing.T) {
-	lease, _ := leaseKV(t)
-	tr, err := NewLocalDir(t.TempDir())
+	ls := leaseOn(t)
+	tr, err := dirstore.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,32 +192,55 @@ func TestRoundSupersededAbandonsTheLease(t *testing.T) {
 		done := make(chan struct{})
 		go func() { loop.Run(lctx, src); close(done) }()
 		defer func() { cancel(); <-done }()
-		res, err := RunRound(ctx, loop, st, tr, lease, RoundConfig{Key: "k", Holder: holder, TTL: time.Minute,
+		res, err := RunRound(ctx, loop, st, tr, ls, RoundConfig{Key: "k", Holder: holder, TTL: time.Minute,
 			StageDir: t.TempDir(), Now: func() time.Time { return now }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res
 	}
-	fresh, stale := openStore(t), openStore(t)
-	commitN(t, fresh, 20)
-	commitN(t, stale, 5)
-	if res := run(fresh, "fresh", leaseT0); res.Outcome != Published {
+	fresh, stale := storetest.OpenStore(t), storetest.OpenStore(t)
+	storetest.CommitN(t, fresh, 20)
+	storetest.CommitN(t, stale, 5)
+	if res := run(fresh, "fresh", leaseT0); res.Outcome != artifact.Published {
 		t.Fatalf("fresh round = %+v", res)
 	}
 	ptr, _ := tr.Pointer(t.Context(), "k")
 	// Two minutes later the fresh lease has expired; the stale node wins it,
 	// exports, and is superseded.
 	later := leaseT0.Add(2 * time.Minute)
-	if res := run(stale, "stale", later); res.Skipped || res.Outcome != SupersededByNewer {
+	if res := run(stale, "stale", later); res.Skipped || res.Outcome != artifact.SupersededByNewer {
 		t.Fatalf("stale round = %+v, want superseded", res)
 	}
 	if now, _ := tr.Pointer(t.Context(), "k"); string(now) != string(ptr) {
 		t.Fatal("a superseded round moved the pointer")
 	}
 	// Abandoned: a third node wins the lease at the same instant.
-	g, err := lease.TryAcquire(ctx, "k", "third", time.Minute, later)
+	g, err := ls.TryAcquire(ctx, "k", "third", time.Minute, later)
 	if err != nil || g == nil {
 		t.Fatalf("lease not freed after a superseded round: %v %v", g, err)
 	}
 }
+
+// leaseOn is a lease over a bucket of a fresh embedded server.
+func leaseOn(t *testing.T) *lease.Lease {
+	t.Helper()
+	s, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("start nats: %v", err)
+	}
+	t.Cleanup(s.Shutdown)
+	nc, err := natskv.Connect(natskv.ConnOptions{URL: s.ClientURL(), Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	b, err := natskv.OpenBucket(t.Context(), nc, natskv.BucketConfig{Name: "leases"}, natskv.Options{RequestTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lease.New(b.KV(), lease.Options{RequestTimeout: 5 * time.Second})
+}
+
+// leaseT0 is the tests' lease clock origin.
+var leaseT0 = time.Unix(1_718_000_000, 0)

@@ -1,17 +1,21 @@
-package export
+package artifact
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"github.com/foldhost/foldhost/protocol"
 )
 
-// Transport stores artifacts behind a monotone pointer. Every implementation
-// must pass the same contract suite (transport_contract_test.go):
+// Store keeps artifacts behind a monotone pointer. Every implementation must
+// pass the same contract suite (package storetest):
 //
 //   - payloads are content-addressed by [Address] of their manifest and
 //     write-once (re-uploading an identical payload is not an error);
@@ -24,10 +28,7 @@ import (
 //   - Prune deletes only what [protocol.PayloadPrunable] admits.
 //
 // Implementations are safe for concurrent use.
-type Transport interface {
-	// Upload uploads the artifact in dir (made by [Export]) under key:
-	// UploadPayload, then SwapPointer.
-	Upload(ctx context.Context, key, dir string) (Outcome, error)
+type Store interface {
 	// UploadPayload stores the tar of the artifact in dir as key's payload
 	// named by the manifest's address and returns the manifest bytes. It
 	// does not touch the pointer.
@@ -49,11 +50,6 @@ type Transport interface {
 	Prune(ctx context.Context, key string, grace time.Duration, now time.Time) ([]string, error)
 }
 
-var (
-	_ Transport = (*LocalDir)(nil)
-	_ Transport = (*S3)(nil)
-)
-
 // MinAbandonedAge is the least idle time after which Prune takes an
 // upload's leftovers (a temp file, an S3 multipart upload) for abandoned,
 // whatever the prune grace: a live upload writes far more often, and the
@@ -62,31 +58,32 @@ const MinAbandonedAge = time.Hour
 
 // ErrSwapContended: a pointer swap lost the compare-and-swap more times than
 // the retry budget allows. Retry the round later.
-var ErrSwapContended = errors.New("export: pointer swap contended")
+var ErrSwapContended = errors.New("artifact: pointer swap contended")
 
-// upload is every transport's Upload: the payload first, then the pointer
-// swap (a crash in between leaves the old pointer, and an orphan payload
-// that prune collects).
-func upload(ctx context.Context, t Transport, key, dir string) (Outcome, error) {
-	manifest, err := t.UploadPayload(ctx, key, dir)
+// Upload publishes the artifact in dir (made by [Export]) under key: the
+// payload first (UploadPayload), then the pointer swap (SwapPointer). A crash
+// in between leaves the old pointer, and an orphan payload that prune
+// collects.
+func Upload(ctx context.Context, s Store, key, dir string) (Outcome, error) {
+	manifest, err := s.UploadPayload(ctx, key, dir)
 	if err != nil {
 		return 0, err
 	}
-	return t.SwapPointer(ctx, key, manifest)
+	return s.SwapPointer(ctx, key, manifest)
 }
 
-// artifactManifest checks key and reads and parses the manifest of the
-// artifact in dir: the first step of every UploadPayload.
-func artifactManifest(key, dir string) ([]byte, error) {
-	if err := checkKey(key); err != nil {
+// StagedManifest checks key and reads and parses the manifest of the
+// artifact in dir: the first step of every Store's UploadPayload.
+func StagedManifest(key, dir string) ([]byte, error) {
+	if err := CheckKey(key); err != nil {
 		return nil, err
 	}
 	manifest, err := os.ReadFile(filepath.Join(dir, ManifestName))
 	if err != nil {
-		return nil, fmt.Errorf("export: upload: %w", err)
+		return nil, fmt.Errorf("artifact: upload: %w", err)
 	}
 	if _, err := ParseManifest(manifest); err != nil {
-		return nil, fmt.Errorf("export: upload: %w", err)
+		return nil, fmt.Errorf("artifact: upload: %w", err)
 	}
 	return manifest, nil
 }
@@ -109,14 +106,14 @@ type DownloadOptions struct {
 // everything and installs dest atomically, or leaves it untouched. A
 // non-empty dest is refused ([ErrDestNotEmpty]) before anything is
 // downloaded.
-func Download(ctx context.Context, t Transport, key, dest string, o DownloadOptions) (Manifest, error) {
+func Download(ctx context.Context, t Store, key, dest string, o DownloadOptions) (Manifest, error) {
 	manifest, err := t.Pointer(ctx, key)
 	if err != nil {
 		return Manifest{}, err
 	}
 	m, err := ParseManifest(manifest)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("export: download %s: pointer: %w", key, err)
+		return Manifest{}, fmt.Errorf("artifact: download %s: pointer: %w", key, err)
 	}
 	if o.Check != nil {
 		if err := o.Check(m); err != nil {
@@ -128,7 +125,7 @@ func Download(ctx context.Context, t Transport, key, dest string, o DownloadOpti
 	}
 	body, size, err := t.OpenPayload(ctx, key, manifest)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("export: download %s: %w", key, err)
+		return Manifest{}, fmt.Errorf("artifact: download %s: %w", key, err)
 	}
 	defer body.Close()
 	return Import(&progressReader{ctx: ctx, r: body, total: size, fn: o.Progress}, manifest, dest)
@@ -153,4 +150,88 @@ func (p *progressReader) Read(b []byte) (int, error) {
 		p.fn(p.read, p.total)
 	}
 	return n, err
+}
+
+// Outcome is the result of a pointer swap.
+type Outcome int
+
+const (
+	// Published: the pointer now names the candidate artifact (or already
+	// did).
+	Published Outcome = iota + 1
+	// SupersededByNewer: the pointer names a strictly newer artifact; the
+	// candidate was not published. A normal outcome, not an error.
+	SupersededByNewer
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Published:
+		return "published"
+	case SupersededByNewer:
+		return "superseded by newer"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// CheckKey refuses a key that could escape a store's layout: empty, with
+// a path separator or NUL, or hidden.
+func CheckKey(key string) error {
+	if key == "" || strings.ContainsAny(key, "/\\\x00") || strings.HasPrefix(key, ".") {
+		return fmt.Errorf("artifact: bad key %q", key)
+	}
+	return nil
+}
+
+// PayloadRank reads the rank of a payload tar from its embedded manifest,
+// which must parse and have address addr (so the rank is authenticated by
+// the payload's name). Stores use it to prune ([protocol.PayloadPrunable]).
+func PayloadRank(r io.Reader, addr string) (protocol.Revision, bool) {
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			return 0, false
+		}
+		if hdr.Name != ManifestName || hdr.Typeflag != tar.TypeReg || hdr.Size > MaxManifestSize {
+			continue
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			return 0, false
+		}
+		return manifestRank(b, addr)
+	}
+}
+
+// manifestRank is the rank of manifest bytes b if they have address addr and
+// parse.
+func manifestRank(b []byte, addr string) (protocol.Revision, bool) {
+	if Address(b) != addr {
+		return 0, false
+	}
+	m, err := ParseManifest(b)
+	if err != nil {
+		return 0, false
+	}
+	c, err := m.DecodeCursor()
+	if err != nil {
+		return 0, false
+	}
+	return c.Rev, true
+}
+
+// PointerState classifies present pointer bytes for
+// [protocol.PointerPublishAllowed]: a manifest whose cursor
+// decodes has that cursor's revision as rank; anything else is corrupt.
+func PointerState(b []byte) protocol.PointerState {
+	m, err := ParseManifest(b)
+	if err != nil {
+		return protocol.PointerCorrupt()
+	}
+	c, err := m.DecodeCursor()
+	if err != nil {
+		return protocol.PointerCorrupt()
+	}
+	return protocol.PointerAt(c.Rev)
 }

@@ -1,7 +1,7 @@
-package export
+// Package dirstore is the local-directory artifact store (see [Store]).
+package dirstore
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -15,33 +15,12 @@ import (
 
 	"github.com/zeebo/blake3"
 
+	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/internal/files"
 	"github.com/foldhost/foldhost/protocol"
 )
 
-// Outcome is the result of a pointer swap.
-type Outcome int
-
-const (
-	// Published: the pointer now names the candidate artifact (or already
-	// did).
-	Published Outcome = iota + 1
-	// SupersededByNewer: the pointer names a strictly newer artifact; the
-	// candidate was not published. A normal outcome, not an error.
-	SupersededByNewer
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case Published:
-		return "published"
-	case SupersededByNewer:
-		return "superseded by newer"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
-
-// LocalDir is the local-directory transport:
+// Store is the local-directory artifact store:
 //
 //	<root>/<key>.payloads/<hex8>.tar   content-addressed payload, write-once
 //	<root>/<key>.manifest.json         pointer: the published manifest's bytes
@@ -52,88 +31,76 @@ func (o Outcome) String() string {
 // goroutines and processes on one host (Linux/Unix semantics; not over NFS),
 // and publishes by temp file + fsync + rename + directory fsync, so readers,
 // which take no lock, see the old pointer or the new one, never a torn one.
-// A LocalDir is safe for concurrent use.
-type LocalDir struct {
+// A Store is safe for concurrent use.
+type Store struct {
 	root string
 }
 
-// NewLocalDir returns the transport rooted at root, creating it if needed.
-func NewLocalDir(root string) (*LocalDir, error) {
+var _ artifact.Store = (*Store)(nil)
+
+// New returns the store rooted at root, creating it if needed.
+func New(root string) (*Store, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, fmt.Errorf("export: local dir: %w", err)
+		return nil, fmt.Errorf("artifact: local dir: %w", err)
 	}
-	return &LocalDir{root: root}, nil
+	return &Store{root: root}, nil
 }
 
-func checkKey(key string) error {
-	if key == "" || strings.ContainsAny(key, "/\\\x00") || strings.HasPrefix(key, ".") {
-		return fmt.Errorf("export: bad key %q", key)
-	}
-	return nil
-}
-
-func (l *LocalDir) pointerPath(key string) string {
+func (l *Store) pointerPath(key string) string {
 	return filepath.Join(l.root, key+".manifest.json")
 }
-func (l *LocalDir) payloadDir(key string) string { return filepath.Join(l.root, key+".payloads") }
-func (l *LocalDir) payloadPath(key, addr string) string {
+func (l *Store) payloadDir(key string) string { return filepath.Join(l.root, key+".payloads") }
+func (l *Store) payloadPath(key, addr string) string {
 	return filepath.Join(l.payloadDir(key), addr+".tar")
 }
 
-// Upload uploads the artifact in dir (made by [Export]) under key: the
-// payload first ([LocalDir.UploadPayload]), then the pointer swap
-// ([LocalDir.SwapPointer]).
-func (l *LocalDir) Upload(ctx context.Context, key, dir string) (Outcome, error) {
-	return upload(ctx, l, key, dir)
-}
-
 // UploadPayload writes the tar of the artifact in dir to
-// <key>.payloads/<Address(manifest)>.tar, write-once: the tar goes to a temp
+// <key>.payloads/<artifact.Address(manifest)>.tar, write-once: the tar goes to a temp
 // file, is fsynced, then hard-linked to its final name, which fails rather
 // than replaces. An existing payload of the same name must have identical
 // bytes (then its mtime is refreshed, restarting its prune grace); anything
 // else is an error. It returns the manifest bytes.
-func (l *LocalDir) UploadPayload(ctx context.Context, key, dir string) ([]byte, error) {
-	manifest, err := artifactManifest(key, dir)
+func (l *Store) UploadPayload(ctx context.Context, key, dir string) ([]byte, error) {
+	manifest, err := artifact.StagedManifest(key, dir)
 	if err != nil {
 		return nil, err
 	}
 	pdir := l.payloadDir(key)
 	if err := os.MkdirAll(pdir, 0o755); err != nil {
-		return nil, fmt.Errorf("export: upload: %w", err)
+		return nil, fmt.Errorf("artifact: upload: %w", err)
 	}
 	tmp, err := os.CreateTemp(pdir, ".upload-*")
 	if err != nil {
-		return nil, fmt.Errorf("export: upload: %w", err)
+		return nil, fmt.Errorf("artifact: upload: %w", err)
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	h := blake3.New()
-	if err := WriteTar(ctxWriter{ctx, io.MultiWriter(tmp, h)}, dir); err != nil {
-		return nil, fmt.Errorf("export: upload: %w", err)
+	if err := artifact.WriteTar(ctxWriter{ctx, io.MultiWriter(tmp, h)}, dir); err != nil {
+		return nil, fmt.Errorf("artifact: upload: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
-		return nil, fmt.Errorf("export: upload: %w", err)
+		return nil, fmt.Errorf("artifact: upload: %w", err)
 	}
-	final := l.payloadPath(key, Address(manifest))
+	final := l.payloadPath(key, artifact.Address(manifest))
 	if err := os.Link(tmp.Name(), final); err != nil {
 		if !errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("export: upload: %w", err)
+			return nil, fmt.Errorf("artifact: upload: %w", err)
 		}
-		_, sum, err := hashFile(final)
+		_, sum, err := artifact.HashFile(final)
 		if err != nil {
-			return nil, fmt.Errorf("export: upload: existing payload: %w", err)
+			return nil, fmt.Errorf("artifact: upload: existing payload: %w", err)
 		}
 		if want := fmt.Sprintf("%x", h.Sum(nil)); sum != want {
-			return nil, fmt.Errorf("export: upload: payload %s exists with different bytes", final)
+			return nil, fmt.Errorf("artifact: upload: payload %s exists with different bytes", final)
 		}
 		now := time.Now()
 		if err := os.Chtimes(final, now, now); err != nil {
-			return nil, fmt.Errorf("export: upload: %w", err)
+			return nil, fmt.Errorf("artifact: upload: %w", err)
 		}
 	}
-	if err := syncDir(pdir); err != nil {
-		return nil, fmt.Errorf("export: upload: %w", err)
+	if err := files.SyncDir(pdir); err != nil {
+		return nil, fmt.Errorf("artifact: upload: %w", err)
 	}
 	return manifest, nil
 }
@@ -144,20 +111,20 @@ func (l *LocalDir) UploadPayload(ctx context.Context, key, dir string) ([]byte, 
 // every other SwapPointer and Prune on the key. The payload it names must
 // already be stored. It returns [SupersededByNewer] when the pointer is
 // strictly newer.
-func (l *LocalDir) SwapPointer(ctx context.Context, key string, manifest []byte) (Outcome, error) {
-	if err := checkKey(key); err != nil {
+func (l *Store) SwapPointer(ctx context.Context, key string, manifest []byte) (artifact.Outcome, error) {
+	if err := artifact.CheckKey(key); err != nil {
 		return 0, err
 	}
-	m, err := ParseManifest(manifest)
+	m, err := artifact.ParseManifest(manifest)
 	if err != nil {
-		return 0, fmt.Errorf("export: swap pointer: %w", err)
+		return 0, fmt.Errorf("artifact: swap pointer: %w", err)
 	}
 	cur, err := m.DecodeCursor()
 	if err != nil {
-		return 0, fmt.Errorf("export: swap pointer: %w", err)
+		return 0, fmt.Errorf("artifact: swap pointer: %w", err)
 	}
-	if _, err := os.Stat(l.payloadPath(key, Address(manifest))); err != nil {
-		return 0, fmt.Errorf("export: swap pointer: payload not stored: %w", err)
+	if _, err := os.Stat(l.payloadPath(key, artifact.Address(manifest))); err != nil {
+		return 0, fmt.Errorf("artifact: swap pointer: payload not stored: %w", err)
 	}
 	unlock, err := l.lock(ctx, key)
 	if err != nil {
@@ -169,64 +136,50 @@ func (l *LocalDir) SwapPointer(ctx context.Context, key string, manifest []byte)
 		return 0, err
 	}
 	if !protocol.PointerPublishAllowed(state, cur.Rev) {
-		return SupersededByNewer, nil
+		return artifact.SupersededByNewer, nil
 	}
 	if bytes.Equal(old, manifest) {
-		return Published, nil
+		return artifact.Published, nil
 	}
 	if err := l.writePointer(key, manifest); err != nil {
 		return 0, err
 	}
-	return Published, nil
+	return artifact.Published, nil
 }
 
 // readPointer returns the pointer's bytes (nil when absent) and its state.
-func (l *LocalDir) readPointer(key string) ([]byte, protocol.PointerState, error) {
-	b, err := files.ReadRegular(l.pointerPath(key), maxManifestSize)
+func (l *Store) readPointer(key string) ([]byte, protocol.PointerState, error) {
+	b, err := files.ReadRegular(l.pointerPath(key), artifact.MaxManifestSize)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, protocol.PointerAbsent(), nil
 	}
 	if err != nil {
-		return nil, protocol.PointerState{}, fmt.Errorf("export: read pointer: %w", err)
+		return nil, protocol.PointerState{}, fmt.Errorf("artifact: read pointer: %w", err)
 	}
-	return b, pointerState(b), nil
+	return b, artifact.PointerState(b), nil
 }
 
-// pointerState classifies present pointer bytes: a manifest whose cursor
-// decodes has that cursor's revision as rank; anything else is corrupt.
-func pointerState(b []byte) protocol.PointerState {
-	m, err := ParseManifest(b)
-	if err != nil {
-		return protocol.PointerCorrupt()
-	}
-	c, err := m.DecodeCursor()
-	if err != nil {
-		return protocol.PointerCorrupt()
-	}
-	return protocol.PointerAt(c.Rev)
-}
-
-func (l *LocalDir) writePointer(key string, manifest []byte) error {
+func (l *Store) writePointer(key string, manifest []byte) error {
 	tmp, err := os.CreateTemp(l.root, "."+key+".pointer-*")
 	if err != nil {
-		return fmt.Errorf("export: write pointer: %w", err)
+		return fmt.Errorf("artifact: write pointer: %w", err)
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	if _, err := tmp.Write(manifest); err != nil {
-		return fmt.Errorf("export: write pointer: %w", err)
+		return fmt.Errorf("artifact: write pointer: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("export: write pointer: %w", err)
+		return fmt.Errorf("artifact: write pointer: %w", err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("export: write pointer: %w", err)
+		return fmt.Errorf("artifact: write pointer: %w", err)
 	}
 	if err := os.Rename(tmp.Name(), l.pointerPath(key)); err != nil {
-		return fmt.Errorf("export: write pointer: %w", err)
+		return fmt.Errorf("artifact: write pointer: %w", err)
 	}
-	if err := syncDir(l.root); err != nil {
-		return fmt.Errorf("export: write pointer: %w", err)
+	if err := files.SyncDir(l.root); err != nil {
+		return fmt.Errorf("artifact: write pointer: %w", err)
 	}
 	return nil
 }
@@ -234,10 +187,10 @@ func (l *LocalDir) writePointer(key string, manifest []byte) error {
 // lock takes the key's exclusive flock, waiting until ctx is done. Each
 // call opens its own file description, so it excludes other goroutines of
 // this process as well as other processes.
-func (l *LocalDir) lock(ctx context.Context, key string) (func(), error) {
+func (l *Store) lock(ctx context.Context, key string) (func(), error) {
 	lk, err := files.LockWait(ctx, filepath.Join(l.root, key+".lock"))
 	if err != nil {
-		return nil, fmt.Errorf("export: %w", err)
+		return nil, fmt.Errorf("artifact: %w", err)
 	}
 	return lk.Unlock, nil
 }
@@ -257,29 +210,29 @@ func (w ctxWriter) Write(p []byte) (int, error) {
 
 // Pointer returns key's pointer bytes: the published manifest, the single
 // trusted object. It fails with [ErrNoPointer] when there is none. The bytes
-// may be corrupt; [LocalDir.Download] and [Import] check them.
-func (l *LocalDir) Pointer(_ context.Context, key string) ([]byte, error) {
-	if err := checkKey(key); err != nil {
+// may be corrupt; [Store.Download] and [Import] check them.
+func (l *Store) Pointer(_ context.Context, key string) ([]byte, error) {
+	if err := artifact.CheckKey(key); err != nil {
 		return nil, err
 	}
-	b, err := files.ReadRegular(l.pointerPath(key), maxManifestSize)
+	b, err := files.ReadRegular(l.pointerPath(key), artifact.MaxManifestSize)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s", ErrNoPointer, key)
+		return nil, fmt.Errorf("%w: %s", artifact.ErrNoPointer, key)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("export: read pointer: %w", err)
+		return nil, fmt.Errorf("artifact: read pointer: %w", err)
 	}
 	return b, nil
 }
 
 // OpenPayload opens key's payload named by [Address] of manifest.
-func (l *LocalDir) OpenPayload(_ context.Context, key string, manifest []byte) (io.ReadCloser, int64, error) {
-	if err := checkKey(key); err != nil {
+func (l *Store) OpenPayload(_ context.Context, key string, manifest []byte) (io.ReadCloser, int64, error) {
+	if err := artifact.CheckKey(key); err != nil {
 		return nil, 0, err
 	}
 	// A FIFO or a device named like a payload is refused, not read (a FIFO
 	// used to hang bootstrap forever).
-	f, size, err := files.OpenRegular(l.payloadPath(key, Address(manifest)), math.MaxInt64)
+	f, size, err := files.OpenRegular(l.payloadPath(key, artifact.Address(manifest)), math.MaxInt64)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -294,8 +247,8 @@ func (l *LocalDir) OpenPayload(_ context.Context, key string, manifest []byte) (
 // its mtime is older than now-grace. Production must pass a grace longer
 // than any upload-to-swap window (RATIONALE.md, "Prune needs a grace period
 // even with the strict rank rule").
-func (l *LocalDir) Prune(ctx context.Context, key string, grace time.Duration, now time.Time) ([]string, error) {
-	if err := checkKey(key); err != nil {
+func (l *Store) Prune(ctx context.Context, key string, grace time.Duration, now time.Time) ([]string, error) {
+	if err := artifact.CheckKey(key); err != nil {
 		return nil, err
 	}
 	unlock, err := l.lock(ctx, key)
@@ -309,9 +262,9 @@ func (l *LocalDir) Prune(ctx context.Context, key string, grace time.Duration, n
 	}
 	target := ""
 	if ptr != nil {
-		target = Address(ptr) + ".tar"
+		target = artifact.Address(ptr) + ".tar"
 	}
-	stale := now.Add(-max(grace, MinAbandonedAge))
+	stale := now.Add(-max(grace, artifact.MinAbandonedAge))
 	removeStaleTemps(l.root, "."+key+".pointer-", stale)
 	removeStaleTemps(l.payloadDir(key), ".upload-", stale)
 	entries, err := os.ReadDir(l.payloadDir(key))
@@ -319,7 +272,7 @@ func (l *LocalDir) Prune(ctx context.Context, key string, grace time.Duration, n
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("export: prune: %w", err)
+		return nil, fmt.Errorf("artifact: prune: %w", err)
 	}
 	var deleted []string
 	for _, e := range entries {
@@ -330,7 +283,7 @@ func (l *LocalDir) Prune(ctx context.Context, key string, grace time.Duration, n
 		p := filepath.Join(l.payloadDir(key), name)
 		info, err := e.Info()
 		if err != nil {
-			return deleted, fmt.Errorf("export: prune: %w", err)
+			return deleted, fmt.Errorf("artifact: prune: %w", err)
 		}
 		rank, known := payloadRank(p, strings.TrimSuffix(name, ".tar"))
 		pl := protocol.Payload{
@@ -343,13 +296,13 @@ func (l *LocalDir) Prune(ctx context.Context, key string, grace time.Duration, n
 			continue
 		}
 		if err := os.Remove(p); err != nil {
-			return deleted, fmt.Errorf("export: prune: %w", err)
+			return deleted, fmt.Errorf("artifact: prune: %w", err)
 		}
 		deleted = append(deleted, name)
 	}
 	if len(deleted) > 0 {
-		if err := syncDir(l.payloadDir(key)); err != nil {
-			return deleted, fmt.Errorf("export: prune: %w", err)
+		if err := files.SyncDir(l.payloadDir(key)); err != nil {
+			return deleted, fmt.Errorf("artifact: prune: %w", err)
 		}
 	}
 	return deleted, nil
@@ -379,43 +332,5 @@ func payloadRank(p, addr string) (protocol.Revision, bool) {
 		return 0, false
 	}
 	defer f.Close()
-	return tarRank(f, addr)
-}
-
-// tarRank reads the rank of a payload tar from its embedded manifest, which
-// must parse and have address addr (so the rank is authenticated by the
-// payload's name).
-func tarRank(r io.Reader, addr string) (protocol.Revision, bool) {
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if err != nil {
-			return 0, false
-		}
-		if hdr.Name != ManifestName || hdr.Typeflag != tar.TypeReg || hdr.Size > maxManifestSize {
-			continue
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			return 0, false
-		}
-		return manifestRank(b, addr)
-	}
-}
-
-// manifestRank is the rank of manifest bytes b if they have address addr and
-// parse.
-func manifestRank(b []byte, addr string) (protocol.Revision, bool) {
-	if Address(b) != addr {
-		return 0, false
-	}
-	m, err := ParseManifest(b)
-	if err != nil {
-		return 0, false
-	}
-	c, err := m.DecodeCursor()
-	if err != nil {
-		return 0, false
-	}
-	return c.Rev, true
+	return artifact.PayloadRank(f, addr)
 }

@@ -155,3 +155,26 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// DeleteBucket deletes every object in bucket, then the bucket, so that
+// repeated uploads do not fill the disk.
+func (s *Server) DeleteBucket(tb testing.TB, bucket string) {
+	tb.Helper()
+	ctx := context.Background()
+	c := s.Client()
+	pages := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: &bucket})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, o := range page.Contents {
+			if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: o.Key}); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	if _, err := c.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: &bucket}); err != nil {
+		tb.Logf("delete bucket %s: %v", bucket, err)
+	}
+}

@@ -1,4 +1,4 @@
-package export
+package artifact
 
 import (
 	"errors"
@@ -11,18 +11,18 @@ var (
 	// tar entry, a hash mismatch, a truncated tar, a wrong backend or format
 	// version, or a staged copy whose cursor differs from the manifest's.
 	// Such an artifact must not be retried as is.
-	ErrArtifactInvalid = errors.New("export: invalid artifact")
+	ErrArtifactInvalid = errors.New("artifact: invalid artifact")
 
 	// ErrDestNotEmpty: Import refuses to overwrite a non-empty directory.
-	ErrDestNotEmpty = errors.New("export: destination is not empty")
+	ErrDestNotEmpty = errors.New("artifact: destination is not empty")
 
 	// ErrNoPointer: the transport holds no pointer for the key.
-	ErrNoPointer = errors.New("export: no pointer")
+	ErrNoPointer = errors.New("artifact: no pointer")
 
 	// ErrCursorMoved: the staged checkpoint's cursor differs from the live
 	// cursor read before the checkpoint, so the caller committed during
 	// Export (a broken contract; see [Export]).
-	ErrCursorMoved = errors.New("export: cursor moved during export")
+	ErrCursorMoved = errors.New("artifact: cursor moved during export")
 )
 
 func invalid(format string, args ...any) error {

@@ -1,7 +1,11 @@
-// Package export makes a fold transferable: it exports a consistent,
+// Package artifact makes a fold transferable: it exports a consistent,
 // verified, content-addressed artifact of a [fold.Store], packs it as a tar,
-// imports it (verifying everything, since the transport is untrusted), and
-// stores it behind a monotone pointer in a transport.
+// imports it (verifying everything, since the store is untrusted), and
+// defines the [Store] that keeps artifacts behind a monotone pointer.
+// The stores live in sub-packages, one per backend (dirstore: a local
+// directory; s3store: S3), and pass one contract suite (storetest); the
+// fleet-wide export lease is package lease, and the export round that ties
+// them together is the host's (host.RunRound).
 //
 // # Artifact
 //
@@ -30,26 +34,20 @@
 // equal the manifest's, and renames it into place. A bad artifact never
 // becomes a fold and a failed import leaves the destination as it was.
 //
-// # Transport and pointer
+// # Store and pointer
 //
-// [Transport] is what an exporter and a bootstrapping node need from a
-// store; one contract suite (transport_contract_test.go) runs against every
-// implementation. [LocalDir] is the local-directory transport; [S3] stores
-// the same layout under a bucket prefix, uploading payloads as multipart in
-// 8 MiB parts and swapping the pointer with conditional writes (If-None-Match
-// "*" / If-Match ETag), at most [MaxSwapRetries] retries on a lost write.
-//
-// [LocalDir] is the local-directory transport. Payloads are write-once; the
-// pointer `<key>.manifest.json` holds the manifest bytes of the published
-// artifact and is swapped by compare-and-swap under an exclusive lock, only
-// when [protocol.PointerPublishAllowed] admits the candidate, so the published
+// [Store] is what an exporter and a bootstrapping node need from a place
+// that keeps artifacts. Payloads are write-once, named by their manifest's
+// address; the pointer `<key>.manifest.json` holds the manifest bytes of the
+// published artifact and is swapped by compare-and-swap only when
+// [protocol.PointerPublishAllowed] admits the candidate, so the published
 // rank never regresses (a corrupt pointer is replaceable). Losing the race is
-// the normal outcome [SupersededByNewer], not an error. [LocalDir.Prune]
-// deletes a payload only when [protocol.PayloadPrunable] says so; production
-// must prune with a grace period that outlasts every upload-to-swap window
-// (4 × lease TTL, see RATIONALE.md "Prune needs a grace period even with the
-// strict rank rule"), never zero.
+// the normal outcome [SupersededByNewer], not an error. Prune deletes a
+// payload only when [protocol.PayloadPrunable] says so; production must
+// prune with a grace period that outlasts every upload-to-swap window (4 ×
+// lease TTL, RATIONALE.md "Prune needs a grace period even with the strict
+// rank rule"), never zero.
 //
 // Stage parents and import destinations must be on the fold's filesystem:
 // checkpoints hard-link sstables and renames must not cross devices.
-package export
+package artifact

@@ -1,4 +1,5 @@
-package export
+// Package s3store is the S3 artifact store (see [Store]).
+package s3store
 
 import (
 	"bytes"
@@ -18,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -39,8 +41,8 @@ const (
 	rankTailWindow = 1 << 20
 )
 
-// S3Options configure an [S3] transport.
-type S3Options struct {
+// Options configure a [Store].
+type Options struct {
 	// Endpoint is the service's base URL (BaseEndpoint), e.g.
 	// "http://127.0.0.1:7070"; empty means AWS's endpoint for Region.
 	Endpoint string
@@ -74,10 +76,10 @@ type S3Options struct {
 	OpTimeout time.Duration
 }
 
-// DefaultOpTimeout is the default [S3Options.OpTimeout].
+// DefaultOpTimeout is the default [Options.OpTimeout].
 const DefaultOpTimeout = 2 * time.Minute
 
-// S3 is the S3 transport:
+// Store is the S3 artifact store:
 //
 //	<prefix>/<key>.payloads/<hex8>.tar   content-addressed payload, write-once
 //	<prefix>/<key>.manifest.json         pointer: the published manifest's bytes
@@ -90,11 +92,11 @@ const DefaultOpTimeout = 2 * time.Minute
 // [protocol.PointerPublishAllowed], then PutObject with If-None-Match "*"
 // (absent) or If-Match ETag (present), retrying up to [MaxSwapRetries] times
 // when a concurrent swap wins (412). The server must honour conditional
-// writes atomically (AWS S3, versitygw; see DESIGN.md).
+// writes atomically (AWS S3, versitygw: RATIONALE.md).
 //
 // Every operation honours its context; each request is also bounded by
-// [S3Options.OpTimeout]. The SDK's own retries apply.
-type S3 struct {
+// [Options.OpTimeout]. The SDK's own retries apply.
+type Store struct {
 	client      *s3.Client
 	bucket      string
 	prefix      string
@@ -107,10 +109,12 @@ type S3 struct {
 	beforeSwapPut func(attempt int)
 }
 
-// NewS3 returns an S3 transport. It does not contact the server.
-func NewS3(o S3Options) (*S3, error) {
+var _ artifact.Store = (*Store)(nil)
+
+// New returns a Store. It does not contact the server.
+func New(o Options) (*Store, error) {
 	if o.Bucket == "" {
-		return nil, errors.New("export: s3: no bucket")
+		return nil, errors.New("artifact: s3: no bucket")
 	}
 	if o.Region == "" {
 		o.Region = "us-east-1"
@@ -119,7 +123,7 @@ func NewS3(o S3Options) (*S3, error) {
 		o.PartSize = DefaultPartSize
 	}
 	if o.PartSize < MinPartSize {
-		return nil, fmt.Errorf("export: s3: bad part size %d", o.PartSize)
+		return nil, fmt.Errorf("artifact: s3: bad part size %d", o.PartSize)
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultPartConcurrency
@@ -140,14 +144,14 @@ func NewS3(o S3Options) (*S3, error) {
 		// that call out (roles) run lazily, at the first request.
 		dc, err := config.LoadDefaultConfig(context.Background(), config.WithRegion(o.Region))
 		if err != nil {
-			return nil, fmt.Errorf("export: s3: default credentials: %w", err)
+			return nil, fmt.Errorf("artifact: s3: default credentials: %w", err)
 		}
 		so.Credentials = dc.Credentials
 	}
 	if o.Endpoint != "" {
 		so.BaseEndpoint = aws.String(o.Endpoint)
 	}
-	return &S3{
+	return &Store{
 		client:      s3.New(so),
 		bucket:      o.Bucket,
 		prefix:      strings.Trim(o.Prefix, "/"),
@@ -158,20 +162,20 @@ func NewS3(o S3Options) (*S3, error) {
 }
 
 // op bounds one request by the operation timeout.
-func (s *S3) op(ctx context.Context) (context.Context, context.CancelFunc) {
+func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.opTimeout)
 }
 
-func (s *S3) object(name string) string {
+func (s *Store) object(name string) string {
 	if s.prefix == "" {
 		return name
 	}
 	return s.prefix + "/" + name
 }
 
-func (s *S3) pointerKey(key string) string    { return s.object(key + ".manifest.json") }
-func (s *S3) payloadPrefix(key string) string { return s.object(key + ".payloads/") }
-func (s *S3) payloadKey(key, addr string) string {
+func (s *Store) pointerKey(key string) string    { return s.object(key + ".manifest.json") }
+func (s *Store) payloadPrefix(key string) string { return s.object(key + ".payloads/") }
+func (s *Store) payloadKey(key, addr string) string {
 	return s.payloadPrefix(key) + addr + ".tar"
 }
 
@@ -206,26 +210,20 @@ func isNotFound(err error) bool {
 	return errors.As(err, &he) && he.HTTPStatusCode() == 404
 }
 
-// Upload uploads the artifact in dir under key: [S3.UploadPayload], then
-// [S3.SwapPointer].
-func (s *S3) Upload(ctx context.Context, key, dir string) (Outcome, error) {
-	return upload(ctx, s, key, dir)
-}
-
 // UploadPayload uploads the tar of the artifact in dir to
-// <key>.payloads/<Address(manifest)>.tar, streaming it (multipart in
+// <key>.payloads/<artifact.Address(manifest)>.tar, streaming it (multipart in
 // PartSize parts, Concurrency in flight, aborted on any failure; a single
 // PutObject when it fits in one part), write-once. An existing payload of
 // that name is accepted when its embedded manifest has that address (its
-// LastModified is not refreshed, unlike [LocalDir]; harmless, since only
+// LastModified is not refreshed, unlike the local store's; harmless, since only
 // payloads strictly below the pointer are ever pruned and those can never be
 // published). It returns the manifest bytes.
-func (s *S3) UploadPayload(ctx context.Context, key, dir string) ([]byte, error) {
-	manifest, err := artifactManifest(key, dir)
+func (s *Store) UploadPayload(ctx context.Context, key, dir string) ([]byte, error) {
+	manifest, err := artifact.StagedManifest(key, dir)
 	if err != nil {
 		return nil, err
 	}
-	addr := Address(manifest)
+	addr := artifact.Address(manifest)
 	obj := s.payloadKey(key, addr)
 	exists, err := s.checkExistingPayload(ctx, obj, addr)
 	if err != nil {
@@ -238,7 +236,7 @@ func (s *S3) UploadPayload(ctx context.Context, key, dir string) ([]byte, error)
 	if isPreconditionFailed(err) { // a concurrent uploader stored it first
 		exists, err = s.checkExistingPayload(ctx, obj, addr)
 		if err == nil && !exists {
-			err = fmt.Errorf("export: upload: payload %s: conditional write refused but no object", obj)
+			err = fmt.Errorf("artifact: upload: payload %s: conditional write refused but no object", obj)
 		}
 	}
 	if err != nil {
@@ -249,7 +247,7 @@ func (s *S3) UploadPayload(ctx context.Context, key, dir string) ([]byte, error)
 
 // checkExistingPayload reports whether obj exists; an existing object must
 // embed a manifest with address addr.
-func (s *S3) checkExistingPayload(ctx context.Context, obj, addr string) (bool, error) {
+func (s *Store) checkExistingPayload(ctx context.Context, obj, addr string) (bool, error) {
 	hctx, cancel := s.op(ctx)
 	head, err := s.client.HeadObject(hctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &obj})
 	cancel()
@@ -257,26 +255,26 @@ func (s *S3) checkExistingPayload(ctx context.Context, obj, addr string) (bool, 
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("export: upload: head %s: %w", obj, err)
+		return false, fmt.Errorf("artifact: upload: head %s: %w", obj, err)
 	}
 	if _, ok, err := s.payloadRank(ctx, obj, aws.ToInt64(head.ContentLength), addr); err != nil {
-		return false, fmt.Errorf("export: upload: existing payload %s: %w", obj, err)
+		return false, fmt.Errorf("artifact: upload: existing payload %s: %w", obj, err)
 	} else if !ok {
-		return false, fmt.Errorf("export: upload: payload %s exists with different content", obj)
+		return false, fmt.Errorf("artifact: upload: payload %s exists with different content", obj)
 	}
 	return true, nil
 }
 
-// putPayload streams WriteTar(dir) to obj with If-None-Match "*".
-func (s *S3) putPayload(ctx context.Context, obj, dir string) (err error) {
+// putPayload streams artifact.WriteTar(dir) to obj with If-None-Match "*".
+func (s *Store) putPayload(ctx context.Context, obj, dir string) (err error) {
 	pr, pw := io.Pipe()
 	tarDone := make(chan struct{})
 	go func() {
 		defer close(tarDone)
-		pw.CloseWithError(WriteTar(pw, dir))
+		pw.CloseWithError(artifact.WriteTar(pw, dir))
 	}()
 	defer func() {
-		pr.CloseWithError(errors.New("export: upload stopped"))
+		pr.CloseWithError(errors.New("artifact: upload stopped"))
 		<-tarDone
 	}()
 
@@ -293,19 +291,19 @@ func (s *S3) putPayload(ctx context.Context, obj, dir string) (err error) {
 			IfNoneMatch:   aws.String("*"),
 		})
 		if err != nil {
-			return fmt.Errorf("export: upload %s: %w", obj, err)
+			return fmt.Errorf("artifact: upload %s: %w", obj, err)
 		}
 		return nil
 	}
 	if rerr != nil {
-		return fmt.Errorf("export: upload %s: %w", obj, rerr)
+		return fmt.Errorf("artifact: upload %s: %w", obj, rerr)
 	}
 
 	cctx, ccancel := s.op(ctx)
 	created, err := s.client.CreateMultipartUpload(cctx, &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: &obj})
 	ccancel()
 	if err != nil {
-		return fmt.Errorf("export: upload %s: create multipart: %w", obj, err)
+		return fmt.Errorf("artifact: upload %s: create multipart: %w", obj, err)
 	}
 	uploadID := created.UploadId
 	completed := false
@@ -318,7 +316,7 @@ func (s *S3) putPayload(ctx context.Context, obj, dir string) (err error) {
 		if _, aerr := s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{
 			Bucket: &s.bucket, Key: &obj, UploadId: uploadID,
 		}); aerr != nil {
-			err = errors.Join(err, fmt.Errorf("export: upload %s: abort: %w", obj, aerr))
+			err = errors.Join(err, fmt.Errorf("artifact: upload %s: abort: %w", obj, aerr))
 		}
 	}()
 
@@ -366,7 +364,7 @@ func (s *S3) putPayload(ctx context.Context, obj, dir string) (err error) {
 				ContentLength: aws.Int64(int64(len(b))),
 			})
 			if err != nil {
-				fail(fmt.Errorf("export: upload %s: part %d: %w", obj, num, err))
+				fail(fmt.Errorf("artifact: upload %s: part %d: %w", obj, num, err))
 				return
 			}
 			mu.Lock()
@@ -384,7 +382,7 @@ func (s *S3) putPayload(ctx context.Context, obj, dir string) (err error) {
 		if rerr == io.ErrUnexpectedEOF {
 			last = true
 		} else if rerr != nil {
-			fail(fmt.Errorf("export: upload %s: %w", obj, rerr))
+			fail(fmt.Errorf("artifact: upload %s: %w", obj, rerr))
 			break
 		}
 		buf = next[:n]
@@ -406,7 +404,7 @@ func (s *S3) putPayload(ctx context.Context, obj, dir string) (err error) {
 		IfNoneMatch:     aws.String("*"),
 	})
 	if err != nil {
-		return fmt.Errorf("export: upload %s: complete multipart: %w", obj, err)
+		return fmt.Errorf("artifact: upload %s: complete multipart: %w", obj, err)
 	}
 	completed = true
 	return nil
@@ -419,24 +417,24 @@ func (s *S3) putPayload(ctx context.Context, obj, dir string) (err error) {
 // conditional write is retried from the read, at most [MaxSwapRetries]
 // times, then it fails with [ErrSwapContended]. The payload must already be
 // stored. It returns [SupersededByNewer] when the pointer is strictly newer.
-func (s *S3) SwapPointer(ctx context.Context, key string, manifest []byte) (Outcome, error) {
-	if err := checkKey(key); err != nil {
+func (s *Store) SwapPointer(ctx context.Context, key string, manifest []byte) (artifact.Outcome, error) {
+	if err := artifact.CheckKey(key); err != nil {
 		return 0, err
 	}
-	m, err := ParseManifest(manifest)
+	m, err := artifact.ParseManifest(manifest)
 	if err != nil {
-		return 0, fmt.Errorf("export: swap pointer: %w", err)
+		return 0, fmt.Errorf("artifact: swap pointer: %w", err)
 	}
 	cur, err := m.DecodeCursor()
 	if err != nil {
-		return 0, fmt.Errorf("export: swap pointer: %w", err)
+		return 0, fmt.Errorf("artifact: swap pointer: %w", err)
 	}
-	payload := s.payloadKey(key, Address(manifest))
+	payload := s.payloadKey(key, artifact.Address(manifest))
 	hctx, cancel := s.op(ctx)
 	_, err = s.client.HeadObject(hctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &payload})
 	cancel()
 	if err != nil {
-		return 0, fmt.Errorf("export: swap pointer: payload not stored: %w", err)
+		return 0, fmt.Errorf("artifact: swap pointer: payload not stored: %w", err)
 	}
 	ptr := s.pointerKey(key)
 	for attempt := 0; attempt <= MaxSwapRetries; attempt++ {
@@ -445,10 +443,10 @@ func (s *S3) SwapPointer(ctx context.Context, key string, manifest []byte) (Outc
 			return 0, err
 		}
 		if !protocol.PointerPublishAllowed(state, cur.Rev) {
-			return SupersededByNewer, nil
+			return artifact.SupersededByNewer, nil
 		}
 		if state.Present() && bytes.Equal(old, manifest) {
-			return Published, nil
+			return artifact.Published, nil
 		}
 		in := &s3.PutObjectInput{
 			Bucket:        &s.bucket,
@@ -459,7 +457,7 @@ func (s *S3) SwapPointer(ctx context.Context, key string, manifest []byte) (Outc
 		}
 		if state.Present() {
 			if etag == "" {
-				return 0, fmt.Errorf("export: swap pointer %s: server returned no ETag", ptr)
+				return 0, fmt.Errorf("artifact: swap pointer %s: server returned no ETag", ptr)
 			}
 			in.IfMatch = aws.String(etag)
 		} else {
@@ -472,18 +470,18 @@ func (s *S3) SwapPointer(ctx context.Context, key string, manifest []byte) (Outc
 		_, err = s.client.PutObject(pctx, in)
 		cancel()
 		if err == nil {
-			return Published, nil
+			return artifact.Published, nil
 		}
 		if !isPreconditionFailed(err) {
-			return 0, fmt.Errorf("export: swap pointer %s: %w", ptr, err)
+			return 0, fmt.Errorf("artifact: swap pointer %s: %w", ptr, err)
 		}
 	}
-	return 0, fmt.Errorf("%w: %s after %d retries", ErrSwapContended, ptr, MaxSwapRetries)
+	return 0, fmt.Errorf("%w: %s after %d retries", artifact.ErrSwapContended, ptr, MaxSwapRetries)
 }
 
 // readPointer returns the pointer's bytes (nil when absent), ETag and state.
 // A pointer larger than any manifest is corrupt.
-func (s *S3) readPointer(ctx context.Context, key string) ([]byte, string, protocol.PointerState, error) {
+func (s *Store) readPointer(ctx context.Context, key string) ([]byte, string, protocol.PointerState, error) {
 	ptr := s.pointerKey(key)
 	ctx, cancel := s.op(ctx)
 	defer cancel()
@@ -492,24 +490,24 @@ func (s *S3) readPointer(ctx context.Context, key string) ([]byte, string, proto
 		return nil, "", protocol.PointerAbsent(), nil
 	}
 	if err != nil {
-		return nil, "", protocol.PointerState{}, fmt.Errorf("export: read pointer %s: %w", ptr, err)
+		return nil, "", protocol.PointerState{}, fmt.Errorf("artifact: read pointer %s: %w", ptr, err)
 	}
 	defer out.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(out.Body, maxManifestSize+1))
+	b, err := io.ReadAll(io.LimitReader(out.Body, artifact.MaxManifestSize+1))
 	if err != nil {
-		return nil, "", protocol.PointerState{}, fmt.Errorf("export: read pointer %s: %w", ptr, err)
+		return nil, "", protocol.PointerState{}, fmt.Errorf("artifact: read pointer %s: %w", ptr, err)
 	}
 	etag := aws.ToString(out.ETag)
-	if len(b) > maxManifestSize {
+	if len(b) > artifact.MaxManifestSize {
 		return b, etag, protocol.PointerCorrupt(), nil
 	}
-	return b, etag, pointerState(b), nil
+	return b, etag, artifact.PointerState(b), nil
 }
 
 // Pointer returns key's pointer bytes, or an error wrapping [ErrNoPointer].
 // The bytes may be corrupt; [S3.Download] and [Import] check them.
-func (s *S3) Pointer(ctx context.Context, key string) ([]byte, error) {
-	if err := checkKey(key); err != nil {
+func (s *Store) Pointer(ctx context.Context, key string) ([]byte, error) {
+	if err := artifact.CheckKey(key); err != nil {
 		return nil, err
 	}
 	b, _, state, err := s.readPointer(ctx, key)
@@ -517,23 +515,23 @@ func (s *S3) Pointer(ctx context.Context, key string) ([]byte, error) {
 		return nil, err
 	}
 	if !state.Present() {
-		return nil, fmt.Errorf("%w: %s", ErrNoPointer, key)
+		return nil, fmt.Errorf("%w: %s", artifact.ErrNoPointer, key)
 	}
 	return b, nil
 }
 
 // OpenPayload opens key's payload named by [Address] of manifest for
-// streaming. A stall (no byte for [S3Options.OpTimeout]) fails the read.
-func (s *S3) OpenPayload(ctx context.Context, key string, manifest []byte) (io.ReadCloser, int64, error) {
-	if err := checkKey(key); err != nil {
+// streaming. A stall (no byte for [Options.OpTimeout]) fails the read.
+func (s *Store) OpenPayload(ctx context.Context, key string, manifest []byte) (io.ReadCloser, int64, error) {
+	if err := artifact.CheckKey(key); err != nil {
 		return nil, 0, err
 	}
-	return s.open(ctx, s.payloadKey(key, Address(manifest)))
+	return s.open(ctx, s.payloadKey(key, artifact.Address(manifest)))
 }
 
 // open streams obj, failing a read that stalls longer than the operation
 // timeout.
-func (s *S3) open(ctx context.Context, obj string) (io.ReadCloser, int64, error) {
+func (s *Store) open(ctx context.Context, obj string) (io.ReadCloser, int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	stall := time.AfterFunc(s.opTimeout, cancel)
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &obj})
@@ -577,20 +575,20 @@ func (r *stallReader) Close() error {
 // the tail has no manifest) and counts only when that manifest's address is
 // the payload's name; it is read only for aged-out non-targets. A payload is aged out when its
 // LastModified is before now-grace.
-func (s *S3) Prune(ctx context.Context, key string, grace time.Duration, now time.Time) ([]string, error) {
-	if err := checkKey(key); err != nil {
+func (s *Store) Prune(ctx context.Context, key string, grace time.Duration, now time.Time) ([]string, error) {
+	if err := artifact.CheckKey(key); err != nil {
 		return nil, err
 	}
 	ptr, _, state, err := s.readPointer(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	stale := now.Add(-max(grace, MinAbandonedAge))
+	stale := now.Add(-max(grace, artifact.MinAbandonedAge))
 	if _, ok := state.Rank(); !ok {
 		// No payload is prunable; do not even list them.
 		return nil, s.abortStaleUploads(ctx, s.payloadPrefix(key), stale)
 	}
-	target := Address(ptr) + ".tar"
+	target := artifact.Address(ptr) + ".tar"
 	prefix := s.payloadPrefix(key)
 	var deleted []string
 	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &prefix})
@@ -599,7 +597,7 @@ func (s *S3) Prune(ctx context.Context, key string, grace time.Duration, now tim
 		page, err := pages.NextPage(lctx)
 		cancel()
 		if err != nil {
-			return deleted, fmt.Errorf("export: prune: list: %w", err)
+			return deleted, fmt.Errorf("artifact: prune: list: %w", err)
 		}
 		for _, o := range page.Contents {
 			obj := aws.ToString(o.Key)
@@ -616,7 +614,7 @@ func (s *S3) Prune(ctx context.Context, key string, grace time.Duration, now tim
 			}
 			pl.Rank, pl.RankKnown, err = s.payloadRank(ctx, obj, aws.ToInt64(o.Size), strings.TrimSuffix(name, ".tar"))
 			if err != nil {
-				return deleted, fmt.Errorf("export: prune: %w", err)
+				return deleted, fmt.Errorf("artifact: prune: %w", err)
 			}
 			if !protocol.PayloadPrunable(pl, state) {
 				continue
@@ -625,7 +623,7 @@ func (s *S3) Prune(ctx context.Context, key string, grace time.Duration, now tim
 			_, err := s.client.DeleteObject(dctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &obj})
 			cancel()
 			if err != nil {
-				return deleted, fmt.Errorf("export: prune: delete %s: %w", obj, err)
+				return deleted, fmt.Errorf("artifact: prune: delete %s: %w", obj, err)
 			}
 			deleted = append(deleted, name)
 		}
@@ -638,14 +636,14 @@ func (s *S3) Prune(ctx context.Context, key string, grace time.Duration, now tim
 // an upload killed mid-way (a crashed node) left behind, which S3 would
 // otherwise keep, and bill, forever. A live upload sends a part every few
 // seconds.
-func (s *S3) abortStaleUploads(ctx context.Context, prefix string, cutoff time.Time) error {
+func (s *Store) abortStaleUploads(ctx context.Context, prefix string, cutoff time.Time) error {
 	in := &s3.ListMultipartUploadsInput{Bucket: &s.bucket, Prefix: &prefix}
 	for {
 		lctx, cancel := s.op(ctx)
 		page, err := s.client.ListMultipartUploads(lctx, in)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("export: prune: list uploads: %w", err)
+			return fmt.Errorf("artifact: prune: list uploads: %w", err)
 		}
 		for _, u := range page.Uploads {
 			if u.Initiated == nil || !u.Initiated.Before(cutoff) {
@@ -653,7 +651,7 @@ func (s *S3) abortStaleUploads(ctx context.Context, prefix string, cutoff time.T
 			}
 			if live, err := s.uploadActiveSince(ctx, u, cutoff); err != nil || live {
 				if err != nil {
-					return fmt.Errorf("export: prune: list parts of %s: %w", aws.ToString(u.Key), err)
+					return fmt.Errorf("artifact: prune: list parts of %s: %w", aws.ToString(u.Key), err)
 				}
 				continue
 			}
@@ -661,7 +659,7 @@ func (s *S3) abortStaleUploads(ctx context.Context, prefix string, cutoff time.T
 			_, err := s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: u.Key, UploadId: u.UploadId})
 			cancel()
 			if err != nil && !isNotFound(err) {
-				return fmt.Errorf("export: prune: abort stale upload %s: %w", aws.ToString(u.Key), err)
+				return fmt.Errorf("artifact: prune: abort stale upload %s: %w", aws.ToString(u.Key), err)
 			}
 		}
 		if !aws.ToBool(page.IsTruncated) {
@@ -677,7 +675,7 @@ func (s *S3) abortStaleUploads(ctx context.Context, prefix string, cutoff time.T
 // trying each 512-byte block as a tar header; failing that it streams the
 // whole payload. A payload that vanished or cannot be parsed has an unknown
 // rank (ok false, nil error); only transport failures are errors.
-func (s *S3) payloadRank(ctx context.Context, obj string, size int64, addr string) (protocol.Revision, bool, error) {
+func (s *Store) payloadRank(ctx context.Context, obj string, size int64, addr string) (protocol.Revision, bool, error) {
 	if size > rankTailWindow {
 		start := size - rankTailWindow
 		rng := fmt.Sprintf("bytes=%d-%d", start, size-1)
@@ -689,10 +687,10 @@ func (s *S3) payloadRank(ctx context.Context, obj string, size int64, addr strin
 			return 0, false, err
 		}
 		for i := (512 - start%512) % 512; i < int64(len(tail)); i += 512 {
-			if !bytes.Contains(tail[i:min(i+512, int64(len(tail)))], []byte(ManifestName)) {
+			if !bytes.Contains(tail[i:min(i+512, int64(len(tail)))], []byte(artifact.ManifestName)) {
 				continue
 			}
-			if r, ok := tarRank(bytes.NewReader(tail[i:]), addr); ok {
+			if r, ok := artifact.PayloadRank(bytes.NewReader(tail[i:]), addr); ok {
 				return r, true, nil
 			}
 		}
@@ -705,11 +703,11 @@ func (s *S3) payloadRank(ctx context.Context, obj string, size int64, addr strin
 		return 0, false, fmt.Errorf("get %s: %w", obj, err)
 	}
 	defer body.Close()
-	r, ok := tarRank(body, addr)
+	r, ok := artifact.PayloadRank(body, addr)
 	return r, ok, nil
 }
 
-func (s *S3) get(ctx context.Context, obj string, rng *string) ([]byte, error) {
+func (s *Store) get(ctx context.Context, obj string, rng *string) ([]byte, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &obj, Range: rng})
@@ -726,7 +724,7 @@ func (s *S3) get(ctx context.Context, obj string, rng *string) ([]byte, error) {
 
 // uploadActiveSince reports whether a part of upload u was uploaded at or
 // after t.
-func (s *S3) uploadActiveSince(ctx context.Context, u types.MultipartUpload, t time.Time) (bool, error) {
+func (s *Store) uploadActiveSince(ctx context.Context, u types.MultipartUpload, t time.Time) (bool, error) {
 	in := &s3.ListPartsInput{Bucket: &s.bucket, Key: u.Key, UploadId: u.UploadId}
 	for {
 		lctx, cancel := s.op(ctx)

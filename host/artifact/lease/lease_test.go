@@ -1,4 +1,4 @@
-package export
+package lease
 
 import (
 	"context"
@@ -38,10 +38,10 @@ func leaseKV(t *testing.T) (*Lease, jetstream.KeyValue) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewLease(b.KV(), LeaseOptions{RequestTimeout: 5 * time.Second}), b.KV()
+	return New(b.KV(), Options{RequestTimeout: 5 * time.Second}), b.KV()
 }
 
-func mustAcquire(t *testing.T, l *Lease, holder string, ttl time.Duration, now time.Time) *LeaseGuard {
+func mustAcquire(t *testing.T, l *Lease, holder string, ttl time.Duration, now time.Time) *Guard {
 	t.Helper()
 	g, err := l.TryAcquire(t.Context(), leaseKey, holder, ttl, now)
 	if err != nil {
@@ -64,7 +64,7 @@ func mustNotAcquire(t *testing.T, l *Lease, holder string, ttl time.Duration, no
 	}
 }
 
-func readLease(t *testing.T, l *Lease) LeaseRecord {
+func readLease(t *testing.T, l *Lease) Record {
 	t.Helper()
 	r, err := l.Read(t.Context(), leaseKey)
 	if err != nil {
@@ -170,8 +170,8 @@ func TestLeaseCorruptIsStolen(t *testing.T) {
 			if _, err := kv.Put(t.Context(), leaseKey, val); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := ParseLeaseRecord(val); !errors.Is(err, ErrLeaseRecord) {
-				t.Fatalf("ParseLeaseRecord(%q) = %v, want ErrLeaseRecord", val, err)
+			if _, err := ParseRecord(val); !errors.Is(err, ErrRecord) {
+				t.Fatalf("ParseRecord(%q) = %v, want ErrRecord", val, err)
 			}
 			mustAcquire(t, l, "thief", 10*time.Second, leaseT0)
 			if got := readLease(t, l); got.HolderID != "thief" || got.CompletedCursorHex != nil {
@@ -197,8 +197,8 @@ func TestLeaseDeletedKeyIsRecreated(t *testing.T) {
 			if got := readLease(t, l).HolderID; got != "b" {
 				t.Fatalf("holder %q", got)
 			}
-			if err := a.Abandon(t.Context()); !errors.Is(err, ErrLeaseLost) {
-				t.Fatalf("old guard Abandon = %v, want ErrLeaseLost", err)
+			if err := a.Abandon(t.Context()); !errors.Is(err, ErrLost) {
+				t.Fatalf("old guard Abandon = %v, want ErrLost", err)
 			}
 			if got := readLease(t, l).HolderID; got != "b" {
 				t.Fatalf("old guard's abandon touched the new lease: holder %q", got)
@@ -233,11 +233,11 @@ func TestLeaseCompleteWritesCursor(t *testing.T) {
 	// The completed round still holds the lease until it expires.
 	mustNotAcquire(t, l, "b", time.Minute, leaseT0.Add(59*time.Second))
 	// Spent.
-	if err := g.Complete(t.Context(), cur, done); !errors.Is(err, ErrLeaseSpent) {
-		t.Fatalf("second Complete = %v, want ErrLeaseSpent", err)
+	if err := g.Complete(t.Context(), cur, done); !errors.Is(err, ErrSpent) {
+		t.Fatalf("second Complete = %v, want ErrSpent", err)
 	}
-	if err := g.Abandon(t.Context()); !errors.Is(err, ErrLeaseSpent) {
-		t.Fatalf("Abandon after Complete = %v, want ErrLeaseSpent", err)
+	if err := g.Abandon(t.Context()); !errors.Is(err, ErrSpent) {
+		t.Fatalf("Abandon after Complete = %v, want ErrSpent", err)
 	}
 	if got2 := readLease(t, l); *got2.CompletedCursorHex != *got.CompletedCursorHex {
 		t.Fatalf("spent guard wrote: %+v", got2)
@@ -253,11 +253,11 @@ func TestLeaseAbandonFreesImmediately(t *testing.T) {
 	if _, err := kv.Get(t.Context(), leaseKey); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("after Abandon Get = %v, want ErrKeyNotFound", err)
 	}
-	if err := g.Abandon(t.Context()); !errors.Is(err, ErrLeaseSpent) {
-		t.Fatalf("second Abandon = %v, want ErrLeaseSpent", err)
+	if err := g.Abandon(t.Context()); !errors.Is(err, ErrSpent) {
+		t.Fatalf("second Abandon = %v, want ErrSpent", err)
 	}
-	if err := g.Complete(t.Context(), protocol.Cursor{Rev: 1}, leaseT0); !errors.Is(err, ErrLeaseSpent) {
-		t.Fatalf("Complete after Abandon = %v, want ErrLeaseSpent", err)
+	if err := g.Complete(t.Context(), protocol.Cursor{Rev: 1}, leaseT0); !errors.Is(err, ErrSpent) {
+		t.Fatalf("Complete after Abandon = %v, want ErrSpent", err)
 	}
 	// Same instant, long before a's expiry: the next trigger wins.
 	mustAcquire(t, l, "b", time.Hour, leaseT0)
@@ -270,11 +270,11 @@ func TestLeaseStolenGuardGetsLeaseLost(t *testing.T) {
 	b := mustAcquire(t, l, "b", 10*time.Second, leaseT0.Add(40*time.Second))
 	want := b.Record()
 
-	if err := a.Complete(t.Context(), protocol.Cursor{Rev: 7}, leaseT0.Add(41*time.Second)); !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("stolen Complete = %v, want ErrLeaseLost", err)
+	if err := a.Complete(t.Context(), protocol.Cursor{Rev: 7}, leaseT0.Add(41*time.Second)); !errors.Is(err, ErrLost) {
+		t.Fatalf("stolen Complete = %v, want ErrLost", err)
 	}
-	if err := a2.Abandon(t.Context()); !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("stolen Abandon = %v, want ErrLeaseLost", err)
+	if err := a2.Abandon(t.Context()); !errors.Is(err, ErrLost) {
+		t.Fatalf("stolen Abandon = %v, want ErrLost", err)
 	}
 	// The thief's record is untouched and its guard still works.
 	if got := readLease(t, l); !reflect.DeepEqual(got, want) {
@@ -283,8 +283,8 @@ func TestLeaseStolenGuardGetsLeaseLost(t *testing.T) {
 	if err := b.Complete(t.Context(), protocol.Cursor{Rev: 8}, leaseT0.Add(42*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Complete(t.Context(), protocol.Cursor{Rev: 7}, leaseT0); !errors.Is(err, ErrLeaseSpent) {
-		t.Fatalf("Complete after lost = %v, want ErrLeaseSpent", err)
+	if err := a.Complete(t.Context(), protocol.Cursor{Rev: 7}, leaseT0); !errors.Is(err, ErrSpent) {
+		t.Fatalf("Complete after lost = %v, want ErrSpent", err)
 	}
 }
 
@@ -302,7 +302,7 @@ func TestLeaseArgsAndRecordRoundTrip(t *testing.T) {
 		t.Fatalf("expires_at %d, want %d", got, leaseT0.Unix()+2)
 	}
 	// Seed wire example parses; unknown fields are tolerated.
-	r, err := ParseLeaseRecord([]byte(`{ "holder_id": "node-42", "acquired_at_unix": 1718000000, "expires_at_unix": 1718000300,
+	r, err := ParseRecord([]byte(`{ "holder_id": "node-42", "acquired_at_unix": 1718000000, "expires_at_unix": 1718000300,
 "completed_cursor_hex": null, "completed_at_unix": null, "future": 1 }`))
 	if err != nil {
 		t.Fatal(err)

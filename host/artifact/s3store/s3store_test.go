@@ -1,4 +1,4 @@
-package export
+package s3store
 
 import (
 	"bytes"
@@ -24,19 +24,21 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/zeebo/blake3"
 
-	"github.com/foldhost/foldhost/host/export/s3test"
+	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/artifact/s3test"
+	"github.com/foldhost/foldhost/host/artifact/storetest"
 )
 
-// versityGW is a real S3 server (host/export/s3test) for one test.
+// versityGW is a real S3 server (package s3test) for one test.
 type versityGW struct{ *s3test.Server }
 
 func startVersityGW(tb testing.TB) *versityGW { return &versityGW{s3test.Start(tb)} }
 
 // transport creates a fresh bucket and returns an S3 transport on it under
 // a prefix, with opts applied.
-func (g *versityGW) transport(tb testing.TB, opts func(*S3Options)) *S3 {
+func (g *versityGW) store(tb testing.TB, opts func(*Options)) *Store {
 	tb.Helper()
-	o := S3Options{
+	o := Options{
 		Endpoint:     g.Endpoint,
 		Region:       s3test.Region,
 		Bucket:       g.NewBucket(tb),
@@ -48,14 +50,14 @@ func (g *versityGW) transport(tb testing.TB, opts func(*S3Options)) *S3 {
 	if opts != nil {
 		opts(&o)
 	}
-	s, err := NewS3(o)
+	s, err := New(o)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return s
 }
 
-func (s *S3) testPut(t *testing.T, obj string, b []byte) {
+func (s *Store) testPut(t *testing.T, obj string, b []byte) {
 	t.Helper()
 	if _, err := s.client.PutObject(context.Background(), &s3.PutObjectInput{
 		Bucket: &s.bucket, Key: &obj, Body: bytes.NewReader(b), ContentLength: aws.Int64(int64(len(b))),
@@ -64,7 +66,7 @@ func (s *S3) testPut(t *testing.T, obj string, b []byte) {
 	}
 }
 
-func (s *S3) testList(t *testing.T, prefix string) []string {
+func (s *Store) testList(t *testing.T, prefix string) []string {
 	t.Helper()
 	var names []string
 	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &prefix})
@@ -81,15 +83,15 @@ func (s *S3) testList(t *testing.T, prefix string) []string {
 	return names
 }
 
-func s3Harness(t *testing.T, s *S3) harness {
-	return harness{
-		Transport:  s,
-		putPointer: func(t *testing.T, key string, b []byte) { s.testPut(t, s.pointerKey(key), b) },
-		putPayload: func(t *testing.T, key, name string, b []byte) {
+func s3Harness(t *testing.T, s *Store) storetest.Harness {
+	return storetest.Harness{
+		Store:      s,
+		PutPointer: func(t *testing.T, key string, b []byte) { s.testPut(t, s.pointerKey(key), b) },
+		PutPayload: func(t *testing.T, key, name string, b []byte) {
 			s.testPut(t, s.payloadKey(key, strings.TrimSuffix(name, ".tar")), b)
 		},
-		payloads: func(t *testing.T, key string) []string { return s.testList(t, s.payloadPrefix(key)) },
-		abandonUpload: func(t *testing.T, key string) {
+		Payloads: func(t *testing.T, key string) []string { return s.testList(t, s.payloadPrefix(key)) },
+		AbandonUpload: func(t *testing.T, key string) {
 			obj := s.payloadKey(key, "0123456789abcdef")
 			up, err := s.client.CreateMultipartUpload(t.Context(), &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: &obj})
 			if err != nil {
@@ -101,7 +103,7 @@ func s3Harness(t *testing.T, s *S3) harness {
 				t.Fatal(err)
 			}
 		},
-		leftovers: func(t *testing.T, key string) int {
+		Leftovers: func(t *testing.T, key string) int {
 			prefix := s.payloadPrefix(key)
 			out, err := s.client.ListMultipartUploads(t.Context(), &s3.ListMultipartUploadsInput{Bucket: &s.bucket, Prefix: &prefix})
 			if err != nil {
@@ -109,25 +111,25 @@ func s3Harness(t *testing.T, s *S3) harness {
 			}
 			return len(out.Uploads)
 		},
-		raceRounds: 10,
+		RaceRounds: 10,
 	}
 }
 
-func TestTransportContractS3(t *testing.T) {
+func TestContract(t *testing.T) {
 	gw := startVersityGW(t)
-	runTransportContract(t, func(t *testing.T) harness { return s3Harness(t, gw.transport(t, nil)) })
+	storetest.Run(t, func(t *testing.T) storetest.Harness { return s3Harness(t, gw.store(t, nil)) })
 }
 
 func TestS3Layout(t *testing.T) {
 	gw := startVersityGW(t)
-	s := gw.transport(t, nil)
-	st := openStore(t)
-	a := exportAt(t, st, 100, nil)
-	if out, err := s.Upload(t.Context(), "k", a.dir); err != nil || out != Published {
+	s := gw.store(t, nil)
+	st := storetest.OpenStore(t)
+	a := storetest.ExportAt(t, st, 100, nil)
+	if out, err := artifact.Upload(t.Context(), s, "k", a.Dir); err != nil || out != artifact.Published {
 		t.Fatalf("upload: %v %v", out, err)
 	}
 	got := s.testList(t, "")
-	want := []string{"exports/test/k.manifest.json", "exports/test/k.payloads/" + a.addr + ".tar"}
+	want := []string{"exports/test/k.manifest.json", "exports/test/k.payloads/" + a.Addr + ".tar"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("objects %v, want %v", got, want)
 	}
@@ -136,29 +138,29 @@ func TestS3Layout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(b, tarOf(t, a.dir)) {
+	if !bytes.Equal(b, storetest.TarOf(t, a.Dir)) {
 		t.Fatal("payload differs from WriteTar output")
 	}
 }
 
 // padArtifact adds an incompressible file of size bytes as the artifact's
 // last data file (pebble ignores it), so its payload spans several parts.
-func padArtifact(t *testing.T, a artifact, size int) artifact {
+func padArtifact(t *testing.T, a storetest.Artifact, size int) storetest.Artifact {
 	t.Helper()
 	pad := make([]byte, size)
 	rng := rand.NewChaCha8([32]byte{1})
 	_, _ = rng.Read(pad)
 	const name = "data/zzzz-padding"
-	if err := os.WriteFile(filepath.Join(a.dir, filepath.FromSlash(name)), pad, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(a.Dir, filepath.FromSlash(name)), pad, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := ParseManifest(readManifest(t, a.dir))
+	m, err := artifact.ParseManifest(storetest.ReadManifest(t, a.Dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sum := blake3.Sum256(pad)
-	m.Files = append(m.Files, File{Path: name, Size: int64(size), BLAKE3: hex.EncodeToString(sum[:])})
-	slices.SortFunc(m.Files, func(x, y File) int { return strings.Compare(x.Path, y.Path) })
+	m.Files = append(m.Files, artifact.File{Path: name, Size: int64(size), BLAKE3: hex.EncodeToString(sum[:])})
+	slices.SortFunc(m.Files, func(x, y artifact.File) int { return strings.Compare(x.Path, y.Path) })
 	if m.Files[len(m.Files)-1].Path != name {
 		t.Fatal("padding is not the last file")
 	}
@@ -166,10 +168,10 @@ func padArtifact(t *testing.T, a artifact, size int) artifact {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(a.dir, ManifestName), mb, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(a.Dir, artifact.ManifestName), mb, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a.addr = Address(mb)
+	a.Addr = artifact.Address(mb)
 	return a
 }
 
@@ -178,16 +180,16 @@ func padArtifact(t *testing.T, a artifact, size int) artifact {
 // its rank is found from its tail.
 func TestS3Multipart(t *testing.T) {
 	gw := startVersityGW(t)
-	s := gw.transport(t, func(o *S3Options) { o.PartSize = MinPartSize; o.Concurrency = 2 })
-	st := openStore(t)
-	a := padArtifact(t, exportAt(t, st, 100, nil), 3*MinPartSize+12345)
+	s := gw.store(t, func(o *Options) { o.PartSize = MinPartSize; o.Concurrency = 2 })
+	st := storetest.OpenStore(t)
+	a := padArtifact(t, storetest.ExportAt(t, st, 100, nil), 3*MinPartSize+12345)
 	start := time.Now()
-	if out, err := s.Upload(t.Context(), "k", a.dir); err != nil || out != Published {
+	if out, err := artifact.Upload(t.Context(), s, "k", a.Dir); err != nil || out != artifact.Published {
 		t.Fatalf("upload: %v %v", out, err)
 	}
-	tb := tarOf(t, a.dir)
+	tb := storetest.TarOf(t, a.Dir)
 	t.Logf("uploaded %d bytes in 4 parts in %v", len(tb), time.Since(start))
-	obj := s.payloadKey("k", a.addr)
+	obj := s.payloadKey("k", a.Addr)
 	b, err := s.get(context.Background(), obj, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -204,18 +206,18 @@ func TestS3Multipart(t *testing.T) {
 		t.Errorf("payload ETag %s: not a 4-part multipart upload", aws.ToString(head.ETag))
 	}
 	// Re-upload: the existing payload is recognised, not re-sent.
-	if out, err := s.Upload(t.Context(), "k", a.dir); err != nil || out != Published {
+	if out, err := artifact.Upload(t.Context(), s, "k", a.Dir); err != nil || out != artifact.Published {
 		t.Fatalf("re-upload: %v %v", out, err)
 	}
 	dest := filepath.Join(t.TempDir(), "fold")
-	if _, err := Download(t.Context(), s, "k", dest, DownloadOptions{}); err != nil {
+	if _, err := artifact.Download(t.Context(), s, "k", dest, artifact.DownloadOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	checkImported(t, dest, a.cursor, a.data)
+	storetest.CheckImported(t, dest, a.Cursor, a.Data)
 
-	r, ok, err := s.payloadRank(context.Background(), obj, int64(len(tb)), a.addr)
-	if err != nil || !ok || r != a.cursor.Rev {
-		t.Fatalf("rank %d %v %v, want %d", r, ok, err, a.cursor.Rev)
+	r, ok, err := s.payloadRank(context.Background(), obj, int64(len(tb)), a.Addr)
+	if err != nil || !ok || r != a.Cursor.Rev {
+		t.Fatalf("rank %d %v %v, want %d", r, ok, err, a.Cursor.Rev)
 	}
 	if _, ok, err := s.payloadRank(context.Background(), obj, int64(len(tb)), "0000000000000000"); err != nil || ok {
 		t.Fatalf("wrong address: %v %v", ok, err)
@@ -227,10 +229,10 @@ func TestS3Multipart(t *testing.T) {
 // pending upload.
 func TestS3MultipartAbortedOnFailure(t *testing.T) {
 	gw := startVersityGW(t)
-	s := gw.transport(t, func(o *S3Options) { o.PartSize = MinPartSize; o.Concurrency = 2 })
-	st := openStore(t)
-	a := padArtifact(t, exportAt(t, st, 100, nil), 3*MinPartSize)
-	p := filepath.Join(a.dir, "data", "zzzz-padding")
+	s := gw.store(t, func(o *Options) { o.PartSize = MinPartSize; o.Concurrency = 2 })
+	st := storetest.OpenStore(t)
+	a := padArtifact(t, storetest.ExportAt(t, st, 100, nil), 3*MinPartSize)
+	p := filepath.Join(a.Dir, "data", "zzzz-padding")
 	f, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +241,7 @@ func TestS3MultipartAbortedOnFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if _, err := s.UploadPayload(t.Context(), "k", a.dir); err == nil {
+	if _, err := s.UploadPayload(t.Context(), "k", a.Dir); err == nil {
 		t.Fatal("upload of a tampered artifact succeeded")
 	} else {
 		t.Logf("upload failed as expected: %v", err)
@@ -260,11 +262,11 @@ func TestS3MultipartAbortedOnFailure(t *testing.T) {
 // error, never silently accepted or replaced.
 func TestS3ExistingPayloadMismatch(t *testing.T) {
 	gw := startVersityGW(t)
-	s := gw.transport(t, nil)
-	st := openStore(t)
-	a := exportAt(t, st, 10, nil)
-	s.testPut(t, s.payloadKey("k", a.addr), []byte("squatter"))
-	if _, err := s.Upload(t.Context(), "k", a.dir); err == nil {
+	s := gw.store(t, nil)
+	st := storetest.OpenStore(t)
+	a := storetest.ExportAt(t, st, 10, nil)
+	s.testPut(t, s.payloadKey("k", a.Addr), []byte("squatter"))
+	if _, err := artifact.Upload(t.Context(), s, "k", a.Dir); err == nil {
 		t.Fatal("upload over a foreign payload succeeded")
 	}
 	if _, err := s.Pointer(t.Context(), "k"); err == nil {
@@ -277,43 +279,43 @@ func TestS3ExistingPayloadMismatch(t *testing.T) {
 // a newer pointer and reports superseded, never overwriting it.
 func TestS3SwapLostWriteRereads(t *testing.T) {
 	gw := startVersityGW(t)
-	s := gw.transport(t, nil)
-	st := openStore(t)
-	old := exportAt(t, st, 5, nil)
-	mid := exportAt(t, st, 5, nil)
-	newer := exportAt(t, st, 5, nil)
-	for _, a := range []artifact{old, mid, newer} {
-		if _, err := s.UploadPayload(t.Context(), "k", a.dir); err != nil {
+	s := gw.store(t, nil)
+	st := storetest.OpenStore(t)
+	old := storetest.ExportAt(t, st, 5, nil)
+	mid := storetest.ExportAt(t, st, 5, nil)
+	newer := storetest.ExportAt(t, st, 5, nil)
+	for _, a := range []storetest.Artifact{old, mid, newer} {
+		if _, err := s.UploadPayload(t.Context(), "k", a.Dir); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, tc := range []struct {
 		name  string
-		first *artifact // pointer before the swap; nil: absent
+		first *storetest.Artifact // pointer before the swap; nil: absent
 	}{{"absent", nil}, {"present", &old}} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := s.client.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: &s.bucket, Key: aws.String(s.pointerKey("k"))}); err != nil {
 				t.Fatal(err)
 			}
 			if tc.first != nil {
-				s.testPut(t, s.pointerKey("k"), readManifest(t, tc.first.dir))
+				s.testPut(t, s.pointerKey("k"), storetest.ReadManifest(t, tc.first.Dir))
 			}
 			var attempts []int
 			s.beforeSwapPut = func(attempt int) {
 				attempts = append(attempts, attempt)
 				if attempt == 0 {
-					s.testPut(t, s.pointerKey("k"), readManifest(t, newer.dir))
+					s.testPut(t, s.pointerKey("k"), storetest.ReadManifest(t, newer.Dir))
 				}
 			}
 			defer func() { s.beforeSwapPut = nil }()
-			out, err := s.SwapPointer(t.Context(), "k", readManifest(t, mid.dir))
-			if err != nil || out != SupersededByNewer {
+			out, err := s.SwapPointer(t.Context(), "k", storetest.ReadManifest(t, mid.Dir))
+			if err != nil || out != artifact.SupersededByNewer {
 				t.Fatalf("swap: %v %v, want superseded", out, err)
 			}
 			if !slices.Equal(attempts, []int{0}) {
 				t.Fatalf("attempts %v", attempts)
 			}
-			if b, _ := s.Pointer(t.Context(), "k"); Address(b) != newer.addr {
+			if b, _ := s.Pointer(t.Context(), "k"); artifact.Address(b) != newer.Addr {
 				t.Fatal("pointer overwritten")
 			}
 		})
@@ -324,10 +326,10 @@ func TestS3SwapLostWriteRereads(t *testing.T) {
 // retries with ErrSwapContended, leaving the other writer's pointer.
 func TestS3SwapContended(t *testing.T) {
 	gw := startVersityGW(t)
-	s := gw.transport(t, nil)
-	st := openStore(t)
-	a := exportAt(t, st, 5, nil)
-	if _, err := s.UploadPayload(t.Context(), "k", a.dir); err != nil {
+	s := gw.store(t, nil)
+	st := storetest.OpenStore(t)
+	a := storetest.ExportAt(t, st, 5, nil)
+	if _, err := s.UploadPayload(t.Context(), "k", a.Dir); err != nil {
 		t.Fatal(err)
 	}
 	attempts := 0
@@ -335,8 +337,8 @@ func TestS3SwapContended(t *testing.T) {
 		attempts++
 		s.testPut(t, s.pointerKey("k"), []byte(fmt.Sprintf("corrupt %d", attempt)))
 	}
-	_, err := s.SwapPointer(t.Context(), "k", readManifest(t, a.dir))
-	if !errors.Is(err, ErrSwapContended) {
+	_, err := s.SwapPointer(t.Context(), "k", storetest.ReadManifest(t, a.Dir))
+	if !errors.Is(err, artifact.ErrSwapContended) {
 		t.Fatalf("swap: %v, want ErrSwapContended", err)
 	}
 	if attempts != 1+MaxSwapRetries {
@@ -394,10 +396,10 @@ func TestS3DownloadStallFails(t *testing.T) {
 	gw := startVersityGW(t)
 	var armed atomic.Bool
 	proxy := stallingProxyFake(t, gw.Endpoint, &armed)
-	s := gw.transport(t, func(o *S3Options) { o.Endpoint = proxy; o.OpTimeout = 500 * time.Millisecond })
-	st := openStore(t)
-	a := padArtifact(t, exportAt(t, st, 100, nil), 1<<20)
-	if _, err := s.Upload(t.Context(), "k", a.dir); err != nil {
+	s := gw.store(t, func(o *Options) { o.Endpoint = proxy; o.OpTimeout = 500 * time.Millisecond })
+	st := storetest.OpenStore(t)
+	a := padArtifact(t, storetest.ExportAt(t, st, 100, nil), 1<<20)
+	if _, err := artifact.Upload(t.Context(), s, "k", a.Dir); err != nil {
 		t.Fatal(err)
 	}
 	armed.Store(true)
@@ -406,7 +408,7 @@ func TestS3DownloadStallFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err := Download(ctx, s, "k", dest, DownloadOptions{})
+	_, err := artifact.Download(ctx, s, "k", dest, artifact.DownloadOptions{})
 	took := time.Since(start)
 	if err == nil {
 		t.Fatal("a stalled download succeeded")
@@ -419,7 +421,7 @@ func TestS3DownloadStallFails(t *testing.T) {
 	}
 	t.Logf("stalled download failed after %v: %v", took.Round(time.Millisecond), err)
 	armed.Store(false)
-	if _, err := Download(t.Context(), s, "k", dest, DownloadOptions{}); err != nil {
+	if _, err := artifact.Download(t.Context(), s, "k", dest, artifact.DownloadOptions{}); err != nil {
 		t.Fatalf("download once the stall is gone: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package export
+package dirstore
 
 import (
 	"context"
@@ -9,37 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/artifact/storetest"
 	"github.com/foldhost/foldhost/internal/files"
-	"github.com/foldhost/foldhost/protocol"
 )
 
-type artifact struct {
-	dir    string
-	cursor protocol.Cursor
-	data   dump
-	addr   string
-}
-
-// exportAt commits n more updates to st and exports it.
-func exportAt(t *testing.T, st *fold.Store, n int, scope []string) artifact {
+func newLocal(t *testing.T) *Store {
 	t.Helper()
-	var cur protocol.Cursor
-	if n > 0 {
-		cur = commitN(t, st, n)
-	} else {
-		cur = st.Cursor()
-	}
-	dir, _, err := Export(st, t.TempDir(), Source{Scope: scope})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return artifact{dir: dir, cursor: cur, data: dumpStore(t, st), addr: Address(readManifest(t, dir))}
-}
-
-func newLocal(t *testing.T) *LocalDir {
-	t.Helper()
-	l, err := NewLocalDir(filepath.Join(t.TempDir(), "remote"))
+	l, err := New(filepath.Join(t.TempDir(), "remote"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +28,9 @@ func newLocal(t *testing.T) *LocalDir {
 // and succeeds once the lock is free.
 func TestLocalLockHonoursContext(t *testing.T) {
 	l := newLocal(t)
-	st := openStore(t)
-	a := exportAt(t, st, 10, nil)
-	manifest, err := l.UploadPayload(t.Context(), "k", a.dir)
+	st := storetest.OpenStore(t)
+	a := storetest.ExportAt(t, st, 10, nil)
+	manifest, err := l.UploadPayload(t.Context(), "k", a.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,11 +43,11 @@ func TestLocalLockHonoursContext(t *testing.T) {
 	if _, err := l.SwapPointer(ctx, "k", manifest); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("swap under a held lock: %v, want context.DeadlineExceeded", err)
 	}
-	if _, err := l.Pointer(t.Context(), "k"); !errors.Is(err, ErrNoPointer) {
+	if _, err := l.Pointer(t.Context(), "k"); !errors.Is(err, artifact.ErrNoPointer) {
 		t.Fatalf("pointer after the refused swap: %v", err)
 	}
 	unlock()
-	if out, err := l.SwapPointer(t.Context(), "k", manifest); err != nil || out != Published {
+	if out, err := l.SwapPointer(t.Context(), "k", manifest); err != nil || out != artifact.Published {
 		t.Fatalf("swap once the lock is free: %v %v", out, err)
 	}
 }
@@ -81,16 +58,16 @@ func TestLocalLockHonoursContext(t *testing.T) {
 // size limit is refused too (it used to be read whole).
 func TestLocalRefusesNonRegularFiles(t *testing.T) {
 	l := newLocal(t)
-	st := openStore(t)
-	a := exportAt(t, st, 10, nil)
-	if _, err := publishRound(t, l, "k", a.dir); err != nil {
+	st := storetest.OpenStore(t)
+	a := storetest.ExportAt(t, st, 10, nil)
+	if _, err := publishRound(t, l, "k", a.Dir); err != nil {
 		t.Fatal(err)
 	}
 	manifest, err := l.Pointer(t.Context(), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	payload := l.payloadPath("k", Address(manifest))
+	payload := l.payloadPath("k", artifact.Address(manifest))
 	if err := os.Remove(payload); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +76,7 @@ func TestLocalRefusesNonRegularFiles(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := Download(t.Context(), l, "k", filepath.Join(t.TempDir(), "dest"), DownloadOptions{})
+		_, err := artifact.Download(t.Context(), l, "k", filepath.Join(t.TempDir(), "dest"), artifact.DownloadOptions{})
 		done <- err
 	}()
 	select {
@@ -124,7 +101,7 @@ func TestLocalRefusesNonRegularFiles(t *testing.T) {
 	if err := os.Remove(pointer); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(pointer, make([]byte, maxManifestSize+1), 0o644); err != nil {
+	if err := os.WriteFile(pointer, make([]byte, artifact.MaxManifestSize+1), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Pointer(t.Context(), "k"); !errors.Is(err, files.ErrTooLarge) {
@@ -133,11 +110,50 @@ func TestLocalRefusesNonRegularFiles(t *testing.T) {
 }
 
 // publishRound uploads the artifact in dir and swaps key's pointer to it.
-func publishRound(t *testing.T, l *LocalDir, key, dir string) (Outcome, error) {
+func publishRound(t *testing.T, l *Store, key, dir string) (artifact.Outcome, error) {
 	t.Helper()
 	manifest, err := l.UploadPayload(t.Context(), key, dir)
 	if err != nil {
 		return 0, err
 	}
 	return l.SwapPointer(t.Context(), key, manifest)
+}
+
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		l := newLocal(t)
+		return storetest.Harness{
+			Store: l,
+			PutPointer: func(t *testing.T, key string, b []byte) {
+				if err := os.WriteFile(l.pointerPath(key), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			PutPayload: func(t *testing.T, key, name string, b []byte) {
+				if err := os.MkdirAll(l.payloadDir(key), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(l.payloadDir(key), name), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Payloads: func(t *testing.T, key string) []string { return storetest.ListDir(t, l.payloadDir(key)) },
+			AbandonUpload: func(t *testing.T, key string) {
+				if err := os.MkdirAll(l.payloadDir(key), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range []string{filepath.Join(l.payloadDir(key), ".upload-123"), filepath.Join(l.root, "."+key+".pointer-456")} {
+					if err := os.WriteFile(p, []byte("partial"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+			Leftovers: func(t *testing.T, key string) int {
+				a, _ := filepath.Glob(filepath.Join(l.payloadDir(key), ".upload-*"))
+				b, _ := filepath.Glob(filepath.Join(l.root, "."+key+".pointer-*"))
+				return len(a) + len(b)
+			},
+			RaceRounds: 25,
+		}
+	})
 }

@@ -1,4 +1,4 @@
-package export
+package artifact
 
 import (
 	"archive/tar"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/foldhost/foldhost/internal/files"
 	"github.com/zeebo/blake3"
 )
 
@@ -28,26 +29,26 @@ import (
 func WriteTar(w io.Writer, dir string) error {
 	mb, err := os.ReadFile(filepath.Join(dir, ManifestName))
 	if err != nil {
-		return fmt.Errorf("export: tar: %w", err)
+		return fmt.Errorf("artifact: tar: %w", err)
 	}
 	m, err := ParseManifest(mb)
 	if err != nil {
-		return fmt.Errorf("export: tar %s: %w", dir, err)
+		return fmt.Errorf("artifact: tar %s: %w", dir, err)
 	}
 	tw := tar.NewWriter(w)
 	for _, f := range m.Files {
 		if err := tarFile(tw, dir, f); err != nil {
-			return fmt.Errorf("export: tar %s: %w", f.Path, err)
+			return fmt.Errorf("artifact: tar %s: %w", f.Path, err)
 		}
 	}
 	if err := tw.WriteHeader(tarHeader(ManifestName, int64(len(mb)))); err != nil {
-		return fmt.Errorf("export: tar manifest: %w", err)
+		return fmt.Errorf("artifact: tar manifest: %w", err)
 	}
 	if _, err := tw.Write(mb); err != nil {
-		return fmt.Errorf("export: tar manifest: %w", err)
+		return fmt.Errorf("artifact: tar manifest: %w", err)
 	}
 	if err := tw.Close(); err != nil {
-		return fmt.Errorf("export: tar: %w", err)
+		return fmt.Errorf("artifact: tar: %w", err)
 	}
 	return nil
 }
@@ -105,11 +106,11 @@ func tarFile(tw *tar.Writer, dir string, f File) error {
 func Import(r io.Reader, manifest []byte, dest string) (Manifest, error) {
 	m, err := ParseManifest(manifest)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("export: import: %w", err)
+		return Manifest{}, fmt.Errorf("artifact: import: %w", err)
 	}
 	want, err := m.DecodeCursor()
 	if err != nil {
-		return Manifest{}, fmt.Errorf("export: import: %w", err)
+		return Manifest{}, fmt.Errorf("artifact: import: %w", err)
 	}
 	if err := checkDest(dest); err != nil {
 		return Manifest{}, err
@@ -120,7 +121,7 @@ func Import(r io.Reader, manifest []byte, dest string) (Manifest, error) {
 	}
 	stage, err := mkdirStage(parent, "."+base+".import-")
 	if err != nil {
-		return Manifest{}, fmt.Errorf("export: import: stage: %w", err)
+		return Manifest{}, fmt.Errorf("artifact: import: stage: %w", err)
 	}
 	done := false
 	defer func() {
@@ -129,24 +130,24 @@ func Import(r io.Reader, manifest []byte, dest string) (Manifest, error) {
 		}
 	}()
 	if err := extract(r, m, manifest, stage); err != nil {
-		return Manifest{}, fmt.Errorf("export: import: %w", err)
+		return Manifest{}, fmt.Errorf("artifact: import: %w", err)
 	}
 	desc, err := pebble.Peek(stage, vfs.Default)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("export: import: %w", invalid("staged copy: %v", err))
+		return Manifest{}, fmt.Errorf("artifact: import: %w", invalid("staged copy: %v", err))
 	}
 	if uint64(desc.FormatMajorVersion) != m.PebbleFormat {
-		return Manifest{}, fmt.Errorf("export: import: %w",
+		return Manifest{}, fmt.Errorf("artifact: import: %w",
 			invalid("staged copy has pebble format %d, manifest says %d", desc.FormatMajorVersion, m.PebbleFormat))
 	}
 	if err := verifyStaged(stage, want); err != nil {
 		if !errors.Is(err, ErrArtifactInvalid) {
 			err = invalid("open staged copy: %v", err)
 		}
-		return Manifest{}, fmt.Errorf("export: import: %w", err)
+		return Manifest{}, fmt.Errorf("artifact: import: %w", err)
 	}
-	if err := syncDir(stage); err != nil {
-		return Manifest{}, fmt.Errorf("export: import: %w", err)
+	if err := files.SyncDir(stage); err != nil {
+		return Manifest{}, fmt.Errorf("artifact: import: %w", err)
 	}
 	// Re-check just before the rename; rename(2) itself refuses to replace
 	// a non-empty directory, so a racing writer cannot be overwritten.
@@ -156,11 +157,11 @@ func Import(r io.Reader, manifest []byte, dest string) (Manifest, error) {
 	// syscall.Rename, not os.Rename: it atomically replaces an empty
 	// directory and refuses a non-empty one (os.Rename refuses both).
 	if err := syscall.Rename(stage, dest); err != nil {
-		return Manifest{}, fmt.Errorf("export: import: install %s: %w", dest, err)
+		return Manifest{}, fmt.Errorf("artifact: import: install %s: %w", dest, err)
 	}
 	done = true
-	if err := syncDir(parent); err != nil {
-		return m, fmt.Errorf("export: import: %w", err)
+	if err := files.SyncDir(parent); err != nil {
+		return m, fmt.Errorf("artifact: import: %w", err)
 	}
 	return m, nil
 }
@@ -171,7 +172,7 @@ func checkDest(dest string) error {
 	case errors.Is(err, os.ErrNotExist):
 		return nil
 	case err != nil:
-		return fmt.Errorf("export: import: destination: %w", err)
+		return fmt.Errorf("artifact: import: destination: %w", err)
 	case len(entries) > 0:
 		return fmt.Errorf("%w: %s", ErrDestNotEmpty, dest)
 	}
@@ -246,7 +247,7 @@ func extract(r io.Reader, m Manifest, manifest []byte, stage string) error {
 }
 
 func checkEmbeddedManifest(tr *tar.Reader, hdr *tar.Header, manifest []byte) error {
-	if hdr.Size != int64(len(manifest)) || hdr.Size > maxManifestSize {
+	if hdr.Size != int64(len(manifest)) || hdr.Size > MaxManifestSize {
 		return invalid("embedded manifest differs from the pointer (size %d, want %d)", hdr.Size, len(manifest))
 	}
 	b, err := io.ReadAll(tr)
@@ -315,5 +316,5 @@ func mkdirStage(parent, prefix string) (string, error) {
 			return "", err
 		}
 	}
-	return "", fmt.Errorf("export: no free stage name under %s", parent)
+	return "", fmt.Errorf("artifact: no free stage name under %s", parent)
 }

@@ -1,4 +1,4 @@
-package export
+package storetest
 
 import (
 	"archive/tar"
@@ -10,12 +10,13 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/protocol"
 )
 
-// openStore opens a fresh store in a temp dir, closed at cleanup.
-func openStore(t testing.TB) *fold.Store {
+// OpenStore opens a fresh store in a temp dir, closed at cleanup.
+func OpenStore(t testing.TB) *fold.Store {
 	t.Helper()
 	st, _, err := fold.Open(filepath.Join(t.TempDir(), "fold"), fold.Options{CacheSize: 1 << 20, MemTableSize: 1 << 20})
 	if err != nil {
@@ -25,10 +26,10 @@ func openStore(t testing.TB) *fold.Store {
 	return st
 }
 
-// commitN commits n raw puts and view puts with revisions above the store's
+// CommitN commits n raw puts and view puts with revisions above the store's
 // cursor and a cursor with the eviction memo and a message time, so the
 // extended cursor encoding travels through the artifact.
-func commitN(t testing.TB, st *fold.Store, n int) protocol.Cursor {
+func CommitN(t testing.TB, st *fold.Store, n int) protocol.Cursor {
 	t.Helper()
 	rev := st.Cursor().Rev
 	var c fold.Commit
@@ -47,15 +48,15 @@ func commitN(t testing.TB, st *fold.Store, n int) protocol.Cursor {
 	return c.Cursor
 }
 
-type dump struct {
+type Dump struct {
 	Raw   map[string]string
 	Views map[string]string
 	Ident string
 }
 
-func dumpStore(t testing.TB, st *fold.Store) dump {
+func DumpStore(t testing.TB, st *fold.Store) Dump {
 	t.Helper()
-	d := dump{Raw: map[string]string{}, Views: map[string]string{}}
+	d := Dump{Raw: map[string]string{}, Views: map[string]string{}}
 	if err := st.RawRange("", func(k []byte, rev protocol.Revision, v []byte) error {
 		d.Raw[string(k)] = fmt.Sprintf("%d:%x", rev, v)
 		return nil
@@ -78,9 +79,9 @@ func dumpStore(t testing.TB, st *fold.Store) dump {
 	return d
 }
 
-// checkImported opens the fold at dir and requires cursor and data to
+// CheckImported opens the fold at dir and requires cursor and data to
 // equal want's.
-func checkImported(t testing.TB, dir string, wantCur protocol.Cursor, want dump) {
+func CheckImported(t testing.TB, dir string, wantCur protocol.Cursor, want Dump) {
 	t.Helper()
 	st, cur, err := fold.Open(dir, fold.Options{CacheSize: 1 << 20, MemTableSize: 1 << 20})
 	if err != nil {
@@ -90,20 +91,21 @@ func checkImported(t testing.TB, dir string, wantCur protocol.Cursor, want dump)
 	if cur != wantCur {
 		t.Fatalf("imported cursor %+v, want %+v", cur, wantCur)
 	}
-	if got := dumpStore(t, st); !reflect.DeepEqual(got, want) {
+	if got := DumpStore(t, st); !reflect.DeepEqual(got, want) {
 		t.Fatalf("imported data differs: %d raw, %d views; want %d raw, %d views",
 			len(got.Raw), len(got.Views), len(want.Raw), len(want.Views))
 	}
 }
 
-type entry struct {
-	hdr  tar.Header
-	body []byte
+// Entry is one tar entry.
+type Entry struct {
+	Hdr  tar.Header
+	Body []byte
 }
 
-func readEntries(t testing.TB, b []byte) []entry {
+func ReadEntries(t testing.TB, b []byte) []Entry {
 	t.Helper()
-	var out []entry
+	var out []Entry
 	tr := tar.NewReader(bytes.NewReader(b))
 	for {
 		h, err := tr.Next()
@@ -117,24 +119,24 @@ func readEntries(t testing.TB, b []byte) []entry {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, entry{hdr: *h, body: body})
+		out = append(out, Entry{Hdr: *h, Body: body})
 	}
 }
 
-func buildTar(t testing.TB, es []entry) []byte {
+func BuildTar(t testing.TB, es []Entry) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range es {
-		h := e.hdr
+		h := e.Hdr
 		if h.Typeflag == tar.TypeReg {
-			h.Size = int64(len(e.body))
+			h.Size = int64(len(e.Body))
 		}
 		if err := tw.WriteHeader(&h); err != nil {
 			t.Fatal(err)
 		}
-		if len(e.body) > 0 {
-			if _, err := tw.Write(e.body); err != nil {
+		if len(e.Body) > 0 {
+			if _, err := tw.Write(e.Body); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -145,26 +147,26 @@ func buildTar(t testing.TB, es []entry) []byte {
 	return buf.Bytes()
 }
 
-func tarOf(t testing.TB, dir string) []byte {
+func TarOf(t testing.TB, dir string) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	if err := WriteTar(&buf, dir); err != nil {
+	if err := artifact.WriteTar(&buf, dir); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
 }
 
-func readManifest(t testing.TB, dir string) []byte {
+func ReadManifest(t testing.TB, dir string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	b, err := os.ReadFile(filepath.Join(dir, artifact.ManifestName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
 
-// listDir returns the names in dir (nil when absent).
-func listDir(t testing.TB, dir string) []string {
+// ListDir returns the names in dir (nil when absent).
+func ListDir(t testing.TB, dir string) []string {
 	t.Helper()
 	es, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
@@ -178,4 +180,28 @@ func listDir(t testing.TB, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+// Artifact is an exported artifact with what the tests check it against.
+type Artifact struct {
+	Dir    string
+	Cursor protocol.Cursor
+	Data   Dump
+	Addr   string
+}
+
+// ExportAt commits n more updates to st and exports it.
+func ExportAt(t *testing.T, st *fold.Store, n int, scope []string) Artifact {
+	t.Helper()
+	var cur protocol.Cursor
+	if n > 0 {
+		cur = CommitN(t, st, n)
+	} else {
+		cur = st.Cursor()
+	}
+	dir, _, err := artifact.Export(st, t.TempDir(), artifact.Source{Scope: scope})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Artifact{Dir: dir, Cursor: cur, Data: DumpStore(t, st), Addr: artifact.Address(ReadManifest(t, dir))}
 }

@@ -1,4 +1,4 @@
-package export
+package host
 
 import (
 	"context"
@@ -8,17 +8,20 @@ import (
 	"os"
 	"time"
 
+	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/artifact/lease"
+
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/protocol"
 )
 
 // RoundConfig configures one export round.
 type RoundConfig struct {
-	Key      string        // the artifact key (transport layout and lease key)
-	Holder   string        // this node's identity in the lease
-	TTL      time.Duration // the lease's lifetime; payloads are pruned after 4x TTL
-	Source   Source        // the fold's bucket and scope, recorded in the manifest
-	StageDir string        // where the artifact is staged: on the fold's filesystem
+	Key      string          // the artifact key (transport layout and lease key)
+	Holder   string          // this node's identity in the lease
+	TTL      time.Duration   // the lease's lifetime; payloads are pruned after 4x TTL
+	Source   artifact.Source // the fold's bucket and scope, recorded in the manifest
+	StageDir string          // where the artifact is staged: on the fold's filesystem
 	// IgnoreLease runs the round without the lease (lease may be nil): an
 	// operator's forced export, or a single-node setup. Safe, since the
 	// lease only deduplicates work: the pointer swap alone keeps the
@@ -34,10 +37,10 @@ type RoundResult struct {
 	// Skipped: another node holds the lease (Holder, until its expiry);
 	// nothing was exported.
 	Skipped bool
-	Holder  LeaseRecord
-	Outcome Outcome         // Published or SupersededByNewer (when not skipped)
-	Cursor  protocol.Cursor // the exported cursor
-	Pruned  []string        // payloads deleted after a publish
+	Holder  lease.Record
+	Outcome artifact.Outcome // artifact.Published or artifact.SupersededByNewer (when not skipped)
+	Cursor  protocol.Cursor  // the exported cursor
+	Pruned  []string         // payloads deleted after a publish
 }
 
 // PruneGraceFactor is the prune grace in lease TTLs: a payload is deleted
@@ -59,7 +62,7 @@ const PruneGraceFactor = 4
 // loop must be the running loop that folds into store; RunRound blocks on
 // loop.Do until the loop handles the request. loop is nil for a store that
 // nothing folds into while the round runs (an offline export).
-func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, tr Transport, lease *Lease, cfg RoundConfig) (RoundResult, error) {
+func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, st artifact.Store, ls *lease.Lease, cfg RoundConfig) (RoundResult, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -67,15 +70,15 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, tr Transp
 	if log == nil {
 		log = slog.Default()
 	}
-	var guard *LeaseGuard
+	var guard *lease.Guard
 	if !cfg.IgnoreLease {
 		var err error
-		guard, err = lease.TryAcquire(ctx, cfg.Key, cfg.Holder, cfg.TTL, cfg.Now())
+		guard, err = ls.TryAcquire(ctx, cfg.Key, cfg.Holder, cfg.TTL, cfg.Now())
 		if err != nil {
 			return RoundResult{}, fmt.Errorf("export round %s: lease: %w", cfg.Key, err)
 		}
 		if guard == nil {
-			rec, err := lease.Read(ctx, cfg.Key)
+			rec, err := ls.Read(ctx, cfg.Key)
 			if err != nil {
 				log.Debug("export round: reading the held lease failed", "key", cfg.Key, "err", err)
 			}
@@ -97,10 +100,10 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, tr Transp
 	}
 
 	var dir string
-	var m Manifest
+	var m artifact.Manifest
 	export := func(context.Context, fold.Target) error {
 		var err error
-		dir, m, err = Export(store, cfg.StageDir, cfg.Source)
+		dir, m, err = artifact.Export(store, cfg.StageDir, cfg.Source)
 		return err
 	}
 	var err error
@@ -119,22 +122,22 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, tr Transp
 	if err != nil {
 		return RoundResult{}, abandon(fmt.Errorf("export round %s: %w", cfg.Key, err))
 	}
-	out, err := tr.Upload(ctx, cfg.Key, dir)
+	out, err := artifact.Upload(ctx, st, cfg.Key, dir)
 	if err != nil {
 		return RoundResult{}, abandon(fmt.Errorf("export round %s: upload: %w", cfg.Key, err))
 	}
 	res := RoundResult{Outcome: out, Cursor: cursor}
-	if out != Published {
+	if out != artifact.Published {
 		_ = abandon(nil)
 		log.Info("export round superseded by a newer artifact", "key", cfg.Key, "cursor", cursor)
 		return res, nil
 	}
 	if guard != nil {
-		if err := guard.Complete(leaseCtx, cursor, cfg.Now()); err != nil && !errors.Is(err, ErrLeaseLost) {
+		if err := guard.Complete(leaseCtx, cursor, cfg.Now()); err != nil && !errors.Is(err, lease.ErrLost) {
 			log.Warn("export round: completing the lease failed", "key", cfg.Key, "err", err)
 		}
 	}
-	res.Pruned, err = tr.Prune(ctx, cfg.Key, PruneGraceFactor*cfg.TTL, cfg.Now())
+	res.Pruned, err = st.Prune(ctx, cfg.Key, PruneGraceFactor*cfg.TTL, cfg.Now())
 	if err != nil {
 		log.Warn("export round: prune failed; stale payloads linger until the next round", "key", cfg.Key, "err", err)
 	}

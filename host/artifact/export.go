@@ -1,4 +1,4 @@
-package export
+package artifact
 
 import (
 	"encoding/hex"
@@ -15,6 +15,7 @@ import (
 	"github.com/zeebo/blake3"
 
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/internal/files"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -47,11 +48,11 @@ func Export(store *fold.Store, stageParent string, src Source) (dir string, m Ma
 	live := store.Cursor()
 	ident, hasIdent, err := store.PluginIdentity()
 	if err != nil {
-		return "", Manifest{}, fmt.Errorf("export: %w", err)
+		return "", Manifest{}, fmt.Errorf("artifact: %w", err)
 	}
 	stage, err := os.MkdirTemp(stageParent, ".export-*")
 	if err != nil {
-		return "", Manifest{}, fmt.Errorf("export: stage: %w", err)
+		return "", Manifest{}, fmt.Errorf("artifact: stage: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -60,7 +61,7 @@ func Export(store *fold.Store, stageParent string, src Source) (dir string, m Ma
 	}()
 	data := filepath.Join(stage, DataDir)
 	if err := store.Checkpoint(data); err != nil {
-		return "", Manifest{}, fmt.Errorf("export: %w", err)
+		return "", Manifest{}, fmt.Errorf("artifact: %w", err)
 	}
 	// Verify by reopening: every commit carries its cursor, so a recovered
 	// cursor equal to the live one proves no tail was lost.
@@ -68,20 +69,20 @@ func Export(store *fold.Store, stageParent string, src Source) (dir string, m Ma
 		if errors.Is(err, ErrArtifactInvalid) {
 			return "", Manifest{}, fmt.Errorf("%w: live cursor %v (commit during export?): %v", ErrCursorMoved, live, err)
 		}
-		return "", Manifest{}, fmt.Errorf("export: verify staged copy: %w", err)
+		return "", Manifest{}, fmt.Errorf("artifact: verify staged copy: %w", err)
 	}
 	desc, err := pebble.Peek(data, vfs.Default)
 	if err != nil {
-		return "", Manifest{}, fmt.Errorf("export: peek staged copy: %w", err)
+		return "", Manifest{}, fmt.Errorf("artifact: peek staged copy: %w", err)
 	}
 	if desc.FormatMajorVersion != PebbleFormat {
-		return "", Manifest{}, fmt.Errorf("export: staged copy has pebble format %d, export.PebbleFormat is %d (update it with host/fold's pinned format)",
+		return "", Manifest{}, fmt.Errorf("artifact: staged copy has pebble format %d, artifact.PebbleFormat is %d (update it with host/fold's pinned format)",
 			desc.FormatMajorVersion, PebbleFormat)
 	}
 
 	cur, err := live.MarshalBinary()
 	if err != nil {
-		return "", Manifest{}, fmt.Errorf("export: encode cursor: %w", err)
+		return "", Manifest{}, fmt.Errorf("artifact: encode cursor: %w", err)
 	}
 	m = Manifest{
 		Schema:       SchemaVersion,
@@ -107,17 +108,17 @@ func Export(store *fold.Store, stageParent string, src Source) (dir string, m Ma
 		return "", Manifest{}, err
 	}
 	if err := writeFileSync(filepath.Join(stage, ManifestName), b); err != nil {
-		return "", Manifest{}, fmt.Errorf("export: write manifest: %w", err)
+		return "", Manifest{}, fmt.Errorf("artifact: write manifest: %w", err)
 	}
-	if err := syncDir(stage); err != nil {
-		return "", Manifest{}, fmt.Errorf("export: %w", err)
+	if err := files.SyncDir(stage); err != nil {
+		return "", Manifest{}, fmt.Errorf("artifact: %w", err)
 	}
 	dir = filepath.Join(stageParent, "artifact-"+Address(b))
 	if err := os.Rename(stage, dir); err != nil {
-		return "", Manifest{}, fmt.Errorf("export: publish artifact: %w", err)
+		return "", Manifest{}, fmt.Errorf("artifact: publish artifact: %w", err)
 	}
-	if err := syncDir(stageParent); err != nil {
-		return dir, m, fmt.Errorf("export: %w", err)
+	if err := files.SyncDir(stageParent); err != nil {
+		return dir, m, fmt.Errorf("artifact: %w", err)
 	}
 	return dir, m, nil
 }
@@ -156,13 +157,13 @@ func hashTree(stage string) ([]File, error) {
 			return nil
 		}
 		if !d.Type().IsRegular() {
-			return fmt.Errorf("export: %s: not a regular file", p)
+			return fmt.Errorf("artifact: %s: not a regular file", p)
 		}
 		rel, err := filepath.Rel(stage, p)
 		if err != nil {
 			return err
 		}
-		size, sum, err := hashFile(p)
+		size, sum, err := HashFile(p)
 		if err != nil {
 			return err
 		}
@@ -170,7 +171,7 @@ func hashTree(stage string) ([]File, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("export: hash: %w", err)
+		return nil, fmt.Errorf("artifact: hash: %w", err)
 	}
 	slices.SortFunc(files, func(a, b File) int {
 		switch {
@@ -184,7 +185,9 @@ func hashTree(stage string) ([]File, error) {
 	return files, nil
 }
 
-func hashFile(p string) (int64, string, error) {
+// HashFile is the size and hex BLAKE3 digest of the file at p, as a
+// manifest records them.
+func HashFile(p string) (int64, string, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return 0, "", err
@@ -212,16 +215,4 @@ func writeFileSync(p string, b []byte) error {
 		return err
 	}
 	return f.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
 }

@@ -1,0 +1,10 @@
+package lease
+
+import (
+	"os"
+	"testing"
+
+	"github.com/foldhost/foldhost/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { os.Exit(leakcheck.Run(m)) }

@@ -1,0 +1,10 @@
+package artifact_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/foldhost/foldhost/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { os.Exit(leakcheck.Run(m)) }
