@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact/s3test"
 	"github.com/foldhost/foldhost/host/natskv"
 )
@@ -53,11 +54,11 @@ func foldStatusOf(t *testing.T, base, name string) map[string]any {
 	return m
 }
 
-func exportResults(t *testing.T, out string) []roundResult {
+func exportResults(t *testing.T, out string) []host.ExportResult {
 	t.Helper()
-	var rs []roundResult
+	var rs []host.ExportResult
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		var r roundResult
+		var r host.ExportResult
 		if err := json.Unmarshal([]byte(l), &r); err != nil {
 			t.Fatalf("export output %q: %v", out, err)
 		}
@@ -155,7 +156,7 @@ lease_ttl = "10s"
 	if code != 0 {
 		t.Fatalf("export via the daemon: exit %d: %s %s", code, out, errOut)
 	}
-	if r := exportResults(t, out); len(r) != 1 || r[0].Outcome != "published" || r[0].Cursor != exported || r[0].Key != "routes" {
+	if r := exportResults(t, out); len(r) != 1 || r[0].Outcome != host.ExportPublished || r[0].Cursor != exported || r[0].Key != "routes" {
 		t.Fatalf("export result %+v, want published at %d", r, exported)
 	}
 	// The lease now holds the key for its TTL: another round is skipped
@@ -165,7 +166,7 @@ lease_ttl = "10s"
 		t.Fatalf("second export within the lease: exit %d: %s", code, out)
 	}
 	code, out, _ = runCLI(t, nil, "export", "--config", aCfg, "--force", "--json")
-	if r := exportResults(t, out); code != 0 || r[0].Outcome != "published" || !r[0].Forced {
+	if r := exportResults(t, out); code != 0 || r[0].Outcome != host.ExportPublished || !r[0].Forced {
 		t.Fatalf("forced export: exit %d: %+v", code, r)
 	}
 	if st := foldStatusOf(t, a.base, "routes"); st["export"].(map[string]any)["last_outcome"] != "published" {
@@ -267,7 +268,7 @@ lease_ttl = "1s"
 	// Offline, B's stopped store exports directly (NATS is external: the
 	// lease applies; B's own lease may still be live, so force).
 	code, out, errOut = runCLI(t, nil, "export", "--config", bCfg, "--force", "--json")
-	if r := exportResults(t, out); code != 0 || r[0].Outcome != "published" || r[0].Cursor != final {
+	if r := exportResults(t, out); code != 0 || r[0].Outcome != host.ExportPublished || r[0].Cursor != final {
 		t.Fatalf("offline export: exit %d: %s %s", code, out, errOut)
 	}
 	if code := a.stop(t); code != 0 {
@@ -300,14 +301,14 @@ data_dir = %q
 name = "never-run"
 `, store))
 	// What an export killed mid-way left in the fold's staging dir.
-	if err := os.MkdirAll(filepath.Join(stageDir(FoldConfig{DataDir: store}), ".export-killed", "data"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(host.StageDir(store), ".export-killed", "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut := runCLI(t, nil, "export", "--config", cfg, "--fold", "routes", "--force", "--json")
-	if r := exportResults(t, out); code != 0 || len(r) != 1 || r[0].Outcome != "published" || r[0].Cursor != 4 {
+	if r := exportResults(t, out); code != 0 || len(r) != 1 || r[0].Outcome != host.ExportPublished || r[0].Cursor != 4 {
 		t.Fatalf("forced offline export with NATS down: exit %d: %s %s", code, out, errOut)
 	}
-	if left, _ := os.ReadDir(stageDir(FoldConfig{DataDir: store})); len(left) != 0 {
+	if left, _ := os.ReadDir(host.StageDir(store)); len(left) != 0 {
 		t.Errorf("staging dir holds %d entries after the round (a stale one, or the round's artifact)", len(left))
 	}
 	code, _, errOut = runCLI(t, nil, "export", "--config", cfg, "--fold", "routes")
@@ -316,7 +317,7 @@ name = "never-run"
 	}
 	code, out, errOut = runCLI(t, nil, "export", "--config", cfg, "--force", "--json")
 	r := exportResults(t, out)
-	if code != exitFailure || len(r) != 2 || r[0].Outcome != "published" || r[1].Outcome != "failed" || !strings.Contains(r[1].Error, "no fold store") {
+	if code != exitFailure || len(r) != 2 || r[0].Outcome != host.ExportPublished || r[1].Outcome != host.ExportFailed || !strings.Contains(r[1].Error, "no fold store") {
 		t.Errorf("export with a never-run fold: exit %d: %s %s", code, out, errOut)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/host/config"
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -522,4 +523,10 @@ sync = true   # an fsync per update: hydration takes a while even without -race
 	if code := <-exit; code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
+}
+
+func noEnv(string) (string, bool) { return "", false }
+
+func envOf(m map[string]string) config.Getenv {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }

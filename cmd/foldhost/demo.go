@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/foldhost/foldhost/host"
@@ -81,6 +80,10 @@ type demo struct {
 	rng         *rand.Rand
 	lastLine    time.Time // non-terminal progress: when the last line went out
 	final       bool      // ... and whether it was the 100% line
+
+	base   host.Options // every fold's host: NATS, the artifact store, the plugin cache
+	plugin string
+	bucket *natskv.Bucket // the demo's own handle, for the stream head
 }
 
 func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
@@ -94,18 +97,9 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 	if err != nil {
 		return err
 	}
-	rt, err := wasm.NewRuntime(ctx, wasm.Options{CacheDir: filepath.Join(d.dir, "wasm-cache"), Logger: quiet})
-	if err != nil {
+	if err := d.validate(ctx, plugin); err != nil {
 		return err
 	}
-	defer rt.Close(ctx)
-	mod, err := rt.LoadFile(ctx, plugin)
-	if err != nil {
-		return err
-	}
-	d.say("1. plugin %s %s (%s, sha256 %s...) validated", mod.Info.Name, mod.Info.Version, filepath.Base(plugin), mod.SHA256[:12])
-	mod.Close(ctx) // each fold below loads its own (a Plugin owns its Module)
-
 	srv, err := embeddednats.Start(embeddednats.Options{Dir: filepath.Join(d.dir, "nats")})
 	if err != nil {
 		return err
@@ -116,11 +110,21 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 		return err
 	}
 	defer nc.Close()
-	bucket, err := natskv.OpenBucket(ctx, nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{})
-	if err != nil {
+	if d.bucket, err = natskv.OpenBucket(ctx, nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{}); err != nil {
 		return err
 	}
 	d.say("2. embedded NATS at %s (try: nats --server %s kv ls)", srv.ClientURL(), srv.ClientURL())
+	store, err := dirstore.New(filepath.Join(d.dir, "artifacts"))
+	if err != nil {
+		return err
+	}
+	d.plugin = plugin
+	d.base = host.Options{
+		NATS:           host.NATSOptions{Conn: natskv.ConnOptions{URL: srv.ClientURL(), Name: "foldhost-demo"}},
+		Artifacts:      host.ArtifactOptions{Store: store, Where: filepath.Join(d.dir, "artifacts"), Holder: "demo"},
+		PluginCacheDir: filepath.Join(d.dir, "wasm-cache"),
+		Logger:         quiet,
+	}
 
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -133,7 +137,7 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 	d.say("3. wrote %d route keys in %v", d.keys, time.Since(t0).Round(time.Millisecond))
 
 	storeDir := filepath.Join(d.dir, "fold")
-	first, err := d.fold(ctx, bucket, rt, plugin, storeDir, "4. folding")
+	first, err := d.fold(ctx, storeDir, "4. folding")
 	if err != nil {
 		return err
 	}
@@ -145,7 +149,7 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 	}
 	d.say("5. fold stopped; wrote a delta of %d updates (changes and deletes) in %v", d.delta, time.Since(t0).Round(time.Millisecond))
 
-	second, err := d.fold(ctx, bucket, rt, plugin, storeDir, "6. restart: resuming")
+	second, err := d.fold(ctx, storeDir, "6. restart: resuming")
 	if err != nil {
 		return err
 	}
@@ -156,7 +160,7 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 	}
 	d.say("   %s", second.summary)
 
-	if err := d.artifactTour(ctx, js, bucket, rt, plugin, storeDir); err != nil {
+	if err := d.artifactTour(ctx, js, storeDir); err != nil {
 		return err
 	}
 	d.say("")
@@ -172,6 +176,29 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 	return nil
 }
 
+// validate loads the plugin once to show what it is.
+func (d *demo) validate(ctx context.Context, plugin string) error {
+	rt, err := wasm.NewRuntime(ctx, wasm.Options{CacheDir: filepath.Join(d.dir, "wasm-cache"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return err
+	}
+	defer rt.Close(ctx)
+	m, err := rt.LoadFile(ctx, plugin)
+	if err != nil {
+		return err
+	}
+	defer m.Close(ctx)
+	d.say("1. plugin %s %s (%s, sha256 %s...) validated", m.Info.Name, m.Info.Version, filepath.Base(plugin), m.SHA256[:12])
+	return nil
+}
+
+// options are the host options of the demo's fold in dataDir.
+func (d *demo) options(dataDir string) host.Options {
+	o := d.base
+	o.Folds = []host.FoldOptions{{Name: "routes", Plugin: d.plugin, DataDir: dataDir, BatchSize: 1024, Buffer: 4096}}
+	return o
+}
+
 type foldResult struct {
 	delivered int64
 	cursor    protocol.Revision
@@ -179,72 +206,64 @@ type foldResult struct {
 	summary   string
 }
 
-// fold follows the bucket until the store holds the stream head, showing
-// progress, then stops (flushing) and closes the store.
-func (d *demo) fold(ctx context.Context, bucket *natskv.Bucket, rt *wasm.Runtime, plugin, dir, what string) (foldResult, error) {
-	store, cur, err := fold.Open(dir, fold.Options{})
-	if err != nil {
-		return foldResult{}, err
-	}
-	defer store.Close()
-	ret, _, err := bucket.Retention(ctx)
+// fold runs a host over the fold in dataDir until its store holds the
+// stream head, showing progress, then shuts it down (flushing).
+func (d *demo) fold(ctx context.Context, dataDir, what string) (foldResult, error) {
+	ret, _, err := d.bucket.Retention(ctx)
 	if err != nil {
 		return foldResult{}, err
 	}
 	head := ret.Last
+	h, err := host.New(d.options(dataDir))
+	if err != nil {
+		return foldResult{}, err
+	}
+	defer h.Close()
+	if err := h.Start(ctx); err != nil {
+		return foldResult{}, err
+	}
+	f := h.Fold("routes")
 	mode := "state-sync (no cursor)"
-	if cur.Rev != 0 {
+	if cur := f.Store().Cursor(); cur.Rev != 0 {
 		mode = fmt.Sprintf("resume from cursor %d", cur.Rev)
 	}
 	d.say("%s the bucket through the plugin: %s, stream head %d", what, mode, head)
 	d.lastLine, d.final = time.Now(), false
-	mod, err := rt.LoadFile(ctx, plugin) // compiled code comes from the cache
-	if err != nil {
-		return foldResult{}, err
-	}
-	p := rt.NewPlugin(mod)
-	defer p.Close(ctx)
-	var delivered, rejected atomic.Int64
-	fctx, cancel := context.WithCancel(ctx)
+	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	t0 := time.Now()
-	go func() {
-		_, err := fold.Follow(fctx, bucket.Feed(natskv.Scope{}, natskv.WatchOptions{Buffer: 4096}), store, p, fold.FollowConfig{
-			Loop: fold.LoopConfig{MaxBatch: 1024, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-				OnApplied: func(a fold.Applied) { delivered.Add(int64(a.Updates)); rejected.Add(int64(a.Rejected)) }},
-		})
-		done <- err
-	}()
+	go func() { done <- h.Run(rctx) }()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	timeout := time.After(5 * time.Minute)
-	for store.Cursor().Rev < head {
+	for st := f.Status(); protocol.Revision(st.Cursor) < head; st = f.Status() {
 		select {
 		case err := <-done:
-			return foldResult{}, fmt.Errorf("demo: the fold stopped at %v: %w", store.Cursor(), err)
+			return foldResult{}, fmt.Errorf("demo: the fold stopped at cursor %d: %w", st.Cursor, err)
 		case <-timeout:
 			return foldResult{}, errors.New("demo: the fold did not catch up within 5 minutes")
 		case <-tick.C:
-			d.progress(store.Cursor().Rev, head, delivered.Load())
+			d.progress(protocol.Revision(st.Cursor), head, int64(st.Counters.DeliveredSinceStart))
 		}
-	}
-	d.progress(head, head, delivered.Load())
-	if d.tty {
-		fmt.Fprintln(d.out)
 	}
 	took := time.Since(t0)
 	cancel()
 	if err := <-done; err != nil {
 		return foldResult{}, err
 	}
+	st := f.Status()
+	d.progress(head, head, int64(st.Counters.DeliveredSinceStart))
+	if d.tty {
+		fmt.Fprintln(d.out)
+	}
 	var hosts, reverse int
-	_ = store.ViewRange([]byte("host/"), func(_, _ []byte) error { hosts++; return nil })
-	_ = store.ViewRange([]byte("upstream/"), func(_, _ []byte) error { reverse++; return nil })
-	sample, _, _ := store.ViewGet([]byte("host/h00042"))
+	_ = f.Store().ViewRange([]byte("host/"), func(_, _ []byte) error { hosts++; return nil })
+	_ = f.Store().ViewRange([]byte("upstream/"), func(_, _ []byte) error { reverse++; return nil })
+	sample, _, _ := f.Store().ViewGet([]byte("host/h00042"))
 	summary := fmt.Sprintf("view: %d hosts, %d reverse-index entries, %d updates rejected as malformed; host/h00042 = %q",
-		hosts, reverse, rejected.Load(), sample)
-	return foldResult{delivered: delivered.Load(), cursor: store.Cursor().Rev, took: took, summary: summary}, nil
+		hosts, reverse, st.Counters.Rejected, sample)
+	return foldResult{delivered: int64(st.Counters.DeliveredSinceStart), cursor: protocol.Revision(st.Cursor), took: took, summary: summary}, nil
 }
 
 func (d *demo) progress(cur, head protocol.Revision, delivered int64) {
@@ -341,36 +360,18 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// artifactTour exports the stopped fold at storeDir to a local artifact
+// artifactTour exports the stopped fold at storeDir to the local artifact
 // store, writes a delta, bootstraps a second fold from the artifact and
 // folds it: it must receive only the delta and end identical to the first.
-func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, bucket *natskv.Bucket, rt *wasm.Runtime, plugin, storeDir string) error {
-	tr, err := dirstore.New(filepath.Join(d.dir, "artifacts"))
-	if err != nil {
-		return err
-	}
-	store, _, err := fold.Open(storeDir, fold.Options{})
-	if err != nil {
-		return err
-	}
+func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, storeDir string) error {
 	t0 := time.Now()
-	stage := filepath.Join(d.dir, ".export")
-	if err := os.MkdirAll(stage, 0o755); err != nil {
-		store.Close()
-		return err
-	}
-	res, err := host.RunRound(ctx, nil, store, tr, nil, host.RoundConfig{
-		Key: "routes", IgnoreLease: true, TTL: time.Minute, StageDir: stage,
-		Source: artifact.Source{Bucket: "routes"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if cerr := store.Close(); err == nil {
-		err = cerr
-	}
+	// A single node: no fleet lease (it lives in NATS, for a fleet).
+	res, err := host.ExportStopped(ctx, d.options(storeDir), "routes", true)
 	if err != nil {
 		return err
 	}
 	d.say("7. exported the fold as an artifact at cursor %d to the local artifact store %s in %v (checkpoint, verified by reopening, BLAKE3 per file, %s)",
-		res.Cursor.Rev, filepath.Join(d.dir, "artifacts"), time.Since(t0).Round(time.Millisecond), res.Outcome)
+		res.Cursor, d.base.Artifacts.Where, time.Since(t0).Round(time.Millisecond), res.Outcome)
 
 	t0 = time.Now()
 	if err := d.write(ctx, js, d.delta, true); err != nil {
@@ -380,17 +381,19 @@ func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, bucket 
 
 	second := filepath.Join(d.dir, "fold-b")
 	t0 = time.Now()
-	m, err := artifact.Download(ctx, tr, "routes", second, artifact.DownloadOptions{})
-	if err != nil {
+	var files int
+	var size int64
+	if _, err := host.Bootstrap(ctx, d.options(second), "routes", host.BootstrapOptions{OnManifest: func(m artifact.Manifest) {
+		files = len(m.Files)
+		for _, f := range m.Files {
+			size += f.Size
+		}
+	}}); err != nil {
 		return err
 	}
-	var size int64
-	for _, f := range m.Files {
-		size += f.Size
-	}
 	d.say("9. a new node bootstraps its fold from the artifact: %d files, %.1f MiB, verified and installed in %v",
-		len(m.Files), float64(size)/(1<<20), time.Since(t0).Round(time.Millisecond))
-	b, err := d.fold(ctx, bucket, rt, plugin, second, "10. the new node folds")
+		files, float64(size)/(1<<20), time.Since(t0).Round(time.Millisecond))
+	b, err := d.fold(ctx, second, "10. the new node folds")
 	if err != nil {
 		return err
 	}
@@ -398,7 +401,7 @@ func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, bucket 
 	if b.delivered != int64(d.delta) {
 		return fmt.Errorf("demo: the bootstrapped fold received %d updates, want the delta %d", b.delivered, d.delta)
 	}
-	if _, err := d.fold(ctx, bucket, rt, plugin, storeDir, "11. the first node catches up: folding"); err != nil {
+	if _, err := d.fold(ctx, storeDir, "11. the first node catches up: folding"); err != nil {
 		return err
 	}
 	same, err := sameFolds(storeDir, second)

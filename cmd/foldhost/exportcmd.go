@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,20 +12,14 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/foldhost/foldhost/host/config"
 
+	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/fold"
-	"github.com/foldhost/foldhost/host/natskv"
-	"github.com/foldhost/foldhost/host/wasm"
-	"github.com/foldhost/foldhost/internal/files"
 )
 
 const exportAbout = `Runs an export round now for each selected fold (every fold of the
@@ -71,21 +65,29 @@ func cmdExport(c *cli, args []string) error {
 			folds = append(folds, f)
 		}
 	}
-	ctx := c.ctx
 	log := newLogger(cfg.Log, c.stderr)
-
-	x := &offlineExport{cfg: cfg, log: log}
-	defer x.close()
+	opts, err := cfg.HostOptions(log)
+	if err != nil {
+		return err
+	}
 	var failed []error
 	for _, f := range folds {
-		res, err := x.export(ctx, f, *force)
+		res, err := host.ExportStopped(c.ctx, opts, f.Name, *force)
+		if errors.Is(err, fold.ErrLocked) {
+			res, err = exportViaDaemon(c.ctx, cfg, f, *force, log)
+		}
+		switch {
+		case errors.Is(err, host.ErrNoStore):
+			err = fmt.Errorf("%w: nothing to export", err)
+		case errors.Is(err, host.ErrLeaseUnavailable):
+			err = fmt.Errorf("%w (--force exports without it)", err)
+		}
 		if err != nil {
 			failed = append(failed, fmt.Errorf("fold %s: %w", f.Name, err))
-			if *asJSON {
-				b, _ := json.Marshal(roundResult{Fold: f.Name, Key: f.ArtifactKey, Outcome: "failed", Error: err.Error(), Forced: *force})
-				fmt.Fprintf(c.stdout, "%s\n", b)
+			res = host.ExportResult{Fold: f.Name, Key: f.ArtifactKey, Outcome: host.ExportFailed, Error: err.Error(), Forced: *force}
+			if !*asJSON {
+				continue
 			}
-			continue
 		}
 		if *asJSON {
 			b, _ := json.Marshal(res)
@@ -97,93 +99,44 @@ func cmdExport(c *cli, args []string) error {
 	return errors.Join(failed...)
 }
 
-// offlineExport exports folds from `foldhost export`: through the running
-// daemon when it holds the store, else from the stopped store.
-type offlineExport struct {
-	cfg *Config
-	log *slog.Logger
-	nc  *nats.Conn
-	exp *exporter
-}
-
-func (x *offlineExport) close() {
-	if x.nc != nil {
-		x.nc.Close()
-	}
-}
-
-func (x *offlineExport) export(ctx context.Context, f FoldConfig, force bool) (roundResult, error) {
-	store, err := openExisting(f.DataDir)
-	if err != nil {
-		if errors.Is(err, fold.ErrLocked) {
-			return x.viaDaemon(ctx, f, force)
-		}
-		var ue *usageError
-		if errors.As(err, &ue) { // no store: a failed round, not a usage error
-			return roundResult{}, errors.New(ue.msg)
-		}
-		return roundResult{}, err
-	}
-	defer store.Close()
-	if err := resetStageDir(f); err != nil {
-		return roundResult{}, err
-	}
-	if x.exp == nil {
-		switch {
-		case force: // no lease, so no NATS
-		case x.cfg.NATS.Embedded:
-			x.log.Info("the embedded NATS server runs only inside 'foldhost run': exporting without the fleet lease (a single node)")
-		default:
-			nc, err := natskv.Connect(x.cfg.NATS.connOptions(x.cfg.NATS.URL))
-			if err != nil {
-				return roundResult{}, fmt.Errorf("%w (the export lease lives in NATS; --force exports without it)", err)
-			}
-			x.nc = nc
-		}
-		if x.exp, err = newExporter(x.cfg, x.nc, x.log); err != nil {
-			return roundResult{}, err
-		}
-	}
-	return x.exp.round(ctx, f, store, nil, force)
-}
-
-// viaDaemon asks the running daemon to run the round on its live fold.
-func (x *offlineExport) viaDaemon(ctx context.Context, f FoldConfig, force bool) (roundResult, error) {
-	host, port, _ := net.SplitHostPort(x.cfg.HTTP.Addr) // validated
+// exportViaDaemon asks the running foldhost that holds the fold's store to
+// run the round on its live fold, through its HTTP API.
+func exportViaDaemon(ctx context.Context, cfg *config.Config, f config.FoldConfig, force bool, log *slog.Logger) (host.ExportResult, error) {
+	h, port, _ := net.SplitHostPort(cfg.HTTP.Addr) // validated
 	if port == "0" {
-		return roundResult{}, fmt.Errorf("the fold's store is held by a running foldhost whose HTTP port is not configured (http.addr %s): POST /v1/folds/%s/export to the address it printed", x.cfg.HTTP.Addr, f.Name)
+		return host.ExportResult{}, fmt.Errorf("the fold's store is held by a running foldhost whose HTTP port is not configured (http.addr %s): POST /v1/folds/%s/export to the address it printed", cfg.HTTP.Addr, f.Name)
 	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
+	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+		h = "127.0.0.1"
 	}
-	u := url.URL{Scheme: "http", Host: net.JoinHostPort(host, port), Path: "/v1/folds/" + f.Name + "/export"}
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(h, port), Path: "/v1/folds/" + f.Name + "/export"}
 	if force {
 		u.RawQuery = "force=true"
 	}
-	x.log.Info("the fold is running: exporting through the daemon's HTTP API", "url", u.String())
+	log.Info("the fold is running: exporting through the daemon's HTTP API", "url", u.String())
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
 	if err != nil {
-		return roundResult{}, err
+		return host.ExportResult{}, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return roundResult{}, fmt.Errorf("the fold's store is held by another process, and its HTTP API does not answer: %w", err)
+		return host.ExportResult{}, fmt.Errorf("the fold's store is held by another process, and its HTTP API does not answer: %w", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return roundResult{}, err
+		return host.ExportResult{}, err
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct{ Error string }
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return roundResult{}, fmt.Errorf("daemon: %s", e.Error)
+			return host.ExportResult{}, fmt.Errorf("daemon: %s", e.Error)
 		}
-		return roundResult{}, fmt.Errorf("daemon: %s: %s", resp.Status, bytes.TrimSpace(body))
+		return host.ExportResult{}, fmt.Errorf("daemon: %s: %s", resp.Status, bytes.TrimSpace(body))
 	}
-	var res roundResult
+	var res host.ExportResult
 	if err := json.Unmarshal(body, &res); err != nil {
-		return roundResult{}, fmt.Errorf("daemon: bad response: %w", err)
+		return host.ExportResult{}, fmt.Errorf("daemon: bad response: %w", err)
 	}
 	return res, nil
 }
@@ -218,110 +171,34 @@ func cmdBootstrap(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *key != "" {
-		if !nameRE.MatchString(*key) {
-			return usagef("--key %q: use 1 to 64 of A-Z a-z 0-9 _ -", *key)
-		}
-		f.ArtifactKey = *key
+	if *key != "" && !config.ValidName(*key) {
+		return usagef("--key %q: use 1 to 64 of A-Z a-z 0-9 _ -", *key)
 	}
-	return bootstrap(c.ctx, cfg, f, c.stdout, c.stderr)
-}
-
-func bootstrap(ctx context.Context, cfg *Config, f FoldConfig, stdout, stderr io.Writer) error {
-	parent := filepath.Dir(f.DataDir)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	opts, err := cfg.HostOptions(newLogger(cfg.Log, c.stderr))
+	if err != nil {
 		return err
 	}
-	lk, err := files.TryLock(filepath.Join(parent, "."+filepath.Base(f.DataDir)+".bootstrap.lock"))
-	if err != nil {
-		return fmt.Errorf("another bootstrap of fold %s is running: %w", f.Name, err)
-	}
-	defer lk.Unlock()
-	// Leftovers of an import that died mid-way (we hold the lock, so no
-	// import of this fold is running).
-	staleImport := "." + filepath.Base(f.DataDir) + ".import-"
-	entries, _ := os.ReadDir(parent)
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), staleImport) {
-			_ = os.RemoveAll(filepath.Join(parent, e.Name()))
-		}
-	}
-	if entries, err := os.ReadDir(f.DataDir); err == nil && len(entries) > 0 {
-		return fmt.Errorf("fold %s already has data in %s: bootstrap only fills an empty fold (to replace it, stop foldhost and move the directory aside)", f.Name, f.DataDir)
-	}
-
-	tr, where, err := openArtifactStore(cfg.Artifacts)
-	if err != nil {
-		return fmt.Errorf("artifacts: %w", err)
-	}
-	p := newProgress(stderr)
-	start := time.Now()
-	var total atomic.Int64
-	m, err := artifact.Download(ctx, tr, f.ArtifactKey, f.DataDir, artifact.DownloadOptions{
-		Check: func(m artifact.Manifest) error {
-			if m.Bucket != "" && m.Bucket != f.Bucket {
-				return fmt.Errorf("the artifact %q was exported from bucket %q, fold %s folds bucket %q", f.ArtifactKey, m.Bucket, f.Name, f.Bucket)
-			}
-			want, got := slices.Sorted(slices.Values(f.Scope)), slices.Sorted(slices.Values(m.Scope))
-			if !slices.Equal(got, want) { // the order of prefixes does not matter
-				return fmt.Errorf("the artifact %q was exported with scope %q, fold %s has scope %q", f.ArtifactKey, m.Scope, f.Name, want)
-			}
-			c, _ := m.DecodeCursor() // ParseManifest checked it
-			fmt.Fprintf(stderr, "foldhost bootstrap: fold %s from %s key %q: artifact at cursor %d, %d files\n",
-				f.Name, where, f.ArtifactKey, c.Rev, len(m.Files))
-			return nil
+	p := newProgress(c.stderr)
+	res, err := host.Bootstrap(c.ctx, opts, f.Name, host.BootstrapOptions{
+		Key: *key,
+		OnManifest: func(m artifact.Manifest) {
+			cur, _ := m.DecodeCursor() // checked
+			fmt.Fprintf(c.stderr, "foldhost bootstrap: fold %s from %s key %q: artifact at cursor %d, %d files\n",
+				f.Name, opts.Artifacts.Where, cmp.Or(*key, f.ArtifactKey), cur.Rev, len(m.Files))
 		},
-		Progress: func(read, size int64) {
-			total.Store(read)
-			p.update(read, size)
-		},
+		Progress: p.update,
 	})
 	p.done()
-	if errors.Is(err, artifact.ErrNoPointer) {
-		return fmt.Errorf("no artifact published under key %q in %s: run 'foldhost export' (or an export_interval) on a node that has the fold", f.ArtifactKey, where)
-	}
 	if err != nil {
 		return err
 	}
-	c, _ := m.DecodeCursor()
-	took := time.Since(start)
-	n := total.Load()
-	fmt.Fprintf(stdout, "bootstrapped fold %s from %s key %q: cursor %d, %s in %s (%s/s), verified; 'foldhost run' resumes from cursor %d\n",
-		f.Name, where, f.ArtifactKey, c.Rev, humanBytes(n), took.Round(time.Millisecond), humanBytes(int64(float64(n)/max(took.Seconds(), 1e-9))), c.Rev)
-	warnPluginMismatch(stderr, f, m)
+	fmt.Fprintf(c.stdout, "bootstrapped fold %s from %s key %q: cursor %d, %s in %s (%s/s), verified; 'foldhost run' resumes from cursor %d\n",
+		res.Fold, res.Store, res.Key, res.Cursor, humanBytes(res.Bytes), res.Took.Round(time.Millisecond),
+		humanBytes(int64(float64(res.Bytes)/max(res.Took.Seconds(), 1e-9))), res.Cursor)
+	if res.Warning != "" {
+		fmt.Fprintf(c.stderr, "foldhost bootstrap: warning: %s\n", res.Warning)
+	}
 	return nil
-}
-
-// warnPluginMismatch tells the operator when the artifact's views were made
-// by another plugin build than the fold's: the views come across as they
-// are, and the fold's plugin applies every update from now on.
-func warnPluginMismatch(w io.Writer, f FoldConfig, m artifact.Manifest) {
-	var theirs struct {
-		SHA256, Name, Version string
-	}
-	if m.PluginIdentity != nil {
-		if b, err := hex.DecodeString(*m.PluginIdentity); err == nil {
-			_ = json.Unmarshal(b, &theirs)
-		}
-	}
-	ours := ""
-	if f.Plugin != "" {
-		if b, err := files.ReadRegular(f.Plugin, int64(f.PluginMaxMB)<<20); err == nil {
-			ours = wasm.ModuleHash(b)
-		}
-	}
-	switch {
-	case theirs.SHA256 == "" && ours == "":
-	case theirs.SHA256 == ours:
-	case theirs.SHA256 == "":
-		fmt.Fprintf(w, "foldhost bootstrap: warning: the artifact has no plugin views (a raw-only fold); fold %s's plugin starts from empty views\n", f.Name)
-	case ours == "":
-		fmt.Fprintf(w, "foldhost bootstrap: warning: the artifact's views were made by plugin %s %s (sha256 %.12s); fold %s runs no plugin, so they will not be updated\n",
-			theirs.Name, theirs.Version, theirs.SHA256, f.Name)
-	default:
-		fmt.Fprintf(w, "foldhost bootstrap: warning: the artifact's views were made by plugin %s %s (sha256 %.12s), fold %s runs sha256 %.12s; the views come across as they are\n",
-			theirs.Name, theirs.Version, theirs.SHA256, f.Name, ours)
-	}
 }
 
 // progress draws a download's progress: a bar on a terminal, else a line

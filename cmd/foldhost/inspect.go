@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/foldhost/foldhost/host/config"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/protocol"
@@ -167,7 +168,7 @@ func (c *cli) inspectDir(dataDir, configPath, foldName string) (dir, name string
 	case configPath == "":
 		return "", "", usagef("name the store with --data DIR or --config FILE")
 	}
-	cfg, err := loadConfig(configPath, c.getenv)
+	cfg, err := config.Load(configPath, c.getenv)
 	if err != nil {
 		return "", "", err
 	}
@@ -179,19 +180,19 @@ func (c *cli) inspectDir(dataDir, configPath, foldName string) (dir, name string
 }
 
 // pickFold returns the named fold, or the only one when name is empty.
-func pickFold(cfg *Config, name string) (FoldConfig, error) {
+func pickFold(cfg *config.Config, name string) (config.FoldConfig, error) {
 	if name == "" {
 		if len(cfg.Folds) == 1 {
 			return cfg.Folds[0], nil
 		}
-		return FoldConfig{}, usagef("the config has %d folds: choose one with --fold NAME", len(cfg.Folds))
+		return config.FoldConfig{}, usagef("the config has %d folds: choose one with --fold NAME", len(cfg.Folds))
 	}
 	for _, f := range cfg.Folds {
 		if f.Name == name {
 			return f, nil
 		}
 	}
-	return FoldConfig{}, usagef("no fold named %q in the config", name)
+	return config.FoldConfig{}, usagef("no fold named %q in the config", name)
 }
 
 // openExisting opens a fold store that must already exist (fold.Open would

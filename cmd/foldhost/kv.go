@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/foldhost/foldhost/host/config"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/protocol"
@@ -73,9 +74,9 @@ func cmdKV(c *cli, args []string) error {
 		return usagef("--updates-only applies to watch only")
 	}
 
-	var cfg *Config
+	var cfg *config.Config
 	if *configPath != "" {
-		if cfg, err = loadConfig(*configPath, c.getenv); err != nil {
+		if cfg, err = config.Load(*configPath, c.getenv); err != nil {
 			return err
 		}
 	}
@@ -238,12 +239,12 @@ func kvWatch(ctx context.Context, c *cli, kv jetstream.KeyValue, bucket, prefix 
 
 // kvBucket picks the bucket (and how to create it) from the flags and the
 // config.
-func kvBucket(cfg *Config, bucket, foldName string) (natskv.BucketConfig, error) {
+func kvBucket(cfg *config.Config, bucket, foldName string) (natskv.BucketConfig, error) {
 	switch {
 	case bucket != "" && foldName != "":
 		return natskv.BucketConfig{}, usagef("--bucket and --fold are exclusive")
 	case bucket != "":
-		if !bucketRE.MatchString(bucket) {
+		if !config.ValidBucket(bucket) {
 			return natskv.BucketConfig{}, usagef("%q is not a valid bucket name (A-Z a-z 0-9 _ -)", bucket)
 		}
 		if cfg != nil {
@@ -266,14 +267,14 @@ func kvBucket(cfg *Config, bucket, foldName string) (natskv.BucketConfig, error)
 
 // kvConn says how to reach NATS; embedded reports that the URL is the
 // embedded server's (which only runs inside 'foldhost run').
-func (c *cli) kvConn(cfg *Config, url string) (natskv.ConnOptions, bool, error) {
+func (c *cli) kvConn(cfg *config.Config, url string) (natskv.ConnOptions, bool, error) {
 	if cfg != nil {
 		n := cfg.NATS
 		if url != "" {
-			return n.connOptions(url), n.Embedded, nil
+			return n.ConnOptions(url), n.Embedded, nil
 		}
 		if !n.Embedded {
-			return n.connOptions(n.URL), false, nil
+			return n.ConnOptions(n.URL), false, nil
 		}
 		if _, port, _ := net.SplitHostPort(n.EmbeddedListen); port == "0" {
 			return natskv.ConnOptions{}, true, usagef("nats.embedded_listen uses port 0 (a random port): pass the URL 'foldhost run' printed with --nats")
@@ -289,14 +290,14 @@ func (c *cli) kvConn(cfg *Config, url string) (natskv.ConnOptions, bool, error) 
 	}
 	embedded := false
 	if url == "" {
-		url = get(envNATSURL)
+		url = get(config.EnvNATSURL)
 	}
 	if url == "" {
-		url, embedded = "nats://"+defaultEmbeddedListen, true
+		url, embedded = "nats://"+config.DefaultEmbeddedListen, true
 	}
-	o := natskv.ConnOptions{URL: url, Name: "foldhost kv", Creds: get(envNATSCreds), CredsFile: get(envNATSCredsFile)}
+	o := natskv.ConnOptions{URL: url, Name: "foldhost kv", Creds: get(config.EnvNATSCreds), CredsFile: get(config.EnvNATSCredsFile)}
 	if o.Creds != "" && o.CredsFile != "" {
-		return o, embedded, usagef("%s and %s are both set: set at most one", envNATSCreds, envNATSCredsFile)
+		return o, embedded, usagef("%s and %s are both set: set at most one", config.EnvNATSCreds, config.EnvNATSCredsFile)
 	}
 	return o, embedded, nil
 }

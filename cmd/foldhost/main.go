@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/foldhost/foldhost/host/config"
 )
 
 // Exit codes. Documented in the top-level help and the README.
@@ -33,7 +35,7 @@ type cli struct {
 	stdout io.Writer
 	stderr io.Writer
 	stdin  io.Reader
-	getenv getenvFunc
+	getenv config.Getenv
 	// grace bounds a graceful shutdown (nanoseconds); a command that loads
 	// a config sets it from shutdown_grace.
 	grace atomic.Int64
@@ -66,7 +68,7 @@ func run(args []string) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := &cli{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr, stdin: os.Stdin, getenv: os.LookupEnv}
-	c.grace.Store(int64(defaultShutdownGrace))
+	c.grace.Store(int64(config.DefaultShutdownGrace))
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -172,7 +174,7 @@ func (c *cli) exitCode(cmd string, err error) int {
 		return exitOK
 	}
 	var ue *usageError
-	var ce *ConfigError
+	var ce *config.Error
 	var nf *notFoundError
 	switch {
 	case errors.As(err, &ue):
@@ -237,7 +239,7 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 // parseConfig parses a command that takes flags only, then loads and
 // validates the config file its --config flag names; its shutdown_grace
 // bounds the command's shutdown from then on.
-func (c *cli) parseConfig(fs *flag.FlagSet, configPath *string, args []string) (*Config, error) {
+func (c *cli) parseConfig(fs *flag.FlagSet, configPath *string, args []string) (*config.Config, error) {
 	pos, err := parse(fs, args)
 	if err != nil {
 		return nil, err
@@ -245,7 +247,7 @@ func (c *cli) parseConfig(fs *flag.FlagSet, configPath *string, args []string) (
 	if len(pos) > 0 {
 		return nil, usagef("unexpected argument %q", pos[0])
 	}
-	cfg, err := loadConfig(*configPath, c.getenv)
+	cfg, err := config.Load(*configPath, c.getenv)
 	if err == nil {
 		c.grace.Store(int64(cfg.ShutdownGrace))
 	}

@@ -10,15 +10,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/foldhost/foldhost/host/embeddednats"
-	"github.com/foldhost/foldhost/host/fold"
-	"github.com/foldhost/foldhost/host/httpapi"
-	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/config"
 )
 
 const runAbout = `Runs every [[fold]] of the config file: each fold watches its bucket,
@@ -34,7 +31,7 @@ SIGINT or SIGTERM shuts down gracefully: every fold flushes its pending
 batch, then the HTTP server, stores and NATS are closed. A second signal,
 or a shutdown that takes longer than shutdown_grace, exits at once (exit
 code 1). Signals work from the moment the process starts, also while
-plugins load.
+plugins load. SIGHUP reloads every fold's plugin.
 
 A fold that stops on an error (expired cursor, plugin failure) keeps being
 served frozen at its cursor, /readyz answers 503 naming it, and 'run' exits
@@ -47,21 +44,47 @@ func cmdRun(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	logger := newLogger(cfg.Log, c.stderr)
+	log := newLogger(cfg.Log, c.stderr)
+	opts, err := cfg.HostOptions(log)
+	if err != nil {
+		return err
+	}
+	h, err := host.New(opts)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	if err := h.Start(c.ctx); err != nil {
+		if c.ctx.Err() != nil { // a signal during the start: a shutdown, not a failure
+			log.Info("start interrupted by a signal", "err", err)
+			return nil
+		}
+		return err
+	}
+	if url := h.EmbeddedURL(); url != "" {
+		fmt.Fprintf(c.stdout, "foldhost: embedded NATS server listening on %s (JetStream in %s)\n", url, cfg.NATS.EmbeddedDir)
+	}
+	stopHTTP, err := serveHTTP(cfg.HTTP.Addr, h.Handler(), log, c.stdout)
+	if err != nil {
+		return err
+	}
+	defer stopHTTP()
+
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	d := &daemon{cfg: cfg, log: logger, stdout: c.stdout, hup: hup}
-	err = d.run(c.ctx)
-	if err != nil && !d.started && c.ctx.Err() != nil {
-		// A signal during the start: a shutdown, not a failure.
-		logger.Info("start interrupted by a signal", "err", err)
-		return nil
-	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	wg.Go(func() { reloadOnHUP(ctx, h, hup, log) })
+
+	err = h.Run(ctx)
+	log.Info("shut down")
 	return err
 }
 
-func newLogger(lc LogConfig, w io.Writer) *slog.Logger {
+func newLogger(lc config.LogConfig, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(lc.Level))
 	opts := &slog.HandlerOptions{Level: level}
@@ -71,195 +94,36 @@ func newLogger(lc LogConfig, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// daemon is one `foldhost run`.
-type daemon struct {
-	cfg    *Config
-	log    *slog.Logger
-	stdout io.Writer
-	// hup delivers SIGHUP: reload every fold's plugin now (an explicit
-	// request; plugin files are also watched). nil in tests.
-	hup <-chan os.Signal
-
-	cleanup []func() // run in reverse order on exit
-	started bool     // every fold runs; set before waiting for the signal
-}
-
-func (d *daemon) defer_(f func()) { d.cleanup = append(d.cleanup, f) }
-
-func (d *daemon) close() {
-	for i := len(d.cleanup) - 1; i >= 0; i-- {
-		d.cleanup[i]()
-	}
-	d.cleanup = nil
-}
-
-// run starts everything, waits for ctx (the signal), then shuts down in
-// order: folds (each flushes its pending batch), HTTP, stores, plugins,
-// NATS.
-func (d *daemon) run(ctx context.Context) error {
-	defer d.close()
-	cfg := d.cfg
-
-	// Stores first: a store locked by another foldhost fails the start
-	// before anything touches NATS.
-	stores := make([]*fold.Store, len(cfg.Folds))
-	for i, f := range cfg.Folds {
-		flog := d.log.With("fold", f.Name)
-		store, err := openStore(f, flog)
-		if err != nil {
-			return err
-		}
-		d.defer_(func() {
-			if err := store.Close(); err != nil {
-				flog.Error("closing store failed", "err", err)
-			}
-		})
-		stores[i] = store
-		if err := resetStageDir(f); err != nil {
-			return err
-		}
-	}
-	plugins := make([]fold.Plugin, len(cfg.Folds))
-	for i, f := range cfg.Folds {
-		p, closeFn, err := loadPlugin(ctx, f, cfg.wasmCacheDir(), d.log.With("fold", f.Name))
-		if err != nil {
-			return fmt.Errorf("fold %s: load plugin: %w", f.Name, err)
-		}
-		d.defer_(func() {
-			if err := closeFn(); err != nil {
-				d.log.Warn("closing plugin failed", "fold", f.Name, "err", err)
-			}
-		})
-		plugins[i] = p
-	}
-	go d.reloadOnHUP(ctx, plugins)
-
-	url := cfg.NATS.URL
-	conn := cfg.NATS.connOptions(url)
-	if cfg.NATS.Embedded {
-		srv, err := d.startEmbedded()
-		if err != nil {
-			return err
-		}
-		url = srv.ClientURL()
-		conn = natskv.ConnOptions{URL: url, Name: "foldhost", Timeout: cfg.NATS.ConnectTimeout}
-	}
-	d.log.Info("connecting to NATS", "url", natskv.Redact(conn.URL))
-	nc, err := natskv.Connect(conn)
-	if err != nil {
-		return err
-	}
-	d.defer_(nc.Close)
-	d.log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted())
-
-	exp, err := newExporter(cfg, nc, d.log)
-	if err != nil {
-		return err
-	}
-	d.log.Info("artifact store", "store", exp.where, "lease_bucket", cfg.Artifacts.LeaseBucket,
-		"lease_ttl", cfg.Artifacts.LeaseTTL, "holder", cfg.Artifacts.Holder)
-	metrics := httpapi.NewMetrics()
-	runners := make([]*runner, len(cfg.Folds))
-	folds := make([]httpapi.Fold, len(cfg.Folds))
-	for i, f := range cfg.Folds {
-		bucket, err := natskv.OpenBucket(ctx, nc, f.CreateBucket, natskv.Options{RequestTimeout: cfg.NATS.RequestTimeout})
-		if err != nil {
-			return fmt.Errorf("fold %s: %w", f.Name, err)
-		}
-		runners[i] = newRunner(f, stores[i], bucket, plugins[i], exp, d.log.With("fold", f.Name), metrics,
-			cfg.NATS.HeadPollInterval, cfg.Log.ProgressInterval)
-		folds[i] = runners[i]
-	}
-	metrics.Track(folds)
-
-	if err := d.serveHTTP(httpapi.NewHandler(httpapi.Options{Folds: folds, Metrics: metrics, Logger: d.log})); err != nil {
-		return err
-	}
-
-	d.started = true
-	var wg sync.WaitGroup
-	errs := make([]error, len(runners))
-	for i, r := range runners {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = r.run(ctx)
-		}()
-	}
-	<-ctx.Done()
-	d.log.Info("shutting down: flushing pending batches")
-	wg.Wait()
-	var failed []error
-	for i, err := range errs {
-		if err != nil {
-			failed = append(failed, fmt.Errorf("fold %s stopped on an error: %w", runners[i].Name(), err))
-		}
-	}
-	d.close()
-	d.log.Info("shut down")
-	return errors.Join(failed...)
-}
-
-// startEmbedded starts the in-process NATS server and prints its URL.
-func (d *daemon) startEmbedded() (*embeddednats.Server, error) {
-	n := d.cfg.NATS
-	host, portStr, _ := net.SplitHostPort(n.EmbeddedListen) // validated
-	port, _ := strconv.Atoi(portStr)
-	if err := os.MkdirAll(n.EmbeddedDir, 0o755); err != nil {
-		return nil, fmt.Errorf("embedded NATS: %w", err)
-	}
-	srv, err := embeddednats.Start(embeddednats.Options{Dir: n.EmbeddedDir, Host: host, Port: port, Logs: n.EmbeddedLogs})
-	if err != nil {
-		return nil, fmt.Errorf("embedded NATS on %s: %w", n.EmbeddedListen, err)
-	}
-	d.defer_(srv.Shutdown)
-	fmt.Fprintf(d.stdout, "foldhost: embedded NATS server listening on %s (JetStream in %s)\n", srv.ClientURL(), n.EmbeddedDir)
-	d.log.Info("embedded NATS server started", "url", srv.ClientURL(), "dir", n.EmbeddedDir)
-	return srv, nil
-}
-
-// openStore opens a fold's store, creating its data dir. A store in use
-// (another foldhost, or another fold of this config) fails with
-// fold.ErrLocked, whose message says so.
-func openStore(f FoldConfig, log *slog.Logger) (*fold.Store, error) {
-	store, _, err := fold.Open(f.DataDir, fold.Options{Sync: f.Sync, Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("fold %s: %w", f.Name, err)
-	}
-	return store, nil
-}
-
-// serveHTTP binds the API's address, prints it, and serves until close.
-func (d *daemon) serveHTTP(h http.Handler) error {
-	addr := d.cfg.HTTP.Addr
+// serveHTTP binds addr, prints the URL, and serves h until the returned
+// function is called.
+func serveHTTP(addr string, h http.Handler, log *slog.Logger, stdout io.Writer) (func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("http: %w", err)
+		return nil, fmt.Errorf("http: %w", err)
 	}
 	if host, _, _ := net.SplitHostPort(addr); !isLoopbackHost(host) {
-		d.log.Warn("the HTTP API has no authentication and listens beyond loopback", "addr", addr)
+		log.Warn("the HTTP API has no authentication and listens beyond loopback", "addr", addr)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Error("http server failed", "err", err)
+			log.Error("http server failed", "err", err)
 		}
 	}()
-	d.defer_(func() {
+	url := "http://" + ln.Addr().String()
+	fmt.Fprintf(stdout, "foldhost: HTTP API listening on %s\n", url)
+	log.Info("HTTP API listening", "url", url)
+	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
-			d.log.Warn("http shutdown", "err", err)
+			log.Warn("http shutdown", "err", err)
 			_ = srv.Close()
 		}
 		<-done
-	})
-	url := "http://" + ln.Addr().String()
-	fmt.Fprintf(d.stdout, "foldhost: HTTP API listening on %s\n", url)
-	d.log.Info("HTTP API listening", "url", url)
-	return nil
+	}, nil
 }
 
 func isLoopbackHost(host string) bool {
@@ -270,25 +134,20 @@ func isLoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// reloadOnHUP reloads every WASM plugin on SIGHUP: each module is validated
-// off the hot path and swapped in at its fold's next batch boundary; one
-// that fails validation leaves the running module in place.
-func (d *daemon) reloadOnHUP(ctx context.Context, plugins []fold.Plugin) {
+// reloadOnHUP reloads every plugin on SIGHUP until ctx ends: each module is
+// validated off the hot path and swapped in at its fold's next batch
+// boundary; one that fails validation leaves the running module in place.
+func reloadOnHUP(ctx context.Context, h *host.Host, hup <-chan os.Signal, log *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-d.hup:
+		case <-hup:
 		}
-		for i, p := range plugins {
-			if r, ok := p.(interface{ Reload(context.Context) error }); ok {
-				name := d.cfg.Folds[i].Name
-				if err := r.Reload(ctx); err != nil {
-					d.log.Error("plugin reload refused (SIGHUP); the running module stays", "fold", name, "err", err)
-				} else {
-					d.log.Info("plugin reloaded (SIGHUP)", "fold", name)
-				}
-			}
+		if err := h.ReloadPlugins(ctx); err != nil {
+			log.Error("plugin reload refused (SIGHUP); the running modules stay", "err", err)
+		} else {
+			log.Info("plugins reloaded (SIGHUP)")
 		}
 	}
 }

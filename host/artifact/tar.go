@@ -115,11 +115,8 @@ func Import(r io.Reader, manifest []byte, dest string) (Manifest, error) {
 	if err := checkDest(dest); err != nil {
 		return Manifest{}, err
 	}
-	parent, base := filepath.Split(filepath.Clean(dest))
-	if parent == "" {
-		parent = "."
-	}
-	stage, err := mkdirStage(parent, "."+base+".import-")
+	parent := filepath.Dir(filepath.Clean(dest))
+	stage, err := mkdirStage(parent, ImportTempPrefix(dest))
 	if err != nil {
 		return Manifest{}, fmt.Errorf("artifact: import: stage: %w", err)
 	}
@@ -301,6 +298,11 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
+
+// ImportTempPrefix is the name prefix of the hidden directory, beside
+// dest, an Import into dest stages in: what a killed import leaves behind
+// starts with it.
+func ImportTempPrefix(dest string) string { return "." + filepath.Base(dest) + ".import-" }
 
 // mkdirStage creates a new directory named prefix + a random suffix under
 // parent, with the mode a fold created in place gets (0755 less the

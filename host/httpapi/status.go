@@ -62,10 +62,12 @@ type Status struct {
 	// StreamLastSeq - Cursor (0 when the cursor is ahead of the poll). For a
 	// fold scoped to key prefixes, revisions outside the scope count in the
 	// lag too: it is an upper bound.
-	StreamLastSeq uint64     `json:"stream_last_seq"`
-	HeadAtStart   uint64     `json:"head_at_start"`
-	Lag           uint64     `json:"lag"`
-	Plugin        PluginInfo `json:"plugin"`
+	StreamLastSeq uint64 `json:"stream_last_seq"`
+	HeadAtStart   uint64 `json:"head_at_start"`
+	Lag           uint64 `json:"lag"`
+	// Plugin is the plugin the fold runs now (it changes on reload); zero
+	// for a raw-only fold.
+	Plugin fold.PluginIdentity `json:"plugin"`
 	// Repair is the configured repair mode (protocol.RepairMode text).
 	Repair   string   `json:"repair"`
 	Counters Counters `json:"counters"`
@@ -102,15 +104,6 @@ type ExportRounds struct {
 	Superseded uint64 `json:"superseded"`
 	Skipped    uint64 `json:"skipped"`
 	Failed     uint64 `json:"failed"`
-}
-
-// PluginInfo identifies the plugin a fold runs; empty fields for a raw-only
-// fold.
-type PluginInfo struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-	SHA256  string `json:"sha256"`
-	ABI     string `json:"abi"`
 }
 
 // Counters count since this process started the fold.

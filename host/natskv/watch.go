@@ -57,6 +57,11 @@ type Watcher struct {
 	once   sync.Once
 	done   chan struct{}
 	err    error
+	// ctx bounds the watcher's own calls to the server (re-arming, the
+	// floor guard's retention reads); Stop cancels it, so Stop never waits
+	// for one to time out.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	headAtStart protocol.Revision
 }
@@ -80,7 +85,10 @@ func (w *Watcher) HeadAtStart() protocol.Revision { return w.headAtStart }
 // Stop ends the watch and releases its server-side consumer. Safe to call
 // more than once and concurrently with a reader of Events.
 func (w *Watcher) Stop() {
-	w.once.Do(func() { close(w.stop) })
+	w.once.Do(func() {
+		close(w.stop)
+		w.cancel()
+	})
 	<-w.done
 }
 
@@ -148,7 +156,10 @@ func (b *Bucket) Watch(ctx context.Context, scope Scope, from protocol.Cursor, o
 		b.nc.RemoveStatusListener(status)
 		return nil, err
 	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w := &Watcher{
+		ctx:         wctx,
+		cancel:      cancel,
 		b:           b,
 		scope:       scope,
 		events:      make(chan fold.Event, o.Buffer),
@@ -156,7 +167,7 @@ func (b *Bucket) Watch(ctx context.Context, scope Scope, from protocol.Cursor, o
 		done:        make(chan struct{}),
 		headAtStart: ret.Last,
 	}
-	g := &floorGuard{b: b, on: scope.WholeBucket(), frontier: from.Rev, frontierTime: from.MsgUnixNano}
+	g := &floorGuard{ctx: wctx, b: b, on: scope.WholeBucket(), frontier: from.Rev, frontierTime: from.MsgUnixNano}
 	if start != 0 {
 		g.frontier = start - 1 // a gap-holds resume starts below the cursor
 	}
@@ -248,6 +259,14 @@ const watchDrain = 256
 
 func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats.Status) {
 	defer close(w.done)
+	defer w.cancel()
+	defer func() {
+		select {
+		case <-w.stop:
+			w.err = nil // stopped: a call cut short by Stop is no reason
+		default:
+		}
+	}()
 	defer close(w.events)
 	defer w.b.nc.RemoveStatusListener(status)
 	defer func() { c.close() }()
@@ -329,10 +348,10 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 			var err error
 			var start protocol.Revision
 			if resuming || synced {
-				_, start, err = w.b.resumePoint(context.Background(), protocol.Cursor{Rev: g.frontier, MsgUnixNano: g.frontierTime})
+				_, start, err = w.b.resumePoint(w.ctx, protocol.Cursor{Rev: g.frontier, MsgUnixNano: g.frontierTime})
 			}
 			if err == nil {
-				c, err = w.b.openWatch(context.Background(), w.scope, start)
+				c, err = w.b.openWatch(w.ctx, w.scope, start)
 			}
 			if err != nil {
 				c = consumer{kw: closedWatcher{}, cancel: func() {}}
@@ -403,6 +422,7 @@ func opOf(op jetstream.KeyValueOp) fold.Op {
 // floorGuard is the live check that retention has not overrun a
 // whole-bucket watch (protocol.ResumeWindowOK against the frontier).
 type floorGuard struct {
+	ctx          context.Context // the watcher's
 	b            *Bucket
 	on           bool
 	frontier     protocol.Revision
@@ -416,7 +436,7 @@ type floorGuard struct {
 // cursor, which re-runs the resume check. A failed backstop probe is no
 // evidence of anything and is retried at the next tick.
 func (g *floorGuard) check(inBand bool) error {
-	ret, now, err := g.b.Retention(context.Background())
+	ret, now, err := g.b.Retention(g.ctx)
 	if err != nil {
 		if inBand {
 			return fmt.Errorf("natskv: floor guard: delivery skipped from %d, and retention could not be read: %w", g.frontier, err)

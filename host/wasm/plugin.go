@@ -35,7 +35,7 @@ var _ fold.Plugin = (*Plugin)(nil)
 
 // Status is what operators see of a plugin.
 type Status struct {
-	Module       IdentityRecord
+	Module       fold.PluginIdentity
 	Path         string
 	Loaded       time.Time
 	Failures     int    // consecutive failed attempts
@@ -54,8 +54,7 @@ func (r *Runtime) NewPlugin(m *Module) *Plugin {
 func (p *Plugin) setStatus(m *Module) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.status.Module = IdentityRecord{SHA256: m.SHA256, Name: m.Info.Name, Version: m.Info.Version,
-		ViewSchema: m.Info.ViewSchema, ABI: fmt.Sprintf("v%d.%d", abi.Major, m.ABIMinor)}
+	p.status.Module = m.Identity()
 	p.status.Path = m.Path
 	p.status.Loaded = time.Now()
 	p.status.ReloadFailed = false
@@ -231,5 +230,5 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 			return fold.Output{}, err
 		}
 	}
-	return fold.Output{Views: p.views, Rejected: rejected, Identity: p.current.Identity()}, nil
+	return fold.Output{Views: p.views, Rejected: rejected, Identity: p.current.identity}, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/abi"
+	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/wasm/internal/meter"
 	"github.com/foldhost/foldhost/internal/files"
 	"github.com/tetratelabs/wazero"
@@ -25,7 +25,7 @@ type Options struct {
 	// memory only.
 	CacheDir string
 	// MemoryLimitPages caps a plugin's linear memory in 64 KiB pages;
-	// default 4096 (256 MiB).
+	// default DefaultMemoryLimitMB (256 MiB).
 	MemoryLimitPages uint32
 	// CallTimeout bounds each call into a plugin: the trial run of Load
 	// (instantiation with its start function, and the info export), every
@@ -42,7 +42,8 @@ type Options struct {
 	// trades guest memory for throughput (RATIONALE.md).
 	GCEvery int
 	// Retries is how many times a failed batch is retried on a fresh
-	// instance before Apply returns the error; default 2.
+	// instance before Apply returns the error; default DefaultRetries,
+	// NoRetries for none.
 	Retries int
 	// Logger receives the plugin's log lines and stdout/stderr; default
 	// slog.Default().
@@ -61,11 +62,16 @@ const (
 	containCloseOnDone                    // wazero's WithCloseOnContextDone and a context deadline
 )
 
-// Defaults and sentinels of Options.
+// Defaults and sentinels of Options: the zero value of a field means its
+// default, so "none" needs a value of its own.
 const (
 	DefaultCallTimeout    = 10 * time.Second
 	NoCallTimeout         = time.Duration(-1)
 	DefaultMaxModuleBytes = 64 << 20
+	DefaultMemoryLimitMB  = 256
+	DefaultRetries        = 2
+	NoRetries             = -1
+	DefaultGCEvery        = 16
 )
 
 func (o Options) withDefaults() Options {
@@ -78,15 +84,15 @@ func (o Options) withDefaults() Options {
 		o.MaxModuleBytes = DefaultMaxModuleBytes
 	}
 	if o.MemoryLimitPages == 0 {
-		o.MemoryLimitPages = 4096
+		o.MemoryLimitPages = DefaultMemoryLimitMB * 16 // 64 KiB pages
 	}
 	if o.GCEvery <= 0 {
-		o.GCEvery = 16
+		o.GCEvery = DefaultGCEvery
 	}
 	if o.Retries < 0 {
 		o.Retries = 0
 	} else if o.Retries == 0 {
-		o.Retries = 2
+		o.Retries = DefaultRetries
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -144,23 +150,15 @@ type Module struct {
 	Info     abi.Info // what the plugin says about itself
 	ABIMinor uint32
 	Path     string
-	identity []byte
+	id       fold.PluginIdentity
+	identity []byte // id encoded, once: every commit carries it
 }
 
 // Short is the module's short identity for logs.
 func (m *Module) Short() string { return m.SHA256[:12] }
 
-// Identity is the record stored in the fold's metadata with every commit.
-func (m *Module) Identity() []byte { return m.identity }
-
-// IdentityRecord is the JSON form of Module.Identity.
-type IdentityRecord struct {
-	SHA256     string `json:"sha256"`
-	Name       string `json:"name"`
-	Version    string `json:"version"`
-	ViewSchema uint32 `json:"view_schema"`
-	ABI        string `json:"abi"`
-}
+// Identity is the module's identity.
+func (m *Module) Identity() fold.PluginIdentity { return m.id }
 
 // LoadFile reads and validates the module at path: a regular file of at
 // most Options.MaxModuleBytes (a FIFO, a device or a directory is refused
@@ -282,10 +280,9 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	openModules.Add(1)
 	m.ABIMinor, m.Info = minor, info
-	m.identity, _ = json.Marshal(IdentityRecord{
-		SHA256: m.SHA256, Name: info.Name, Version: info.Version, ViewSchema: info.ViewSchema,
-		ABI: fmt.Sprintf("v%d.%d", abi.Major, minor),
-	})
+	m.id = fold.PluginIdentity{SHA256: m.SHA256, Name: info.Name, Version: info.Version, ViewSchema: info.ViewSchema,
+		ABI: fmt.Sprintf("v%d.%d", abi.Major, minor)}
+	m.identity = m.id.Encode()
 	return m, nil
 }
 

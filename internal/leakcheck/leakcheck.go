@@ -51,17 +51,28 @@ func wait(d time.Duration) string {
 // ignored are goroutines that belong to the runtime, the test framework or
 // the standard library's process-wide machinery, not to a test.
 var ignored = []string{
-	"leakcheck.running(",    // this goroutine
-	"testing.(*M).",         // the test main
-	"testing.runFuzzing",    // the fuzzing engine
-	"os/signal.signal_recv", // signal.Notify's reader, process-wide
-	"runtime.ensureSigM",    // signal mask handler
-	"runtime.goexit1",       // exiting
-	"created by runtime.gc", // GC workers
-	"runtime.ReadTrace",     // tracing
+	"foldhost/internal/leakcheck.", // the checking goroutine
+	"testing.(*M).",                // the test main
+	"testing.runFuzzing",           // the fuzzing engine
+	"os/signal.signal_recv",        // signal.Notify's reader, process-wide
+	"runtime.ensureSigM",           // signal mask handler
+	"runtime.goexit1",              // exiting
+	"created by runtime.gc",        // GC workers
+	"runtime.ReadTrace",            // tracing
 }
 
 func running() string {
+	var leaked []string
+	for _, g := range goroutines() {
+		if !isIgnored(g) {
+			leaked = append(leaked, g)
+		}
+	}
+	return strings.Join(leaked, "\n\n")
+}
+
+// goroutines are the stacks of every goroutine, one string each.
+func goroutines() []string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -71,14 +82,13 @@ func running() string {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	var leaked []string
+	var gs []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if g == "" || isIgnored(g) {
-			continue
+		if g != "" {
+			gs = append(gs, g)
 		}
-		leaked = append(leaked, g)
 	}
-	return strings.Join(leaked, "\n\n")
+	return gs
 }
 
 func isIgnored(g string) bool {
@@ -88,4 +98,43 @@ func isIgnored(g string) bool {
 		}
 	}
 	return false
+}
+
+// Baseline is the set of goroutines running at one moment.
+type Baseline map[string]bool
+
+// Take records the goroutines running now.
+func Take() Baseline {
+	b := Baseline{}
+	for _, g := range goroutines() {
+		b[goroutineID(g)] = true
+	}
+	return b
+}
+
+// Check fails t if goroutines started since b (other than the runtime's
+// and the test framework's) are still running once they had time to end.
+func (b Baseline) Check(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(settle)
+	for {
+		var leaked []string
+		for _, g := range goroutines() {
+			if !b[goroutineID(g)] && !isIgnored(g) {
+				leaked = append(leaked, g)
+			}
+		}
+		if len(leaked) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines still running:\n\n%s", strings.Join(leaked, "\n\n"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func goroutineID(g string) string {
+	id, _, _ := strings.Cut(g, " [")
+	return id
 }

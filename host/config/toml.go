@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"cmp"
@@ -44,13 +44,13 @@ func (p Problem) String() string {
 	return b.String()
 }
 
-// ConfigError lists every problem found in a config file.
-type ConfigError struct {
+// Error lists every problem found in a config file.
+type Error struct {
 	File     string
 	Problems []Problem
 }
 
-func (e *ConfigError) Error() string {
+func (e *Error) Error() string {
 	var b strings.Builder
 	n := len(e.Problems)
 	if n == 1 {
@@ -121,7 +121,7 @@ func (ps *problems) err() error {
 		}
 		return cmp.Compare(la, lb)
 	})
-	return &ConfigError{File: ps.file, Problems: ps.list}
+	return &Error{File: ps.file, Problems: ps.list}
 }
 
 // document is a decoded TOML file.
@@ -131,7 +131,7 @@ type document struct {
 }
 
 // decodeTOML parses data. A syntax error is returned alone (the parser
-// stops at the first), as a *ConfigError with its line.
+// stops at the first), as a *Error with its line.
 func decodeTOML(data []byte, file string) (*document, error) {
 	var m map[string]any
 	if _, err := toml.Decode(string(data), &m); err != nil {
@@ -140,7 +140,7 @@ func decodeTOML(data []byte, file string) (*document, error) {
 		if errors.As(err, &pe) {
 			p = Problem{Line: pe.Position.Line, Msg: "syntax: " + pe.Message}
 		}
-		return nil, &ConfigError{File: file, Problems: []Problem{p}}
+		return nil, &Error{File: file, Problems: []Problem{p}}
 	}
 	ps := &problems{file: file, lines: locateKeys(string(data)), fromEnv: map[string]string{}}
 	return &document{root: &table{m: m, ps: ps}, problems: ps}, nil

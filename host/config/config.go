@@ -1,4 +1,11 @@
-package main
+// Package config reads foldhost's TOML config file into a Config and turns
+// it into host.Options: every problem reported at once, each with its key
+// path (fold[1].batch_size), line and, for an environment override, the
+// variable. Defaults are the libraries' own (host, wasm, fold, natskv,
+// s3store), imported, not repeated. config.toml.example documents every
+// key. An embedder can configure a Host from TOML with Load and
+// Config.HostOptions.
+package config
 
 import (
 	"errors"
@@ -10,6 +17,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact/s3store"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -137,33 +145,26 @@ type FoldConfig struct {
 	CreateBucket natskv.BucketConfig
 }
 
-// Defaults.
+// Defaults the file's own keys have (the rest are the libraries').
 const (
-	defaultShutdownGrace  = 30 * time.Second
-	defaultPluginMemoryMB = 256
+	DefaultShutdownGrace  = 30 * time.Second
 	defaultPluginMaxMB    = wasm.DefaultMaxModuleBytes >> 20
-	defaultPluginRetries  = 2
 	defaultHTTPAddr       = "127.0.0.1:8080"
-	defaultEmbeddedListen = "127.0.0.1:4222"
+	DefaultEmbeddedListen = "127.0.0.1:4222"
 	defaultDataDir        = "data"
 	defaultConnectTimeout = 5 * time.Second
-	defaultHeadPoll       = 5 * time.Second
-	defaultProgress       = 5 * time.Second
-	defaultBuffer         = 256
-	defaultLeaseBucket    = "foldhost_export_leases"
-	defaultLeaseTTL       = 5 * time.Minute
 	defaultS3Region       = "us-east-1"
 )
 
 // Environment variables that override the file (set and non-empty). They
 // exist so secrets need not be written into config.toml.
 const (
-	envNATSURL        = "FOLDHOST_NATS_URL"
-	envNATSCreds      = "FOLDHOST_NATS_CREDS"      // content of a .creds file
-	envNATSCredsFile  = "FOLDHOST_NATS_CREDS_FILE" // path of a .creds file
-	envS3AccessKey    = "FOLDHOST_S3_ACCESS_KEY"
-	envS3SecretKey    = "FOLDHOST_S3_SECRET_KEY"
-	envS3SessionToken = "FOLDHOST_S3_SESSION_TOKEN" // with temporary keys
+	EnvNATSURL        = "FOLDHOST_NATS_URL"
+	EnvNATSCreds      = "FOLDHOST_NATS_CREDS"      // content of a .creds file
+	EnvNATSCredsFile  = "FOLDHOST_NATS_CREDS_FILE" // path of a .creds file
+	EnvS3AccessKey    = "FOLDHOST_S3_ACCESS_KEY"
+	EnvS3SecretKey    = "FOLDHOST_S3_SECRET_KEY"
+	EnvS3SessionToken = "FOLDHOST_S3_SESSION_TOKEN" // with temporary keys
 )
 
 // Limits checked by validation.
@@ -178,25 +179,36 @@ var (
 	bucketRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 )
 
-// getenvFunc looks up an environment variable (os.LookupEnv in production).
-type getenvFunc func(string) (string, bool)
+// ValidName reports a valid fold name or artifact key: 1 to 64 of
+// A-Z a-z 0-9 _ - (it appears in URLs, metrics, directory and object names).
+func ValidName(s string) bool { return nameRE.MatchString(s) }
 
-// loadConfig reads, parses and validates the config file at path, applying
-// environment overrides. A *ConfigError lists every problem found.
-func loadConfig(path string, getenv getenvFunc) (*Config, error) {
-	data, err := os.ReadFile(path)
+// ValidBucket reports a valid KV bucket name.
+func ValidBucket(s string) bool { return bucketRE.MatchString(s) }
+
+// Getenv looks up an environment variable (os.LookupEnv in production).
+type Getenv func(string) (string, bool)
+
+// MaxFileSize bounds the config file.
+const MaxFileSize = 1 << 20
+
+// Load reads, parses and validates the config file at path (a regular file
+// of at most MaxFileSize), applying environment overrides. A *Error lists
+// every problem found.
+func Load(path string, getenv Getenv) (*Config, error) {
+	data, err := files.ReadRegular(path, MaxFileSize)
 	if err != nil {
-		return nil, &ConfigError{File: path, Problems: []Problem{{Msg: err.Error()}}}
+		return nil, &Error{File: path, Problems: []Problem{{Msg: err.Error()}}}
 	}
-	return parseConfig(data, path, getenv)
+	return Parse(data, path, getenv)
 }
 
-// parseConfig parses and validates data as the config file at path (used to
+// Parse parses and validates data as the config file at path (used to
 // name the file in problems and to resolve relative paths).
-func parseConfig(data []byte, path string, getenv getenvFunc) (*Config, error) {
+func Parse(data []byte, path string, getenv Getenv) (*Config, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, &ConfigError{File: path, Problems: []Problem{{Msg: err.Error()}}}
+		return nil, &Error{File: path, Problems: []Problem{{Msg: err.Error()}}}
 	}
 	doc, perr := decodeTOML(data, path)
 	if perr != nil {
@@ -268,7 +280,7 @@ func extractFold(f *table) FoldConfig {
 	if f.duration("plugin_call_timeout", &fc.PluginCallTimeout) && fc.PluginCallTimeout < 0 {
 		f.problem("plugin_call_timeout", "must be >= 0 (0: no deadline), got %v", fc.PluginCallTimeout)
 	}
-	var memMB, maxMB, retries int64 = defaultPluginMemoryMB, defaultPluginMaxMB, defaultPluginRetries
+	var memMB, maxMB, retries int64 = wasm.DefaultMemoryLimitMB, defaultPluginMaxMB, wasm.DefaultRetries
 	if f.integer("plugin_memory_mb", &memMB) && (memMB < 1 || memMB > 4096) {
 		f.problem("plugin_memory_mb", "must be between 1 and 4096, got %d", memMB)
 	}
@@ -378,7 +390,7 @@ func clampInt(v int64) int { return int(max(0, min(v, 1<<31-1))) }
 
 // applyEnv applies the environment overrides. A credential from the
 // environment replaces both credential keys of the file.
-func (c *Config) applyEnv(getenv getenvFunc, ps *problems) {
+func (c *Config) applyEnv(getenv Getenv, ps *problems) {
 	if getenv == nil {
 		return
 	}
@@ -386,32 +398,32 @@ func (c *Config) applyEnv(getenv getenvFunc, ps *problems) {
 		v, ok := getenv(name)
 		return v, ok && v != ""
 	}
-	if v, ok := get(envNATSURL); ok {
+	if v, ok := get(EnvNATSURL); ok {
 		c.NATS.URL = v
-		ps.fromEnv["nats.url"] = envNATSURL
+		ps.fromEnv["nats.url"] = EnvNATSURL
 	}
-	creds, hasCreds := get(envNATSCreds)
-	file, hasFile := get(envNATSCredsFile)
+	creds, hasCreds := get(EnvNATSCreds)
+	file, hasFile := get(EnvNATSCredsFile)
 	switch {
 	case hasCreds && hasFile:
-		ps.add("", "%s and %s are both set: set at most one", envNATSCreds, envNATSCredsFile)
+		ps.add("", "%s and %s are both set: set at most one", EnvNATSCreds, EnvNATSCredsFile)
 	case hasCreds:
 		c.NATS.Creds, c.NATS.CredsFile = creds, ""
-		ps.fromEnv["nats.creds"] = envNATSCreds
+		ps.fromEnv["nats.creds"] = EnvNATSCreds
 	case hasFile:
 		c.NATS.Creds, c.NATS.CredsFile = "", file
-		ps.fromEnv["nats.creds_file"] = envNATSCredsFile
+		ps.fromEnv["nats.creds_file"] = EnvNATSCredsFile
 	}
 	// Without keys from the file or here, the AWS SDK's default chain
 	// applies (AWS_* variables, shared files, roles).
 	s3 := &c.Artifacts.S3
-	ak, hasAK := get(envS3AccessKey)
-	sk, hasSK := get(envS3SecretKey)
+	ak, hasAK := get(EnvS3AccessKey)
+	sk, hasSK := get(EnvS3SecretKey)
 	if hasAK || hasSK {
 		s3.AccessKey, s3.SecretKey = ak, sk
-		ps.fromEnv["artifacts.s3.access_key"] = envS3AccessKey
+		ps.fromEnv["artifacts.s3.access_key"] = EnvS3AccessKey
 	}
-	s3.SessionToken, _ = get(envS3SessionToken)
+	s3.SessionToken, _ = get(EnvS3SessionToken)
 }
 
 // validate checks cross-key rules and applies defaults.
@@ -428,7 +440,7 @@ func (c *Config) validate(ps *problems) {
 	}
 	c.DataDir = resolve(c.DataDir)
 	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = defaultShutdownGrace
+		c.ShutdownGrace = DefaultShutdownGrace
 	}
 
 	// NATS.
@@ -437,7 +449,7 @@ func (c *Config) validate(ps *problems) {
 	if n.Embedded {
 		n.URL = ""
 		if n.EmbeddedListen == "" {
-			n.EmbeddedListen = defaultEmbeddedListen
+			n.EmbeddedListen = DefaultEmbeddedListen
 		}
 		if err := checkLoopback(n.EmbeddedListen); err != nil {
 			ps.add("nats.embedded_listen", "%v (the embedded server has no authentication, so it listens on loopback only)", err)
@@ -483,8 +495,8 @@ func (c *Config) validate(ps *problems) {
 	}{
 		{"nats.connect_timeout", &n.ConnectTimeout, defaultConnectTimeout},
 		{"nats.request_timeout", &n.RequestTimeout, natskv.DefaultRequestTimeout},
-		{"nats.head_poll_interval", &n.HeadPollInterval, defaultHeadPoll},
-		{"log.progress_interval", &c.Log.ProgressInterval, defaultProgress},
+		{"nats.head_poll_interval", &n.HeadPollInterval, host.DefaultHeadPollInterval},
+		{"log.progress_interval", &c.Log.ProgressInterval, host.DefaultProgressInterval},
 	} {
 		if *d.v < 0 {
 			ps.add(d.key, "must not be negative")
@@ -584,7 +596,7 @@ func (c *Config) validate(ps *problems) {
 			f.BatchSize = fold.DefaultMaxBatch
 		}
 		if f.Buffer == 0 {
-			f.Buffer = defaultBuffer
+			f.Buffer = host.DefaultBuffer
 		}
 		f.CreateBucket.Name = f.Bucket
 		if f.CreateBucket.History == 0 {
@@ -650,9 +662,6 @@ func (c *Config) checkDirs(ps *problems) {
 	}
 }
 
-// wasmCacheDir holds compiled plugins, shared by every fold.
-func (c *Config) wasmCacheDir() string { return filepath.Join(c.DataDir, "wasm-cache") }
-
 // realPath resolves the symlinks of path's longest existing ancestor (the
 // rest does not exist yet, so it cannot be a link).
 func realPath(path string) string {
@@ -689,7 +698,7 @@ func (c *Config) validateArtifacts(ps *problems, resolve func(string) string) {
 			ps.add("artifacts.dir", "is set, but artifacts.store is \"s3\": dir is the local store's")
 		}
 		if (a.S3.AccessKey == "") != (a.S3.SecretKey == "") {
-			ps.add("artifacts.s3.secret_key", "access_key and secret_key go together: set both or neither (or %s and %s)", envS3AccessKey, envS3SecretKey)
+			ps.add("artifacts.s3.secret_key", "access_key and secret_key go together: set both or neither (or %s and %s)", EnvS3AccessKey, EnvS3SecretKey)
 		}
 	default:
 		ps.add("artifacts.store", "%q: want \"local\" or \"s3\"", a.Store)
@@ -707,12 +716,12 @@ func (c *Config) validateArtifacts(ps *problems, resolve func(string) string) {
 		a.S3.RequestTimeout = s3store.DefaultOpTimeout
 	}
 	if a.LeaseBucket == "" {
-		a.LeaseBucket = defaultLeaseBucket
+		a.LeaseBucket = host.DefaultLeaseBucket
 	} else if !bucketRE.MatchString(a.LeaseBucket) {
 		ps.add("artifacts.lease_bucket", "%q is not a valid KV bucket name (A-Z a-z 0-9 _ -)", a.LeaseBucket)
 	}
 	if a.LeaseTTL == 0 {
-		a.LeaseTTL = defaultLeaseTTL
+		a.LeaseTTL = host.DefaultLeaseTTL
 	}
 	if a.Holder == "" {
 		h, err := os.Hostname()
@@ -720,16 +729,6 @@ func (c *Config) validateArtifacts(ps *problems, resolve func(string) string) {
 			h = "foldhost"
 		}
 		a.Holder = h
-	}
-}
-
-// connOptions is how the daemon and the kv helpers dial a configured
-// (non-embedded) server.
-func (n NATSConfig) connOptions(url string) natskv.ConnOptions {
-	return natskv.ConnOptions{
-		URL: url, Creds: n.Creds, CredsFile: n.CredsFile,
-		CAFile: n.TLSCAFile, CertFile: n.TLSCertFile, KeyFile: n.TLSKeyFile,
-		Name: "foldhost", Timeout: n.ConnectTimeout,
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -19,21 +19,21 @@ import (
 
 func noEnv(string) (string, bool) { return "", false }
 
-func envOf(m map[string]string) getenvFunc {
+func envOf(m map[string]string) Getenv {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
 // parseIn parses text as dir/config.toml.
-func parseIn(t *testing.T, dir, text string, env getenvFunc) (*Config, error) {
+func parseIn(t *testing.T, dir, text string, env Getenv) (*Config, error) {
 	t.Helper()
-	return parseConfig([]byte(text), filepath.Join(dir, "config.toml"), env)
+	return Parse([]byte(text), filepath.Join(dir, "config.toml"), env)
 }
 
 func problemsOf(t *testing.T, err error) []Problem {
 	t.Helper()
-	var ce *ConfigError
+	var ce *Error
 	if !errors.As(err, &ce) {
-		t.Fatalf("error %v (%T) is not a *ConfigError", err, err)
+		t.Fatalf("error %v (%T) is not a *Error", err, err)
 	}
 	return ce.Problems
 }
@@ -187,7 +187,7 @@ export_interval = "10m"
 artifact_key = "a-v2"
 [[fold]]
 name = "b"
-`, envOf(map[string]string{envS3AccessKey: "AKIA", envS3SecretKey: "s3cr3t", envS3SessionToken: "tok", "AWS_ACCESS_KEY_ID": "left-to-the-sdk"}))
+`, envOf(map[string]string{EnvS3AccessKey: "AKIA", EnvS3SecretKey: "s3cr3t", EnvS3SessionToken: "tok", "AWS_ACCESS_KEY_ID": "left-to-the-sdk"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ name = "b"
 	}
 	// FOLDHOST_S3_* win over the file.
 	cfg, err = parseIn(t, dir, "[artifacts]\nstore = \"s3\"\n[artifacts.s3]\nbucket = \"x\"\naccess_key = \"file\"\nsecret_key = \"file\"\n[[fold]]\nname = \"a\"\n",
-		envOf(map[string]string{envS3AccessKey: "env", envS3SecretKey: "envs"}))
+		envOf(map[string]string{EnvS3AccessKey: "env", EnvS3SecretKey: "envs"}))
 	if err != nil || cfg.Artifacts.S3.AccessKey != "env" || cfg.Artifacts.S3.SecretKey != "envs" {
 		t.Errorf("env keys: %v %+v", err, cfg)
 	}
@@ -365,7 +365,7 @@ bufer = 10
 		{Line: 13, Key: "fold[1].bufer", Msg: `unknown key (did you mean "buffer"?)`},
 	}
 	if !reflect.DeepEqual(ps, want) {
-		t.Fatalf("problems:\n%v\nwant:\n%v", err, &ConfigError{File: "config.toml", Problems: want})
+		t.Fatalf("problems:\n%v\nwant:\n%v", err, &Error{File: "config.toml", Problems: want})
 	}
 }
 
@@ -405,8 +405,8 @@ func TestConfigEnvOverrides(t *testing.T) {
 	dir := t.TempDir()
 	base := "[nats]\nurl = \"nats://file:4222\"\ncreds_file = \"/etc/passwd\"\n[[fold]]\nname = \"a\"\n"
 	cfg, err := parseIn(t, dir, base, envOf(map[string]string{
-		envNATSURL:   "nats://env:4222",
-		envNATSCreds: "-----BEGIN NATS USER JWT-----",
+		EnvNATSURL:   "nats://env:4222",
+		EnvNATSCreds: "-----BEGIN NATS USER JWT-----",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -416,7 +416,7 @@ func TestConfigEnvOverrides(t *testing.T) {
 	}
 	// The creds file from the environment replaces inline creds.
 	cfg, err = parseIn(t, dir, "[nats]\nurl = \"nats://x\"\ncreds = \"inline\"\n[[fold]]\nname = \"a\"\n",
-		envOf(map[string]string{envNATSCredsFile: "/etc/passwd"}))
+		envOf(map[string]string{EnvNATSCredsFile: "/etc/passwd"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,27 +424,27 @@ func TestConfigEnvOverrides(t *testing.T) {
 		t.Errorf("nats = %+v", cfg.NATS)
 	}
 	// Empty variables do not override.
-	cfg, err = parseIn(t, dir, base, envOf(map[string]string{envNATSURL: ""}))
+	cfg, err = parseIn(t, dir, base, envOf(map[string]string{EnvNATSURL: ""}))
 	if err != nil || cfg.NATS.URL != "nats://file:4222" {
 		t.Errorf("empty env: %v, %+v", err, cfg)
 	}
 	// The environment can select the embedded server.
-	cfg, err = parseIn(t, dir, "[nats]\nurl = \"nats://file:4222\"\n[[fold]]\nname = \"a\"\n", envOf(map[string]string{envNATSURL: "embedded"}))
+	cfg, err = parseIn(t, dir, "[nats]\nurl = \"nats://file:4222\"\n[[fold]]\nname = \"a\"\n", envOf(map[string]string{EnvNATSURL: "embedded"}))
 	if err != nil || !cfg.NATS.Embedded {
 		t.Errorf("embedded from env: %v, %+v", err, cfg)
 	}
 	// Problems name the variable, not a line.
-	_, err = parseIn(t, dir, "[[fold]]\nname = \"a\"\n", envOf(map[string]string{envNATSCreds: "x"}))
+	_, err = parseIn(t, dir, "[[fold]]\nname = \"a\"\n", envOf(map[string]string{EnvNATSCreds: "x"}))
 	ps := problemsOf(t, err)
-	if len(ps) != 1 || ps[0].Env != envNATSCreds || ps[0].Line != 0 || !strings.Contains(ps[0].String(), "nats.creds (from $FOLDHOST_NATS_CREDS)") {
+	if len(ps) != 1 || ps[0].Env != EnvNATSCreds || ps[0].Line != 0 || !strings.Contains(ps[0].String(), "nats.creds (from $FOLDHOST_NATS_CREDS)") {
 		t.Errorf("problems = %v", ps)
 	}
-	_, err = parseIn(t, dir, base, envOf(map[string]string{envNATSCreds: "x", envNATSCredsFile: "y"}))
+	_, err = parseIn(t, dir, base, envOf(map[string]string{EnvNATSCreds: "x", EnvNATSCredsFile: "y"}))
 	if err == nil || !strings.Contains(err.Error(), "both set") {
 		t.Errorf("both creds variables: %v", err)
 	}
-	_, err = parseIn(t, dir, base, envOf(map[string]string{envNATSCredsFile: filepath.Join(dir, "nope.creds")}))
-	if ps := problemsOf(t, err); len(ps) != 1 || ps[0].Env != envNATSCredsFile {
+	_, err = parseIn(t, dir, base, envOf(map[string]string{EnvNATSCredsFile: filepath.Join(dir, "nope.creds")}))
+	if ps := problemsOf(t, err); len(ps) != 1 || ps[0].Env != EnvNATSCredsFile {
 		t.Errorf("missing creds file from env: %v", err)
 	}
 }

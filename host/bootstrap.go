@@ -1,0 +1,163 @@
+package host
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/internal/files"
+)
+
+// BootstrapOptions tune Bootstrap.
+type BootstrapOptions struct {
+	// Key overrides the fold's artifact key.
+	Key string
+	// OnManifest, if set, is called with the published manifest once it
+	// passed the checks, before the payload downloads.
+	OnManifest func(artifact.Manifest)
+	// Progress, if set, is called as the payload downloads.
+	Progress func(read, size int64)
+}
+
+// BootstrapResult is what a bootstrap installed.
+type BootstrapResult struct {
+	Fold, Key, Store string
+	Cursor           uint64 // the artifact's cursor: the next run resumes after it
+	Bytes            int64  // downloaded
+	Took             time.Duration
+	// Warning, when set, says the artifact's views came from another plugin
+	// build than the fold's (they come across as they are).
+	Warning string
+}
+
+// ErrNoArtifact: nothing is published under the fold's key.
+var ErrNoArtifact = errors.New("no artifact published")
+
+// Bootstrap fills the empty fold named name from the newest artifact
+// published under its key: it refuses, before downloading anything, a fold
+// that has data and an artifact from another bucket or scope; then it
+// downloads and verifies the payload and moves it into the fold's data dir
+// in one rename. A failed or interrupted bootstrap leaves the data dir as
+// it was, and what a killed one left beside it is cleared by the next
+// bootstrap. The next Run resumes from the artifact's cursor.
+func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions) (BootstrapResult, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return BootstrapResult{}, fmt.Errorf("host: invalid options: %w", err)
+	}
+	f, err := o.fold(name)
+	if err != nil {
+		return BootstrapResult{}, err
+	}
+	if bo.Key != "" {
+		f.ArtifactKey = bo.Key
+	}
+	store := o.Artifacts.Store
+	if store == nil {
+		return BootstrapResult{}, errors.New("no artifact store is configured")
+	}
+	parent := filepath.Dir(f.DataDir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return BootstrapResult{}, err
+	}
+	lk, err := files.TryLock(filepath.Join(parent, "."+filepath.Base(f.DataDir)+".bootstrap.lock"))
+	if err != nil {
+		return BootstrapResult{}, fmt.Errorf("another bootstrap of fold %s is running: %w", f.Name, err)
+	}
+	defer lk.Unlock()
+	clearStaleImports(f.DataDir)
+	if entries, err := os.ReadDir(f.DataDir); err == nil && len(entries) > 0 {
+		return BootstrapResult{}, fmt.Errorf("fold %s already has data in %s: bootstrap only fills an empty fold (to replace it, stop foldhost and move the directory aside)", f.Name, f.DataDir)
+	}
+
+	res := BootstrapResult{Fold: f.Name, Key: f.ArtifactKey, Store: o.Artifacts.Where}
+	start := time.Now()
+	var total atomic.Int64
+	m, err := artifact.Download(ctx, store, f.ArtifactKey, f.DataDir, artifact.DownloadOptions{
+		Check: func(m artifact.Manifest) error {
+			if m.Bucket != "" && m.Bucket != f.Bucket {
+				return fmt.Errorf("the artifact %q was exported from bucket %q, fold %s folds bucket %q", f.ArtifactKey, m.Bucket, f.Name, f.Bucket)
+			}
+			want, got := slices.Sorted(slices.Values(f.Scope)), slices.Sorted(slices.Values(m.Scope))
+			if !slices.Equal(got, want) { // the order of prefixes does not matter
+				return fmt.Errorf("the artifact %q was exported with scope %q, fold %s has scope %q", f.ArtifactKey, m.Scope, f.Name, want)
+			}
+			if bo.OnManifest != nil {
+				bo.OnManifest(m)
+			}
+			return nil
+		},
+		Progress: func(read, size int64) {
+			total.Store(read)
+			if bo.Progress != nil {
+				bo.Progress(read, size)
+			}
+		},
+	})
+	if errors.Is(err, artifact.ErrNoPointer) {
+		return res, fmt.Errorf("%w under key %q in %s: export the fold on a node that has it", ErrNoArtifact, f.ArtifactKey, o.Artifacts.Where)
+	}
+	if err != nil {
+		return res, err
+	}
+	c, _ := m.DecodeCursor() // Download checked it
+	res.Cursor, res.Bytes, res.Took = uint64(c.Rev), total.Load(), time.Since(start)
+	res.Warning = pluginMismatch(f, m)
+	return res, nil
+}
+
+// clearStaleImports removes what an import killed mid-way left beside
+// dataDir (the caller holds the bootstrap lock, so none is running).
+func clearStaleImports(dataDir string) {
+	parent := filepath.Dir(dataDir)
+	prefix := artifact.ImportTempPrefix(dataDir)
+	entries, _ := os.ReadDir(parent)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			_ = os.RemoveAll(filepath.Join(parent, e.Name()))
+		}
+	}
+}
+
+// pluginMismatch says when the artifact's views were made by another
+// plugin build than the fold's: the views come across as they are, and the
+// fold's plugin applies every update from now on. "" when they match.
+func pluginMismatch(f FoldOptions, m artifact.Manifest) string {
+	var theirs fold.PluginIdentity
+	if m.PluginIdentity != nil {
+		if b, err := hex.DecodeString(*m.PluginIdentity); err == nil {
+			theirs, _ = fold.ParsePluginIdentity(b)
+		}
+	}
+	ours := ""
+	if f.Plugin != "" {
+		max := f.PluginMaxBytes
+		if max <= 0 {
+			max = wasm.DefaultMaxModuleBytes
+		}
+		if b, err := files.ReadRegular(f.Plugin, max); err == nil {
+			ours = wasm.ModuleHash(b)
+		}
+	}
+	switch {
+	case theirs.SHA256 == ours:
+		return ""
+	case theirs.SHA256 == "":
+		return fmt.Sprintf("the artifact has no plugin views (a raw-only fold); fold %s's plugin starts from empty views", f.Name)
+	case ours == "":
+		return fmt.Sprintf("the artifact's views were made by plugin %s %s (sha256 %.12s); fold %s runs no plugin, so they will not be updated",
+			theirs.Name, theirs.Version, theirs.SHA256, f.Name)
+	}
+	return fmt.Sprintf("the artifact's views were made by plugin %s %s (sha256 %.12s), fold %s runs sha256 %.12s; the views come across as they are",
+		theirs.Name, theirs.Version, theirs.SHA256, f.Name, ours)
+}

@@ -1,0 +1,103 @@
+package config
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/foldhost/foldhost/host/artifact"
+
+	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/artifact/dirstore"
+	"github.com/foldhost/foldhost/host/artifact/s3store"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/wasm"
+)
+
+// HostOptions is the host's configuration; log is its logger. It opens the
+// artifact store (a local one's directory is created).
+func (c *Config) HostOptions(log *slog.Logger) (host.Options, error) {
+	o := host.Options{
+		PluginCacheDir:   c.wasmCacheDir(),
+		HeadPollInterval: c.NATS.HeadPollInterval,
+		ProgressInterval: c.Log.ProgressInterval,
+		Logger:           log,
+		NATS: host.NATSOptions{
+			Conn:           c.NATS.ConnOptions(c.NATS.URL),
+			RequestTimeout: c.NATS.RequestTimeout,
+		},
+	}
+	if c.NATS.Embedded {
+		h, p, _ := net.SplitHostPort(c.NATS.EmbeddedListen) // validated
+		port, _ := strconv.Atoi(p)
+		o.NATS.Embedded = &host.EmbeddedNATS{Host: h, Port: port, Dir: c.NATS.EmbeddedDir, Logs: c.NATS.EmbeddedLogs}
+	}
+	store, where, err := c.artifactStore()
+	if err != nil {
+		return host.Options{}, fmt.Errorf("artifacts: %w", err)
+	}
+	a := c.Artifacts
+	o.Artifacts = host.ArtifactOptions{Store: store, Where: where, LeaseBucket: a.LeaseBucket, LeaseTTL: a.LeaseTTL, Holder: a.Holder}
+	for _, f := range c.Folds {
+		timeout, retries := f.PluginCallTimeout, f.PluginRetries
+		if timeout == 0 {
+			timeout = wasm.NoCallTimeout // the file's "0s": none
+		}
+		if retries == 0 {
+			retries = wasm.NoRetries // the file's 0: none
+		}
+		o.Folds = append(o.Folds, host.FoldOptions{
+			Name: f.Name, Bucket: f.Bucket, Scope: f.Scope,
+			Plugin: f.Plugin, PluginCallTimeout: timeout, PluginMemoryMB: f.PluginMemoryMB,
+			PluginMaxBytes: int64(f.PluginMaxMB) << 20, PluginRetries: retries,
+			DataDir: f.DataDir, BatchWindow: f.BatchWindow, BatchSize: f.BatchSize, Buffer: f.Buffer,
+			ExportInterval: f.ExportInterval, ArtifactKey: f.ArtifactKey,
+			Repair: f.Repair, Sync: f.Sync, CreateBucket: f.CreateBucket,
+		})
+	}
+	return o, nil
+}
+
+// artifactStore opens the configured artifact store and describes it.
+func (c *Config) artifactStore() (artifact.Store, string, error) {
+	a := c.Artifacts
+	if a.Store == "s3" {
+		st, err := s3store.New(s3store.Options{
+			Endpoint: a.S3.Endpoint, Region: a.S3.Region, Bucket: a.S3.Bucket, Prefix: a.S3.Prefix,
+			AccessKey: a.S3.AccessKey, SecretKey: a.S3.SecretKey, SessionToken: a.S3.SessionToken, UsePathStyle: a.S3.PathStyle,
+			PartSize: int64(a.S3.PartSizeMB) << 20, Concurrency: a.S3.Concurrency, OpTimeout: a.S3.RequestTimeout,
+		})
+		if err != nil {
+			return nil, "", err
+		}
+		where := "s3://" + a.S3.Bucket
+		if a.S3.Prefix != "" {
+			where += "/" + a.S3.Prefix
+		}
+		if a.S3.Endpoint != "" {
+			where += " at " + a.S3.Endpoint
+		}
+		return st, where, nil
+	}
+	st, err := dirstore.New(a.Dir)
+	if err != nil {
+		return nil, "", err
+	}
+	return st, a.Dir, nil
+}
+
+// wasmCacheDir holds compiled plugins, shared by every fold.
+func (c *Config) wasmCacheDir() string { return filepath.Join(c.DataDir, "wasm-cache") }
+
+// ConnOptions is how the host and the kv command dial a configured
+// (non-embedded) server.
+func (n NATSConfig) ConnOptions(url string) natskv.ConnOptions {
+	return natskv.ConnOptions{
+		URL: url, Creds: n.Creds, CredsFile: n.CredsFile,
+		CAFile: n.TLSCAFile, CertFile: n.TLSCertFile, KeyFile: n.TLSKeyFile,
+		Name: "foldhost", Timeout: n.ConnectTimeout,
+	}
+}

@@ -1,0 +1,301 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// Fold is one running fold of a Host: its store, plugin and watch, its
+// state, counters and export rounds. It implements httpapi.Fold and
+// httpapi.Exporter. Safe for concurrent use.
+type Fold struct {
+	o      FoldOptions
+	h      *Host
+	log    *slog.Logger
+	store  *fold.Store
+	bucket *natskv.Bucket
+	plugin *plugin // nil: a raw-only fold
+
+	state                 atomic.Value // httpapi.State
+	ready                 atomic.Bool
+	headAtStart, lastSeq  atomic.Uint64
+	delivered, rejected   atomic.Uint64
+	batches               atomic.Uint64
+	pluginErrs, commitErr atomic.Uint64
+	lastErr               atomic.Pointer[string]
+
+	loop   atomic.Pointer[fold.Loop]       // the live loop rounds run on
+	runCtx atomic.Pointer[context.Context] // the fold's context while it runs
+	export exportState
+}
+
+var (
+	_ httpapi.Fold     = (*Fold)(nil)
+	_ httpapi.Exporter = (*Fold)(nil)
+)
+
+// newFold opens the fold's store and clears its export staging dir
+// (anything there was left by an export that died mid-way; the store's
+// lock, now held, keeps other exports of the fold out).
+func newFold(o FoldOptions, h *Host) (*Fold, error) {
+	f := &Fold{o: o, h: h, log: h.log.With("fold", o.Name)}
+	f.state.Store(httpapi.StateStarting)
+	st, _, err := fold.Open(o.DataDir, fold.Options{Sync: o.Sync, Logger: f.log})
+	if err != nil {
+		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
+	}
+	f.store = st
+	if err := resetStageDir(o); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
+	}
+	return f, nil
+}
+
+func (f *Fold) closeStore() {
+	if err := f.store.Close(); err != nil && !errors.Is(err, fold.ErrClosed) {
+		f.log.Error("closing store failed", "err", err)
+	}
+}
+
+// Name implements httpapi.Fold.
+func (f *Fold) Name() string { return f.o.Name }
+
+// Snapshot implements httpapi.Fold.
+func (f *Fold) Snapshot() (*fold.Snapshot, error) { return f.store.Snapshot() }
+
+// Status implements httpapi.Fold.
+func (f *Fold) Status() httpapi.Status {
+	cur := f.store.Cursor() // memory; valid after Close too
+	last := f.lastSeq.Load()
+	st := httpapi.Status{
+		Name:          f.o.Name,
+		Bucket:        f.o.Bucket,
+		Scope:         append([]string{}, f.o.Scope...),
+		State:         f.state.Load().(httpapi.State),
+		Ready:         f.ready.Load(),
+		Cursor:        uint64(cur.Rev),
+		EvictionSeen:  cur.EvictionSeen,
+		StreamLastSeq: last,
+		HeadAtStart:   f.headAtStart.Load(),
+		Repair:        f.o.Repair.String(),
+		DataDir:       f.o.DataDir,
+	}
+	if last > st.Cursor {
+		st.Lag = last - st.Cursor
+	}
+	if f.plugin != nil {
+		st.Plugin = f.plugin.Status().Module // the module running now (it changes on reload)
+	}
+	d, rej := f.delivered.Load(), f.rejected.Load()
+	st.Counters = httpapi.Counters{
+		DeliveredSinceStart: d,
+		Applied:             d - min(rej, d),
+		Rejected:            rej,
+		Batches:             f.batches.Load(),
+		PluginErrors:        f.pluginErrs.Load(),
+		CommitFailures:      f.commitErr.Load(),
+	}
+	if p := f.lastErr.Load(); p != nil {
+		st.LastError = *p
+	}
+	st.Export = f.exportStatus()
+	if !st.Ready {
+		switch st.State {
+		case httpapi.StateHydrating:
+			st.Reason = fmt.Sprintf("hydrating: cursor %d, stream head at start %d", st.Cursor, st.HeadAtStart)
+		case httpapi.StateFailed:
+			st.Reason = "failed: " + st.LastError
+		default:
+			st.Reason = string(st.State)
+		}
+	}
+	return st
+}
+
+func (f *Fold) setErr(err error) {
+	s := err.Error()
+	f.lastErr.Store(&s)
+}
+
+// run folds until ctx is done (nil: the pending batch was flushed) or the
+// fold stops on an error, which it returns. Every goroutine it starts is
+// done when it returns; the store stays open.
+func (f *Fold) run(ctx context.Context) error {
+	if ret, _, err := f.bucket.Retention(ctx); err != nil {
+		f.log.Warn("could not read the stream head; the watch will retry", "err", err)
+		f.setErr(err)
+	} else {
+		f.headAtStart.Store(uint64(ret.Last))
+		f.lastSeq.Store(uint64(ret.Last))
+	}
+	cur := f.store.Cursor()
+	mode := "resume"
+	if cur.Rev == protocol.NoRevision {
+		mode = "state-sync"
+	}
+	f.log.Info("fold starting", "bucket", f.o.Bucket, "scope", natskv.Scope{Prefixes: f.o.Scope}.String(),
+		"mode", mode, "cursor", cur.Rev, "stream_head", f.headAtStart.Load(), "data_dir", f.o.DataDir)
+	if f.o.Repair != protocol.RepairNone {
+		f.log.Warn("repair mode is configured, but cursor-expiry repair is not implemented yet: a fold whose cursor expired stops",
+			"repair", f.o.Repair.String())
+	}
+	f.state.Store(httpapi.StateHydrating)
+
+	start := time.Now()
+	bg, stopBG := context.WithCancel(ctx)
+	var bgWG sync.WaitGroup
+	defer func() {
+		stopBG()
+		bgWG.Wait() // an export round in flight ends before the store closes
+	}()
+	f.runCtx.Store(&bg)
+	bgWG.Go(func() { f.pollHead(bg) })
+	bgWG.Go(func() { f.logProgress(bg, start) })
+	bgWG.Go(func() { f.exportEvery(bg) })
+
+	var applier fold.Plugin = fold.NopPlugin
+	if f.plugin != nil {
+		applier = f.plugin
+	}
+	feed := f.bucket.Feed(natskv.Scope{Prefixes: f.o.Scope}, natskv.WatchOptions{Buffer: f.o.Buffer})
+	cur, err := fold.Follow(ctx, feed, f.store, applier, fold.FollowConfig{
+		OnLoop: func(l *fold.Loop) { f.loop.Store(l) },
+		Loop: fold.LoopConfig{
+			Window:        f.o.BatchWindow,
+			MaxBatch:      f.o.BatchSize,
+			OnApplied:     f.onApplied,
+			OnSynced:      func(c protocol.Cursor) { f.onSynced(c, start) },
+			OnPluginError: func(error) { f.pluginErrs.Add(1) },
+			OnCommitError: func(err error) {
+				f.commitErr.Add(1)
+				f.setErr(err)
+			},
+			Logger: f.log,
+		},
+	})
+	if err != nil {
+		f.state.Store(httpapi.StateFailed)
+		f.setErr(err)
+		f.log.Error("fold stopped on an error; its store is still served at its cursor", "cursor", cur.Rev, "err", err, "hint", hint(err))
+		return err
+	}
+	f.state.Store(httpapi.StateStopped)
+	f.log.Info("fold stopped", "cursor", cur.Rev, "delivered_since_start", f.delivered.Load())
+	return nil
+}
+
+// hint tells an operator what a fold-stopping error means.
+func hint(err error) string {
+	switch {
+	case errors.Is(err, fold.ErrCursorExpired):
+		return "NATS no longer retains revisions after the fold's cursor; cursor-expiry repair is not implemented yet: move the data_dir aside to re-fold from scratch"
+	case errors.Is(err, fold.ErrCursorBeyondHead):
+		return "the fold's cursor is past the stream's last revision: the bucket was probably deleted and recreated; move the data_dir aside to re-fold from scratch"
+	case errors.Is(err, fold.ErrPlugin):
+		return "the plugin failed on a batch; nothing of it was committed; fix the plugin (or the data) and restart"
+	case errors.Is(err, fold.ErrCommitFailures):
+		return "the store kept refusing commits (disk full? permissions?); fix the disk and restart"
+	case errors.Is(err, fold.ErrCorrupt):
+		return "the store is corrupt; restore it (move the data_dir aside to re-fold from scratch)"
+	}
+	return ""
+}
+
+func (f *Fold) onApplied(a fold.Applied) {
+	f.delivered.Add(uint64(a.Updates))
+	f.rejected.Add(uint64(a.Rejected))
+	f.batches.Add(1)
+	f.h.metrics.ObserveBatch(f.o.Name, a.Took)
+	for {
+		last := f.lastSeq.Load()
+		if uint64(a.Cursor.Rev) <= last || f.lastSeq.CompareAndSwap(last, uint64(a.Cursor.Rev)) {
+			break
+		}
+	}
+}
+
+func (f *Fold) onSynced(c protocol.Cursor, start time.Time) {
+	if f.ready.Swap(true) {
+		return // a re-armed watch synced again
+	}
+	f.state.CompareAndSwap(httpapi.StateHydrating, httpapi.StateFollowing)
+	f.log.Info("fold caught up", "cursor", c.Rev, "head_at_start", f.headAtStart.Load(),
+		"delivered", f.delivered.Load(), "took", time.Since(start).Round(time.Millisecond))
+}
+
+// pollHead keeps the stream's last revision fresh for the lag.
+func (f *Fold) pollHead(ctx context.Context) {
+	t := time.NewTicker(f.h.o.HeadPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			ret, _, err := f.bucket.Retention(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					f.log.Debug("stream head poll failed", "err", err)
+				}
+				continue
+			}
+			f.lastSeq.Store(uint64(ret.Last))
+		}
+	}
+}
+
+// logProgress logs the hydration's progress until the fold caught up.
+func (f *Fold) logProgress(ctx context.Context, start time.Time) {
+	t := time.NewTicker(f.h.o.ProgressInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if f.ready.Load() {
+				return
+			}
+			cur, head := uint64(f.store.Cursor().Rev), f.headAtStart.Load()
+			d := f.delivered.Load()
+			elapsed := time.Since(start)
+			args := []any{"cursor", cur, "head_at_start", head, "delivered", d,
+				"rate_per_s", int(float64(d) / elapsed.Seconds()), "elapsed", elapsed.Round(time.Second)}
+			if head > 0 {
+				args = append(args, "percent", fmt.Sprintf("%.1f", 100*float64(min(cur, head))/float64(head)))
+			}
+			f.log.Info("fold hydrating", args...)
+		}
+	}
+}
+
+// StageDir is where the artifacts of the fold in dataDir are staged: a
+// hidden sibling of its data dir (".<name>.export"), so on its filesystem
+// (the checkpoint hard-links sstables).
+func StageDir(dataDir string) string {
+	return filepath.Join(filepath.Dir(dataDir), "."+filepath.Base(dataDir)+".export")
+}
+
+// resetStageDir empties a fold's stage dir: anything in it was left by an
+// export that died mid-way (the caller holds the fold's store, so no other
+// export of the fold runs).
+func resetStageDir(o FoldOptions) error {
+	dir := StageDir(o.DataDir)
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("clearing stale exports: %w", err)
+	}
+	return os.MkdirAll(dir, 0o755)
+}

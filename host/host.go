@@ -1,0 +1,226 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/foldhost/foldhost/host/embeddednats"
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/host/natskv"
+)
+
+// Host runs folds: each watches its bucket, applies batches through its
+// plugin and commits to its store, resuming from its cursor after a
+// restart; it exports artifacts on schedule or on demand and serves its
+// folds' status and data (Handler).
+//
+// The life of a Host: New (checks the options, starts nothing), Start
+// (opens every store, loads every plugin, starts or connects to NATS,
+// opens the buckets: a failure undoes what was done), Run (folds until its
+// context ends: each fold flushes its pending batch), Close (releases
+// everything, waiting for every goroutine the host started). Start and Run
+// honour their contexts; Close may be called at any point after New.
+type Host struct {
+	o   Options
+	log *slog.Logger
+
+	folds   []*Fold
+	metrics *httpapi.Metrics
+	srv     *embeddednats.Server
+	nc      *nats.Conn
+	exp     *exporter
+
+	closers []func() // undone in reverse by Close
+	started bool
+	ran     bool
+}
+
+// New checks o and returns a Host that has started nothing.
+func New(o Options) (*Host, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("host: invalid options: %w", err)
+	}
+	return &Host{o: o, log: o.Logger}, nil
+}
+
+// Start opens the folds' stores (first: a store in use fails the start
+// before anything touches NATS), loads their plugins, starts the embedded
+// NATS server or connects to NATS, and opens the buckets. On an error (or
+// when ctx ends) what was started is released before it returns.
+func (h *Host) Start(ctx context.Context) (err error) {
+	if h.started {
+		return errors.New("host: started twice")
+	}
+	h.started = true
+	defer func() {
+		if err != nil {
+			h.Close()
+		}
+	}()
+	h.folds = make([]*Fold, len(h.o.Folds))
+	for i, fo := range h.o.Folds {
+		f, err := newFold(fo, h)
+		if err != nil {
+			return err
+		}
+		h.folds[i] = f
+		h.closers = append(h.closers, f.closeStore)
+	}
+	for _, f := range h.folds {
+		if err := f.loadPlugin(ctx); err != nil {
+			return err
+		}
+		h.closers = append(h.closers, f.closePlugin)
+	}
+	if err := h.connect(ctx); err != nil {
+		return err
+	}
+	h.exp = newExporter(h.o.Artifacts, h.nc, h.o.NATS.RequestTimeout, h.log)
+	if h.exp != nil {
+		h.log.Info("artifact store", "store", h.o.Artifacts.Where, "lease_bucket", h.o.Artifacts.LeaseBucket,
+			"lease_ttl", h.o.Artifacts.LeaseTTL, "holder", h.o.Artifacts.Holder)
+	}
+	h.metrics = httpapi.NewMetrics()
+	for _, f := range h.folds {
+		b, err := natskv.OpenBucket(ctx, h.nc, f.o.CreateBucket, natskv.Options{RequestTimeout: h.o.NATS.RequestTimeout})
+		if err != nil {
+			return fmt.Errorf("fold %s: %w", f.o.Name, err)
+		}
+		f.bucket = b
+	}
+	h.metrics.Track(h.httpFolds())
+	return nil
+}
+
+// connect starts the embedded server, if configured, and dials NATS.
+func (h *Host) connect(ctx context.Context) error {
+	conn := h.o.NATS.Conn
+	if e := h.o.NATS.Embedded; e != nil {
+		if err := os.MkdirAll(e.Dir, 0o755); err != nil {
+			return fmt.Errorf("embedded NATS: %w", err)
+		}
+		srv, err := embeddednats.Start(embeddednats.Options{Dir: e.Dir, Host: e.Host, Port: e.Port, Logs: e.Logs})
+		if err != nil {
+			return fmt.Errorf("embedded NATS on %s:%d: %w", e.Host, e.Port, err)
+		}
+		h.srv = srv
+		h.closers = append(h.closers, srv.Shutdown)
+		h.log.Info("embedded NATS server started", "url", srv.ClientURL(), "dir", e.Dir)
+		conn = natskv.ConnOptions{URL: srv.ClientURL(), Name: "foldhost", Timeout: h.o.NATS.Conn.Timeout}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	h.log.Info("connecting to NATS", "url", natskv.Redact(conn.URL))
+	nc, err := natskv.Connect(conn)
+	if err != nil {
+		return err
+	}
+	h.nc = nc
+	h.closers = append(h.closers, nc.Close)
+	h.log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted())
+	return nil
+}
+
+// EmbeddedURL is the embedded NATS server's client URL, "" when the host
+// uses an external server (or has not started).
+func (h *Host) EmbeddedURL() string {
+	if h.srv == nil {
+		return ""
+	}
+	return h.srv.ClientURL()
+}
+
+// Run folds every fold until ctx ends, then waits for each to flush its
+// pending batch. It returns the errors of the folds that stopped on one
+// (their stores stay served, frozen at their cursors, until Close).
+func (h *Host) Run(ctx context.Context) error {
+	if !h.started || h.nc == nil {
+		return errors.New("host: Run before a successful Start")
+	}
+	if h.ran {
+		return errors.New("host: Run twice")
+	}
+	h.ran = true
+	var wg sync.WaitGroup
+	errs := make([]error, len(h.folds))
+	for i, f := range h.folds {
+		wg.Go(func() { errs[i] = f.run(ctx) })
+	}
+	wg.Wait()
+	var failed []error
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, fmt.Errorf("fold %s stopped on an error: %w", h.folds[i].o.Name, err))
+		}
+	}
+	return errors.Join(failed...)
+}
+
+// Close releases everything Start acquired (plugins, stores, the NATS
+// connection, the embedded server), in reverse order, once Run returned.
+// Safe to call more than once.
+func (h *Host) Close() {
+	for i := len(h.closers) - 1; i >= 0; i-- {
+		h.closers[i]()
+	}
+	h.closers = nil
+}
+
+// Folds are the host's folds, in the order of Options.Folds (after Start).
+func (h *Host) Folds() []*Fold { return h.folds }
+
+// Fold is the fold named name, or nil.
+func (h *Host) Fold(name string) *Fold {
+	for _, f := range h.folds {
+		if f.o.Name == name {
+			return f
+		}
+	}
+	return nil
+}
+
+func (h *Host) httpFolds() []httpapi.Fold {
+	out := make([]httpapi.Fold, len(h.folds))
+	for i, f := range h.folds {
+		out[i] = f
+	}
+	return out
+}
+
+// Handler serves the host's HTTP API (package httpapi) over its folds:
+// health, readiness, metrics, status, reads, export. Valid after Start.
+func (h *Host) Handler() http.Handler {
+	return httpapi.NewHandler(httpapi.Options{Folds: h.httpFolds(), Metrics: h.metrics, Logger: h.log})
+}
+
+// ReloadPlugins validates every fold's plugin file again and swaps each
+// changed one in at its fold's next batch boundary; a module that fails
+// validation is refused and the running one stays. It returns the
+// refusals. (Plugin files are also watched; this is the explicit request,
+// SIGHUP for the CLI.)
+func (h *Host) ReloadPlugins(ctx context.Context) error {
+	var errs []error
+	for _, f := range h.folds {
+		if f.plugin == nil {
+			continue
+		}
+		if err := f.plugin.reload(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("fold %s: %w", f.o.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Store returns a fold's store, for reads while the host runs (the status
+// API's snapshots use it too).
+func (f *Fold) Store() *fold.Store { return f.store }

@@ -1,0 +1,230 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// Options configure a Host. Every zero field takes its default (named
+// below); paths must be absolute.
+type Options struct {
+	// Folds run by the host, in the order the status lists them. At least
+	// one.
+	Folds []FoldOptions
+	NATS  NATSOptions
+	// Artifacts is where folds export and bootstrap from; a zero
+	// ArtifactOptions (no Store) disables both.
+	Artifacts ArtifactOptions
+	// PluginCacheDir holds compiled plugins across restarts; "" keeps
+	// them in memory only.
+	PluginCacheDir string
+	// HeadPollInterval is how often each fold reads its stream's last
+	// revision (the lag); default DefaultHeadPollInterval.
+	HeadPollInterval time.Duration
+	// ProgressInterval is how often a hydrating fold logs its progress;
+	// default DefaultProgressInterval.
+	ProgressInterval time.Duration
+	// Logger receives the host's log; default slog.Default().
+	Logger *slog.Logger
+}
+
+// FoldOptions configure one fold.
+type FoldOptions struct {
+	// Name is unique among the host's folds: it appears in URLs, metrics
+	// and log lines.
+	Name string
+	// Bucket is the KV bucket folded; default Name.
+	Bucket string
+	// Scope: whole-token key prefixes ending in "."; empty folds the whole
+	// bucket.
+	Scope []string
+	// Plugin is the path of a WASM plugin module; "" folds raw entries
+	// only (no views).
+	Plugin string
+	// PluginCallTimeout bounds every call into the plugin; default
+	// wasm.DefaultCallTimeout, wasm.NoCallTimeout for none.
+	PluginCallTimeout time.Duration
+	// PluginMemoryMB caps the plugin's memory; default
+	// wasm.DefaultMemoryLimitMB.
+	PluginMemoryMB int
+	// PluginMaxBytes caps the module file; default
+	// wasm.DefaultMaxModuleBytes.
+	PluginMaxBytes int64
+	// PluginRetries: how often a failed batch is retried on a fresh
+	// instance; default wasm.DefaultRetries, wasm.NoRetries for none.
+	PluginRetries int
+	// DataDir is the fold's store (required). Nothing else may be in it.
+	DataDir string
+	// BatchWindow, BatchSize: a batch closes BatchWindow after its first
+	// update or at BatchSize updates; defaults fold.DefaultWindow,
+	// fold.DefaultMaxBatch. Buffer is the watch's channel; default
+	// DefaultBuffer.
+	BatchWindow time.Duration
+	BatchSize   int
+	Buffer      int
+	// ExportInterval: run an export round this often once the fold caught
+	// up; 0 only on demand.
+	ExportInterval time.Duration
+	// ArtifactKey names the fold's artifacts and lease; default Name.
+	ArtifactKey string
+	// Repair is the cursor-expiry repair mode (stored and reported; the
+	// repair itself is not implemented yet: an expired cursor stops the
+	// fold).
+	Repair protocol.RepairMode
+	// Sync fsyncs every commit.
+	Sync bool
+	// CreateBucket applies when the bucket does not exist yet; its Name is
+	// Bucket's.
+	CreateBucket natskv.BucketConfig
+}
+
+// NATSOptions say how to reach NATS.
+type NATSOptions struct {
+	// Conn dials an external server. Ignored when Embedded is set.
+	Conn natskv.ConnOptions
+	// Embedded, when set, runs an in-process server with JetStream
+	// instead, and connects to it.
+	Embedded *EmbeddedNATS
+	// RequestTimeout bounds each JetStream request; default
+	// natskv.DefaultRequestTimeout.
+	RequestTimeout time.Duration
+}
+
+// EmbeddedNATS configures the in-process server.
+type EmbeddedNATS struct {
+	// Host and Port to listen on (loopback: the server has no
+	// authentication); Port 0 picks a free one.
+	Host string
+	Port int
+	// Dir holds its JetStream storage (required).
+	Dir string
+	// Logs sends the server's own log to stderr.
+	Logs bool
+}
+
+// ArtifactOptions configure export and bootstrap.
+type ArtifactOptions struct {
+	// Store holds the artifacts (dirstore, s3store, or any artifact.Store);
+	// nil disables export and bootstrap.
+	Store artifact.Store
+	// Where describes Store in logs and status ("s3://bucket/prefix").
+	Where string
+	// LeaseBucket is the KV bucket of the fleet's export leases; default
+	// DefaultLeaseBucket. LeaseTTL is a round's lease; default
+	// DefaultLeaseTTL. Holder is this node's name in them (required with a
+	// Store).
+	LeaseBucket string
+	LeaseTTL    time.Duration
+	Holder      string
+}
+
+// Defaults of Options.
+const (
+	DefaultHeadPollInterval = 5 * time.Second
+	DefaultProgressInterval = 5 * time.Second
+	DefaultBuffer           = 256
+	DefaultLeaseBucket      = "foldhost_export_leases"
+	DefaultLeaseTTL         = 5 * time.Minute
+)
+
+// withDefaults returns o with its defaults applied, or what is wrong with
+// it (every problem at once). A host's config layer reports problems with
+// their place in a file; this is the last line for embedders.
+func (o Options) withDefaults() (Options, error) {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if len(o.Folds) == 0 {
+		bad("no folds")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.HeadPollInterval <= 0 {
+		o.HeadPollInterval = DefaultHeadPollInterval
+	}
+	if o.ProgressInterval <= 0 {
+		o.ProgressInterval = DefaultProgressInterval
+	}
+	if o.NATS.RequestTimeout <= 0 {
+		o.NATS.RequestTimeout = natskv.DefaultRequestTimeout
+	}
+	if e := o.NATS.Embedded; e != nil && !filepath.IsAbs(e.Dir) {
+		bad("embedded NATS: Dir %q is not an absolute path", e.Dir)
+	}
+	a := &o.Artifacts
+	if a.LeaseBucket == "" {
+		a.LeaseBucket = DefaultLeaseBucket
+	}
+	if a.LeaseTTL <= 0 {
+		a.LeaseTTL = DefaultLeaseTTL
+	}
+	if a.Store != nil && a.Holder == "" {
+		bad("artifacts: Holder is required with a Store")
+	}
+	names := map[string]bool{}
+	o.Folds = append([]FoldOptions(nil), o.Folds...)
+	for i := range o.Folds {
+		f := &o.Folds[i]
+		switch {
+		case f.Name == "":
+			bad("fold %d: Name is required", i)
+		case names[f.Name]:
+			bad("fold %q: the name is taken", f.Name)
+		}
+		names[f.Name] = true
+		if f.Bucket == "" {
+			f.Bucket = f.Name
+		}
+		if f.ArtifactKey == "" {
+			f.ArtifactKey = f.Name
+		}
+		if !filepath.IsAbs(f.DataDir) {
+			bad("fold %q: DataDir %q is not an absolute path", f.Name, f.DataDir)
+		}
+		if f.BatchWindow <= 0 {
+			f.BatchWindow = fold.DefaultWindow
+		}
+		if f.BatchSize <= 0 {
+			f.BatchSize = fold.DefaultMaxBatch
+		}
+		if f.Buffer <= 0 {
+			f.Buffer = DefaultBuffer
+		}
+		if err := (natskv.Scope{Prefixes: f.Scope}).Validate(); err != nil {
+			bad("fold %q: %v", f.Name, err)
+		}
+		f.CreateBucket.Name = f.Bucket
+		if f.CreateBucket.History == 0 {
+			f.CreateBucket.History = 1
+		}
+		if f.CreateBucket.Replicas == 0 {
+			f.CreateBucket.Replicas = 1
+		}
+	}
+	for i := range o.Folds {
+		for j := i + 1; j < len(o.Folds); j++ {
+			if a, b := o.Folds[i].DataDir, o.Folds[j].DataDir; fold.Overlap(filepath.Clean(a), filepath.Clean(b)) {
+				bad("folds %q and %q: data dirs %s and %s are one directory or nested", o.Folds[i].Name, o.Folds[j].Name, a, b)
+			}
+		}
+	}
+	return o, errors.Join(errs...)
+}
+
+// fold returns the options of the fold named name.
+func (o Options) fold(name string) (FoldOptions, error) {
+	for _, f := range o.Folds {
+		if f.Name == name {
+			return f, nil
+		}
+	}
+	return FoldOptions{}, fmt.Errorf("no fold named %q", name)
+}
