@@ -299,3 +299,31 @@ func resetStageDir(o FoldOptions) error {
 	}
 	return os.MkdirAll(dir, 0o755)
 }
+
+// WaitCursor waits until the fold's cursor reaches rev, calling progress
+// (when set) with its status at every check, which come every interval. It
+// fails when the fold stops first (on an error, or at shutdown) or ctx
+// ends.
+func (f *Fold) WaitCursor(ctx context.Context, rev uint64, every time.Duration, progress func(httpapi.Status)) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		st := f.Status()
+		if progress != nil {
+			progress(st)
+		}
+		switch {
+		case st.Cursor >= rev:
+			return nil
+		case st.State == httpapi.StateFailed:
+			return fmt.Errorf("fold %s stopped at cursor %d: %s", f.o.Name, st.Cursor, st.LastError)
+		case st.State == httpapi.StateStopped:
+			return fmt.Errorf("fold %s stopped at cursor %d, before %d", f.o.Name, st.Cursor, rev)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("fold %s at cursor %d, waiting for %d: %w", f.o.Name, st.Cursor, rev, ctx.Err())
+		case <-t.C:
+		}
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/foldhost/foldhost/host"
@@ -19,10 +17,10 @@ import (
 	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
-	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/plugins/example-router/workload"
 	"github.com/foldhost/foldhost/protocol"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -58,7 +56,6 @@ func cmdDemo(c *cli, args []string) error {
 		return usagef("--keys must be >= 1 and --delta between 1 and --keys")
 	}
 	d := &demo{out: c.stdout, keys: *keys, delta: *delta, rng: rand.New(rand.NewPCG(1, 2)), keep: *dir != ""}
-	d.tty = isTerminal(c.stdout)
 	if *dir == "" {
 		tmp, err := os.MkdirTemp("", "foldhost-demo-")
 		if err != nil {
@@ -73,17 +70,16 @@ func cmdDemo(c *cli, args []string) error {
 
 type demo struct {
 	out         io.Writer
-	tty         bool
 	dir         string
 	keep        bool // --dir given: the fold stays after the demo
 	keys, delta int
 	rng         *rand.Rand
-	lastLine    time.Time // non-terminal progress: when the last line went out
-	final       bool      // ... and whether it was the 100% line
 
 	base   host.Options // every fold's host: NATS, the artifact store, the plugin cache
 	plugin string
 	bucket *natskv.Bucket // the demo's own handle, for the stream head
+	w      *workload.Writer
+	shown  bool // the plugin was described
 }
 
 func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
@@ -95,9 +91,6 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 
 	plugin, err := d.findPlugin(ctx, pluginPath)
 	if err != nil {
-		return err
-	}
-	if err := d.validate(ctx, plugin); err != nil {
 		return err
 	}
 	srv, err := embeddednats.Start(embeddednats.Options{Dir: filepath.Join(d.dir, "nats")})
@@ -113,7 +106,7 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 	if d.bucket, err = natskv.OpenBucket(ctx, nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{}); err != nil {
 		return err
 	}
-	d.say("2. embedded NATS at %s (try: nats --server %s kv ls)", srv.ClientURL(), srv.ClientURL())
+	d.say("1. embedded NATS at %s (try: nats --server %s kv ls)", srv.ClientURL(), srv.ClientURL())
 	store, err := dirstore.New(filepath.Join(d.dir, "artifacts"))
 	if err != nil {
 		return err
@@ -130,26 +123,27 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 	if err != nil {
 		return err
 	}
+	d.w = &workload.Writer{JS: js, Bucket: "routes", Hosts: d.keys, Rand: d.rng}
 	t0 := time.Now()
-	if err := d.write(ctx, js, d.keys, false); err != nil {
+	if err := d.w.Initial(ctx); err != nil {
 		return err
 	}
-	d.say("3. wrote %d route keys in %v", d.keys, time.Since(t0).Round(time.Millisecond))
+	d.say("2. wrote %d route keys in %v", d.keys, time.Since(t0).Round(time.Millisecond))
 
 	storeDir := filepath.Join(d.dir, "fold")
-	first, err := d.fold(ctx, storeDir, "4. folding")
+	first, err := d.fold(ctx, storeDir, "3. folding")
 	if err != nil {
 		return err
 	}
 	d.say("   folded %d updates in %v; %s", first.delivered, first.took.Round(time.Millisecond), first.summary)
 
 	t0 = time.Now()
-	if err := d.write(ctx, js, d.delta, true); err != nil {
+	if err := d.w.Delta(ctx, d.delta); err != nil {
 		return err
 	}
-	d.say("5. fold stopped; wrote a delta of %d updates (changes and deletes) in %v", d.delta, time.Since(t0).Round(time.Millisecond))
+	d.say("4. fold stopped; wrote a delta of %d updates (changes and deletes) in %v", d.delta, time.Since(t0).Round(time.Millisecond))
 
-	second, err := d.fold(ctx, storeDir, "6. restart: resuming")
+	second, err := d.fold(ctx, storeDir, "5. restart: resuming")
 	if err != nil {
 		return err
 	}
@@ -160,7 +154,7 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 	}
 	d.say("   %s", second.summary)
 
-	if err := d.artifactTour(ctx, js, storeDir); err != nil {
+	if err := d.artifactTour(ctx, storeDir); err != nil {
 		return err
 	}
 	d.say("")
@@ -173,22 +167,6 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 	d.say("  foldhost run --config config.toml.example           # the daemon: HTTP API, /metrics, /readyz")
 	d.say("  foldhost export / foldhost bootstrap --help         # artifacts for a fleet (README: Artifacts)")
 	d.say("  plugins/example-router/SPEC.md, abi/ABI.md          # write your own plugin")
-	return nil
-}
-
-// validate loads the plugin once to show what it is.
-func (d *demo) validate(ctx context.Context, plugin string) error {
-	rt, err := wasm.NewRuntime(ctx, wasm.Options{CacheDir: filepath.Join(d.dir, "wasm-cache"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		return err
-	}
-	defer rt.Close(ctx)
-	m, err := rt.LoadFile(ctx, plugin)
-	if err != nil {
-		return err
-	}
-	defer m.Close(ctx)
-	d.say("1. plugin %s %s (%s, sha256 %s...) validated", m.Info.Name, m.Info.Version, filepath.Base(plugin), m.SHA256[:12])
 	return nil
 }
 
@@ -228,35 +206,32 @@ func (d *demo) fold(ctx context.Context, dataDir, what string) (foldResult, erro
 		mode = fmt.Sprintf("resume from cursor %d", cur.Rev)
 	}
 	d.say("%s the bucket through the plugin: %s, stream head %d", what, mode, head)
-	d.lastLine, d.final = time.Now(), false
+	if !d.shown {
+		d.shown = true
+		pi := f.Status().Plugin
+		d.say("   plugin %s %s (%s, sha256 %s...), validated and loaded", pi.Name, pi.Version, filepath.Base(d.plugin), pi.SHA256[:12])
+	}
+	p := newProgress(d.out, "   progress: ", time.Second)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	t0 := time.Now()
 	go func() { done <- h.Run(rctx) }()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	timeout := time.After(5 * time.Minute)
-	for st := f.Status(); protocol.Revision(st.Cursor) < head; st = f.Status() {
-		select {
-		case err := <-done:
-			return foldResult{}, fmt.Errorf("demo: the fold stopped at cursor %d: %w", st.Cursor, err)
-		case <-timeout:
-			return foldResult{}, errors.New("demo: the fold did not catch up within 5 minutes")
-		case <-tick.C:
-			d.progress(protocol.Revision(st.Cursor), head, int64(st.Counters.DeliveredSinceStart))
-		}
-	}
+	wctx, stop := context.WithTimeout(ctx, 5*time.Minute)
+	defer stop()
+	err = f.WaitCursor(wctx, uint64(head), 100*time.Millisecond, func(st httpapi.Status) {
+		p.update(int64(st.Cursor), int64(head), fmt.Sprintf("cursor %d / %d, %d delivered", st.Cursor, head, st.Counters.DeliveredSinceStart))
+	})
 	took := time.Since(t0)
+	p.end()
 	cancel()
-	if err := <-done; err != nil {
-		return foldResult{}, err
+	if rerr := <-done; err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return foldResult{}, fmt.Errorf("demo: %w", err)
 	}
 	st := f.Status()
-	d.progress(head, head, int64(st.Counters.DeliveredSinceStart))
-	if d.tty {
-		fmt.Fprintln(d.out)
-	}
 	var hosts, reverse int
 	_ = f.Store().ViewRange([]byte("host/"), func(_, _ []byte) error { hosts++; return nil })
 	_ = f.Store().ViewRange([]byte("upstream/"), func(_, _ []byte) error { reverse++; return nil })
@@ -264,66 +239,6 @@ func (d *demo) fold(ctx context.Context, dataDir, what string) (foldResult, erro
 	summary := fmt.Sprintf("view: %d hosts, %d reverse-index entries, %d updates rejected as malformed; host/h00042 = %q",
 		hosts, reverse, st.Counters.Rejected, sample)
 	return foldResult{delivered: int64(st.Counters.DeliveredSinceStart), cursor: protocol.Revision(st.Cursor), took: took, summary: summary}, nil
-}
-
-func (d *demo) progress(cur, head protocol.Revision, delivered int64) {
-	pct := 100.0
-	if head > 0 {
-		pct = 100 * float64(cur) / float64(head)
-	}
-	if d.tty {
-		const width = 30
-		n := int(pct / 100 * width)
-		fmt.Fprintf(d.out, "\r   [%s%s] %5.1f%%  cursor %d / %d  (%d delivered)", strings.Repeat("#", n), strings.Repeat(".", width-n), pct, cur, head, delivered)
-		return
-	}
-	if cur == head && !d.final || time.Since(d.lastLine) >= time.Second { // a line a second, and the last one
-		d.lastLine, d.final = time.Now(), cur == head
-		fmt.Fprintf(d.out, "   progress: cursor %d / %d (%.0f%%), %d delivered\n", cur, head, pct, delivered)
-	}
-}
-
-// write puts n route entries (one in 20 malformed, on purpose); a delta
-// touches n distinct existing hosts (a key written twice keeps only its last
-// message in a history-1 bucket) and deletes one in five of them.
-func (d *demo) write(ctx context.Context, js jetstream.JetStream, n int, delta bool) error {
-	var hosts []int
-	if delta {
-		hosts = d.rng.Perm(d.keys)[:n]
-	}
-	for i := 0; i < n; i++ {
-		host := i
-		if delta {
-			host = hosts[i]
-		}
-		subj := fmt.Sprintf("$KV.routes.route.h%05d", host)
-		var err error
-		switch {
-		case delta && i%5 == 0:
-			// A KV delete is a message with the KV-Operation header.
-			msg := &nats.Msg{Subject: subj, Header: nats.Header{"KV-Operation": []string{"DEL"}}}
-			_, err = js.PublishMsgAsync(msg)
-		case i%20 == 7:
-			_, err = js.PublishAsync(subj, []byte(`{"upstreams":[{"addr":"broken`))
-		default:
-			v := fmt.Sprintf(`{"upstreams":[{"addr":"10.%d.%d.1:8080","weight":%d},{"addr":"10.0.0.%d:8080"}]}`,
-				host%250, d.rng.IntN(250), 1+d.rng.IntN(9), 1+host%20)
-			_, err = js.PublishAsync(subj, []byte(v))
-		}
-		if err != nil {
-			return err
-		}
-		if i%1000 == 999 || i == n-1 { // bounded in-flight acks; every write acknowledged
-			select {
-			case <-js.PublishAsyncComplete():
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(30 * time.Second):
-				return errors.New("demo: NATS did not acknowledge writes within 30s")
-			}
-		}
-	}
-	return nil
 }
 
 // findPlugin returns path, or the first example-router build found, or a
@@ -351,33 +266,24 @@ func (d *demo) findPlugin(ctx context.Context, path string) (string, error) {
 	return out, nil
 }
 
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
 // artifactTour exports the stopped fold at storeDir to the local artifact
 // store, writes a delta, bootstraps a second fold from the artifact and
 // folds it: it must receive only the delta and end identical to the first.
-func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, storeDir string) error {
+func (d *demo) artifactTour(ctx context.Context, storeDir string) error {
 	t0 := time.Now()
 	// A single node: no fleet lease (it lives in NATS, for a fleet).
 	res, err := host.ExportStopped(ctx, d.options(storeDir), "routes", true)
 	if err != nil {
 		return err
 	}
-	d.say("7. exported the fold as an artifact at cursor %d to the local artifact store %s in %v (checkpoint, verified by reopening, BLAKE3 per file, %s)",
+	d.say("6. exported the fold as an artifact at cursor %d to the local artifact store %s in %v (checkpoint, verified by reopening, BLAKE3 per file, %s)",
 		res.Cursor, d.base.Artifacts.Where, time.Since(t0).Round(time.Millisecond), res.Outcome)
 
 	t0 = time.Now()
-	if err := d.write(ctx, js, d.delta, true); err != nil {
+	if err := d.w.Delta(ctx, d.delta); err != nil {
 		return err
 	}
-	d.say("8. wrote another delta of %d updates in %v", d.delta, time.Since(t0).Round(time.Millisecond))
+	d.say("7. wrote another delta of %d updates in %v", d.delta, time.Since(t0).Round(time.Millisecond))
 
 	second := filepath.Join(d.dir, "fold-b")
 	t0 = time.Now()
@@ -391,9 +297,9 @@ func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, storeDi
 	}}); err != nil {
 		return err
 	}
-	d.say("9. a new node bootstraps its fold from the artifact: %d files, %.1f MiB, verified and installed in %v",
+	d.say("8. a new node bootstraps its fold from the artifact: %d files, %.1f MiB, verified and installed in %v",
 		files, float64(size)/(1<<20), time.Since(t0).Round(time.Millisecond))
-	b, err := d.fold(ctx, second, "10. the new node folds")
+	b, err := d.fold(ctx, second, "9. the new node folds")
 	if err != nil {
 		return err
 	}
@@ -401,7 +307,7 @@ func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, storeDi
 	if b.delivered != int64(d.delta) {
 		return fmt.Errorf("demo: the bootstrapped fold received %d updates, want the delta %d", b.delivered, d.delta)
 	}
-	if _, err := d.fold(ctx, storeDir, "11. the first node catches up: folding"); err != nil {
+	if _, err := d.fold(ctx, storeDir, "10. the first node catches up: folding"); err != nil {
 		return err
 	}
 	same, err := sameFolds(storeDir, second)
@@ -417,30 +323,19 @@ func (d *demo) artifactTour(ctx context.Context, js jetstream.JetStream, storeDi
 
 // sameFolds compares the raw entries and views of two stopped folds.
 func sameFolds(a, b string) (bool, error) {
-	var dumps [2]string
+	var digests [2]string
 	for i, dir := range []string{a, b} {
 		st, _, err := fold.Open(dir, fold.Options{})
 		if err != nil {
 			return false, err
 		}
-		h := sha256.New()
-		err = st.RawRange("", func(k []byte, rev protocol.Revision, v []byte) error {
-			fmt.Fprintf(h, "%q %d %q\n", k, rev, v)
-			return nil
-		})
-		if err == nil {
-			err = st.ViewRange(nil, func(k, v []byte) error {
-				fmt.Fprintf(h, "%q %q\n", k, v)
-				return nil
-			})
-		}
+		digests[i], err = fold.Digest(st)
 		if cerr := st.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
 			return false, err
 		}
-		dumps[i] = fmt.Sprintf("%x", h.Sum(nil))
 	}
-	return dumps[0] == dumps[1], nil
+	return digests[0] == digests[1], nil
 }

@@ -1,21 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/foldhost/foldhost/host/config"
+	"github.com/foldhost/foldhost/host/httpapi"
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact"
@@ -109,34 +106,11 @@ func exportViaDaemon(ctx context.Context, cfg *config.Config, f config.FoldConfi
 	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
 		h = "127.0.0.1"
 	}
-	u := url.URL{Scheme: "http", Host: net.JoinHostPort(h, port), Path: "/v1/folds/" + f.Name + "/export"}
-	if force {
-		u.RawQuery = "force=true"
-	}
-	log.Info("the fold is running: exporting through the daemon's HTTP API", "url", u.String())
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
-	if err != nil {
-		return host.ExportResult{}, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return host.ExportResult{}, fmt.Errorf("the fold's store is held by another process, and its HTTP API does not answer: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return host.ExportResult{}, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return host.ExportResult{}, fmt.Errorf("daemon: %s", e.Error)
-		}
-		return host.ExportResult{}, fmt.Errorf("daemon: %s: %s", resp.Status, bytes.TrimSpace(body))
-	}
+	base := "http://" + net.JoinHostPort(h, port)
+	log.Info("the fold is running: exporting through the daemon's HTTP API", "url", base)
 	var res host.ExportResult
-	if err := json.Unmarshal(body, &res); err != nil {
-		return host.ExportResult{}, fmt.Errorf("daemon: bad response: %w", err)
+	if err := httpapi.Export(ctx, base, f.Name, force, &res); err != nil {
+		return host.ExportResult{}, fmt.Errorf("the fold's store is held by a running foldhost, whose API answered: %w", err)
 	}
 	return res, nil
 }
@@ -178,7 +152,8 @@ func cmdBootstrap(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	p := newProgress(c.stderr)
+	p := newProgress(c.stderr, "foldhost bootstrap: downloaded ", 3*time.Second)
+	start := time.Now()
 	res, err := host.Bootstrap(c.ctx, opts, f.Name, host.BootstrapOptions{
 		Key: *key,
 		OnManifest: func(m artifact.Manifest) {
@@ -186,9 +161,12 @@ func cmdBootstrap(c *cli, args []string) error {
 			fmt.Fprintf(c.stderr, "foldhost bootstrap: fold %s from %s key %q: artifact at cursor %d, %d files\n",
 				f.Name, opts.Artifacts.Where, cmp.Or(*key, f.ArtifactKey), cur.Rev, len(m.Files))
 		},
-		Progress: p.update,
+		Progress: func(read, size int64) {
+			rate := int64(float64(read) / max(time.Since(start).Seconds(), 1e-9))
+			p.update(read, size, fmt.Sprintf("%s / %s, %s/s", humanBytes(read), humanBytes(size), humanBytes(rate)))
+		},
 	})
-	p.done()
+	p.end()
 	if err != nil {
 		return err
 	}
@@ -199,62 +177,4 @@ func cmdBootstrap(c *cli, args []string) error {
 		fmt.Fprintf(c.stderr, "foldhost bootstrap: warning: %s\n", res.Warning)
 	}
 	return nil
-}
-
-// progress draws a download's progress: a bar on a terminal, else a line
-// every few seconds.
-type progress struct {
-	w     io.Writer
-	tty   bool
-	start time.Time
-	last  time.Time
-	drawn bool
-}
-
-func newProgress(w io.Writer) *progress {
-	return &progress{w: w, tty: isTerminal(w), start: time.Now()}
-}
-
-func (p *progress) update(read, size int64) {
-	every := 3 * time.Second
-	if p.tty {
-		every = 100 * time.Millisecond
-	}
-	if time.Since(p.last) < every && read != size {
-		return
-	}
-	p.last = time.Now()
-	pct := 100.0
-	if size > 0 {
-		pct = 100 * float64(read) / float64(size)
-	}
-	rate := int64(float64(read) / max(time.Since(p.start).Seconds(), 1e-9))
-	if p.tty {
-		const width = 30
-		n := min(width, int(pct/100*width))
-		fmt.Fprintf(p.w, "\r  [%s%s] %5.1f%%  %s / %s  %s/s", strings.Repeat("#", n), strings.Repeat(".", width-n),
-			pct, humanBytes(read), humanBytes(size), humanBytes(rate))
-		p.drawn = true
-		return
-	}
-	fmt.Fprintf(p.w, "foldhost bootstrap: downloaded %s / %s (%.0f%%, %s/s)\n", humanBytes(read), humanBytes(size), pct, humanBytes(rate))
-}
-
-// humanBytes formats n bytes in B, KiB, MiB or GiB.
-func humanBytes(n int64) string {
-	switch {
-	case n < 1<<10:
-		return fmt.Sprintf("%d B", n)
-	case n < 1<<20:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	case n < 1<<30:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-}
-
-func (p *progress) done() {
-	if p.drawn {
-		fmt.Fprintln(p.w)
-	}
 }

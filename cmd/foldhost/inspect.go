@@ -10,9 +10,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/config"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
@@ -88,7 +88,10 @@ func cmdInspect(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	store, err := openExisting(dir)
+	store, err := host.OpenStopped(dir, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if errors.Is(err, host.ErrNoStore) {
+		return usagef("%v", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -193,23 +196,6 @@ func pickFold(cfg *config.Config, name string) (config.FoldConfig, error) {
 		}
 	}
 	return config.FoldConfig{}, usagef("no fold named %q in the config", name)
-}
-
-// openExisting opens a fold store that must already exist (fold.Open would
-// create one in an empty directory).
-func openExisting(dir string) (*fold.Store, error) {
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return nil, usagef("no fold store at %s (no such directory)", dir)
-	}
-	if m, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*")); len(m) == 0 {
-		return nil, usagef("no fold store at %s (not a pebble directory)", dir)
-	}
-	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, _, err := fold.Open(dir, fold.Options{Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
 func inspectStats(w io.Writer, store *fold.Store, sn *fold.Snapshot, name, dir string) error {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -84,9 +83,9 @@ func cmdKV(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	conn, embedded, err := c.kvConn(cfg, *natsURL)
+	conn, embedded, err := config.ClientConn(cfg, *natsURL, c.getenv)
 	if err != nil {
-		return err
+		return usagef("%v", err)
 	}
 	conn.Timeout = *timeout
 	nc, err := natskv.Connect(conn)
@@ -179,19 +178,8 @@ type kvEntry struct {
 }
 
 func entryJSON(bucket string, e jetstream.KeyValueEntry) kvEntry {
-	op := natskvOp(e.Operation())
-	return kvEntry{bucket, op, e.Created().UTC().Format(time.RFC3339Nano),
+	return kvEntry{bucket, natskv.OpOf(e.Operation()).String(), e.Created().UTC().Format(time.RFC3339Nano),
 		httpapi.NewRawItem([]byte(e.Key()), protocol.Revision(e.Revision()), e.Value())}
-}
-
-func natskvOp(op jetstream.KeyValueOp) string {
-	switch op {
-	case jetstream.KeyValueDelete:
-		return "delete"
-	case jetstream.KeyValuePurge:
-		return "purge"
-	}
-	return "put"
 }
 
 func kvWatch(ctx context.Context, c *cli, kv jetstream.KeyValue, bucket, prefix string, updatesOnly bool) error {
@@ -263,43 +251,6 @@ func kvBucket(cfg *config.Config, bucket, foldName string) (natskv.BucketConfig,
 		return natskv.BucketConfig{}, err
 	}
 	return f.CreateBucket, nil
-}
-
-// kvConn says how to reach NATS; embedded reports that the URL is the
-// embedded server's (which only runs inside 'foldhost run').
-func (c *cli) kvConn(cfg *config.Config, url string) (natskv.ConnOptions, bool, error) {
-	if cfg != nil {
-		n := cfg.NATS
-		if url != "" {
-			return n.ConnOptions(url), n.Embedded, nil
-		}
-		if !n.Embedded {
-			return n.ConnOptions(n.URL), false, nil
-		}
-		if _, port, _ := net.SplitHostPort(n.EmbeddedListen); port == "0" {
-			return natskv.ConnOptions{}, true, usagef("nats.embedded_listen uses port 0 (a random port): pass the URL 'foldhost run' printed with --nats")
-		}
-		return natskv.ConnOptions{URL: "nats://" + n.EmbeddedListen, Name: "foldhost kv"}, true, nil
-	}
-	get := func(k string) string {
-		if c.getenv == nil {
-			return ""
-		}
-		v, _ := c.getenv(k)
-		return v
-	}
-	embedded := false
-	if url == "" {
-		url = get(config.EnvNATSURL)
-	}
-	if url == "" {
-		url, embedded = "nats://"+config.DefaultEmbeddedListen, true
-	}
-	o := natskv.ConnOptions{URL: url, Name: "foldhost kv", Creds: get(config.EnvNATSCreds), CredsFile: get(config.EnvNATSCredsFile)}
-	if o.Creds != "" && o.CredsFile != "" {
-		return o, embedded, usagef("%s and %s are both set: set at most one", config.EnvNATSCreds, config.EnvNATSCredsFile)
-	}
-	return o, embedded, nil
 }
 
 // existingBucket opens a bucket without creating it.

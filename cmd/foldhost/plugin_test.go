@@ -107,7 +107,7 @@ func TestDemo(t *testing.T) {
 		"received 120 updates: the delta, not the bucket (3120)",
 		"150 updates rejected as malformed", // one in 20 of the first 3000
 		"exported the fold as an artifact at cursor 3120",
-		"10. the new node folds the bucket through the plugin: resume from cursor 3120",
+		"9. the new node folds the bucket through the plugin: resume from cursor 3120",
 		"it received 120 updates: the delta since the artifact",
 		"both folds hold identical raw entries and views",
 	} {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -100,4 +101,43 @@ func (n NATSConfig) ConnOptions(url string) natskv.ConnOptions {
 		CAFile: n.TLSCAFile, CertFile: n.TLSCertFile, KeyFile: n.TLSKeyFile,
 		Name: "foldhost", Timeout: n.ConnectTimeout,
 	}
+}
+
+// ClientConn says how a client of the NATS server cfg names connects (cfg
+// may be nil: then FOLDHOST_NATS_URL and the credential variables, else the
+// default embedded address), with url, when set, overriding the address.
+// embedded reports that the address is the embedded server's, which runs
+// only inside a running host.
+func ClientConn(cfg *Config, url string, getenv Getenv) (o natskv.ConnOptions, embedded bool, err error) {
+	if cfg != nil {
+		n := cfg.NATS
+		if url != "" {
+			return n.ConnOptions(url), n.Embedded, nil
+		}
+		if !n.Embedded {
+			return n.ConnOptions(n.URL), false, nil
+		}
+		if _, port, _ := net.SplitHostPort(n.EmbeddedListen); port == "0" {
+			return natskv.ConnOptions{}, true, errors.New("nats.embedded_listen uses port 0 (a random port): pass the URL 'foldhost run' printed")
+		}
+		return natskv.ConnOptions{URL: "nats://" + n.EmbeddedListen, Name: "foldhost"}, true, nil
+	}
+	get := func(k string) string {
+		if getenv == nil {
+			return ""
+		}
+		v, _ := getenv(k)
+		return v
+	}
+	if url == "" {
+		url = get(EnvNATSURL)
+	}
+	if url == "" {
+		url, embedded = "nats://"+DefaultEmbeddedListen, true
+	}
+	o = natskv.ConnOptions{URL: url, Name: "foldhost", Creds: get(EnvNATSCreds), CredsFile: get(EnvNATSCredsFile)}
+	if o.Creds != "" && o.CredsFile != "" {
+		return o, embedded, fmt.Errorf("%s and %s are both set: set at most one", EnvNATSCreds, EnvNATSCredsFile)
+	}
+	return o, embedded, nil
 }

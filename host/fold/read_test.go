@@ -251,3 +251,32 @@ func TestRawKeysStreamsWithBoundedAllocations(t *testing.T) {
 		t.Fatalf("RawRange made %.0f allocations for %d keys", allocs, n)
 	}
 }
+
+// TestDigest: equal folds have equal digests; a value, a revision or a view
+// that differs changes it.
+func TestDigest(t *testing.T) {
+	digest := func(c Commit) string {
+		t.Helper()
+		s, _ := openTemp(t, Options{})
+		mustCommit(t, s, c)
+		d, err := Digest(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	base := Commit{Raw: []Update{put("a", 1, "x"), put("b", 2, "y")}, Views: []ViewMutation{vput("v", "1")}, Cursor: cursorAt(2)}
+	d0 := digest(base)
+	if d := digest(base); d != d0 {
+		t.Fatal("equal folds, different digests")
+	}
+	for name, c := range map[string]Commit{
+		"value":    {Raw: []Update{put("a", 1, "X"), put("b", 2, "y")}, Views: base.Views, Cursor: cursorAt(2)},
+		"revision": {Raw: []Update{put("a", 1, "x"), put("b", 3, "y")}, Views: base.Views, Cursor: cursorAt(3)},
+		"view":     {Raw: base.Raw, Views: []ViewMutation{vput("v", "2")}, Cursor: cursorAt(2)},
+	} {
+		if digest(c) == d0 {
+			t.Errorf("a different %s, the same digest", name)
+		}
+	}
+}

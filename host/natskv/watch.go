@@ -327,7 +327,7 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 				return false
 			}
 		}
-		u := fold.Update{Key: e.Key(), Value: e.Value(), Rev: rev, Op: opOf(e.Operation()), Time: e.Created().UnixNano()}
+		u := fold.Update{Key: e.Key(), Value: e.Value(), Rev: rev, Op: OpOf(e.Operation()), Time: e.Created().UnixNano()}
 		if rev > g.frontier {
 			g.frontier, g.frontierTime = rev, u.Time
 		}
@@ -408,8 +408,8 @@ func (closedWatcher) Updates() <-chan jetstream.KeyValueEntry {
 }
 func (closedWatcher) Stop() error { return nil }
 
-// opOf is the one conversion of a NATS KV operation into the fold's.
-func opOf(op jetstream.KeyValueOp) fold.Op {
+// OpOf is the one conversion of a NATS KV operation into the fold's.
+func OpOf(op jetstream.KeyValueOp) fold.Op {
 	switch op {
 	case jetstream.KeyValueDelete:
 		return fold.OpDelete
