@@ -724,7 +724,7 @@ func lwDefault(evicting bool) lwConfig {
 	return lwConfig{evicting: evicting, mode: RepairAuto, writes: 5, exports: 3}
 }
 
-func TestLiveWatchGuarded(t *testing.T) {
+func TestModelLiveWatchGuarded(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		c    lwConfig
@@ -755,7 +755,7 @@ func TestLiveWatchGuarded(t *testing.T) {
 	}
 }
 
-func TestLiveWatchBreaks(t *testing.T) {
+func TestModelLiveWatchBreaks(t *testing.T) {
 	with := func(c lwConfig, m lwMutation, p lwProps) lwConfig { c.mutation, c.props = m, p; return c }
 	for _, tc := range []struct {
 		name string

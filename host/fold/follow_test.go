@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -177,10 +178,11 @@ func (f *follower) stop() (protocol.Cursor, error) {
 	return f.cursor, f.err
 }
 
-// waitCursor waits until the store's cursor reaches rev.
+// waitCursor waits until the store's cursor reaches rev; its ceiling is
+// against a hang, not a measure of speed.
 func waitCursor(t testing.TB, st fold.Target, f *follower, rev protocol.Revision) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for st.Cursor().Rev < rev {
 		select {
 		case <-f.done:
@@ -188,7 +190,7 @@ func waitCursor(t testing.TB, st fold.Target, f *follower, rev protocol.Revision
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("cursor %v did not reach %d within 30s", st.Cursor(), rev)
+			t.Fatalf("cursor %v did not reach %d within 2m", st.Cursor(), rev)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -316,16 +318,15 @@ func TestTransientCommitFailuresNeverLeaveACursorGap(t *testing.T) {
 	st, _ := fold.OpenTemp(t, fold.Options{})
 	// Fail every third commit, and a run of five: never 16 in a row.
 	fs := &faultyStoreFailing{Store: st, fail: func(n int) bool { return n%3 == 0 || (n >= 10 && n < 15) }}
-	// The plugin records what it was handed, so a dropped batch would show.
-	var seenMu sync.Mutex
-	seen := map[protocol.Revision]bool{}
+	// The plugin writes a view entry per revision it applies: the views
+	// commit with their batch, so a batch dropped after a failed commit
+	// (instead of retried) leaves its revisions without an entry.
 	plugin := fold.PluginFunc(func(_ context.Context, batch []fold.Update, _ fold.Reader) (fold.Output, error) {
-		seenMu.Lock()
+		var out fold.Output
 		for _, u := range batch {
-			seen[u.Rev] = true
+			out.Views = append(out.Views, fold.ViewMutation{Key: fmt.Appendf(nil, "seen/%020d", u.Rev), Op: fold.ViewPut, Value: []byte{1}})
 		}
-		seenMu.Unlock()
-		return fold.Output{}, nil
+		return out, nil
 	})
 	// Small batches, so the failure schedule meets many commits.
 	f := followWith(t, env.bucket, fs, natskv.Scope{}, plugin, fold.LoopConfig{MaxBatch: 4, Window: time.Millisecond})
@@ -354,6 +355,13 @@ func TestTransientCommitFailuresNeverLeaveACursorGap(t *testing.T) {
 	}
 	if _, err := f.stop(); err != nil {
 		t.Fatalf("fold stopped with %v", err)
+	}
+	// Every revision was applied and committed (the stream's revisions are
+	// contiguous: each put and delete wrote one).
+	for r := protocol.Revision(1); r <= last; r++ {
+		if _, ok, err := st.ViewGet(fmt.Appendf(nil, "seen/%020d", r)); err != nil || !ok {
+			t.Fatalf("revision %d was never committed through the plugin (%v)", r, err)
+		}
 	}
 }
 
@@ -468,5 +476,75 @@ func TestFollowSurvivesNATSRestart(t *testing.T) {
 			t.Fatalf("%d consumers on the stream after the restart (err %v), want 1", n, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFollowStopsOnAGapMadeInTheOutage: NATS is away long enough for the
+// stream to be written to and compacted past the fold's cursor; when it is
+// back the fold stops with ErrCursorExpired (a repair's case) instead of
+// folding on from the first revision the server still has. Without the
+// watch's re-arm the client's own recovery resumes there silently, and the
+// fold ends with k.4 but without k.2 and k.3. A prefix scope, where the
+// floor guard does not run.
+func TestFollowStopsOnAGapMadeInTheOutage(t *testing.T) {
+	env := startNATS(t, "gap")
+	st, _ := fold.OpenTemp(t, fold.Options{})
+	f := follow(t, env.bucket, st, natskv.Scope{Prefixes: []string{"k."}}, fold.NopPlugin)
+	rev, err := env.bucket.KV().Put(context.Background(), "k.1", []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCursor(t, st, f, protocol.Revision(rev))
+	port := env.srv.Port()
+	env.srv.Shutdown()
+
+	// The outage: the server on another port, unreachable for the fold.
+	other, err := embeddednats.Start(embeddednats.Options{Dir: env.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := natskv.Connect(natskv.ConnOptions{URL: other.ClientURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), "gap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i <= 4; i++ {
+		if _, err := kv.Put(context.Background(), fmt.Sprintf("k.%d", i), []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stream, err := js.Stream(context.Background(), "KV_gap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(context.Background(), jetstream.WithPurgeSequence(4)); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	other.Shutdown()
+
+	srv, err := embeddednats.Start(embeddednats.Options{Dir: env.dir, Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	select {
+	case <-f.done:
+	case <-time.After(2 * time.Minute):
+		_, ok, _ := st.Get("k.4")
+		t.Fatalf("the fold did not stop within 2m of the server's return (cursor %v, k.4 folded: %v)", st.Cursor(), ok)
+	}
+	if !errors.Is(f.err, fold.ErrCursorExpired) {
+		t.Fatalf("the fold stopped with %v, want ErrCursorExpired", f.err)
+	}
+	if _, ok, _ := st.Get("k.4"); ok || st.Cursor().Rev != protocol.Revision(rev) {
+		t.Fatalf("folded past the gap: cursor %v", st.Cursor())
 	}
 }

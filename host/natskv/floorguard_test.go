@@ -111,8 +111,10 @@ func TestWatchSurvivesServerRestart(t *testing.T) {
 			t.Fatalf("put after restart: %v", err)
 		}
 	}
-	// The client notices the lost (in-memory) consumer through missed
-	// heartbeats and recreates it from the last delivered revision.
+	// The watcher re-arms itself from its frontier when the connection
+	// comes back (the client's own recovery would notice the lost consumer
+	// only after its heartbeats time out, and resume unchecked:
+	// TestWatchRearmRefusesAGapMadeInTheOutage).
 	restarted := time.Now()
 	timeout := time.After(60 * time.Second)
 	for got := false; !got; {
@@ -150,4 +152,73 @@ func TestWatchSurvivesServerRestart(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	_ = s2
+}
+
+// TestWatchRearmRefusesAGapMadeInTheOutage: while the watch's client is
+// cut off, the stream is written to and compacted past the watch's
+// frontier. When the client reconnects, the watch re-arms through the
+// resume check and ends with ErrCursorExpired, delivering nothing past the
+// gap. The client's own recovery (what runs without the re-arm) resumes at
+// the next sequence, which the server silently clamps to the first one it
+// still has: the watch would hand on revision 4 after 1 and end with no
+// error. A prefix watch: the floor guard, which would catch the gap in
+// band, does not run on one.
+func TestWatchRearmRefusesAGapMadeInTheOutage(t *testing.T) {
+	dir := t.TempDir()
+	s := startServer(t, dir, 0)
+	port := s.Port()
+	nc := connect(t, s.ClientURL())
+	b := openBucket(t, nc, BucketConfig{Name: "gap"})
+	put(t, b, "k.1", "1")
+	w, err := b.Watch(t.Context(), Scope{Prefixes: []string{"k."}}, protocol.Cursor{}, WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if got := collect(t, w, 1); got[0] != 1 {
+		t.Fatalf("got %v", got)
+	}
+	s.Shutdown()
+
+	// The outage: the server runs on another port, where the watch's
+	// client cannot find it; revisions 2..4 are written and 1..3 purged.
+	other := startServer(t, dir, 0)
+	nc2 := connect(t, other.ClientURL())
+	b2 := openBucket(t, nc2, BucketConfig{Name: "gap"})
+	for i := 2; i <= 4; i++ {
+		put(t, b2, fmt.Sprintf("k.%d", i), fmt.Sprint(i))
+	}
+	js, err := jetstream.New(nc2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(t.Context(), "KV_gap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(t.Context(), jetstream.WithPurgeSequence(4)); err != nil {
+		t.Fatal(err)
+	}
+	nc2.Close()
+	other.Shutdown()
+
+	// Back on the watch's port.
+	startServer(t, dir, port)
+	timeout := time.After(2 * time.Minute)
+	for {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				if err := w.Err(); !errors.Is(err, fold.ErrCursorExpired) {
+					t.Fatalf("the watch ended with %v, want ErrCursorExpired", err)
+				}
+				return
+			}
+			if !ev.Synced {
+				t.Fatalf("delivered revision %d past a gap (2..3 were purged in the outage): the resume was not checked", ev.Rev)
+			}
+		case <-timeout:
+			t.Fatal("the watch neither ended nor delivered within 2m of the server's return")
+		}
+	}
 }

@@ -12,10 +12,9 @@ import (
 	"github.com/foldhost/foldhost/protocol"
 )
 
-// BenchmarkApply measures one guest call per batch through the Go router,
-// with and without a per-call deadline (wazero's WithCloseOnContextDone makes
-// the guest check for cancellation in loops and arms a timer per call), and
-// against a native Go plugin doing the same work as the baseline.
+// BenchmarkApply measures one guest call per batch through the example
+// router's builds, under each containment design, and the router's Go code
+// run natively (native-go: the same work, no module) as the baseline.
 func BenchmarkApply(b *testing.B) {
 	for _, size := range []int{100, 1000} {
 		batch := make([]fold.Update, size)
@@ -68,9 +67,11 @@ func BenchmarkApply(b *testing.B) {
 				})
 			}
 		}
-		b.Run(fmt.Sprintf("native-nop/batch=%d", size), func(b *testing.B) {
+		b.Run(fmt.Sprintf("native-go/batch=%d", size), func(b *testing.B) {
+			p := newNativeRouter()
+			b.ReportAllocs()
 			for range b.N {
-				if _, err := fold.NopPlugin.Apply(context.Background(), batch, emptyReader{}); err != nil {
+				if _, err := p.Apply(context.Background(), batch, emptyReader{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -141,4 +142,48 @@ func median(xs []float64) float64 {
 	s := append([]float64{}, xs...)
 	sort.Float64s(s)
 	return s[len(s)/2]
+}
+
+// BenchmarkWASMvsNative reports each WASM build of the example router as a
+// ratio of the router's Go code run natively (the same work, no module
+// boundary, no metering), rounds alternating in one process; the median
+// over the rounds.
+func BenchmarkWASMvsNative(b *testing.B) {
+	batch := make([]fold.Update, 1000)
+	for i := range batch {
+		batch[i] = fold.Update{Key: fmt.Sprintf("route.h%d", i%50), Rev: protocol.Revision(i + 1), Op: fold.OpPut,
+			Value: []byte(fmt.Sprintf(`{"upstreams":[{"addr":"10.0.%d.1:80","weight":%d},{"addr":"10.0.0.2:80"}]}`, i%7, 1+i%9))}
+	}
+	langs := []string{"c", "as", "go"}
+	plugins := []fold.Plugin{newNativeRouter()}
+	for _, lang := range langs {
+		r := newRuntime(b, Options{GCEvery: 64})
+		m, err := r.LoadFile(context.Background(), builtPlugin(b, "example-router", "router-"+lang))
+		if err != nil {
+			b.Fatal(err)
+		}
+		p := r.NewPlugin(m)
+		defer p.Close(context.Background())
+		plugins = append(plugins, p)
+	}
+	ratios := make([][]float64, len(plugins))
+	b.ResetTimer()
+	for range b.N {
+		took := make([]time.Duration, len(plugins))
+		for i, p := range plugins {
+			start := time.Now()
+			for range 10 {
+				if _, err := p.Apply(context.Background(), batch, emptyReader{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			took[i] = time.Since(start)
+		}
+		for i := range plugins {
+			ratios[i] = append(ratios[i], float64(took[0])/float64(took[i]))
+		}
+	}
+	for i, lang := range langs {
+		b.ReportMetric(median(ratios[i+1]), "wasm-"+lang+"/native-go")
+	}
 }

@@ -99,3 +99,36 @@ func TestFailingPluginsCommitNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestEmptyViewKeyIsMalformedOutput: a plugin that writes a view entry
+// with an empty key (the ABI's encoding allows it, the store refuses it)
+// fails its batch as malformed output, with retries on fresh instances and
+// a message naming the problem; it used to stop the fold as an invalid
+// commit, counted as a store failure.
+func TestEmptyViewKeyIsMalformedOutput(t *testing.T) {
+	r := newRuntime(t, Options{Retries: 1})
+	m, err := r.LoadFile(context.Background(), testPlugin(t, "probe-c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.NewPlugin(m)
+	defer p.Close(context.Background())
+	st, _, err := fold.Open(t.TempDir(), fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var commitErrs int
+	_, err = fold.NewLoop(st, p, fold.LoopConfig{OnCommitError: func(error) { commitErrs++ }}).Run(context.Background(),
+		newFeed([]fold.Update{{Key: "w/", Rev: 1, Op: fold.OpPut, Value: []byte("x")}}))
+	var pe *PluginError
+	if !errors.Is(err, fold.ErrPlugin) || !errors.As(err, &pe) || pe.Kind != KindMalformed || !strings.Contains(err.Error(), "empty key") {
+		t.Fatalf("err = %v, want a malformed-output PluginError naming the empty key", err)
+	}
+	if commitErrs != 0 || st.Cursor().Rev != 0 {
+		t.Fatalf("%d commit failures, cursor %v: the store must not see it", commitErrs, st.Cursor())
+	}
+	if got := p.Status().Failures; got != 2 {
+		t.Fatalf("%d failed attempts, want 2 (the first and one retry)", got)
+	}
+}

@@ -149,21 +149,34 @@ func hostRead(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 	if st == nil || st.fold == nil || !ok || (space != abi.SpaceView && space != abi.SpaceRaw) {
 		return -1
 	}
-	resp := st.resp[:0]
-	keys := 0
-	err := abi.DecodeReadRequest(req, func(key []byte) error {
-		// A request is bounded by guest memory, but its answer is not (one
-		// large value asked for many times): it must fit the guest's memory
-		// limit, where read_result will copy it. Long reads honour the
-		// deadline like guest code does.
-		if len(resp) > st.maxResp {
-			return fmt.Errorf("response over %d bytes, the plugin's memory limit", st.maxResp)
-		}
+	var keys int
+	resp, err := answerRead(st.fold, space, req, st.resp[:0], st.maxResp, func() {
+		// Long reads honour the deadline like guest code does.
 		if keys++; keys%1024 == 0 {
 			st.checkDeadline(ctx)
 		}
+	})
+	st.resp = resp
+	if err != nil {
+		st.logger.Warn("wasm: plugin read failed", "module", st.module, "err", err)
+		return -1
+	}
+	return int32(len(resp))
+}
+
+// answerRead appends to resp the answer to a batched read request of the
+// fold (abi's read encodings) in space, calling each before every key. A
+// request is bounded by guest memory, but its answer is not (one large
+// value asked for many times): it must stay within maxResp, the guest's
+// memory limit, where read_result will copy it.
+func answerRead(r fold.Reader, space uint32, req, resp []byte, maxResp int, each func()) ([]byte, error) {
+	err := abi.DecodeReadRequest(req, func(key []byte) error {
+		if len(resp) > maxResp {
+			return fmt.Errorf("response over %d bytes, the plugin's memory limit", maxResp)
+		}
+		each()
 		if space == abi.SpaceView {
-			v, found, err := st.fold.ViewGet(key)
+			v, found, err := r.ViewGet(key)
 			if err != nil {
 				return err
 			}
@@ -174,7 +187,7 @@ func hostRead(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 			}
 			return nil
 		}
-		e, found, err := st.fold.Get(string(key))
+		e, found, err := r.Get(string(key))
 		if err != nil {
 			return err
 		}
@@ -185,12 +198,7 @@ func hostRead(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 		}
 		return nil
 	})
-	st.resp = resp
-	if err != nil {
-		st.logger.Warn("wasm: plugin read failed", "module", st.module, "err", err)
-		return -1
-	}
-	return int32(len(resp))
+	return resp, err
 }
 
 func hostReadResult(ctx context.Context, m api.Module, dst uint32) {

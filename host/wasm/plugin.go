@@ -198,6 +198,12 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 	// next call into the guest may overwrite or move them.
 	p.views, p.spans, p.arena = p.views[:0], p.spans[:0], p.arena[:0]
 	rejected, err := abi.DecodeOutput(raw, func(op byte, key, value []byte) error {
+		// What the store would refuse is the plugin's fault, caught here:
+		// a malformed output (retried on a fresh instance, then failing
+		// the batch), never a commit failure.
+		if len(key) == 0 {
+			return errors.New("a view mutation with an empty key (view keys must not be empty)")
+		}
 		s := span{k0: len(p.arena)}
 		p.arena = append(p.arena, key...)
 		s.k1, s.v0 = len(p.arena), len(p.arena)

@@ -10,6 +10,9 @@ import (
 // Batch is the output side of one Apply: view mutations, and reads of the
 // committed fold that see this batch's own earlier writes.
 type Batch struct {
+	// read answers a read request outside WebAssembly (Native); nil: the
+	// host's read import.
+	read    func(req []byte) ([]byte, bool)
 	out     abi.OutputWriter
 	arena   arena
 	written map[string]entry // view keys written in this batch
@@ -68,9 +71,24 @@ func (b *Batch) Prefetch(keys ...[]byte) error {
 		return nil
 	}
 	b.req = abi.AppendReadRequest(b.req[:0], b.keys)
-	n := hostRead(abi.SpaceView, ptrOf(b.req), uint32(len(b.req)))
-	if n < 0 {
+	resp, ok := b.readViews(b.req)
+	if !ok {
 		return ErrRead
+	}
+	return abi.DecodeReadResponse(resp, len(b.keys), func(i int, found bool, v []byte) error {
+		b.cached[b.arena.str(b.keys[i])] = entry{value: b.arena.bytes(v), found: found}
+		return nil
+	})
+}
+
+// readViews sends one read request for view keys and returns the response.
+func (b *Batch) readViews(req []byte) ([]byte, bool) {
+	if b.read != nil {
+		return b.read(req)
+	}
+	n := hostRead(abi.SpaceView, ptrOf(req), uint32(len(req)))
+	if n < 0 {
+		return nil, false
 	}
 	if cap(b.resp) < int(n) {
 		b.resp = make([]byte, n)
@@ -79,10 +97,7 @@ func (b *Batch) Prefetch(keys ...[]byte) error {
 	if n > 0 {
 		hostReadResult(ptrOf(b.resp))
 	}
-	return abi.DecodeReadResponse(b.resp, len(b.keys), func(i int, found bool, v []byte) error {
-		b.cached[b.arena.str(b.keys[i])] = entry{value: b.arena.bytes(v), found: found}
-		return nil
-	})
+	return b.resp, true
 }
 
 // View returns a view key's value as this batch sees it: its own writes

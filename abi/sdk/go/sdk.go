@@ -82,6 +82,13 @@ type typed[R any] struct {
 }
 
 func (t *typed[R]) apply(in []byte) uint64 {
+	out := t.run(in)
+	return abi.Pack(ptrOf(out), uint32(len(out)))
+}
+
+// run decodes the batch in, parses and applies it, and returns the output
+// record (valid until the next run).
+func (t *typed[R]) run(in []byte) []byte {
 	b := &t.batch
 	b.reset()
 	br := abi.NewBatchReader(in)
@@ -110,5 +117,5 @@ func (t *typed[R]) apply(in []byte) uint64 {
 		out = b.out.Bytes()
 	}
 	t.last = out
-	return abi.Pack(ptrOf(out), uint32(len(out)))
+	return out
 }
