@@ -53,7 +53,7 @@ const PruneGraceFactor = 4
 // export between flushes of the fold's loop (its pending batch flushed
 // first, so the artifact's cursor is the applied cursor) -> upload -> pointer
 // swap -> complete -> prune -> delete the local artifact. Failure handling
-// follows the seed's table: a failed export or upload abandons the lease
+// is this: a failed export or upload abandons the lease
 // (the next trigger elects a new node) and deletes the local artifact; a
 // round superseded by a newer pointer abandons the lease too, a normal
 // outcome; failures to complete the lease or to prune after a publish are

@@ -350,7 +350,7 @@ func TestPayloadPrunable(t *testing.T) {
 	}
 }
 
-// TestPayloadPrunableExhaustive checks the seed's formula
+// TestPayloadPrunableExhaustive checks the original design's formula
 // (!is_pointer_target && aged_out && rank.is_some_and(|r| r < pointer_rank))
 // over every small input, and the structural property it exists for: a
 // pruned payload can never be published afterwards.
@@ -729,10 +729,10 @@ func TestRestoreAllowed(t *testing.T) {
 	}
 }
 
-// TestRestoreAllowedImpliesSeedGuard checks over small inputs that the Go
-// guard is at least as strict as the seed's
+// TestRestoreAllowedImpliesTheOriginalGuard checks over small inputs that the Go
+// guard is at least as strict as the original design's
 // (artifact > local && resume_window_ok(artifact, first)).
-func TestRestoreAllowedImpliesSeedGuard(t *testing.T) {
+func TestRestoreAllowedImpliesTheOriginalGuard(t *testing.T) {
 	revs := []protocol.Revision{0, 1, 2, 3, 4, maxRev - 1, maxRev}
 	for _, first := range revs {
 		for _, last := range revs {

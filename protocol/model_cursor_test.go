@@ -29,7 +29,7 @@ import (
 //
 // Mutations, each caught with a counterexample:
 //   - dropFailedBatch: a failed commit discards the batch instead of
-//     re-queueing it (the shipped bug the seed describes);
+//     re-queueing it (a bug the original design shipped);
 //   - resumeFromCallback: the restart resumes from the cursor the callback
 //     reported instead of the one the store recovered.
 //

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Model: the live floor guard of an All-scope watch (seed 000, "floor guard").
+// Model: the live floor guard of an All-scope watch (RATIONALE.md, "What the live floor guard assumes").
 //
 // What is modelled. A NATS KV bucket of two keys (a, b) is a log of messages,
 // revision i+1 at index i, each a put (its value is its revision) or a delete
@@ -78,8 +78,8 @@ import (
 //     and the newest artifact cannot stand in for it (none published, none
 //     ahead of the cursor, or its own next revision is gone: first >
 //     artifact+1). With the exporter as the only other node, that is the
-//     seed's "a write aged out before any node folded it"; it also covers the
-//     seed's supersession-only gap without an artifact ahead (safe,
+//     original design's "a write aged out before any node folded it"; it also covers the
+//     original design's supersession-only gap without an artifact ahead (safe,
 //     unavailable): the guard cannot tell a superseded head from an evicted
 //     current value.
 //
@@ -89,7 +89,7 @@ import (
 // repairs, fail-stops, restarts, purges, age-outs) occurs. Must break, each
 // by forging a kernel's input or output: unguarded (ResumeWindowOK forged
 // true everywhere, both bucket kinds), periodic-only (in-band forged true,
-// the design the seed rejected) and in-band-only (backstop forged true) reach
+// the design the original rejected) and in-band-only (backstop forged true) reach
 // silent divergence; relist on an evicting bucket (PlanRepair given TruthYes)
 // reaches a phantom delete of an aged-out key; restore without RestoreAllowed
 // (forged true) moves the fold backward; restore ignoring retention (the
@@ -767,7 +767,7 @@ func TestModelLiveWatchBreaks(t *testing.T) {
 		{"periodic-only guard", with(lwDefault(true), lwPeriodicOnly, lwPropAll), "silent divergence"},
 		// With every property checked, BFS first reports a silent
 		// divergence (a key aged out before the fold folded it, which no
-		// re-list brings back); the phantom delete is the seed's bug.
+		// re-list brings back); the phantom delete is the original design's bug.
 		{"relist on an evicting bucket", with(lwDefault(true), lwRelistOnEvicting, lwPropPhantom), "phantom delete"},
 		// With every property checked, BFS first reports a phantom delete
 		// (an artifact outside retention, whose resume lost a later put).

@@ -19,7 +19,7 @@ import (
 // artifact, exported by a reference fold that never stops (its fold is the
 // truth), gated by RestoreAllowed and decided per key by RestoreKey.
 //
-// Axiom (the seed's, made explicit): a fold reads retention while eviction is
+// Axiom (the original design's, made explicit): a fold reads retention while eviction is
 // in force. Eviction is only turned off after the fold has read retention
 // since the last age-out. Without it, eviction that starts, drops a key and
 // stops while the fold is down is invisible to every check.

@@ -112,7 +112,7 @@ func (v ResumeVerdict) String() string {
 
 // CheckResume decides whether a fold whose cursor is at position cursor may
 // resume (read cursor+1 onward) from a stream retaining w. It combines
-// [ResumeWindowOK] with the guards the seed lacked: a cursor beyond the stream
+// [ResumeWindowOK] with the guards the original design lacked: a cursor beyond the stream
 // head, and the cursor at MaxRevision.
 //
 // cursor must be a known position; a fold without one starts with a

@@ -1,6 +1,6 @@
 // Command foldhost turns NATS JetStream KV buckets into local, durable,
 // queryable folds and serves them over HTTP. See `foldhost --help` and
-// cmd/foldhost/README-section.md.
+// README.md.
 package main
 
 import (

@@ -37,11 +37,11 @@ import (
 //
 //	export FOLDHOST_VERSITYGW="$PWD/bin/versitygw"
 //	go test ./host/artifact -run '^$' -bench Artifact -benchtime 1x                    # 20k keys, ~1 s
-//	go test ./host/artifact -run '^$' -bench Artifact -benchtime 1x -export.bigbench   # 1M keys, ~35 s
+//	go test ./host/artifact -run '^$' -bench Artifact -benchtime 1x -artifact.bigbench   # 1M keys, ~35 s
 //
 // BenchmarkArtifact sets up once: an embedded nats-server with a bucket of
 // N keys (values of 80..120 random bytes, ~100 on average; keys in a random
-// order; both from -export.benchseed, which the name carries), folded with
+// order; both from -artifact.benchseed, which the name carries), folded with
 // fold.Follow and NopPlugin into store A. Then, under
 // BenchmarkArtifact/keys=N/seed=S:
 //
@@ -68,9 +68,9 @@ import (
 //	                missing binary fails, never skips)
 //
 // N is benchSmallKeys by default, so that -bench . stays quick;
-// -export.bigbench or FOLDHOST_BIGBENCH=1 selects benchBigKeys (~1 GB of
+// -artifact.bigbench or FOLDHOST_BIGBENCH=1 selects benchBigKeys (~1 GB of
 // temp disk; -benchtime 3x for steadier figures, with -timeout on a slow
-// machine), -export.benchkeys any N. Each iteration of export and upload
+// machine), -artifact.benchkeys any N. Each iteration of export and upload
 // works on fresh directories and buckets, removed untimed.
 
 const (
@@ -87,9 +87,9 @@ const (
 )
 
 var (
-	benchBig  = flag.Bool("export.bigbench", false, fmt.Sprintf("run BenchmarkArtifact on %d keys instead of %d (about a minute here, ~1 GB of temp disk; pass -timeout 60m)", benchBigKeys, benchSmallKeys))
-	benchN    = flag.Int("export.benchkeys", 0, "BenchmarkArtifact's number of keys (overrides -export.bigbench)")
-	benchSeed = flag.Uint64("export.benchseed", 1, "seed of BenchmarkArtifact's keys and values")
+	benchBig  = flag.Bool("artifact.bigbench", false, fmt.Sprintf("run BenchmarkArtifact on %d keys instead of %d (about a minute here, ~1 GB of temp disk; pass -timeout 60m)", benchBigKeys, benchSmallKeys))
+	benchN    = flag.Int("artifact.benchkeys", 0, "BenchmarkArtifact's number of keys (overrides -artifact.bigbench)")
+	benchSeed = flag.Uint64("artifact.benchseed", 1, "seed of BenchmarkArtifact's keys and values")
 )
 
 func benchKeys() int {
@@ -104,7 +104,7 @@ func benchKeys() int {
 
 func BenchmarkArtifact(b *testing.B) {
 	n, seed := benchKeys(), *benchSeed
-	// The seed is in the name: a parent benchmark's log is shown only
+	// The random seed is in the name: a parent benchmark's log is shown only
 	// with -v.
 	b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
 		b.Run(fmt.Sprintf("seed=%d", seed), func(b *testing.B) { benchArtifact(b, n, seed) })
@@ -305,7 +305,7 @@ type benchBucket struct {
 // messages), then requires the stream to hold exactly n messages.
 func newBenchBucket(b *testing.B, n int, seed uint64) *benchBucket {
 	b.Helper()
-	b.Logf("seed %d (-export.benchseed), %d keys", seed, n)
+	b.Logf("seed %d (-artifact.benchseed), %d keys", seed, n)
 	srv, err := embeddednats.Start(embeddednats.Options{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)

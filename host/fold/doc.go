@@ -9,7 +9,7 @@
 //   - Atomic commit. [Store.Commit] writes raw entries, view mutations, the
 //     cursor and optional metadata in one pebble batch. The cursor is never
 //     written on its own, so a reopened store's cursor C always describes
-//     exactly the data beside it (cursor-after-apply, DESIGN.md).
+//     exactly the data beside it (cursor-after-apply; see the loop's contract below).
 //   - Fold + tail = truth. The fold at cursor C plus a resume from C is every
 //     write minus every real delete. Under the default NoSync mode a crash
 //     (of the process too, not only of the machine: pebble writes its WAL

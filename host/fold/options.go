@@ -17,8 +17,7 @@ const (
 // Options configures [Open]. The zero value is the recommended setting.
 type Options struct {
 	// Sync makes every Commit fsync the WAL before returning: a fixed cost
-	// per commit that depends on the disk (DESIGN.md measured ~2.5 ms;
-	// BenchmarkCommit measured ~0.25 ms more than NoSync, 0.42x the NoSync
+	// per commit that depends on the disk (BenchmarkCommit measured ~0.25 ms more than NoSync, 0.42x the NoSync
 	// throughput at 100 updates per commit, 0.76x at 1024). The default, false, is NoSync:
 	// Commit returns once the batch is in pebble's memtable and WAL buffer,
 	// and pebble's WAL writer hands it to the OS asynchronously, moments

@@ -12,7 +12,7 @@ import (
 //	rev:u64be ++ value
 //
 // The revision is the NATS stream sequence of the message that wrote the
-// value; 8 fixed bytes because NATS revisions are u64 (unlike the seed's
+// value; 8 fixed bytes because NATS revisions are u64 (unlike the original design's
 // length-prefixed versions, which also carried FDB versionstamps).
 const recordRevLen = 8
 

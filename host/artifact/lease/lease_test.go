@@ -301,7 +301,7 @@ func TestLeaseArgsAndRecordRoundTrip(t *testing.T) {
 	if got := g.Record().ExpiresAtUnix; got != leaseT0.Unix()+2 {
 		t.Fatalf("expires_at %d, want %d", got, leaseT0.Unix()+2)
 	}
-	// Seed wire example parses; unknown fields are tolerated.
+	// The wire example of the package doc parses; unknown fields are tolerated.
 	r, err := ParseRecord([]byte(`{ "holder_id": "node-42", "acquired_at_unix": 1718000000, "expires_at_unix": 1718000300,
 "completed_cursor_hex": null, "completed_at_unix": null, "future": 1 }`))
 	if err != nil {
