@@ -323,19 +323,10 @@ func (d *demo) artifactTour(ctx context.Context, storeDir string) error {
 
 // sameFolds compares the raw entries and views of two stopped folds.
 func sameFolds(a, b string) (bool, error) {
-	var digests [2]string
-	for i, dir := range []string{a, b} {
-		st, _, err := fold.Open(dir, fold.Options{})
-		if err != nil {
-			return false, err
-		}
-		digests[i], err = fold.Digest(st)
-		if cerr := st.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return false, err
-		}
+	da, err := fold.DigestDir(a)
+	if err != nil {
+		return false, err
 	}
-	return digests[0] == digests[1], nil
+	db, err := fold.DigestDir(b)
+	return da == db, err
 }

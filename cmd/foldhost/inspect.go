@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -146,19 +145,18 @@ func cmdInspect(c *cli, args []string) error {
 		}{cursor, httpapi.NewViewItem([]byte(arg), v)})
 	}
 	// range: streamed, so memory does not grow with the fold.
-	rw := &rangeWriter{w: w, limit: *limit}
-	rw.begin(cursor, arg)
+	rw := httpapi.NewRangeWriter(w, *limit, cursor, arg)
 	if view {
-		err = sn.ViewRange([]byte(arg), func(k, v []byte) error { return rw.item(httpapi.NewViewItem(k, v)) })
+		err = sn.ViewRange([]byte(arg), func(k, v []byte) error { return rw.Item(httpapi.NewViewItem(k, v)) })
 	} else {
 		err = sn.RawRange(arg, func(k []byte, rev protocol.Revision, v []byte) error {
-			return rw.item(httpapi.NewRawItem(k, rev, v))
+			return rw.Item(httpapi.NewRawItem(k, rev, v))
 		})
 	}
-	if err != nil && !errors.Is(err, errRangeLimit) {
+	if err != nil && !errors.Is(err, httpapi.ErrRangeLimit) {
 		return err
 	}
-	return rw.end()
+	return rw.End()
 }
 
 // inspectDir resolves the store directory from the flags.
@@ -184,18 +182,11 @@ func (c *cli) inspectDir(dataDir, configPath, foldName string) (dir, name string
 
 // pickFold returns the named fold, or the only one when name is empty.
 func pickFold(cfg *config.Config, name string) (config.FoldConfig, error) {
-	if name == "" {
-		if len(cfg.Folds) == 1 {
-			return cfg.Folds[0], nil
-		}
-		return config.FoldConfig{}, usagef("the config has %d folds: choose one with --fold NAME", len(cfg.Folds))
+	f, err := cfg.Fold(name)
+	if err != nil {
+		return f, usagef("%v", err)
 	}
-	for _, f := range cfg.Folds {
-		if f.Name == name {
-			return f, nil
-		}
-	}
-	return config.FoldConfig{}, usagef("no fold named %q in the config", name)
+	return f, nil
 }
 
 func inspectStats(w io.Writer, store *fold.Store, sn *fold.Snapshot, name, dir string) error {
@@ -243,64 +234,4 @@ func printJSON(w io.Writer, v any) error {
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-var errRangeLimit = errors.New("range limit reached")
-
-// rangeWriter streams {"cursor":..,"prefix":..,"items":[..],"count":..,"truncated":..}.
-type rangeWriter struct {
-	w         io.Writer
-	limit     int
-	count     int
-	truncated bool
-	err       error
-}
-
-func (r *rangeWriter) begin(cursor uint64, prefix string) {
-	p, _ := marshalCompact(prefix)
-	_, r.err = fmt.Fprintf(r.w, "{\n  \"cursor\": %d,\n  \"prefix\": %s,\n  \"items\": [", cursor, p)
-}
-
-func (r *rangeWriter) item(v any) error {
-	if r.err != nil {
-		return r.err
-	}
-	if r.limit > 0 && r.count == r.limit {
-		r.truncated = true
-		return errRangeLimit
-	}
-	b, err := marshalCompact(v)
-	if err != nil {
-		return err
-	}
-	sep := ",\n    "
-	if r.count == 0 {
-		sep = "\n    "
-	}
-	r.count++
-	_, r.err = fmt.Fprintf(r.w, "%s%s", sep, b)
-	return r.err
-}
-
-func (r *rangeWriter) end() error {
-	if r.err != nil {
-		return r.err
-	}
-	closing := "]"
-	if r.count > 0 {
-		closing = "\n  ]"
-	}
-	_, err := fmt.Fprintf(r.w, "%s,\n  \"count\": %d,\n  \"truncated\": %t\n}\n", closing, r.count, r.truncated)
-	return err
-}
-
-// marshalCompact is json.Marshal without HTML escaping.
-func marshalCompact(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(b.Bytes(), "\n"), nil
 }

@@ -214,7 +214,7 @@ func kvWatch(ctx context.Context, c *cli, kv jetstream.KeyValue, bucket, prefix 
 				fmt.Fprintln(c.stderr, "foldhost kv watch: current values done; watching for updates (Ctrl-C to stop)")
 				continue
 			}
-			b, err := marshalCompact(entryJSON(bucket, e))
+			b, err := httpapi.Compact(entryJSON(bucket, e))
 			if err != nil {
 				return err
 			}
@@ -255,18 +255,9 @@ func kvBucket(cfg *config.Config, bucket, foldName string) (natskv.BucketConfig,
 
 // existingBucket opens a bucket without creating it.
 func existingBucket(ctx context.Context, nc *nats.Conn, name string, timeout time.Duration) (jetstream.KeyValue, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	kv, err := js.KeyValue(rctx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
+	kv, err := natskv.OpenExisting(ctx, nc, name, timeout)
+	if errors.Is(err, natskv.ErrNoBucket) {
 		return nil, fmt.Errorf("bucket %q does not exist (kv put creates it; so does 'foldhost run')", name)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("open bucket %q: %w", name, err)
-	}
-	return kv, nil
+	return kv, err
 }

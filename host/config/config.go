@@ -186,6 +186,23 @@ func ValidName(s string) bool { return nameRE.MatchString(s) }
 // ValidBucket reports a valid KV bucket name.
 func ValidBucket(s string) bool { return bucketRE.MatchString(s) }
 
+// Fold returns the fold named name, or the only fold when name is empty
+// (an error names the choices when the config has several).
+func (c *Config) Fold(name string) (FoldConfig, error) {
+	if name == "" {
+		if len(c.Folds) == 1 {
+			return c.Folds[0], nil
+		}
+		return FoldConfig{}, fmt.Errorf("the config has %d folds: choose one with --fold NAME", len(c.Folds))
+	}
+	for _, f := range c.Folds {
+		if f.Name == name {
+			return f, nil
+		}
+	}
+	return FoldConfig{}, fmt.Errorf("no fold named %q in the config", name)
+}
+
 // Getenv looks up an environment variable (os.LookupEnv in production).
 type Getenv func(string) (string, bool)
 

@@ -567,3 +567,27 @@ func TestConfigPluginMustBeARegularFile(t *testing.T) {
 		}
 	}
 }
+
+func TestFoldPicksByNameOrTheOnlyOne(t *testing.T) {
+	dir := t.TempDir()
+	two, err := parseIn(t, dir, "[[fold]]\nname = \"a\"\n[[fold]]\nname = \"b\"\n", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := two.Fold("b"); err != nil || f.Name != "b" {
+		t.Errorf(`Fold("b") = %q, %v`, f.Name, err)
+	}
+	if _, err := two.Fold(""); err == nil || !strings.Contains(err.Error(), "2 folds") {
+		t.Errorf(`Fold("") with two folds: err = %v, want one naming the count`, err)
+	}
+	if _, err := two.Fold("c"); err == nil || !strings.Contains(err.Error(), `"c"`) {
+		t.Errorf(`Fold("c"): err = %v, want one naming "c"`, err)
+	}
+	one, err := parseIn(t, dir, "[[fold]]\nname = \"only\"\n", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := one.Fold(""); err != nil || f.Name != "only" {
+		t.Errorf(`Fold("") with one fold = %q, %v`, f.Name, err)
+	}
+}

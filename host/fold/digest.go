@@ -28,3 +28,16 @@ func Digest(r Reader) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// DigestDir is [Digest] of the stopped fold in dir.
+func DigestDir(dir string) (string, error) {
+	st, _, err := Open(dir, Options{})
+	if err != nil {
+		return "", err
+	}
+	d, err := Digest(st)
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	return d, err
+}

@@ -96,6 +96,28 @@ func OpenBucket(ctx context.Context, nc *nats.Conn, cfg BucketConfig, o Options)
 	return b, nil
 }
 
+// ErrNoBucket is returned by OpenExisting for a bucket that does not exist.
+var ErrNoBucket = errors.New("natskv: bucket does not exist")
+
+// OpenExisting opens the bucket named name without creating it; timeout
+// bounds the lookup.
+func OpenExisting(ctx context.Context, nc *nats.Conn, name string, timeout time.Duration) (jetstream.KeyValue, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("natskv: jetstream: %w", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	kv, err := js.KeyValue(rctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: %q", ErrNoBucket, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("natskv: open bucket %q: %w", name, err)
+	}
+	return kv, nil
+}
+
 func toKVConfig(c BucketConfig) jetstream.KeyValueConfig {
 	kc := jetstream.KeyValueConfig{
 		Bucket:         c.Name,

@@ -343,3 +343,18 @@ func TestConnectErrorsNameTheProblem(t *testing.T) {
 		t.Fatalf("error leaks the password: %s", got)
 	}
 }
+
+func TestOpenExistingDoesNotCreate(t *testing.T) {
+	s := startServer(t, t.TempDir(), 0)
+	nc := connect(t, s.ClientURL())
+	if _, err := OpenExisting(t.Context(), nc, "nope", 5*time.Second); !errors.Is(err, ErrNoBucket) {
+		t.Fatalf("OpenExisting(missing) err = %v, want ErrNoBucket", err)
+	}
+	openBucket(t, nc, BucketConfig{Name: "there"})
+	if _, err := OpenExisting(t.Context(), nc, "there", 5*time.Second); err != nil {
+		t.Fatalf("OpenExisting(existing): %v", err)
+	}
+	if _, err := OpenExisting(t.Context(), nc, "nope", 5*time.Second); !errors.Is(err, ErrNoBucket) {
+		t.Fatalf("the failed lookup created the bucket: err = %v", err)
+	}
+}
