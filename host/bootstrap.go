@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -45,7 +44,9 @@ var ErrNoArtifact = errors.New("no artifact published")
 
 // Bootstrap fills the empty fold named name from the newest artifact
 // published under its key: it refuses, before downloading anything, a fold
-// that has data and an artifact from another bucket or scope; then it
+// that has data and an artifact from another bucket or scope (the stream
+// identity the artifact records is checked when the fold starts: it needs
+// NATS); then it
 // downloads and verifies the payload and moves it into the fold's data dir
 // in one rename. A failed or interrupted bootstrap leaves the data dir as
 // it was, and what a killed one left beside it is cleared by the next
@@ -85,12 +86,13 @@ func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions)
 	var total atomic.Int64
 	m, err := artifact.Download(ctx, store, f.ArtifactKey, f.DataDir, artifact.DownloadOptions{
 		Check: func(m artifact.Manifest) error {
-			if m.Bucket != "" && m.Bucket != f.Bucket {
-				return fmt.Errorf("the artifact %q was exported from bucket %q, fold %s folds bucket %q", f.ArtifactKey, m.Bucket, f.Name, f.Bucket)
+			got := m.Origin()
+			if got.Bucket == "" {
+				got.Bucket = f.Bucket // the earliest exporters did not record the bucket
 			}
-			want, got := slices.Sorted(slices.Values(f.Scope)), slices.Sorted(slices.Values(m.Scope))
-			if !slices.Equal(got, want) { // the order of prefixes does not matter
-				return fmt.Errorf("the artifact %q was exported with scope %q, fold %s has scope %q", f.ArtifactKey, m.Scope, f.Name, want)
+			if d := got.Mismatch(f.origin(time.Time{})); d != "" {
+				return fmt.Errorf("%w: the artifact %q folds %s; fold %s folds %s (%s)",
+					ErrOriginMismatch, f.ArtifactKey, got, f.Name, f.origin(time.Time{}), d)
 			}
 			if bo.OnManifest != nil {
 				bo.OnManifest(m)

@@ -151,7 +151,6 @@ func (e *exporter) round(ctx context.Context, o FoldOptions, store *fold.Store, 
 	}
 	rr, err := RunRound(ctx, loop, store, e.o.Store, ls, RoundConfig{
 		Key: o.ArtifactKey, Holder: e.o.Holder, TTL: e.o.LeaseTTL,
-		Source:   artifact.Source{Bucket: o.Bucket, Scope: slices.Sorted(slices.Values(o.Scope))},
 		StageDir: StageDir(o.DataDir), IgnoreLease: ls == nil, Logger: e.log.With("fold", o.Name),
 	})
 	res.TookMS = time.Since(start).Milliseconds()
@@ -307,7 +306,8 @@ func (f *Fold) exportEvery(ctx context.Context) {
 
 // ExportStopped runs an export round of the fold named name from its
 // store while no host runs it: the store is opened (fold.ErrLocked when a
-// host holds it: ask that host, through its HTTP API), its stale staging
+// host holds it: ask that host, through its HTTP API), its recorded bucket
+// and scope checked against the fold's ([*OriginError]), its stale staging
 // cleared, and the round run with the fleet's lease unless force, or
 // unless NATS is embedded (the lease bucket lives in a server that runs
 // only inside a host: a single node exports without it).
@@ -328,6 +328,9 @@ func ExportStopped(ctx context.Context, o Options, name string, force bool) (Exp
 		return ExportResult{}, err
 	}
 	defer st.Close()
+	if _, err := checkOrigin(st, fo, fo.origin(time.Time{}), o.Logger.With("fold", fo.Name)); err != nil {
+		return ExportResult{}, err
+	}
 	if err := resetStageDir(fo); err != nil {
 		return ExportResult{}, err
 	}

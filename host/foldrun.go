@@ -26,7 +26,8 @@ type Fold struct {
 	log    *slog.Logger
 	store  *fold.Store
 	bucket *natskv.Bucket
-	plugin *plugin // nil: a raw-only fold
+	plugin *plugin     // nil: a raw-only fold
+	origin fold.Origin // what the store folds: checked against the config at Start
 
 	state                 atomic.Value // httpapi.State
 	ready                 atomic.Bool

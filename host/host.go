@@ -96,6 +96,13 @@ func (h *Host) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("fold %s: %w", f.o.Name, err)
 		}
 		f.bucket = b
+		created, err := b.StreamCreated(ctx)
+		if err != nil {
+			return fmt.Errorf("fold %s: %w", f.o.Name, err)
+		}
+		if f.origin, err = checkOrigin(f.store, f.o, f.o.origin(created), f.log); err != nil {
+			return err
+		}
 	}
 	h.metrics.Track(h.httpFolds())
 	return nil

@@ -84,6 +84,11 @@ type FoldOptions struct {
 	// CreateBucket applies when the bucket does not exist yet; its Name is
 	// Bucket's.
 	CreateBucket natskv.BucketConfig
+	// Adopt accepts a store whose recorded origin (bucket, scope, stream)
+	// differs from this fold's, and records this fold's in its place: a
+	// deliberate, one-time step (a stream restored under a new identity, a
+	// renamed bucket). Without it such a store is refused ([OriginError]).
+	Adopt bool
 }
 
 // NATSOptions say how to reach NATS.

@@ -17,11 +17,10 @@ import (
 
 // RoundConfig configures one export round.
 type RoundConfig struct {
-	Key      string          // the artifact key (transport layout and lease key)
-	Holder   string          // this node's identity in the lease
-	TTL      time.Duration   // the lease's lifetime; payloads are pruned after 4x TTL
-	Source   artifact.Source // the fold's bucket and scope, recorded in the manifest
-	StageDir string          // where the artifact is staged: on the fold's filesystem
+	Key      string        // the artifact key (transport layout and lease key)
+	Holder   string        // this node's identity in the lease
+	TTL      time.Duration // the lease's lifetime; payloads are pruned after 4x TTL
+	StageDir string        // where the artifact is staged: on the fold's filesystem
 	// IgnoreLease runs the round without the lease (lease may be nil): an
 	// operator's forced export, or a single-node setup. Safe, since the
 	// lease only deduplicates work: the pointer swap alone keeps the
@@ -103,7 +102,7 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, st artifa
 	var m artifact.Manifest
 	export := func(context.Context, fold.Target) error {
 		var err error
-		dir, m, err = artifact.Export(store, cfg.StageDir, cfg.Source)
+		dir, m, err = artifact.Export(store, cfg.StageDir)
 		return err
 	}
 	var err error

@@ -121,7 +121,10 @@ func TestRoundThenDeltaOnlyBootstrap(t *testing.T) {
 	putN(t, b, before, during) // the loop is live while the round runs
 	head := a.waitHead(t, b)
 
-	cfg := RoundConfig{Key: "routes", Holder: "node-a", TTL: time.Minute, StageDir: t.TempDir(), Source: artifact.Source{Bucket: "routes"}}
+	if err := a.store.SetOrigin(fold.NewOrigin("routes", nil, time.Time{})); err != nil {
+		t.Fatal(err)
+	}
+	cfg := RoundConfig{Key: "routes", Holder: "node-a", TTL: time.Minute, StageDir: t.TempDir()}
 	res, err := RunRound(ctx, a.loop.Load(), a.store, tr, ls, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -107,6 +107,10 @@ func TestUsageErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("[[fold]]\nname = \"a b\"\nbatch_size = 0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	good := filepath.Join(dir, "good.toml")
+	if err := os.WriteFile(good, []byte("[[fold]]\nname = \"a\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -115,6 +119,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--config", filepath.Join(dir, "missing.toml")}, "no such file"},
 		{[]string{"run", "--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"run", "extra"}, `unexpected argument "extra"`},
+		{[]string{"run", "--config", good, "--adopt", "nope"}, `--adopt "nope": no such fold`},
 		{[]string{"inspect", "cursor"}, "--data DIR or --config FILE"},
 		{[]string{"inspect", "--data", dir}, "missing action"},
 		{[]string{"inspect", "--data", dir, "frob"}, `unknown action "frob"`},
@@ -244,6 +249,27 @@ func TestInspectByConfig(t *testing.T) {
 	}
 	if code, _, errOut := runCLI(t, nil, "inspect", "--config", cfg, "cursor"); code != exitUsage || !strings.Contains(errOut, "choose one with --fold") {
 		t.Errorf("exit %d, %s", code, errOut)
+	}
+	if strings.Contains(errOut, "WARNING") || !strings.Contains(out, `"origin": null`) {
+		t.Errorf("a store without a record: %s %s", out, errOut)
+	}
+	// A store recording another bucket: shown, and the mismatch named.
+	st, _, err := fold.Open(storeDir, fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetOrigin(fold.NewOrigin("elsewhere", []string{"route."}, time.Unix(1700000000, 0))); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runCLI(t, nil, "inspect", "--config", cfg, "--fold", "a", "stats")
+	if code != exitOK || !strings.Contains(out, `"bucket": "elsewhere"`) || !strings.Contains(out, `"stream_created": "2023-11-14T22:13:20Z"`) {
+		t.Errorf("stats of a recorded store: exit %d, %s %s", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "WARNING") || !strings.Contains(errOut, `bucket "elsewhere", not "a"`) {
+		t.Errorf("origin mismatch not reported: %q", errOut)
 	}
 }
 

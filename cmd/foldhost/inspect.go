@@ -83,7 +83,7 @@ func cmdInspect(c *cli, args []string) error {
 		arg = string(b)
 	}
 
-	dir, name, err := c.inspectDir(*dataDir, *configPath, *foldName)
+	dir, fc, err := c.inspectDir(*dataDir, *configPath, *foldName)
 	if err != nil {
 		return err
 	}
@@ -100,6 +100,23 @@ func cmdInspect(c *cli, args []string) error {
 		return err
 	}
 	defer sn.Close()
+	origin, hasOrigin, err := sn.Origin()
+	if err != nil {
+		return err
+	}
+	name := ""
+	if fc != nil {
+		name = fc.Name
+		want := fold.NewOrigin(fc.Bucket, fc.Scope, time.Time{})
+		if d := origin.Mismatch(want); hasOrigin && d != "" {
+			fmt.Fprintf(c.stderr, "foldhost inspect: WARNING: the store in %s folds %s, not fold %s's %s (%s): 'run', 'export' and 'bootstrap' refuse it\n",
+				dir, origin, name, want, d)
+		}
+	}
+	var originOut *fold.Origin
+	if hasOrigin {
+		originOut = &origin
+	}
 	w := bufio.NewWriter(c.stdout)
 	defer w.Flush()
 	cursor := uint64(sn.Cursor().Rev)
@@ -107,18 +124,19 @@ func cmdInspect(c *cli, args []string) error {
 	case action == "cursor":
 		cur := sn.Cursor()
 		out := struct {
-			Fold         string `json:"fold,omitempty"`
-			DataDir      string `json:"data_dir"`
-			Cursor       uint64 `json:"cursor"`
-			EvictionSeen bool   `json:"eviction_seen"`
-			MsgTime      string `json:"msg_time,omitempty"`
-		}{Fold: name, DataDir: dir, Cursor: cursor, EvictionSeen: cur.EvictionSeen}
+			Fold         string       `json:"fold,omitempty"`
+			DataDir      string       `json:"data_dir"`
+			Cursor       uint64       `json:"cursor"`
+			EvictionSeen bool         `json:"eviction_seen"`
+			MsgTime      string       `json:"msg_time,omitempty"`
+			Origin       *fold.Origin `json:"origin"`
+		}{Fold: name, DataDir: dir, Cursor: cursor, EvictionSeen: cur.EvictionSeen, Origin: originOut}
 		if cur.MsgUnixNano != 0 {
 			out.MsgTime = time.Unix(0, cur.MsgUnixNano).UTC().Format(time.RFC3339Nano)
 		}
 		return printJSON(w, out)
 	case action == "stats":
-		return inspectStats(w, store, sn, name, dir)
+		return inspectStats(w, store, sn, name, dir, originOut)
 	case action == "get" && !view:
 		e, ok, err := sn.Get(arg)
 		if err != nil {
@@ -159,25 +177,26 @@ func cmdInspect(c *cli, args []string) error {
 	return rw.End()
 }
 
-// inspectDir resolves the store directory from the flags.
-func (c *cli) inspectDir(dataDir, configPath, foldName string) (dir, name string, err error) {
+// inspectDir resolves the store directory from the flags, and the fold
+// when named through a config.
+func (c *cli) inspectDir(dataDir, configPath, foldName string) (string, *config.FoldConfig, error) {
 	switch {
 	case dataDir != "" && (configPath != "" || foldName != ""):
-		return "", "", usagef("--data and --config/--fold are exclusive")
+		return "", nil, usagef("--data and --config/--fold are exclusive")
 	case dataDir != "":
-		return dataDir, "", nil
+		return dataDir, nil, nil
 	case configPath == "":
-		return "", "", usagef("name the store with --data DIR or --config FILE")
+		return "", nil, usagef("name the store with --data DIR or --config FILE")
 	}
 	cfg, err := config.Load(configPath, c.getenv)
 	if err != nil {
-		return "", "", err
+		return "", nil, err
 	}
 	f, err := pickFold(cfg, foldName)
 	if err != nil {
-		return "", "", err
+		return "", nil, err
 	}
-	return f.DataDir, f.Name, nil
+	return f.DataDir, &f, nil
 }
 
 // pickFold returns the named fold, or the only one when name is empty.
@@ -189,7 +208,7 @@ func pickFold(cfg *config.Config, name string) (config.FoldConfig, error) {
 	return f, nil
 }
 
-func inspectStats(w io.Writer, store *fold.Store, sn *fold.Snapshot, name, dir string) error {
+func inspectStats(w io.Writer, store *fold.Store, sn *fold.Snapshot, name, dir string, origin *fold.Origin) error {
 	st, err := store.Stats()
 	if err != nil {
 		return err
@@ -206,22 +225,23 @@ func inspectStats(w io.Writer, store *fold.Store, sn *fold.Snapshot, name, dir s
 		return err
 	}
 	out := struct {
-		Fold              string `json:"fold,omitempty"`
-		DataDir           string `json:"data_dir"`
-		Cursor            uint64 `json:"cursor"`
-		EvictionSeen      bool   `json:"eviction_seen"`
-		RawKeys           uint64 `json:"raw_keys"`
-		ViewKeys          uint64 `json:"view_keys"`
-		DiskBytes         uint64 `json:"disk_bytes"`
-		RawBytes          uint64 `json:"raw_bytes_approx"`
-		ViewBytes         uint64 `json:"view_bytes_approx"`
-		PluginIdentityB64 string `json:"plugin_identity_b64,omitempty"`
-		FormatVersion     uint32 `json:"format_version"`
+		Fold              string       `json:"fold,omitempty"`
+		DataDir           string       `json:"data_dir"`
+		Cursor            uint64       `json:"cursor"`
+		EvictionSeen      bool         `json:"eviction_seen"`
+		RawKeys           uint64       `json:"raw_keys"`
+		ViewKeys          uint64       `json:"view_keys"`
+		DiskBytes         uint64       `json:"disk_bytes"`
+		RawBytes          uint64       `json:"raw_bytes_approx"`
+		ViewBytes         uint64       `json:"view_bytes_approx"`
+		PluginIdentityB64 string       `json:"plugin_identity_b64,omitempty"`
+		FormatVersion     uint32       `json:"format_version"`
+		Origin            *fold.Origin `json:"origin"`
 	}{
 		Fold: name, DataDir: dir, Cursor: uint64(sn.Cursor().Rev), EvictionSeen: sn.Cursor().EvictionSeen,
 		RawKeys: rawKeys, ViewKeys: viewKeys,
 		DiskBytes: st.DiskBytes, RawBytes: st.RawBytes, ViewBytes: st.ViewBytes,
-		FormatVersion: fold.FormatVersion,
+		FormatVersion: fold.FormatVersion, Origin: origin,
 	}
 	if hasIdent {
 		out.PluginIdentityB64 = base64.StdEncoding.EncodeToString(ident)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -33,21 +34,36 @@ or a shutdown that takes longer than shutdown_grace, exits at once (exit
 code 1). Signals work from the moment the process starts, also while
 plugins load. SIGHUP reloads every fold's plugin.
 
+Each store records what it folds (bucket, scope, the stream's identity); a
+store that records another source than its fold's config is refused with
+both named. --adopt FOLD accepts it once and records the config's: for a
+store that really is that fold's (its bucket restored into a new stream).
+
 A fold that stops on an error (expired cursor, plugin failure) keeps being
 served frozen at its cursor, /readyz answers 503 naming it, and 'run' exits
 with code 1 when it is later shut down.`
 
 func cmdRun(c *cli, args []string) error {
-	fs := c.flagSet("run", "run [--config FILE]", runAbout)
+	fs := c.flagSet("run", "run [--config FILE] [--adopt FOLD]...", runAbout)
 	configPath := fs.String("config", "config.toml", "config `file`")
+	var adopt multiFlag
+	fs.Var(&adopt, "adopt", "accept the store of fold `name` although it records another bucket, scope or stream, and record the config's (repeatable)")
 	cfg, err := c.parseConfig(fs, configPath, args)
 	if err != nil {
 		return err
+	}
+	for _, name := range adopt {
+		if _, err := cfg.Fold(name); err != nil || name == "" {
+			return usagef("--adopt %q: no such fold in the config", name)
+		}
 	}
 	log := newLogger(cfg.Log, c.stderr)
 	opts, err := cfg.HostOptions(log)
 	if err != nil {
 		return err
+	}
+	for i := range opts.Folds {
+		opts.Folds[i].Adopt = slices.Contains(adopt, opts.Folds[i].Name)
 	}
 	h, err := host.New(opts)
 	if err != nil {

@@ -117,14 +117,16 @@ func benchArtifact(b *testing.B, n int, seed uint64) {
 	a, took := e.follow(b, filepath.Join(tmp, "fold-a"))
 	b.Cleanup(func() { _ = a.Close() })
 	b.Logf("store A: folded %d keys in %v (%.0f updates/s)", n, took.Round(time.Millisecond), float64(n)/took.Seconds())
-	src := artifact.Source{Bucket: e.bucket.Name()}
+	if err := a.SetOrigin(fold.NewOrigin(e.bucket.Name(), nil, time.Time{})); err != nil {
+		b.Fatal(err)
+	}
 
 	b.Run("export", func(b *testing.B) {
 		var took time.Duration
 		var size int64
 		for b.Loop() {
 			start := time.Now()
-			dir, m, err := artifact.Export(a, tmp, src)
+			dir, m, err := artifact.Export(a, tmp)
 			took += time.Since(start)
 			if err != nil {
 				b.Fatal(err)
@@ -141,7 +143,7 @@ func benchArtifact(b *testing.B, n int, seed uint64) {
 	})
 
 	// One artifact for every transfer below.
-	art, m, err := artifact.Export(a, tmp, src)
+	art, m, err := artifact.Export(a, tmp)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,10 @@ var (
 	// ErrDestNotEmpty: Import refuses to overwrite a non-empty directory.
 	ErrDestNotEmpty = errors.New("artifact: destination is not empty")
 
+	// ErrNoOrigin: Export refuses a store that does not record what it
+	// folds ([fold.Store.SetOrigin]): its manifest could not say.
+	ErrNoOrigin = errors.New("artifact: the store does not record what it folds")
+
 	// ErrNoPointer: the transport holds no pointer for the key.
 	ErrNoPointer = errors.New("artifact: no pointer")
 

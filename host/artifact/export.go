@@ -19,19 +19,12 @@ import (
 	"github.com/foldhost/foldhost/protocol"
 )
 
-// Source is what a fold folds, recorded in its artifacts' manifests so that
-// a bootstrap can refuse an artifact of another bucket or scope (its cursor
-// would name revisions of another stream).
-type Source struct {
-	Bucket string   // the KV bucket
-	Scope  []string // the watch's key prefixes; empty: the whole bucket
-}
-
 // Export writes a verified artifact of store into a new directory under
 // stageParent and returns its path (stageParent/artifact-<address>) and
 // manifest.
 //
-// It reads the live cursor, checkpoints the store into a hidden temp
+// The manifest records the store's origin ([fold.Store.Origin]); a store
+// without one is refused ([ErrNoOrigin]). It reads the live cursor, checkpoints the store into a hidden temp
 // directory under stageParent, reopens the staged copy with [fold.Open] and
 // requires its recovered cursor to equal the live one (else
 // [ErrCursorMoved]), hashes every file, writes MANIFEST.json last, fsyncs,
@@ -44,8 +37,15 @@ type Source struct {
 // first), via [fold.Loop.Do]. stageParent must be on the store's filesystem
 // (sstables are hard-linked) and must exist. The artifact pins disk blocks
 // the store may later compact away: upload it, then remove it.
-func Export(store *fold.Store, stageParent string, src Source) (dir string, m Manifest, err error) {
+func Export(store *fold.Store, stageParent string) (dir string, m Manifest, err error) {
 	live := store.Cursor()
+	src, ok, err := store.Origin()
+	if err != nil {
+		return "", Manifest{}, fmt.Errorf("artifact: %w", err)
+	}
+	if !ok {
+		return "", Manifest{}, ErrNoOrigin
+	}
 	ident, hasIdent, err := store.PluginIdentity()
 	if err != nil {
 		return "", Manifest{}, fmt.Errorf("artifact: %w", err)
@@ -65,7 +65,7 @@ func Export(store *fold.Store, stageParent string, src Source) (dir string, m Ma
 	}
 	// Verify by reopening: every commit carries its cursor, so a recovered
 	// cursor equal to the live one proves no tail was lost.
-	if err := verifyStaged(data, live); err != nil {
+	if err := verifyStaged(data, live, &src); err != nil {
 		if errors.Is(err, ErrArtifactInvalid) {
 			return "", Manifest{}, fmt.Errorf("%w: live cursor %v (commit during export?): %v", ErrCursorMoved, live, err)
 		}
@@ -85,13 +85,14 @@ func Export(store *fold.Store, stageParent string, src Source) (dir string, m Ma
 		return "", Manifest{}, fmt.Errorf("artifact: encode cursor: %w", err)
 	}
 	m = Manifest{
-		Schema:       SchemaVersion,
-		Backend:      Backend,
-		StoreFormat:  fold.FormatVersion,
-		PebbleFormat: uint64(PebbleFormat),
-		Cursor:       hex.EncodeToString(cur),
-		Bucket:       src.Bucket,
-		Scope:        slices.Clone(src.Scope),
+		Schema:        SchemaVersion,
+		Backend:       Backend,
+		StoreFormat:   fold.FormatVersion,
+		PebbleFormat:  uint64(PebbleFormat),
+		Cursor:        hex.EncodeToString(cur),
+		Bucket:        src.Bucket,
+		Scope:         slices.Clone(src.Scope),
+		StreamCreated: src.StreamCreated,
 	}
 	if m.Scope == nil {
 		m.Scope = []string{}
@@ -124,9 +125,10 @@ func Export(store *fold.Store, stageParent string, src Source) (dir string, m Ma
 }
 
 // verifyStaged opens the store in dir and requires its recovered cursor to
-// equal want; a mismatch wraps ErrArtifactInvalid. Opening lets pebble write
+// equal want and, when origin is not nil, its recorded origin to equal
+// *origin; a mismatch wraps ErrArtifactInvalid. Opening lets pebble write
 // its own bookkeeping files, so callers hash after, not before.
-func verifyStaged(dir string, want protocol.Cursor) error {
+func verifyStaged(dir string, want protocol.Cursor, origin *fold.Origin) error {
 	st, got, err := fold.Open(dir, fold.Options{})
 	if err != nil {
 		if errors.Is(err, fold.ErrFormatVersion) {
@@ -134,8 +136,15 @@ func verifyStaged(dir string, want protocol.Cursor) error {
 		}
 		return err
 	}
-	if err := st.Close(); err != nil {
+	rec, hasRec, err := st.Origin()
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
+	}
+	if origin != nil && (!hasRec || !rec.Equal(*origin)) {
+		return invalid("staged copy records origin %s (recorded: %t), the manifest says %s", rec, hasRec, *origin)
 	}
 	if got != want {
 		return invalid("staged copy recovered cursor %v (memo %v, time %d), want %v (memo %v, time %d)",

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/foldhost/foldhost/host/artifact"
 
@@ -46,7 +47,11 @@ func TestManifestCanonical(t *testing.T) {
 	t.Logf("manifest: %s", b1)
 
 	bad := map[string]func(m *artifact.Manifest){
-		"schema":        func(m *artifact.Manifest) { m.Schema = 2 },
+		"schema":   func(m *artifact.Manifest) { m.Schema = 3 },
+		"schema 0": func(m *artifact.Manifest) { m.Schema = 0 },
+		"schema 1 with a stream": func(m *artifact.Manifest) {
+			m.Schema, m.StreamCreated = 1, time.Unix(1700000000, 5).UTC()
+		},
 		"backend":       func(m *artifact.Manifest) { m.Backend = "rocksdb" },
 		"store format":  func(m *artifact.Manifest) { m.StoreFormat++ },
 		"pebble format": func(m *artifact.Manifest) { m.PebbleFormat++ },
@@ -73,6 +78,20 @@ func TestManifestCanonical(t *testing.T) {
 	if _, err := artifact.ParseManifest(append(b1[:len(b1)-1:len(b1)-1], []byte(`,"extra":1}`)...)); !errors.Is(err, artifact.ErrArtifactInvalid) {
 		t.Errorf("unknown field accepted: %v", err)
 	}
+	// The stream identity round-trips; a schema 1 manifest (written before
+	// streams were recorded) still reads, with none.
+	ms := m
+	ms.StreamCreated = time.Unix(1700000000, 123456789).UTC()
+	bs, _ := ms.Encode()
+	if got, err := artifact.ParseManifest(bs); err != nil || !got.StreamCreated.Equal(ms.StreamCreated) || !got.Origin().Equal(ms.Origin()) {
+		t.Errorf("stream identity round trip: %+v, %v", got.StreamCreated, err)
+	}
+	m1 := m
+	m1.Schema = 1
+	b1v, _ := m1.Encode()
+	if got, err := artifact.ParseManifest(b1v); err != nil || !got.StreamCreated.IsZero() {
+		t.Errorf("schema 1 manifest: %+v, %v", got, err)
+	}
 }
 
 func TestExportImportRoundTrip(t *testing.T) {
@@ -81,7 +100,8 @@ func TestExportImportRoundTrip(t *testing.T) {
 	live := storetest.CommitN(t, st, 500)
 	want := storetest.DumpStore(t, st)
 	parent := t.TempDir()
-	dir, m, err := artifact.Export(st, parent, artifact.Source{Scope: []string{"route.>"}})
+	setOrigin(t, st, []string{"route.>"})
+	dir, m, err := artifact.Export(st, parent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +172,8 @@ func TestExportImportRoundTrip(t *testing.T) {
 
 func TestExportEmptyStore(t *testing.T) {
 	st := storetest.OpenStore(t)
-	dir, m, err := artifact.Export(st, t.TempDir(), artifact.Source{})
+	setOrigin(t, st, nil)
+	dir, m, err := artifact.Export(st, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,10 +190,11 @@ func TestExportFailureLeavesNothing(t *testing.T) {
 	st := storetest.OpenStore(t)
 	storetest.CommitN(t, st, 10)
 	parent := t.TempDir()
+	setOrigin(t, st, nil)
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := artifact.Export(st, parent, artifact.Source{}); err == nil {
+	if _, _, err := artifact.Export(st, parent); err == nil {
 		t.Fatal("export of a closed store succeeded")
 	}
 	if names := storetest.ListDir(t, parent); len(names) != 0 {
@@ -198,7 +220,8 @@ func reencode(t *testing.T, mb []byte, mut func(*artifact.Manifest)) []byte {
 func TestImportRefusesBadInput(t *testing.T) {
 	st := storetest.OpenStore(t)
 	storetest.CommitN(t, st, 300)
-	dir, m, err := artifact.Export(st, t.TempDir(), artifact.Source{Scope: []string{">"}})
+	setOrigin(t, st, []string{">"})
+	dir, m, err := artifact.Export(st, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,8 +284,12 @@ func TestImportRefusesBadInput(t *testing.T) {
 			reencode(t, mb, func(m *artifact.Manifest) { m.StoreFormat = 99 })},
 		{"wrong pebble format", swapManifest(reencode(t, mb, func(m *artifact.Manifest) { m.PebbleFormat-- })),
 			reencode(t, mb, func(m *artifact.Manifest) { m.PebbleFormat-- })},
-		{"wrong schema", swapManifest(reencode(t, mb, func(m *artifact.Manifest) { m.Schema = 2 })),
-			reencode(t, mb, func(m *artifact.Manifest) { m.Schema = 2 })},
+		{"wrong schema", swapManifest(reencode(t, mb, func(m *artifact.Manifest) { m.Schema = 3 })),
+			reencode(t, mb, func(m *artifact.Manifest) { m.Schema = 3 })},
+		// A consistent tar and pointer whose manifest names another origin
+		// than the store inside records.
+		{"origin differs from staged copy", swapManifest(reencode(t, mb, otherBucket)), reencode(t, mb, otherBucket)},
+		{"stream differs from staged copy", swapManifest(reencode(t, mb, otherStream)), reencode(t, mb, otherStream)},
 		{"cursor differs from staged copy", swapManifest(reencode(t, mb, bumpCursor(t))), reencode(t, mb, bumpCursor(t))},
 		{"corrupt pointer", good, []byte("{not json")},
 		{"not a tar", []byte(strings.Repeat("garbage!", 200)), mb},
@@ -340,4 +367,31 @@ func statMode(t *testing.T, p string) os.FileMode {
 		t.Fatal(err)
 	}
 	return st.Mode().Perm()
+}
+
+func otherBucket(m *artifact.Manifest) { m.Bucket = "elsewhere" }
+func otherStream(m *artifact.Manifest) { m.StreamCreated = time.Unix(1700000000, 1).UTC() }
+
+// setOrigin records what st folds, as a host does before it exports.
+func setOrigin(t *testing.T, st *fold.Store, scope []string) {
+	t.Helper()
+	if err := st.SetOrigin(fold.NewOrigin("routes", scope, time.Time{})); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExportRefusesAStoreWithoutOrigin(t *testing.T) {
+	st, _, err := fold.Open(filepath.Join(t.TempDir(), "fold"), fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	storetest.CommitN(t, st, 10)
+	parent := t.TempDir()
+	if _, _, err := artifact.Export(st, parent); !errors.Is(err, artifact.ErrNoOrigin) {
+		t.Fatalf("err = %v, want ErrNoOrigin", err)
+	}
+	if names := storetest.ListDir(t, parent); len(names) != 0 {
+		t.Fatalf("refused export left %v", names)
+	}
 }

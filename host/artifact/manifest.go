@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/zeebo/blake3"
@@ -16,9 +17,10 @@ import (
 )
 
 const (
-	// SchemaVersion is the manifest schema this build writes and the only
-	// one it reads.
-	SchemaVersion = 1
+	// SchemaVersion is the manifest schema this build writes. It reads
+	// schema 1 too: manifests written before the stream identity was
+	// recorded (they have no stream_created).
+	SchemaVersion = 2
 
 	// Backend is the backend identity of artifacts exported from a
 	// [fold.Store].
@@ -62,9 +64,13 @@ type Manifest struct {
 	// Bucket is the KV bucket the fold folds ("" when the exporter did not
 	// say).
 	Bucket string `json:"bucket"`
-	// Scope is the exporting watch's key scope: its key prefixes, empty for
-	// the whole bucket.
+	// Scope is the exporting watch's key scope: its key prefixes, sorted,
+	// empty for the whole bucket.
 	Scope []string `json:"scope"`
+	// StreamCreated identifies the bucket's stream the cursor's revisions
+	// belong to ([fold.Origin]); zero (omitted) when the store did not
+	// know it, and always in schema 1.
+	StreamCreated time.Time `json:"stream_created,omitzero"`
 	// PluginIdentity is the hex of the store's plugin identity bytes, or
 	// nil when the store has none.
 	PluginIdentity *string `json:"plugin_identity"`
@@ -99,6 +105,9 @@ func (m Manifest) Encode() ([]byte, error) {
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
+
+// Origin is the source the artifact's store folds, as the manifest says.
+func (m Manifest) Origin() fold.Origin { return fold.NewOrigin(m.Bucket, m.Scope, m.StreamCreated) }
 
 // DecodeCursor decodes m.Cursor.
 func (m Manifest) DecodeCursor() (protocol.Cursor, error) {
@@ -142,8 +151,10 @@ func ParseManifest(b []byte) (Manifest, error) {
 
 func (m Manifest) validate() error {
 	switch {
-	case m.Schema != SchemaVersion:
-		return invalid("manifest schema %d, this build reads %d", m.Schema, SchemaVersion)
+	case m.Schema != SchemaVersion && m.Schema != 1:
+		return invalid("manifest schema %d, this build reads 1 and %d", m.Schema, SchemaVersion)
+	case m.Schema == 1 && !m.StreamCreated.IsZero():
+		return invalid("manifest schema 1 has no stream_created")
 	case m.Backend != Backend:
 		return invalid("backend %q, this build imports %q", m.Backend, Backend)
 	case m.StoreFormat != fold.FormatVersion:

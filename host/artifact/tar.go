@@ -17,6 +17,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/internal/files"
 	"github.com/zeebo/blake3"
 )
@@ -100,7 +101,7 @@ func tarFile(tw *tar.Writer, dir string, f File) error {
 // different size, missing files, any hash mismatch, an embedded
 // MANIFEST.json not byte-equal to manifest, a truncated tar, a manifest of
 // another schema, backend or format version, and a staged copy whose pebble
-// format or recovered cursor differs from the manifest's. Only then is the
+// format, recovered cursor or recorded origin differs from the manifest's. Only then is the
 // staged copy renamed to dest. On any failure dest is left as it was and the
 // temp directory is removed.
 func Import(r io.Reader, manifest []byte, dest string) (Manifest, error) {
@@ -137,7 +138,12 @@ func Import(r io.Reader, manifest []byte, dest string) (Manifest, error) {
 		return Manifest{}, fmt.Errorf("artifact: import: %w",
 			invalid("staged copy has pebble format %d, manifest says %d", desc.FormatMajorVersion, m.PebbleFormat))
 	}
-	if err := verifyStaged(stage, want); err != nil {
+	var origin *fold.Origin // schema 1 stores did not record one
+	if m.Schema >= 2 {
+		o := m.Origin()
+		origin = &o
+	}
+	if err := verifyStaged(stage, want, origin); err != nil {
 		if !errors.Is(err, ErrArtifactInvalid) {
 			err = invalid("open staged copy: %v", err)
 		}

@@ -58,10 +58,13 @@
 //
 //	'r' + NATS key  -> rev:u64be ++ value      raw fold (one entry per live key)
 //	'v' + view key  -> bytes                   plugin views
-//	'm' + name      -> bytes                   metadata: format, cursor, plugin
+//	'm' + name      -> bytes                   metadata: format, cursor,
+//	                                           plugin identity, origin
 //
 // The format version is written when a store is created; [Open] refuses a
-// store whose version it does not know ([ErrFormatVersion]). Decisions that
+// store whose version it does not know ([ErrFormatVersion]). The origin
+// ([Origin]: bucket, scope, stream identity) is optional in the layout: a
+// store written before it existed has none, and its host records one. Decisions that
 // are not obvious from the code (sync mode, pebble tuning, why keys are
 // handed out as []byte) are in RATIONALE.md.
 //

@@ -13,6 +13,7 @@ var (
 	metaFormatKey = []byte{spaceMeta, 'f', 'o', 'r', 'm', 'a', 't'}
 	metaCursorKey = []byte{spaceMeta, 'c', 'u', 'r', 's', 'o', 'r'}
 	metaPluginKey = []byte{spaceMeta, 'p', 'l', 'u', 'g', 'i', 'n'}
+	metaOriginKey = []byte{spaceMeta, 'o', 'r', 'i', 'g', 'i', 'n'}
 )
 
 // appendKey appends the pebble key of name in keyspace space to dst.

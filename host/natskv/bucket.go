@@ -162,6 +162,18 @@ func (b *Bucket) Retention(ctx context.Context) (protocol.Retention, time.Time, 
 	return retentionOf(info), info.TimeStamp, nil
 }
 
+// StreamCreated returns the creation time of the bucket's stream: its
+// identity (a bucket deleted and made again has a new one).
+func (b *Bucket) StreamCreated(ctx context.Context) (time.Time, error) {
+	rctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	s, err := b.js.Stream(rctx, b.stream)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("natskv: stream info %s: %w", b.stream, err)
+	}
+	return s.CachedInfo().Created.UTC(), nil
+}
+
 func retentionOf(info *jetstream.StreamInfo) protocol.Retention {
 	c := info.Config
 	return protocol.Retention{

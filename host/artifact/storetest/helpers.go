@@ -9,13 +9,15 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/protocol"
 )
 
-// OpenStore opens a fresh store in a temp dir, closed at cleanup.
+// OpenStore opens a fresh store in a temp dir, closed at cleanup, that
+// records the origin Origin (as a host's stores do before they export).
 func OpenStore(t testing.TB) *fold.Store {
 	t.Helper()
 	st, _, err := fold.Open(filepath.Join(t.TempDir(), "fold"), fold.Options{CacheSize: 1 << 20, MemTableSize: 1 << 20})
@@ -23,8 +25,14 @@ func OpenStore(t testing.TB) *fold.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
+	if err := st.SetOrigin(Origin); err != nil {
+		t.Fatal(err)
+	}
 	return st
 }
+
+// Origin is the origin OpenStore records.
+var Origin = fold.NewOrigin("routes", nil, time.Unix(1700000000, 0))
 
 // CommitN commits n raw puts and view puts with revisions above the store's
 // cursor and a cursor with the eviction memo and a message time, so the
@@ -199,7 +207,10 @@ func ExportAt(t *testing.T, st *fold.Store, n int, scope []string) Artifact {
 	} else {
 		cur = st.Cursor()
 	}
-	dir, _, err := artifact.Export(st, t.TempDir(), artifact.Source{Scope: scope})
+	if err := st.SetOrigin(fold.NewOrigin(Origin.Bucket, scope, Origin.StreamCreated)); err != nil {
+		t.Fatal(err)
+	}
+	dir, _, err := artifact.Export(st, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
