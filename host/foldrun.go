@@ -113,7 +113,13 @@ func (f *Fold) Status() httpapi.Status {
 		st.LastError = *p
 	}
 	st.Export = f.exportStatus()
-	if !st.Ready {
+	st.NATS = f.h.health.Status()
+	if down := st.NATS.DownFor(time.Now()); st.Ready && down > f.h.o.NATS.DisconnectGrace {
+		st.Ready = false
+		st.Reason = fmt.Sprintf("NATS unreachable for %v (reconnecting since %s): the fold cannot follow, its reads grow stale",
+			down.Round(time.Second), st.NATS.Since.UTC().Format(time.RFC3339))
+	}
+	if !st.Ready && st.Reason == "" {
 		switch st.State {
 		case httpapi.StateHydrating:
 			st.Reason = fmt.Sprintf("hydrating: cursor %d, stream head at start %d", st.Cursor, st.HeadAtStart)

@@ -36,6 +36,7 @@ type Host struct {
 	metrics *httpapi.Metrics
 	srv     *embeddednats.Server
 	nc      *nats.Conn
+	health  natskv.Health // the connection's state, for status and readiness
 	exp     *exporter
 
 	closers []func() // undone in reverse by Close
@@ -124,6 +125,8 @@ func (h *Host) connect(ctx context.Context) error {
 		h.log.Info("embedded NATS server started", "url", srv.ClientURL(), "dir", e.Dir)
 		conn = natskv.ConnOptions{URL: srv.ClientURL(), Name: "foldhost", Timeout: h.o.NATS.Conn.Timeout}
 	}
+	h.health.Logger = h.log
+	conn.Health = &h.health
 	if err := ctx.Err(); err != nil {
 		return err
 	}

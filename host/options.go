@@ -101,6 +101,10 @@ type NATSOptions struct {
 	// RequestTimeout bounds each JetStream request; default
 	// natskv.DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// DisconnectGrace is how long the connection may be down before every
+	// fold reports not ready (a server restart or a short network blip
+	// stays ready); default DefaultDisconnectGrace.
+	DisconnectGrace time.Duration
 }
 
 // EmbeddedNATS configures the in-process server.
@@ -134,6 +138,7 @@ type ArtifactOptions struct {
 // Defaults of Options.
 const (
 	DefaultHeadPollInterval = 5 * time.Second
+	DefaultDisconnectGrace  = 10 * time.Second
 	DefaultProgressInterval = 5 * time.Second
 	DefaultBuffer           = 256
 	DefaultLeaseBucket      = "foldhost_export_leases"
@@ -157,6 +162,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ProgressInterval <= 0 {
 		o.ProgressInterval = DefaultProgressInterval
+	}
+	if o.NATS.DisconnectGrace <= 0 {
+		o.NATS.DisconnectGrace = DefaultDisconnectGrace
 	}
 	if o.NATS.RequestTimeout <= 0 {
 		o.NATS.RequestTimeout = natskv.DefaultRequestTimeout

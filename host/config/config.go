@@ -96,6 +96,7 @@ type NATSConfig struct {
 	ConnectTimeout   time.Duration // default 5s
 	RequestTimeout   time.Duration // default natskv.DefaultRequestTimeout
 	HeadPollInterval time.Duration // default 5s
+	DisconnectGrace  time.Duration // default host.DefaultDisconnectGrace
 }
 
 // HTTPConfig configures the HTTP API.
@@ -263,6 +264,7 @@ func (c *Config) extract(root *table) {
 	n.duration("connect_timeout", &c.NATS.ConnectTimeout)
 	n.duration("request_timeout", &c.NATS.RequestTimeout)
 	n.duration("head_poll_interval", &c.NATS.HeadPollInterval)
+	n.duration("disconnect_grace", &c.NATS.DisconnectGrace)
 	n.done()
 
 	h := root.sub("http")
@@ -513,6 +515,7 @@ func (c *Config) validate(ps *problems) {
 		{"nats.connect_timeout", &n.ConnectTimeout, defaultConnectTimeout},
 		{"nats.request_timeout", &n.RequestTimeout, natskv.DefaultRequestTimeout},
 		{"nats.head_poll_interval", &n.HeadPollInterval, host.DefaultHeadPollInterval},
+		{"nats.disconnect_grace", &n.DisconnectGrace, host.DefaultDisconnectGrace},
 		{"log.progress_interval", &c.Log.ProgressInterval, host.DefaultProgressInterval},
 	} {
 		if *d.v < 0 {

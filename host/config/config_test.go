@@ -74,7 +74,7 @@ func TestConfigDefaults(t *testing.T) {
 		ShutdownGrace: 30 * time.Second,
 		NATS: NATSConfig{
 			Embedded: true, EmbeddedListen: "127.0.0.1:4222", EmbeddedDir: filepath.Join(dir, "data", "nats"),
-			ConnectTimeout: 5 * time.Second, RequestTimeout: natskv.DefaultRequestTimeout, HeadPollInterval: 5 * time.Second,
+			ConnectTimeout: 5 * time.Second, RequestTimeout: natskv.DefaultRequestTimeout, HeadPollInterval: 5 * time.Second, DisconnectGrace: 10 * time.Second,
 		},
 		HTTP: HTTPConfig{Addr: "127.0.0.1:8080"},
 		Log:  LogConfig{Level: "info", Format: "text", ProgressInterval: 5 * time.Second},

@@ -27,8 +27,9 @@ func (c *Config) HostOptions(log *slog.Logger) (host.Options, error) {
 		ProgressInterval: c.Log.ProgressInterval,
 		Logger:           log,
 		NATS: host.NATSOptions{
-			Conn:           c.NATS.ConnOptions(c.NATS.URL),
-			RequestTimeout: c.NATS.RequestTimeout,
+			Conn:            c.NATS.ConnOptions(c.NATS.URL),
+			RequestTimeout:  c.NATS.RequestTimeout,
+			DisconnectGrace: c.NATS.DisconnectGrace,
 		},
 	}
 	if c.NATS.Embedded {

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -86,6 +87,10 @@ var foldMetrics = []metricDef{
 		prometheus.GaugeValue, func(s Status) float64 { return b2f(s.Ready) }),
 	def("foldhost_fold_failed", "1 when the fold stopped on an error.",
 		prometheus.GaugeValue, func(s Status) float64 { return b2f(s.State == StateFailed) }),
+	def("foldhost_fold_nats_connected", "1 while the host's NATS connection is up (0 while it reconnects).",
+		prometheus.GaugeValue, func(s Status) float64 { return b2f(s.NATS.State == natskv.ConnConnected) }),
+	def("foldhost_fold_nats_disconnects_total", "Times the host's NATS connection dropped since start.",
+		prometheus.CounterValue, func(s Status) float64 { return float64(s.NATS.Disconnects) }),
 	def("foldhost_fold_updates_total", "Updates delivered by NATS and committed (rejected ones included).",
 		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.DeliveredSinceStart) }),
 	def("foldhost_fold_rejected_updates_total", "Updates the plugin rejected.",

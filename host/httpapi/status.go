@@ -9,8 +9,10 @@
 package httpapi
 
 import (
-	"github.com/foldhost/foldhost/host/fold"
 	"time"
+
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/natskv"
 )
 
 // Fold is one fold as the HTTP surface sees it. Implementations must be safe
@@ -50,7 +52,9 @@ type Status struct {
 	Scope  []string `json:"scope"`
 	State  State    `json:"state"`
 	// Ready is true once the fold caught up with the stream head it saw at
-	// start; it stays true across reconnects. Reason says why not.
+	// start, and while NATS is reachable or was lost for less than the
+	// host's disconnect grace (a short reconnect stays ready). Reason says
+	// why not.
 	Ready  bool   `json:"ready"`
 	Reason string `json:"reason,omitempty"`
 	// Cursor is the applied position (every revision <= Cursor is in the
@@ -65,6 +69,9 @@ type Status struct {
 	StreamLastSeq uint64 `json:"stream_last_seq"`
 	HeadAtStart   uint64 `json:"head_at_start"`
 	Lag           uint64 `json:"lag"`
+	// NATS is the host's connection, which every fold shares; zero when
+	// the fold has not connected (a stopped fold read offline).
+	NATS natskv.ConnStatus `json:"nats"`
 	// Plugin is the plugin the fold runs now (it changes on reload); zero
 	// for a raw-only fold.
 	Plugin fold.PluginIdentity `json:"plugin"`

@@ -28,6 +28,9 @@ type ConnOptions struct {
 	Name string
 	// Timeout bounds the initial dial; default 5s.
 	Timeout time.Duration
+	// Health, if set, tracks the connection's state (and logs its drops
+	// and reconnects).
+	Health *Health
 }
 
 // Connect dials NATS. The connection reconnects forever (a fold outlives
@@ -78,9 +81,15 @@ func Connect(o ConnOptions) (*nats.Conn, error) {
 	if o.CertFile != "" {
 		opts = append(opts, nats.ClientCert(o.CertFile, o.KeyFile))
 	}
+	if o.Health != nil {
+		opts = append(opts, o.Health.options()...)
+	}
 	nc, err := nats.Connect(o.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("natskv: connect %s: %w", Redact(o.URL), err)
+	}
+	if o.Health != nil {
+		o.Health.connected(nc)
 	}
 	return nc, nil
 }
