@@ -11,14 +11,14 @@ var (
 	// tar entry, a hash mismatch, a truncated tar, a wrong backend or format
 	// version, or a staged copy whose cursor differs from the manifest's.
 	// Such an artifact must not be retried as is.
-	ErrArtifactInvalid = errors.New("artifact: invalid artifact")
+	ErrArtifactInvalid = errors.New("invalid artifact")
 
 	// ErrDestNotEmpty: Import refuses to overwrite a non-empty directory.
 	ErrDestNotEmpty = errors.New("artifact: destination is not empty")
 
 	// ErrNoOrigin: Export refuses a store that does not record what it
 	// folds ([fold.Store.SetOrigin]): its manifest could not say.
-	ErrNoOrigin = errors.New("artifact: the store does not record what it folds")
+	ErrNoOrigin = errors.New("the store does not record what it folds")
 
 	// ErrNoPointer: the transport holds no pointer for the key.
 	ErrNoPointer = errors.New("artifact: no pointer")

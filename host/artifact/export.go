@@ -44,7 +44,7 @@ func Export(store *fold.Store, stageParent string) (dir string, m Manifest, err 
 		return "", Manifest{}, fmt.Errorf("artifact: %w", err)
 	}
 	if !ok {
-		return "", Manifest{}, ErrNoOrigin
+		return "", Manifest{}, fmt.Errorf("artifact: export: %w", ErrNoOrigin)
 	}
 	ident, hasIdent, err := store.PluginIdentity()
 	if err != nil {

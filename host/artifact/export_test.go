@@ -316,6 +316,9 @@ func TestImportRefusesBadInput(t *testing.T) {
 			if !errors.Is(err, artifact.ErrArtifactInvalid) {
 				t.Fatalf("err = %v, want ErrArtifactInvalid", err)
 			}
+			if seg := repeatedSegment(err.Error()); seg != "" {
+				t.Errorf("the error repeats %q: %v", seg, err)
+			}
 			t.Logf("refused: %v", err)
 			if names := storetest.ListDir(t, parent); len(names) != 0 {
 				t.Fatalf("refused import left %v", names)
@@ -394,4 +397,17 @@ func TestExportRefusesAStoreWithoutOrigin(t *testing.T) {
 	if names := storetest.ListDir(t, parent); len(names) != 0 {
 		t.Fatalf("refused export left %v", names)
 	}
+}
+
+// repeatedSegment returns a ": "-separated segment of msg that occurs twice
+// ("artifact: import: artifact: invalid ..."), or "".
+func repeatedSegment(msg string) string {
+	seen := map[string]bool{}
+	for _, seg := range strings.Split(msg, ": ") {
+		if seen[seg] {
+			return seg
+		}
+		seen[seg] = true
+	}
+	return ""
 }

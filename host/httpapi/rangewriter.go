@@ -12,7 +12,7 @@ import (
 // reached; the range callback passes it on to stop the scan.
 var ErrRangeLimit = errors.New("range limit reached")
 
-// RangeWriter streams a range as {"cursor":..,"prefix":..,"items":[..],
+// RangeWriter streams a range as {"cursor":..,"prefix":..,"prefix_b64":..,"items":[..],
 // "count":..,"truncated":..}, one item at a time, so memory does not grow
 // with the range (the server's responses are bounded by MaxLimit and built
 // whole; offline readers such as inspect use this).
@@ -27,8 +27,13 @@ type RangeWriter struct {
 // NewRangeWriter writes the range's head to w; limit 0 means no limit.
 func NewRangeWriter(w io.Writer, limit int, cursor uint64, prefix string) *RangeWriter {
 	r := &RangeWriter{w: w, limit: limit}
-	p, _ := Compact(prefix)
-	_, r.err = fmt.Fprintf(r.w, "{\n  \"cursor\": %d,\n  \"prefix\": %s,\n  \"items\": [", cursor, p)
+	text, b64 := Bytes([]byte(prefix))
+	head := fmt.Sprintf("{\n  \"cursor\": %d,\n", cursor)
+	if text != nil {
+		p, _ := Compact(*text)
+		head += fmt.Sprintf("  \"prefix\": %s,\n", p)
+	}
+	_, r.err = fmt.Fprintf(r.w, "%s  \"prefix_b64\": %q,\n  \"items\": [", head, b64)
 	return r
 }
 

@@ -45,4 +45,12 @@ func TestRangeWriterStreamsValidJSONAndStopsAtTheLimit(t *testing.T) {
 			t.Errorf("prefix was HTML-escaped: %s", buf.Bytes())
 		}
 	}
+	var buf bytes.Buffer
+	if err := NewRangeWriter(&buf, 0, 1, "\xff").End(); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil || got["prefix_b64"] != "/w==" || got["prefix"] != nil {
+		t.Errorf("binary prefix: %s (%v)", buf.Bytes(), err)
+	}
 }

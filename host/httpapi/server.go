@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -75,6 +76,24 @@ func NewHandler(o Options) http.Handler {
 	mux.HandleFunc("GET /v1/folds/{name}/raw", s.collection(rawSpace))
 	mux.HandleFunc("POST /v1/folds/{name}/export", s.export)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// The catch-all matches every method, so the mux's own 405 never
+		// fires: answer it here for a path another method serves.
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost} {
+			r2 := r.Clone(r.Context())
+			r2.Method = m
+			if _, pattern := mux.Handler(r2); m != r.Method && pattern != "/" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			if slices.Contains(allow, http.MethodGet) {
+				allow = append(allow, http.MethodHead)
+			}
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, http.StatusMethodNotAllowed, "method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", "))
+			return
+		}
 		writeError(w, http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
 	})
 	return mux
@@ -129,9 +148,13 @@ func (s *server) export(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	for k := range q {
+	for k, vals := range q {
 		if k != "force" {
 			writeError(w, http.StatusBadRequest, "unknown parameter %q (want force)", k)
+			return
+		}
+		if len(vals) > 1 {
+			writeError(w, http.StatusBadRequest, "query parameter %q given %d times", k, len(vals))
 			return
 		}
 	}
@@ -286,9 +309,12 @@ func (s *server) get(w http.ResponseWriter, f Fold, sp space, key string) {
 type rangeResponse struct {
 	Fold   string `json:"fold"`
 	Cursor uint64 `json:"cursor"`
-	Prefix string `json:"prefix"`
-	Limit  int    `json:"limit"`
-	Count  int    `json:"count"`
+	// Prefix follows the byte-string rule ([Bytes]): text when valid
+	// UTF-8, always base64.
+	Prefix    *string `json:"prefix,omitempty"`
+	PrefixB64 string  `json:"prefix_b64"`
+	Limit     int     `json:"limit"`
+	Count     int     `json:"count"`
 	// Truncated is true when more entries match than Limit.
 	Truncated bool `json:"truncated"`
 	Items     any  `json:"items"`
@@ -343,7 +369,8 @@ func (s *server) collection(sp space) http.HandlerFunc {
 			return
 		}
 		defer sn.Close()
-		resp := rangeResponse{Fold: f.Name(), Cursor: uint64(sn.Cursor().Rev), Prefix: prefix, Limit: limit}
+		resp := rangeResponse{Fold: f.Name(), Cursor: uint64(sn.Cursor().Rev), Limit: limit}
+		resp.Prefix, resp.PrefixB64 = Bytes([]byte(prefix))
 		var err error
 		if sp == rawSpace {
 			items := make([]RawItem, 0, min(limit, 64))

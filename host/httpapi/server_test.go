@@ -303,6 +303,56 @@ func TestBadParameters(t *testing.T) {
 	}
 }
 
+// TestWrongMethodIs405: a path served for another method answers 405
+// with Allow; a path served for none stays 404.
+func TestWrongMethodIs405(t *testing.T) {
+	srv, _, _ := fixture(t)
+	for _, c := range []struct {
+		method, path string
+		code         int
+		allow        string
+	}{
+		{"POST", "/v1/folds/routes/raw/route.a", 405, "GET, HEAD"},
+		{"DELETE", "/v1/folds/routes", 405, "GET, HEAD"},
+		{"PUT", "/readyz", 405, "GET, HEAD"},
+		{"GET", "/v1/folds/routes/export", 405, "POST"},
+		{"DELETE", "/v1/folds/routes/export", 405, "POST"},
+		{"POST", "/v2/nothing", 404, ""},
+		{"HEAD", "/v1/folds/routes", 200, ""},
+	} {
+		req, err := http.NewRequest(c.method, srv.URL+c.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.code || resp.Header.Get("Allow") != c.allow {
+			t.Errorf("%s %s = %d Allow %q, want %d Allow %q", c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), c.code, c.allow)
+		}
+	}
+}
+
+// TestPrefixEchoKeepsItsBytes: a prefix that is not UTF-8 comes back
+// exactly, in prefix_b64, and not as lossy text.
+func TestPrefixEchoKeepsItsBytes(t *testing.T) {
+	srv, _, _ := fixture(t)
+	var r struct {
+		Prefix    *string `json:"prefix"`
+		PrefixB64 string  `json:"prefix_b64"`
+	}
+	getJSON(t, srv, "/v1/folds/routes/view?prefix=%FF%00a", 200, &r)
+	if r.Prefix != nil || r.PrefixB64 != "/wBh" {
+		t.Errorf("binary prefix echoed as %v / %q", r.Prefix, r.PrefixB64)
+	}
+	getJSON(t, srv, "/v1/folds/routes/raw?prefix=route.", 200, &r)
+	if r.Prefix == nil || *r.Prefix != "route." || r.PrefixB64 != "cm91dGUu" {
+		t.Errorf("text prefix echoed as %v / %q", r.Prefix, r.PrefixB64)
+	}
+}
+
 type viewItem struct {
 	Fold     string
 	Cursor   uint64
@@ -425,6 +475,7 @@ func TestExportEndpoint(t *testing.T) {
 		{"/v1/folds/ex/export?force=true", 200, `"force":true`},
 		{"/v1/folds/ex/export?force=maybe", 400, "force"},
 		{"/v1/folds/ex/export?forse=1", 400, "unknown parameter"},
+		{"/v1/folds/ex/export?force=true&force=false", 400, "given 2 times"},
 		{"/v1/folds/plain/export", 501, "not configured"},
 		{"/v1/folds/nope/export", 404, "unknown fold"},
 	} {
@@ -436,8 +487,8 @@ func TestExportEndpoint(t *testing.T) {
 	if len(ex.calls) != 2 || ex.calls[0] || !ex.calls[1] {
 		t.Errorf("export calls %v, want [false true]", ex.calls)
 	}
-	if code, _ := get(t, srv, "/v1/folds/ex/export"); code != 404 && code != 405 {
-		t.Errorf("GET export = %d, want it refused", code)
+	if code, _ := get(t, srv, "/v1/folds/ex/export"); code != 405 {
+		t.Errorf("GET export = %d, want 405", code)
 	}
 	ex.err = errors.New("disk full")
 	if code, body := post("/v1/folds/ex/export"); code != 500 || !strings.Contains(body, "disk full") {
