@@ -328,7 +328,11 @@ func ExportStopped(ctx context.Context, o Options, name string, force bool) (Exp
 		return ExportResult{}, err
 	}
 	defer st.Close()
-	if _, err := checkOrigin(st, fo, fo.origin(time.Time{}), o.Logger.With("fold", fo.Name)); err != nil {
+	_, u, err := decideOrigin(st, fo, fo.origin(time.Time{}))
+	if err == nil {
+		err = u.apply(o.Logger)
+	}
+	if err != nil {
 		return ExportResult{}, err
 	}
 	if err := resetStageDir(fo); err != nil {

@@ -177,7 +177,7 @@ func (f *Fold) run(ctx context.Context) error {
 	if f.plugin != nil {
 		applier = f.plugin
 	}
-	feed := f.bucket.Feed(natskv.Scope{Prefixes: f.o.Scope}, natskv.WatchOptions{Buffer: f.o.Buffer})
+	feed := f.bucket.Feed(natskv.Scope{Prefixes: f.o.Scope}, natskv.WatchOptions{Buffer: f.o.Buffer, Stream: f.origin.StreamCreated})
 	cur, err := fold.Follow(ctx, feed, f.store, applier, fold.FollowConfig{
 		OnLoop: func(l *fold.Loop) { f.loop.Store(l) },
 		Loop: fold.LoopConfig{

@@ -97,15 +97,36 @@ func (h *Host) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("fold %s: %w", f.o.Name, err)
 		}
 		f.bucket = b
-		created, err := b.StreamCreated(ctx)
+	}
+	if err := h.settleOrigins(ctx); err != nil {
+		return err
+	}
+	h.metrics.Track(h.httpFolds())
+	return nil
+}
+
+// settleOrigins checks every fold's store against its config and live
+// stream, reporting every mismatch at once, and records origins only when
+// all agree (a refused start changes no store).
+func (h *Host) settleOrigins(ctx context.Context) error {
+	var errs []error
+	updates := make([]originUpdate, len(h.folds))
+	for i, f := range h.folds {
+		created, err := f.bucket.StreamCreated(ctx)
 		if err != nil {
 			return fmt.Errorf("fold %s: %w", f.o.Name, err)
 		}
-		if f.origin, err = checkOrigin(f.store, f.o, f.o.origin(created), f.log); err != nil {
+		f.origin, updates[i], err = decideOrigin(f.store, f.o, f.o.origin(created))
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, u := range updates {
+		if err := u.apply(h.log); err != nil {
 			return err
 		}
 	}
-	h.metrics.Track(h.httpFolds())
 	return nil
 }
 

@@ -4,30 +4,60 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
 )
 
 // OriginError: a fold's store records that it folds another source (bucket,
-// scope or stream) than the fold's config says. Its cursor names revisions
-// the fold would never fold, and its keys belong to another fold: nothing
-// is started, exported or bootstrapped from it.
+// scope or stream) than the fold's config and the live bucket say, or its
+// record is unreadable. Its cursor names revisions the fold would never
+// fold, or its keys belong to another fold: nothing is started, exported or
+// bootstrapped from it, and nothing in it is changed.
 type OriginError struct {
 	Fold, DataDir string
 	Recorded      fold.Origin // what the store says it folds
 	Want          fold.Origin // what the config (and the live stream) say
+	// Unreadable, when set, is why the store's record could not be read.
+	Unreadable error
 }
 
 func (e *OriginError) Error() string {
-	return fmt.Sprintf("fold %s: the store in %s folds %s; the fold's config says %s (%s): "+
-		"use the fold's own data_dir, move this one aside to fold from scratch (or bootstrap), "+
-		"or, if the store really holds this fold, adopt it once with 'foldhost run --adopt %s'",
-		e.Fold, e.DataDir, e.Recorded, e.Want, e.Recorded.Mismatch(e.Want), e.Fold)
+	adopt := fmt.Sprintf("'foldhost run --adopt %s'", e.Fold)
+	r, w := e.Recorded, e.Want
+	switch {
+	case e.Unreadable != nil:
+		return fmt.Sprintf("fold %s: the store in %s has an unreadable origin record (%v): if the store is this fold's, %s records the config's (%s)",
+			e.Fold, e.DataDir, e.Unreadable, adopt, w)
+	case r.Bucket != w.Bucket:
+		return fmt.Sprintf("fold %s: the store in %s folds bucket %q, the fold's config says bucket %q: two folds share a data_dir, or it is mistyped; "+
+			"give the fold its own data_dir (%s takes the store over, but only a copy of the same stream with the same revisions makes sense: anything else skips or mixes data silently)",
+			e.Fold, e.DataDir, r.Bucket, w.Bucket, adopt)
+	case !slices.Equal(r.Scope, w.Scope):
+		return fmt.Sprintf("fold %s: the store in %s folds scope %s of bucket %q, the fold's config says scope %s: a store holds only what its scope let through, so a new scope needs a fresh fold: "+
+			"move the data_dir aside (or bootstrap). %s would keep the cursor: keys of added prefixes below it would never be folded, keys of dropped ones would stay",
+			e.Fold, e.DataDir, scopeText(r.Scope), r.Bucket, scopeText(w.Scope), adopt)
+	default:
+		return fmt.Sprintf("fold %s: the store in %s folds the stream of bucket %q created at %s; the bucket's stream now was created at %s: "+
+			"the bucket was deleted and made again, and its revisions number another history. Move the data_dir aside to fold the new stream from scratch "+
+			"(keep it: if the old stream held values the new one lacks, it is their only copy). %s is only for a stream restored from a backup of the old one",
+			e.Fold, e.DataDir, r.Bucket, stamp(r.StreamCreated), stamp(w.StreamCreated), adopt)
+	}
 }
 
-// ErrOriginMismatch matches every *OriginError.
-var ErrOriginMismatch = errors.New("store folds another source")
+func scopeText(scope []string) string {
+	if len(scope) == 0 {
+		return "(whole bucket)"
+	}
+	return fmt.Sprintf("%q", scope)
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// ErrOriginMismatch matches every *OriginError, and a bootstrap's refusal
+// of an artifact of another bucket or scope.
+var ErrOriginMismatch = errors.New("origin mismatch")
 
 func (e *OriginError) Is(target error) bool { return target == ErrOriginMismatch }
 
@@ -37,32 +67,65 @@ func (o FoldOptions) origin(created time.Time) fold.Origin {
 	return fold.NewOrigin(o.Bucket, o.Scope, created)
 }
 
-// checkOrigin compares the store's record with want and settles it: a
-// store without a record (new, or from an earlier version) gets want; a
-// record that lacks the stream identity gets it filled in; a record that
-// disagrees is an *OriginError, unless adopt, which records want instead
-// (logged as a warning). It returns the origin the store records now.
-func checkOrigin(st *fold.Store, o FoldOptions, want fold.Origin, log *slog.Logger) (fold.Origin, error) {
+// originUpdate is what settling a store's origin will write: nothing
+// (write false), or want, with a reason to log.
+type originUpdate struct {
+	st    *fold.Store
+	o     FoldOptions
+	want  fold.Origin
+	write bool
+	warn  bool   // log at Warn (an adoption), else Info
+	why   string // the log line
+	was   string // the replaced record, for the log
+}
+
+// decideOrigin compares the store's record with want without writing
+// anything: a store without a record (new, or from an earlier version) is
+// to get want; a record lacking the stream identity gets it filled in; a
+// record that disagrees, or is unreadable, is an *OriginError unless
+// o.Adopt, which records want instead. The returned origin is what the
+// store records once the update is applied.
+func decideOrigin(st *fold.Store, o FoldOptions, want fold.Origin) (fold.Origin, originUpdate, error) {
+	u := originUpdate{st: st, o: o, want: want, write: true}
 	rec, ok, err := st.Origin()
-	if err != nil {
-		return fold.Origin{}, fmt.Errorf("fold %s: %w", o.Name, err)
-	}
 	switch {
+	case err != nil && errors.Is(err, fold.ErrCorrupt):
+		if !o.Adopt {
+			return fold.Origin{}, originUpdate{}, &OriginError{Fold: o.Name, DataDir: o.DataDir, Want: want, Unreadable: err}
+		}
+		u.warn, u.why, u.was = true, "adopting the store (--adopt): its origin record is unreadable; recording the config's", err.Error()
+	case err != nil:
+		return fold.Origin{}, originUpdate{}, fmt.Errorf("fold %s: %w", o.Name, err)
 	case ok && rec.Mismatch(want) != "":
 		if !o.Adopt {
-			return rec, &OriginError{Fold: o.Name, DataDir: o.DataDir, Recorded: rec, Want: want}
+			return rec, originUpdate{}, &OriginError{Fold: o.Name, DataDir: o.DataDir, Recorded: rec, Want: want}
 		}
-		log.Warn("adopting the store (--adopt): it recorded another origin; recording the config's",
-			"recorded", rec.String(), "now", want.String(), "differences", rec.Mismatch(want))
+		u.warn, u.why, u.was = true, "adopting the store (--adopt): it recorded another origin; recording the config's", rec.String()
 	case ok && (!rec.StreamCreated.IsZero() || want.StreamCreated.IsZero()):
-		return rec, nil // agrees, and there is nothing to add
-	case ok: // agrees; an upgraded record learns its stream
+		return rec, originUpdate{}, nil // agrees, and there is nothing to add
+	case ok:
+		u.why, u.was = "recording the stream the store folds (its record predates stream identities)", rec.String()
 	case st.Cursor().Rev != 0:
-		log.Info("the store has no record of what it folds (written by an earlier version): recording the config's",
-			"origin", want.String())
+		u.why = "the store has no record of what it folds (written by an earlier version): recording the config's"
+	default:
+		u.why = "" // a new store: nothing worth a log line
 	}
-	if err := st.SetOrigin(want); err != nil {
-		return fold.Origin{}, fmt.Errorf("fold %s: %w", o.Name, err)
+	return want, u, nil
+}
+
+// apply writes the update, if any, and logs it.
+func (u originUpdate) apply(log *slog.Logger) error {
+	if !u.write {
+		return nil
 	}
-	return want, nil
+	if err := u.st.SetOrigin(u.want); err != nil {
+		return fmt.Errorf("fold %s: %w", u.o.Name, err)
+	}
+	switch {
+	case u.warn:
+		log.Warn(u.why, "fold", u.o.Name, "was", u.was, "now", u.want.String())
+	case u.why != "":
+		log.Info(u.why, "fold", u.o.Name, "origin", u.want.String())
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/protocol"
 )
@@ -189,7 +191,7 @@ func TestRecreatedStreamIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = startErr(t, o) // the host makes the bucket again, with a new stream
-	if !errors.Is(err, host.ErrOriginMismatch) || !strings.Contains(err.Error(), "stream created") {
+	if !errors.Is(err, host.ErrOriginMismatch) || !strings.Contains(err.Error(), "deleted and made again") {
 		t.Fatalf("start on a recreated stream: err = %v, want a stream mismatch", err)
 	}
 	if after, _, _ := readOrigin(t, dir); !after.Equal(before) {
@@ -274,7 +276,7 @@ func TestBootstrapChecksOrigin(t *testing.T) {
 	if _, err := host.Bootstrap(context.Background(), o, "routes", host.BootstrapOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := startErr(t, o); !errors.Is(err, host.ErrOriginMismatch) || !strings.Contains(err.Error(), "stream created") {
+	if err := startErr(t, o); !errors.Is(err, host.ErrOriginMismatch) || !strings.Contains(err.Error(), "deleted and made again") {
 		t.Fatalf("start of a fold bootstrapped from an older stream: err = %v", err)
 	}
 }
@@ -289,3 +291,137 @@ func nc(t *testing.T, url string) *nats.Conn {
 	t.Cleanup(c.Close)
 	return c
 }
+
+// TestLiveStreamReplacementStopsTheFold: a bucket deleted and made again
+// while the fold runs is caught when the watch re-arms on the new stream:
+// the fold stops (failed, ErrStreamReplaced) instead of resuming its old
+// cursor among the new stream's revisions (which would skip the new
+// stream's first writes and keep the old stream's keys).
+func TestLiveStreamReplacementStopsTheFold(t *testing.T) {
+	url, b := natsServer(t)
+	r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "routes", Bucket: "routes", DataDir: filepath.Join(t.TempDir(), "fold")}}})
+	f := r.h.Fold("routes")
+	var last uint64
+	for i := range 3 {
+		last = put(t, b, fmt.Sprintf("old.%d", i), "v")
+	}
+	waitCursor(t, f, last)
+	js, err := jetstream.New(nc(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(context.Background(), "routes"); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "routes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 { // revisions 1..6 of the new stream, past the old cursor
+		if _, err := kv.Put(context.Background(), fmt.Sprintf("new.%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The client's consumer notices the deletion only when its heartbeats
+	// stop (~20 s); the fold must stop then, at its old cursor.
+	waitFor(t, func() bool { return f.Status().State == httpapi.StateFailed || f.Status().Cursor != last })
+	st := f.Status()
+	if !strings.Contains(st.LastError, "deleted and made again") || st.Cursor != last {
+		t.Fatalf("after the replacement: state %s cursor %d (want %d), error %q", st.State, st.Cursor, last, st.LastError)
+	}
+	if err := r.stop(t); !errors.Is(err, fold.ErrStreamReplaced) {
+		t.Fatalf("Run: err = %v, want ErrStreamReplaced", err)
+	}
+}
+
+// TestRefusedStartReportsEveryFoldAndWritesNothing: two folds whose data
+// dirs were swapped are both named in one refusal, and a fold listed before
+// them (new, or from an earlier version) gets no record from the failed
+// start.
+func TestRefusedStartReportsEveryFoldAndWritesNothing(t *testing.T) {
+	url, b := natsServer(t)
+	if _, err := natskv.OpenBucket(context.Background(), nc(t, url), natskv.BucketConfig{Name: "other"}, natskv.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	nats := host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}
+	a := host.FoldOptions{Name: "a", Bucket: "routes", DataDir: filepath.Join(base, "a")}
+	o := host.FoldOptions{Name: "o", Bucket: "other", DataDir: filepath.Join(base, "o")}
+	r := startHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{a, o}})
+	waitCursor(t, r.h.Fold("a"), put(t, b, "k", "v"))
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	legacy := filepath.Join(base, "legacy")
+	st, _, err := fold.Open(legacy, fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(fold.Commit{Cursor: protocol.Cursor{Rev: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	a.DataDir, o.DataDir = o.DataDir, a.DataDir
+	first := host.FoldOptions{Name: "first", Bucket: "routes", DataDir: legacy}
+	err = startErr(t, host.Options{NATS: nats, Folds: []host.FoldOptions{first, a, o}})
+	if !errors.Is(err, host.ErrOriginMismatch) || !strings.Contains(err.Error(), "fold a:") || !strings.Contains(err.Error(), "fold o:") {
+		t.Fatalf("swapped data dirs: err = %v, want both folds named", err)
+	}
+	if strings.Contains(err.Error(), "stream") && strings.Contains(err.Error(), "deleted and made again") {
+		t.Errorf("a bucket mismatch talks about streams: %v", err)
+	}
+	if _, ok, _ := readOrigin(t, legacy); ok {
+		t.Fatal("a refused start recorded an origin in another fold's store")
+	}
+}
+
+// TestUnreadableOriginRecord: a garbled record refuses the start, names
+// the way out, and --adopt replaces it.
+func TestUnreadableOriginRecord(t *testing.T) {
+	url, b := natsServer(t)
+	dir := filepath.Join(t.TempDir(), "fold")
+	fo := host.FoldOptions{Name: "routes", Bucket: "routes", DataDir: dir}
+	nats := host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}
+	r := startHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{fo}})
+	waitCursor(t, r.h.Fold("routes"), put(t, b, "k", "v"))
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	garbleOrigin(t, dir)
+	err := startErr(t, host.Options{NATS: nats, Folds: []host.FoldOptions{fo}})
+	if !errors.Is(err, host.ErrOriginMismatch) || !strings.Contains(err.Error(), "unreadable") || !strings.Contains(err.Error(), "--adopt routes") {
+		t.Fatalf("garbled record: err = %v", err)
+	}
+	fo.Adopt = true
+	r = startHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{fo}})
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, _ := readOrigin(t, dir); !ok || !got.Equal(fold.NewOrigin("routes", nil, streamCreated(t, b))) {
+		t.Fatalf("adopted record: %v %v", got, ok)
+	}
+}
+
+// garbleOrigin overwrites the store's origin record (metadata key
+// "morigin", see host/fold's layout) with bytes that do not decode.
+func garbleOrigin(t *testing.T, dir string) {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Set([]byte("morigin"), []byte("garbage{"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// quietPebble keeps a test's direct pebble.Open off stderr.
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)         {}
+func (quietPebble) Errorf(string, ...any)        {}
+func (quietPebble) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }

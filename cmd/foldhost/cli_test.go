@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/foldhost/foldhost/host/config"
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
@@ -270,6 +271,26 @@ func TestInspectByConfig(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "WARNING") || !strings.Contains(errOut, `bucket "elsewhere", not "a"`) {
 		t.Errorf("origin mismatch not reported: %q", errOut)
+	}
+	// export refuses it, naming the fold once.
+	code, _, errOut = runCLI(t, nil, "export", "--config", cfg, "--fold", "a", "--force")
+	if code != exitFailure || !strings.Contains(errOut, `folds bucket "elsewhere"`) || strings.Count(errOut, "fold a:") != 1 {
+		t.Errorf("export of a store of another bucket: exit %d, %q", code, errOut)
+	}
+	// An unreadable record does not lock the operator out of inspect.
+	db, err := pebble.Open(storeDir, &pebble.Options{Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Set([]byte("morigin"), []byte("garbage{"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runCLI(t, nil, "inspect", "--config", cfg, "--fold", "a", "range")
+	if code != exitOK || !strings.Contains(out, `"count": 3`) || !strings.Contains(errOut, "origin record") {
+		t.Errorf("inspect of a store with a garbled record: exit %d, %s %q", code, out, errOut)
 	}
 }
 
@@ -556,3 +577,10 @@ func noEnv(string) (string, bool) { return "", false }
 func envOf(m map[string]string) config.Getenv {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
+
+// quietPebble keeps a test's direct pebble.Open off stderr.
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)         {}
+func (quietPebble) Errorf(string, ...any)        {}
+func (quietPebble) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }

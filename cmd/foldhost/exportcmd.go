@@ -80,7 +80,10 @@ func cmdExport(c *cli, args []string) error {
 			err = fmt.Errorf("%w (--force exports without it)", err)
 		}
 		if err != nil {
-			failed = append(failed, fmt.Errorf("fold %s: %w", f.Name, err))
+			if !strings.HasPrefix(err.Error(), "fold "+f.Name+" ") && !strings.HasPrefix(err.Error(), "fold "+f.Name+":") {
+				err = fmt.Errorf("fold %s: %w", f.Name, err)
+			}
+			failed = append(failed, err)
 			res = host.ExportResult{Fold: f.Name, Key: f.ArtifactKey, Outcome: host.ExportFailed, Error: err.Error(), Forced: *force}
 			if !*asJSON {
 				continue

@@ -101,7 +101,9 @@ func cmdInspect(c *cli, args []string) error {
 	}
 	defer sn.Close()
 	origin, hasOrigin, err := sn.Origin()
-	if err != nil {
+	if errors.Is(err, fold.ErrCorrupt) { // still inspectable: it is what an operator needs now
+		fmt.Fprintf(c.stderr, "foldhost inspect: WARNING: %v ('foldhost run --adopt FOLD' records the config's)\n", err)
+	} else if err != nil {
 		return err
 	}
 	name := ""

@@ -67,7 +67,7 @@ func Follow(ctx context.Context, feed Feed, store Target, plugin Plugin, cfg Fol
 // transient reports whether a watch error may go away by watching again.
 func transient(err error) bool {
 	for _, fatal := range []error{
-		ErrCursorExpired, ErrCursorBeyondHead, // need a repair, not a retry
+		ErrCursorExpired, ErrCursorBeyondHead, ErrStreamReplaced, // need a repair, not a retry
 		ErrPlugin, ErrCommitFailures, ErrCursorRegression, ErrClosed, ErrInvalidCommit,
 	} {
 		if errors.Is(err, fatal) {

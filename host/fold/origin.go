@@ -49,7 +49,8 @@ func NewOrigin(bucket string, scope []string, created time.Time) Origin {
 
 // Mismatch says how o (a record) differs from want (what a config and the
 // live stream say), or "" when they agree. An unknown stream identity on
-// either side agrees with any.
+// either side agrees with any; streams of different buckets are not
+// compared.
 func (o Origin) Mismatch(want Origin) string {
 	var diffs []string
 	if o.Bucket != want.Bucket {
@@ -58,7 +59,7 @@ func (o Origin) Mismatch(want Origin) string {
 	if !slices.Equal(NewOrigin("", o.Scope, time.Time{}).Scope, NewOrigin("", want.Scope, time.Time{}).Scope) {
 		diffs = append(diffs, fmt.Sprintf("scope %s, not %s", scopeString(o.Scope), scopeString(want.Scope)))
 	}
-	if !o.StreamCreated.IsZero() && !want.StreamCreated.IsZero() && !o.StreamCreated.Equal(want.StreamCreated) {
+	if o.Bucket == want.Bucket && !o.StreamCreated.IsZero() && !want.StreamCreated.IsZero() && !o.StreamCreated.Equal(want.StreamCreated) {
 		diffs = append(diffs, fmt.Sprintf("the stream created at %s, not the one created at %s (the bucket was deleted and made again?)",
 			o.StreamCreated.UTC().Format(time.RFC3339Nano), want.StreamCreated.UTC().Format(time.RFC3339Nano)))
 	}

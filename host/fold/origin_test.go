@@ -66,9 +66,10 @@ func TestOriginMismatch(t *testing.T) {
 		{"bucket", NewOrigin("other", []string{"route."}, t1), `bucket "routes", not "other"`},
 		{"scope", NewOrigin("routes", nil, t1), "scope"},
 		{"stream", NewOrigin("routes", []string{"route."}, t2), "stream created"},
+		{"another bucket's stream is not compared", NewOrigin("other", []string{"route."}, t2), `bucket "routes", not "other"`},
 	} {
 		d := base.Mismatch(c.want)
-		if (c.diff == "") != (d == "") || !strings.Contains(d, c.diff) {
+		if (c.diff == "") != (d == "") || !strings.Contains(d, c.diff) || (c.want.Bucket != base.Bucket && strings.Contains(d, "stream")) {
 			t.Errorf("%s: Mismatch = %q, want %q", c.name, d, c.diff)
 		}
 	}

@@ -100,4 +100,8 @@ var (
 	// (or at the maximum revision). The bucket was most likely deleted and
 	// recreated; the fold does not belong to this stream's history.
 	ErrCursorBeyondHead = errors.New("fold: cursor beyond the stream head")
+	// ErrStreamReplaced: the bucket's stream is not the one the fold's
+	// cursor belongs to (the bucket was deleted and made again while the
+	// fold ran); its revisions number another history.
+	ErrStreamReplaced = errors.New("fold: the bucket's stream was replaced")
 )

@@ -152,26 +152,31 @@ func (b *Bucket) KV() jetstream.KeyValue { return b.kv }
 
 // Retention reads the stream's live retention and the server's clock.
 func (b *Bucket) Retention(ctx context.Context) (protocol.Retention, time.Time, error) {
+	info, err := b.streamInfo(ctx)
+	if err != nil {
+		return protocol.Retention{}, time.Time{}, err
+	}
+	return retentionOf(info), info.TimeStamp, nil
+}
+
+func (b *Bucket) streamInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
 	s, err := b.js.Stream(rctx, b.stream)
 	if err != nil {
-		return protocol.Retention{}, time.Time{}, fmt.Errorf("natskv: stream info %s: %w", b.stream, err)
+		return nil, fmt.Errorf("natskv: stream info %s: %w", b.stream, err)
 	}
-	info := s.CachedInfo()
-	return retentionOf(info), info.TimeStamp, nil
+	return s.CachedInfo(), nil
 }
 
 // StreamCreated returns the creation time of the bucket's stream: its
 // identity (a bucket deleted and made again has a new one).
 func (b *Bucket) StreamCreated(ctx context.Context) (time.Time, error) {
-	rctx, cancel := b.reqCtx(ctx)
-	defer cancel()
-	s, err := b.js.Stream(rctx, b.stream)
+	info, err := b.streamInfo(ctx)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("natskv: stream info %s: %w", b.stream, err)
+		return time.Time{}, err
 	}
-	return s.CachedInfo().Created.UTC(), nil
+	return info.Created.UTC(), nil
 }
 
 func retentionOf(info *jetstream.StreamInfo) protocol.Retention {

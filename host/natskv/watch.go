@@ -64,6 +64,7 @@ type Watcher struct {
 	cancel context.CancelFunc
 
 	headAtStart protocol.Revision
+	stream      time.Time // WatchOptions.Stream: checked again on every re-arm
 }
 
 var _ fold.Source = (*Watcher)(nil)
@@ -99,7 +100,26 @@ type WatchOptions struct {
 	// bucket it becomes the effective batch boundary, so tune it together
 	// with the loop's MaxBatch.
 	Buffer int
+	// Stream, when not zero, is the creation time of the stream the
+	// cursor belongs to (fold.Origin.StreamCreated): every watch, re-arms
+	// included, first checks that the bucket's stream is still that one
+	// and fails with a *StreamError (fold.ErrStreamReplaced) otherwise.
+	Stream time.Time
 }
+
+// StreamError: the bucket's stream is another than the watch expected.
+type StreamError struct {
+	Bucket    string
+	Want, Got time.Time
+}
+
+func (e *StreamError) Error() string {
+	return fmt.Sprintf("natskv: bucket %s: its stream was created at %s, the fold's at %s: the bucket was deleted and made again, and its revisions number another history",
+		e.Bucket, e.Got.UTC().Format(time.RFC3339Nano), e.Want.UTC().Format(time.RFC3339Nano))
+}
+
+// Is matches fold.ErrStreamReplaced.
+func (e *StreamError) Is(target error) bool { return target == fold.ErrStreamReplaced }
 
 // Feed adapts the bucket to fold.Feed: watches of scope with o.
 func (b *Bucket) Feed(scope Scope, o WatchOptions) fold.Feed { return feed{b, scope, o} }
@@ -145,7 +165,7 @@ func (b *Bucket) Watch(ctx context.Context, scope Scope, from protocol.Cursor, o
 	if o.Buffer <= 0 {
 		o.Buffer = 256
 	}
-	ret, start, err := b.resumePoint(ctx, from)
+	ret, start, err := b.resumePoint(ctx, from, o.Stream)
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +186,7 @@ func (b *Bucket) Watch(ctx context.Context, scope Scope, from protocol.Cursor, o
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 		headAtStart: ret.Last,
+		stream:      o.Stream,
 	}
 	g := &floorGuard{ctx: wctx, b: b, on: scope.WholeBucket(), frontier: from.Rev, frontierTime: from.MsgUnixNano}
 	if start != 0 {
@@ -176,11 +197,19 @@ func (b *Bucket) Watch(ctx context.Context, scope Scope, from protocol.Cursor, o
 }
 
 // resumePoint decides where a watch from cursor starts: 0 for a state-sync,
-// else the first revision to read.
-func (b *Bucket) resumePoint(ctx context.Context, from protocol.Cursor) (protocol.Retention, protocol.Revision, error) {
-	ret, now, err := b.Retention(ctx)
-	if err != nil || from.Rev == 0 {
-		return ret, 0, err
+// else the first revision to read. A stream other than stream (when not
+// zero) is a *StreamError.
+func (b *Bucket) resumePoint(ctx context.Context, from protocol.Cursor, stream time.Time) (protocol.Retention, protocol.Revision, error) {
+	info, err := b.streamInfo(ctx)
+	if err != nil {
+		return protocol.Retention{}, 0, err
+	}
+	if !stream.IsZero() && !info.Created.Equal(stream) {
+		return protocol.Retention{}, 0, &StreamError{Bucket: b.name, Want: stream, Got: info.Created}
+	}
+	ret, now := retentionOf(info), info.TimeStamp
+	if from.Rev == 0 {
+		return ret, 0, nil
 	}
 	switch v := protocol.CheckResume(from.Rev, ret.Window); v {
 	case protocol.ResumeOK:
@@ -282,6 +311,7 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 		probe = t.C
 	}
 	delivered := false
+	lastRecv := time.Now()
 	send := func(ev fold.Event) bool {
 		select {
 		case w.events <- ev: // room in the buffer: one channel, no select
@@ -347,10 +377,11 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 			c.close()
 			var err error
 			var start protocol.Revision
+			var from protocol.Cursor // a state-sync starts over, on the same stream
 			if resuming || synced {
-				_, start, err = w.b.resumePoint(w.ctx, protocol.Cursor{Rev: g.frontier, MsgUnixNano: g.frontierTime})
+				from = protocol.Cursor{Rev: g.frontier, MsgUnixNano: g.frontierTime}
 			}
-			if err == nil {
+			if _, start, err = w.b.resumePoint(w.ctx, from, w.stream); err == nil {
 				c, err = w.b.openWatch(w.ctx, w.scope, start)
 			}
 			if err != nil {
@@ -360,6 +391,13 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 			}
 			resuming = resuming || synced
 		case e, ok := <-c.kw.Updates():
+			if ok && !w.stream.IsZero() && time.Since(lastRecv) > quietCheck {
+				if err := w.checkStream(); err != nil {
+					w.err = err
+					return
+				}
+			}
+			lastRecv = time.Now()
 			// Take what the client already buffered with single-channel
 			// receives, up to its buffer's worth, rather than this
 			// four-channel select per entry (BenchmarkFoldEndToEnd):
@@ -396,6 +434,29 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 			delivered = false
 		}
 	}
+}
+
+// quietCheck is the silence after which a delivery first re-checks the
+// stream's identity. The client's ordered consumer re-creates itself when
+// its heartbeats stop (after many seconds of silence), on whatever stream
+// then has the bucket's name, and continues after the last revision it
+// delivered: on a bucket deleted and made again it would hand on the new
+// stream's revisions as if they followed the old ones. Every such
+// re-creation follows a silence far longer than this, and a busy watch
+// never pays for the check.
+const quietCheck = 2 * time.Second
+
+// checkStream fails with a *StreamError when the bucket's stream is not
+// the watch's; a failed read ends the watch too (the re-arm checks again).
+func (w *Watcher) checkStream() error {
+	info, err := w.b.streamInfo(w.ctx)
+	if err != nil {
+		return err
+	}
+	if !info.Created.Equal(w.stream) {
+		return &StreamError{Bucket: w.b.name, Want: w.stream, Got: info.Created}
+	}
+	return nil
 }
 
 // closedWatcher stands in for a consumer that could not be re-armed.
