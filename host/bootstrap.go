@@ -46,11 +46,11 @@ var ErrNoArtifact = errors.New("no artifact published")
 // published under its key: it refuses, before downloading anything, a fold
 // that has data and an artifact from another bucket or scope (the stream
 // identity the artifact records is checked when the fold starts: it needs
-// NATS); then it
-// downloads and verifies the payload and moves it into the fold's data dir
-// in one rename. A failed or interrupted bootstrap leaves the data dir as
-// it was, and what a killed one left beside it is cleared by the next
-// bootstrap. The next Run resumes from the artifact's cursor.
+// NATS); then it downloads and verifies the payload and moves it into the
+// fold's data dir in one rename. A failed or interrupted bootstrap leaves
+// the data dir as it was, and what a killed one left beside it is cleared
+// by the next command that opens the fold. The next Run resumes from the
+// artifact's cursor.
 func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions) (BootstrapResult, error) {
 	o, err := o.withDefaults()
 	if err != nil {
@@ -71,7 +71,7 @@ func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return BootstrapResult{}, err
 	}
-	lk, err := files.TryLock(filepath.Join(parent, "."+filepath.Base(f.DataDir)+".bootstrap.lock"))
+	lk, err := files.TryLock(bootstrapLock(f.DataDir))
 	if err != nil {
 		return BootstrapResult{}, fmt.Errorf("another bootstrap of fold %s is running: %w", f.Name, err)
 	}
@@ -116,6 +116,25 @@ func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions)
 	res.Cursor, res.Bytes, res.Took = uint64(c.Rev), total.Load(), time.Since(start)
 	res.Warning = pluginMismatch(f, m)
 	return res, nil
+}
+
+// bootstrapLock is the lock file that keeps two bootstraps of the fold in
+// dataDir apart.
+func bootstrapLock(dataDir string) string {
+	return filepath.Join(filepath.Dir(dataDir), "."+filepath.Base(dataDir)+".bootstrap.lock")
+}
+
+// clearStaleImportsIfIdle removes what a bootstrap killed mid-way left beside
+// dataDir (a hidden import directory up to the payload's size), unless a
+// bootstrap of the fold is running. Every command that opens a fold's
+// store calls it, so the leftovers do not wait for the next bootstrap.
+func clearStaleImportsIfIdle(dataDir string) {
+	lk, err := files.TryLock(bootstrapLock(dataDir))
+	if err != nil {
+		return // a bootstrap runs (its import is live), or the parent is not ours to write
+	}
+	defer lk.Unlock()
+	clearStaleImports(dataDir)
 }
 
 // clearStaleImports removes what an import killed mid-way left beside

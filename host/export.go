@@ -72,8 +72,12 @@ type ExportResult struct {
 	// the round was skipped.
 	LeaseHolder  string    `json:"lease_holder,omitempty"`
 	LeaseExpires time.Time `json:"lease_expires,omitzero"`
-	Forced       bool      `json:"forced,omitempty"`
-	TookMS       int64     `json:"took_ms"`
+	// LeaseCompleted is when the holder's round completed; zero while the
+	// round runs, or when it died without completing (the lease then
+	// holds until it expires).
+	LeaseCompleted time.Time `json:"lease_completed,omitzero"`
+	Forced         bool      `json:"forced,omitempty"`
+	TookMS         int64     `json:"took_ms"`
 	// Error says why a round failed (outcome failed).
 	Error string `json:"error,omitempty"`
 }
@@ -81,8 +85,12 @@ type ExportResult struct {
 func (r ExportResult) String() string {
 	switch r.Outcome {
 	case ExportSkipped:
-		return fmt.Sprintf("fold %s: skipped: %s holds the export lease of %q until %s (a completed round holds it for lease_ttl; --force exports anyway)",
-			r.Fold, r.LeaseHolder, r.Key, r.LeaseExpires.Format(time.RFC3339))
+		what := "its round has not completed: it is still running, or it died (the lease then holds until it expires)"
+		if !r.LeaseCompleted.IsZero() {
+			what = "it completed a round at " + r.LeaseCompleted.Format(time.RFC3339) + ", and a round holds the key for lease_ttl"
+		}
+		return fmt.Sprintf("fold %s: skipped: %s holds the export lease of %q until %s: %s; --force exports anyway",
+			r.Fold, r.LeaseHolder, r.Key, r.LeaseExpires.Format(time.RFC3339), what)
 	case ExportSuperseded:
 		return fmt.Sprintf("fold %s: superseded: %s already holds a newer artifact of %q than cursor %d; nothing published",
 			r.Fold, r.Store, r.Key, r.Cursor)
@@ -162,6 +170,9 @@ func (e *exporter) round(ctx context.Context, o FoldOptions, store *fold.Store, 
 		res.Outcome = ExportSkipped
 		res.LeaseHolder = rr.Holder.HolderID
 		res.LeaseExpires = time.Unix(rr.Holder.ExpiresAtUnix, 0).UTC()
+		if c := rr.Holder.CompletedAtUnix; c != nil {
+			res.LeaseCompleted = time.Unix(*c, 0).UTC()
+		}
 	case rr.Outcome == artifact.SupersededByNewer:
 		res.Outcome, res.Cursor = ExportSuperseded, uint64(rr.Cursor.Rev)
 	default:
@@ -361,8 +372,8 @@ var ErrLeaseUnavailable = errors.New("the export lease lives in NATS, which cann
 var ErrNoStore = errors.New("no fold store")
 
 // OpenStopped opens an existing fold store that no host runs, for offline
-// work (export, inspection). A directory without a store is ErrNoStore,
-// never created.
+// work (export, inspection), and clears what a killed bootstrap left beside
+// it. A directory without a store is ErrNoStore, never created.
 func OpenStopped(dir string, log *slog.Logger) (*fold.Store, error) {
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("%w at %s (no such directory)", ErrNoStore, dir)
@@ -374,5 +385,6 @@ func OpenStopped(dir string, log *slog.Logger) (*fold.Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	clearStaleImportsIfIdle(dir)
 	return s, nil
 }

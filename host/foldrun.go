@@ -49,7 +49,8 @@ var (
 
 // newFold opens the fold's store and clears its export staging dir
 // (anything there was left by an export that died mid-way; the store's
-// lock, now held, keeps other exports of the fold out).
+// lock, now held, keeps other exports of the fold out) and what a killed
+// bootstrap left.
 func newFold(o FoldOptions, h *Host) (*Fold, error) {
 	f := &Fold{o: o, h: h, log: h.log.With("fold", o.Name)}
 	f.state.Store(httpapi.StateStarting)
@@ -58,6 +59,7 @@ func newFold(o FoldOptions, h *Host) (*Fold, error) {
 		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
 	}
 	f.store = st
+	clearStaleImportsIfIdle(o.DataDir)
 	if err := resetStageDir(o); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("fold %s: %w", o.Name, err)

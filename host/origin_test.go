@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/files"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -425,3 +427,54 @@ type quietPebble struct{}
 func (quietPebble) Infof(string, ...any)         {}
 func (quietPebble) Errorf(string, ...any)        {}
 func (quietPebble) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
+
+// TestKilledBootstrapLeftoversAreCleared: what a killed bootstrap left
+// beside a fold's data dir is removed by a start and by an offline open,
+// unless a bootstrap of the fold holds its lock (its import is live).
+func TestKilledBootstrapLeftoversAreCleared(t *testing.T) {
+	url, _ := natsServer(t)
+	dir := filepath.Join(t.TempDir(), "fold")
+	leftover := func() string {
+		t.Helper()
+		p := filepath.Join(filepath.Dir(dir), artifact.ImportTempPrefix(dir)+"killed")
+		if err := os.MkdirAll(filepath.Join(p, "data"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	gone := func(p string) bool { _, err := os.Stat(p); return errors.Is(err, os.ErrNotExist) }
+	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "routes", Bucket: "routes", DataDir: dir}}}
+
+	p := leftover()
+	r := startHost(t, o)
+	if !gone(p) {
+		t.Fatal("a start left a killed bootstrap's import dir")
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	p = leftover()
+	st, err := host.OpenStopped(dir, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if !gone(p) {
+		t.Fatal("an offline open left a killed bootstrap's import dir")
+	}
+	// A running bootstrap's import is not touched.
+	lk, err := files.TryLock(filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+".bootstrap.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Unlock()
+	p = leftover()
+	if st, err = host.OpenStopped(dir, quiet); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if gone(p) {
+		t.Fatal("an open removed the import of a running bootstrap")
+	}
+}

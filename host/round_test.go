@@ -2,9 +2,11 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -247,3 +249,26 @@ func leaseOn(t *testing.T) *lease.Lease {
 
 // leaseT0 is the tests' lease clock origin.
 var leaseT0 = time.Unix(1_718_000_000, 0)
+
+// TestSkippedRoundSaysWhatHoldsTheLease: a skipped round names whether the
+// holder's round completed or never did (running, or crashed: its lease
+// then holds until it expires), and the completion survives JSON.
+func TestSkippedRoundSaysWhatHoldsTheLease(t *testing.T) {
+	exp := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	r := ExportResult{Fold: "f", Key: "f", Outcome: ExportSkipped, LeaseHolder: "node-b", LeaseExpires: exp}
+	if s := r.String(); !strings.Contains(s, "node-b holds") || !strings.Contains(s, "has not completed") || strings.Contains(s, "completed a round") {
+		t.Errorf("running or crashed holder: %s", s)
+	}
+	r.LeaseCompleted = exp.Add(-time.Minute)
+	if s := r.String(); !strings.Contains(s, "completed a round at 2026-12-01T09:59:00Z") {
+		t.Errorf("completed holder: %s", s)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back ExportResult
+	if err := json.Unmarshal(b, &back); err != nil || !back.LeaseCompleted.Equal(r.LeaseCompleted) {
+		t.Fatalf("JSON round trip: %s -> %+v (%v)", b, back, err)
+	}
+}

@@ -20,6 +20,16 @@ var (
 	// folds ([fold.Store.SetOrigin]): its manifest could not say.
 	ErrNoOrigin = errors.New("the store does not record what it folds")
 
+	// ErrTransport: the artifact store could not be reached, or a transfer
+	// broke off (a refused or cut connection, a stall, a timeout, a server
+	// error). Nothing is known to be wrong with the artifact: retry.
+	ErrTransport = errors.New("artifact store unreachable or transfer cut")
+
+	// ErrStoreRefused: the artifact store refused the request for a reason
+	// a retry does not fix: its bucket does not exist, or the credentials
+	// are unknown, wrong or not allowed. Fix the store's configuration.
+	ErrStoreRefused = errors.New("artifact store refused the request (check its bucket and credentials)")
+
 	// ErrNoPointer: the transport holds no pointer for the key.
 	ErrNoPointer = errors.New("artifact: no pointer")
 

@@ -46,15 +46,20 @@ type Store interface {
 	// Prune deletes key's payloads that [protocol.PayloadPrunable] admits
 	// (aged out: last written before now-grace) and returns their names
 	// ("<address>.tar"). It also removes what uploads killed mid-way left,
-	// once idle for max(grace, [MinAbandonedAge]).
+	// once idle for [MinAbandonedAge]. A payload another pruner deleted
+	// meanwhile is not an error.
 	Prune(ctx context.Context, key string, grace time.Duration, now time.Time) ([]string, error)
 }
 
-// MinAbandonedAge is the least idle time after which Prune takes an
-// upload's leftovers (a temp file, an S3 multipart upload) for abandoned,
-// whatever the prune grace: a live upload writes far more often, and the
-// grace alone (4 x a lease TTL that may be seconds) could cut a slow one.
-const MinAbandonedAge = time.Hour
+// MinAbandonedAge is the idle time after which Prune takes an upload's
+// leftovers (a temp file, an S3 multipart upload) for abandoned. A live
+// upload writes far more often: a local one continuously, an S3 one a part
+// per request, and no request may take longer than [MaxRequestTimeout].
+const MinAbandonedAge = 10 * time.Minute
+
+// MaxRequestTimeout bounds a store's per-request timeout (an upload part
+// that could take longer would look abandoned while it runs).
+const MaxRequestTimeout = MinAbandonedAge / 2
 
 // ErrSwapContended: a pointer swap lost the compare-and-swap more times than
 // the retry budget allows. Retry the round later.
@@ -128,7 +133,17 @@ func Download(ctx context.Context, t Store, key, dest string, o DownloadOptions)
 		return Manifest{}, fmt.Errorf("artifact: download %s: %w", key, err)
 	}
 	defer body.Close()
-	return Import(&progressReader{ctx: ctx, r: body, total: size, fn: o.Progress}, manifest, dest)
+	pr := &progressReader{ctx: ctx, r: body, total: size, fn: o.Progress}
+	m, err = Import(pr, manifest, dest)
+	if err != nil && pr.failed != nil && ctx.Err() == nil {
+		// The stream broke, not the artifact: whatever Import made of the
+		// short read (a truncated tar), the cause is the transfer.
+		if !errors.Is(pr.failed, ErrTransport) {
+			pr.failed = fmt.Errorf("%w: %w", ErrTransport, pr.failed)
+		}
+		return Manifest{}, fmt.Errorf("artifact: download %s: after %d of %d bytes: %w", key, pr.read, size, pr.failed)
+	}
+	return m, err
 }
 
 // progressReader reports progress and stops at ctx's end.
@@ -138,6 +153,8 @@ type progressReader struct {
 	read  int64
 	total int64
 	fn    func(read, total int64)
+	// failed is the first read error other than EOF: the transfer broke.
+	failed error
 }
 
 func (p *progressReader) Read(b []byte) (int, error) {
@@ -145,6 +162,9 @@ func (p *progressReader) Read(b []byte) (int, error) {
 		return 0, err
 	}
 	n, err := p.r.Read(b)
+	if err != nil && err != io.EOF && p.failed == nil {
+		p.failed = err
+	}
 	p.read += int64(n)
 	if p.fn != nil && n > 0 {
 		p.fn(p.read, p.total)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/artifact/s3store"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -398,8 +399,9 @@ func (c *Config) extractArtifacts(a *table) {
 		s.problem("concurrency", "must be between 1 and 64, got %d", conc)
 	}
 	ac.S3.PartSizeMB, ac.S3.Concurrency = clampInt(part), clampInt(conc)
-	if s.duration("request_timeout", &ac.S3.RequestTimeout) && ac.S3.RequestTimeout < 0 {
-		s.problem("request_timeout", "must not be negative")
+	if s.duration("request_timeout", &ac.S3.RequestTimeout) && (ac.S3.RequestTimeout < 0 || ac.S3.RequestTimeout > artifact.MaxRequestTimeout) {
+		s.problem("request_timeout", "must be between 0 (the default) and %v, got %v (an upload part that could take longer would look abandoned to another node's prune)",
+			artifact.MaxRequestTimeout, ac.S3.RequestTimeout)
 	}
 	s.done()
 	a.done()

@@ -217,6 +217,7 @@ lease_bucket = "a.b"       # 6
 access_key = "only"        # 8
 part_size_mb = 1           # 9
 concurrency = 0            # 10
+request_timeout = "6m"
 [[fold]]                   # 11
 name = "a"                 # 12
 export_interval = "10ms"   # 13
@@ -232,6 +233,7 @@ name = "c"                 # 19
 		{"artifacts.lease_ttl", "at least 1s"},
 		{"artifacts.s3.part_size_mb", "between 5"},
 		{"artifacts.s3.concurrency", "between 1 and 64"},
+		{"artifacts.s3.request_timeout", "look abandoned"},
 		{"fold[0].export_interval", "at least 1s"},
 		{"artifacts.s3.bucket", "required"},
 		{"artifacts.dir", "local store's"},

@@ -264,7 +264,7 @@ func (l *Store) Prune(ctx context.Context, key string, grace time.Duration, now 
 	if ptr != nil {
 		target = artifact.Address(ptr) + ".tar"
 	}
-	stale := now.Add(-max(grace, artifact.MinAbandonedAge))
+	stale := now.Add(-artifact.MinAbandonedAge)
 	removeStaleTemps(l.root, "."+key+".pointer-", stale)
 	removeStaleTemps(l.payloadDir(key), ".upload-", stale)
 	entries, err := os.ReadDir(l.payloadDir(key))
@@ -282,6 +282,9 @@ func (l *Store) Prune(ctx context.Context, key string, grace time.Duration, now 
 		}
 		p := filepath.Join(l.payloadDir(key), name)
 		info, err := e.Info()
+		if errors.Is(err, os.ErrNotExist) {
+			continue // another pruner took it (a directory shared without working locks)
+		}
 		if err != nil {
 			return deleted, fmt.Errorf("artifact: prune: %w", err)
 		}
@@ -295,7 +298,9 @@ func (l *Store) Prune(ctx context.Context, key string, grace time.Duration, now 
 		if !protocol.PayloadPrunable(pl, state) {
 			continue
 		}
-		if err := os.Remove(p); err != nil {
+		if err := os.Remove(p); errors.Is(err, os.ErrNotExist) {
+			continue // gone already: pruning is idempotent
+		} else if err != nil {
 			return deleted, fmt.Errorf("artifact: prune: %w", err)
 		}
 		deleted = append(deleted, name)

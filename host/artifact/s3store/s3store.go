@@ -193,23 +193,6 @@ func isPreconditionFailed(err error) bool {
 	return false
 }
 
-func isNotFound(err error) bool {
-	var nsk *types.NoSuchKey
-	var nf *types.NotFound
-	if errors.As(err, &nsk) || errors.As(err, &nf) {
-		return true
-	}
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
-		switch ae.ErrorCode() {
-		case "NoSuchKey", "NotFound":
-			return true
-		}
-	}
-	var he interface{ HTTPStatusCode() int }
-	return errors.As(err, &he) && he.HTTPStatusCode() == 404
-}
-
 // UploadPayload uploads the tar of the artifact in dir to
 // <key>.payloads/<artifact.Address(manifest)>.tar, streaming it (multipart in
 // PartSize parts, Concurrency in flight, aborted on any failure; a single
@@ -218,7 +201,8 @@ func isNotFound(err error) bool {
 // LastModified is not refreshed, unlike the local store's; harmless, since only
 // payloads strictly below the pointer are ever pruned and those can never be
 // published). It returns the manifest bytes.
-func (s *Store) UploadPayload(ctx context.Context, key, dir string) ([]byte, error) {
+func (s *Store) UploadPayload(ctx context.Context, key, dir string) (_ []byte, err error) {
+	defer func() { err = classify(ctx, err) }()
 	manifest, err := artifact.StagedManifest(key, dir)
 	if err != nil {
 		return nil, err
@@ -417,7 +401,8 @@ func (s *Store) putPayload(ctx context.Context, obj, dir string) (err error) {
 // conditional write is retried from the read, at most [MaxSwapRetries]
 // times, then it fails with [ErrSwapContended]. The payload must already be
 // stored. It returns [SupersededByNewer] when the pointer is strictly newer.
-func (s *Store) SwapPointer(ctx context.Context, key string, manifest []byte) (artifact.Outcome, error) {
+func (s *Store) SwapPointer(ctx context.Context, key string, manifest []byte) (_ artifact.Outcome, err error) {
+	defer func() { err = classify(ctx, err) }()
 	if err := artifact.CheckKey(key); err != nil {
 		return 0, err
 	}
@@ -506,7 +491,8 @@ func (s *Store) readPointer(ctx context.Context, key string) ([]byte, string, pr
 
 // Pointer returns key's pointer bytes, or an error wrapping [ErrNoPointer].
 // The bytes may be corrupt; [S3.Download] and [Import] check them.
-func (s *Store) Pointer(ctx context.Context, key string) ([]byte, error) {
+func (s *Store) Pointer(ctx context.Context, key string) (_ []byte, err error) {
+	defer func() { err = classify(ctx, err) }()
 	if err := artifact.CheckKey(key); err != nil {
 		return nil, err
 	}
@@ -522,7 +508,8 @@ func (s *Store) Pointer(ctx context.Context, key string) ([]byte, error) {
 
 // OpenPayload opens key's payload named by [Address] of manifest for
 // streaming. A stall (no byte for [Options.OpTimeout]) fails the read.
-func (s *Store) OpenPayload(ctx context.Context, key string, manifest []byte) (io.ReadCloser, int64, error) {
+func (s *Store) OpenPayload(ctx context.Context, key string, manifest []byte) (_ io.ReadCloser, _ int64, err error) {
+	defer func() { err = classify(ctx, err) }()
 	if err := artifact.CheckKey(key); err != nil {
 		return nil, 0, err
 	}
@@ -575,7 +562,8 @@ func (r *stallReader) Close() error {
 // the tail has no manifest) and counts only when that manifest's address is
 // the payload's name; it is read only for aged-out non-targets. A payload is aged out when its
 // LastModified is before now-grace.
-func (s *Store) Prune(ctx context.Context, key string, grace time.Duration, now time.Time) ([]string, error) {
+func (s *Store) Prune(ctx context.Context, key string, grace time.Duration, now time.Time) (_ []string, err error) {
+	defer func() { err = classify(ctx, err) }()
 	if err := artifact.CheckKey(key); err != nil {
 		return nil, err
 	}
@@ -583,7 +571,7 @@ func (s *Store) Prune(ctx context.Context, key string, grace time.Duration, now 
 	if err != nil {
 		return nil, err
 	}
-	stale := now.Add(-max(grace, artifact.MinAbandonedAge))
+	stale := now.Add(-artifact.MinAbandonedAge)
 	if _, ok := state.Rank(); !ok {
 		// No payload is prunable; do not even list them.
 		return nil, s.abortStaleUploads(ctx, s.payloadPrefix(key), stale)
@@ -622,6 +610,9 @@ func (s *Store) Prune(ctx context.Context, key string, grace time.Duration, now 
 			dctx, cancel := s.op(ctx)
 			_, err := s.client.DeleteObject(dctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &obj})
 			cancel()
+			if isNotFound(err) {
+				continue // another node pruned it first: pruning is idempotent
+			}
 			if err != nil {
 				return deleted, fmt.Errorf("artifact: prune: delete %s: %w", obj, err)
 			}

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -425,3 +427,103 @@ func TestS3DownloadStallFails(t *testing.T) {
 		t.Fatalf("download once the stall is gone: %v", err)
 	}
 }
+
+// TestS3ErrorsAreTyped: a store that does not exist, or refuses the
+// credentials, is ErrStoreRefused (never "no artifact published"); an
+// endpoint that does not answer is ErrTransport; a missing pointer stays
+// ErrNoPointer.
+func TestS3ErrorsAreTyped(t *testing.T) {
+	gw := startVersityGW(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPort := "http://" + l.Addr().String()
+	l.Close()
+	for _, c := range []struct {
+		name string
+		opts func(*Options)
+		want error
+	}{
+		{"missing pointer", nil, artifact.ErrNoPointer},
+		{"missing bucket", func(o *Options) { o.Bucket = "no-such-bucket" }, artifact.ErrStoreRefused},
+		{"unknown access key", func(o *Options) { o.AccessKey = "nobody" }, artifact.ErrStoreRefused},
+		{"wrong secret", func(o *Options) { o.SecretKey = "wrong-secret-123" }, artifact.ErrStoreRefused},
+		{"nothing listening", func(o *Options) { o.Endpoint = closedPort }, artifact.ErrTransport},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := gw.store(t, c.opts)
+			_, err := s.Pointer(t.Context(), "k")
+			if !errors.Is(err, c.want) {
+				t.Fatalf("Pointer: err = %v, want %v", err, c.want)
+			}
+			for _, other := range []error{artifact.ErrNoPointer, artifact.ErrStoreRefused, artifact.ErrTransport} {
+				if other != c.want && errors.Is(err, other) {
+					t.Errorf("Pointer: err = %v also matches %v", err, other)
+				}
+			}
+			if c.want == artifact.ErrNoPointer {
+				return
+			}
+			if _, err := s.Prune(t.Context(), "k", 0, time.Now()); !errors.Is(err, c.want) {
+				t.Errorf("Prune: err = %v, want %v", err, c.want)
+			}
+		})
+	}
+}
+
+// TestS3DownloadCutIsTransport: a connection cut mid-payload is a
+// transport failure (retry), not an invalid artifact, and leaves the
+// destination absent.
+func TestS3DownloadCutIsTransport(t *testing.T) {
+	gw := startVersityGW(t)
+	u, err := url.Parse(gw.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var armed atomic.Bool
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if armed.Load() && resp.Request.Method == http.MethodGet && strings.Contains(resp.Request.URL.Path, ".payloads/") {
+			resp.Body = &cuttingBodyFake{rc: resp.Body, after: 64 << 10}
+		}
+		return nil
+	}
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	proxy := httptest.NewServer(rp)
+	t.Cleanup(proxy.Close)
+	s := gw.store(t, func(o *Options) { o.Endpoint = proxy.URL })
+	st := storetest.OpenStore(t)
+	a := padArtifact(t, storetest.ExportAt(t, st, 100, nil), 1<<20)
+	if _, err := artifact.Upload(t.Context(), s, "k", a.Dir); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	dest := filepath.Join(t.TempDir(), "fold")
+	_, err = artifact.Download(t.Context(), s, "k", dest, artifact.DownloadOptions{})
+	if !errors.Is(err, artifact.ErrTransport) || errors.Is(err, artifact.ErrArtifactInvalid) {
+		t.Fatalf("cut download: err = %v, want ErrTransport and not ErrArtifactInvalid", err)
+	}
+	if _, serr := os.Stat(dest); !errors.Is(serr, os.ErrNotExist) {
+		t.Fatalf("dest after a cut download: %v", serr)
+	}
+	t.Logf("cut download: %v", err)
+}
+
+// cuttingBodyFake ends the proxied body with an error after `after` bytes:
+// the proxy then drops the connection mid-response.
+type cuttingBodyFake struct {
+	rc    io.ReadCloser
+	after int
+}
+
+func (b *cuttingBodyFake) Read(p []byte) (int, error) {
+	if b.after <= 0 {
+		return 0, errors.New("cut")
+	}
+	n, err := b.rc.Read(p[:min(len(p), b.after)])
+	b.after -= n
+	return n, err
+}
+
+func (b *cuttingBodyFake) Close() error { return b.rc.Close() }

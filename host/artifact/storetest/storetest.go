@@ -49,6 +49,7 @@ func Run(t *testing.T, newT func(t *testing.T) Harness) {
 	t.Run("BadKey", func(t *testing.T) { contractBadKey(t, newT(t)) })
 	t.Run("CancelledDownloadLeavesDest", func(t *testing.T) { contractCancelledDownload(t, newT(t)) })
 	t.Run("PruneCollectsAbandonedUploads", func(t *testing.T) { contractAbandonedUploads(t, newT(t)) })
+	t.Run("ConcurrentPruneIsIdempotent", func(t *testing.T) { contractConcurrentPrune(t, newT(t)) })
 }
 
 // PointerRank is the rank of key's pointer in tr, which must parse.
@@ -391,8 +392,8 @@ func contractCancelledDownload(t *testing.T, h Harness) {
 }
 
 // contractAbandonedUploads: what an upload killed mid-way leaves behind is
-// collected by Prune once idle for max(grace, MinAbandonedAge), never
-// before, with or without a published pointer.
+// collected by the next Prune once idle for MinAbandonedAge, never before,
+// whatever the payloads' grace, with or without a published pointer.
 func contractAbandonedUploads(t *testing.T, h Harness) {
 	now := time.Now()
 	h.AbandonUpload(t, "f")
@@ -420,19 +421,53 @@ func contractAbandonedUploads(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	h.AbandonUpload(t, "f")
-	if _, err := h.Prune(t.Context(), "f", 3*artifact.MinAbandonedAge, now.Add(2*artifact.MinAbandonedAge)); err != nil {
-		t.Fatal(err)
-	}
-	if got := h.Leftovers(t, "f"); got != n {
-		t.Fatalf("prune took %d of %d leftovers younger than the grace", n-got, n)
-	}
-	if _, err := h.Prune(t.Context(), "f", time.Hour, now.Add(2*artifact.MinAbandonedAge)); err != nil {
+	// A payload grace far longer than the idle time does not keep them.
+	if _, err := h.Prune(t.Context(), "f", 100*artifact.MinAbandonedAge, now.Add(2*artifact.MinAbandonedAge)); err != nil {
 		t.Fatal(err)
 	}
 	if got := h.Leftovers(t, "f"); got != 0 {
-		t.Fatalf("%d leftovers after a prune past the grace", got)
+		t.Fatalf("%d leftovers after a prune with a published pointer", got)
 	}
 	if _, err := artifact.Download(t.Context(), h, "f", filepath.Join(t.TempDir(), "x"), artifact.DownloadOptions{}); err != nil {
 		t.Fatalf("the published artifact after the cleanup: %v", err)
+	}
+}
+
+// contractConcurrentPrune: two nodes pruning the same key at once both
+// succeed (a payload the other deleted first is not an error), and
+// together they delete exactly the prunable payloads.
+func contractConcurrentPrune(t *testing.T, h Harness) {
+	st := OpenStore(t)
+	var old []string
+	for range 6 {
+		a := ExportAt(t, st, 3, nil)
+		if _, err := h.UploadPayload(t.Context(), "f", a.Dir); err != nil {
+			t.Fatal(err)
+		}
+		old = append(old, a.Addr+".tar")
+	}
+	target := ExportAt(t, st, 3, nil)
+	if out, err := artifact.Upload(t.Context(), h, "f", target.Dir); err != nil || out != artifact.Published {
+		t.Fatalf("publish: %v %v", out, err)
+	}
+	later := time.Now().Add(time.Hour)
+	var wg sync.WaitGroup
+	var errs [2]error
+	var dels [2][]string
+	for i := range 2 {
+		wg.Go(func() { dels[i], errs[i] = h.Prune(t.Context(), "f", 0, later) })
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("concurrent prunes: %v / %v", errs[0], errs[1])
+	}
+	left := h.Payloads(t, "f")
+	if !slices.Equal(left, []string{target.Addr + ".tar"}) {
+		t.Fatalf("left %v, want only the target", left)
+	}
+	all := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(dels[0]), dels[1]...))))
+	slices.Sort(old)
+	if !slices.Equal(all, old) {
+		t.Fatalf("deleted %v, want %v", all, old)
 	}
 }
