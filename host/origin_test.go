@@ -152,6 +152,13 @@ func TestStoreRecordsWhatItFolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The adopted bucket carries the revisions the cursor names (as a
+	// restored copy would): the fold resumes there.
+	for i := range 5 {
+		if _, err := other.KV().Put(context.Background(), fmt.Sprintf("route.h%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	logs := &syncBuffer{}
 	adopt := host.FoldOptions{Name: "o2", Bucket: "other2", Scope: []string{"route."}, DataDir: dir, Adopt: true}
 	r = startHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{adopt}, Logger: slog.New(slog.NewTextHandler(logs, nil))})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,7 +97,15 @@ func NewHandler(o Options) http.Handler {
 		}
 		writeError(w, http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
 	})
-	return mux
+	// The mux would answer an unclean path ("//", "/./", "/../") with a
+	// redirect to its cleaned form: for a key read, another key.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p != "" && path.Clean(p) != strings.TrimSuffix(p, "/") && p != "/" {
+			writeError(w, http.StatusBadRequest, "path %q is not clean: read keys holding \"//\", \".\" or \"..\" segments with ?key=", p)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 type server struct {

@@ -46,7 +46,7 @@ func (f *testFold) set(fn func(*httpapi.Status)) {
 	fn(&f.st)
 }
 
-func openFold(t *testing.T, name string) *testFold {
+func openFold(t testing.TB, name string) *testFold {
 	t.Helper()
 	s, _, err := fold.Open(filepath.Join(t.TempDir(), name), fold.Options{})
 	if err != nil {
@@ -60,7 +60,7 @@ func openFold(t *testing.T, name string) *testFold {
 	return &testFold{name: name, store: s, st: httpapi.Status{State: httpapi.StateFollowing, Ready: true, Scope: []string{}}}
 }
 
-func commit(t *testing.T, f *testFold, rev protocol.Revision, raw []fold.Update, views []fold.ViewMutation) {
+func commit(t testing.TB, f *testFold, rev protocol.Revision, raw []fold.Update, views []fold.ViewMutation) {
 	t.Helper()
 	if err := f.store.Commit(fold.Commit{Raw: raw, Views: views, Cursor: protocol.Cursor{Rev: rev}}); err != nil {
 		t.Fatal(err)
@@ -288,6 +288,8 @@ func TestBadParameters(t *testing.T) {
 		"/v1/folds/routes/raw?key=",
 		"/v1/folds/routes/raw/",
 		"/v1/folds/routes/view/table/a?limit=3",
+		"/v1/folds/routes/raw/route.c//d", // not a redirect to another key
+		"/v1/folds/routes/raw/x/../route.a",
 	} {
 		var e struct{ Error string }
 		getJSON(t, srv, p, 400, &e)
