@@ -18,6 +18,7 @@ import (
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/embeddednats"
+	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/leakcheck"
 )
@@ -72,6 +73,9 @@ func waitCursor(t testing.TB, f *host.Fold, rev uint64) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for f.Status().Cursor < rev {
+		if st := f.Status(); st.State == httpapi.StateFailed {
+			t.Fatalf("cursor %d, want %d: the fold failed: %s", st.Cursor, rev, st.LastError)
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("cursor %d, want %d: %+v", f.Status().Cursor, rev, f.Status())
 		}

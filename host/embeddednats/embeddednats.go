@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -28,6 +29,16 @@ type Options struct {
 	StartTimeout time.Duration
 	// Logs enables the server's own log output on stderr.
 	Logs bool
+	// Cluster, when set, makes the server a node of a JetStream cluster.
+	Cluster *ClusterOptions
+}
+
+// ClusterOptions make a server one node of a JetStream cluster.
+type ClusterOptions struct {
+	Name       string   // the cluster's name, the same on every node
+	ServerName string   // this node's name, unique in the cluster
+	Port       int      // the route listen port (on Host); must be fixed so peers find it
+	Routes     []string // the other nodes' route URLs: nats-route://host:port
 }
 
 // Server is a running embedded nats-server.
@@ -53,7 +64,7 @@ func Start(o Options) (*Server, error) {
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 10 * time.Second
 	}
-	ns, err := server.NewServer(&server.Options{
+	so := &server.Options{
 		Host:      o.Host,
 		Port:      o.Port,
 		JetStream: true,
@@ -62,7 +73,19 @@ func Start(o Options) (*Server, error) {
 		NoLog:     !o.Logs,
 		// Two cores here and in CI: keep the server's own footprint small.
 		JetStreamMaxMemory: 256 << 20,
-	})
+	}
+	if c := o.Cluster; c != nil {
+		so.ServerName = c.ServerName
+		so.Cluster = server.ClusterOpts{Name: c.Name, Host: o.Host, Port: c.Port}
+		for _, r := range c.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("embeddednats: route %q: %w", r, err)
+			}
+			so.Routes = append(so.Routes, u)
+		}
+	}
+	ns, err := server.NewServer(so)
 	if err != nil {
 		return nil, fmt.Errorf("embeddednats: configure: %w", err)
 	}
@@ -87,6 +110,9 @@ func (s *Server) Port() int {
 	}
 	return 0
 }
+
+// Name is the server's name (its cluster node name when clustered).
+func (s *Server) Name() string { return s.ns.Name() }
 
 // Shutdown stops the server and waits until it has stopped. Safe to call
 // more than once.
