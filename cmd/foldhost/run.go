@@ -120,7 +120,10 @@ func serveHTTP(addr string, h http.Handler, log *slog.Logger, stdout io.Writer) 
 	if host, _, _ := net.SplitHostPort(addr); !isLoopbackHost(host) {
 		log.Warn("the HTTP API has no authentication and listens beyond loopback", "addr", addr)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// No WriteTimeout here: an export through POST runs as long as its
+	// round; httpapi bounds the writes of reads itself.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

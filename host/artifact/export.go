@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -197,7 +198,7 @@ func hashTree(stage string) ([]File, error) {
 // HashFile is the size and hex BLAKE3 digest of the file at p, as a
 // manifest records them.
 func HashFile(p string) (int64, string, error) {
-	f, err := os.Open(p)
+	f, _, err := files.OpenRegular(p, math.MaxInt64) // a FIFO or device would block or never end
 	if err != nil {
 		return 0, "", err
 	}

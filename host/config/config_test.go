@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/internal/files"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -591,5 +593,32 @@ func TestFoldPicksByNameOrTheOnlyOne(t *testing.T) {
 	}
 	if f, err := one.Fold(""); err != nil || f.Name != "only" {
 		t.Errorf(`Fold("") with one fold = %q, %v`, f.Name, err)
+	}
+}
+
+// TestLoadBoundsTheFile: Load reads only a regular file of at most
+// MaxFileSize; a FIFO is refused without blocking.
+func TestLoadBoundsTheFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.toml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.toml")
+	if err := os.WriteFile(big, append([]byte("[[fold]]\nname = \"a\"\n#"), bytes.Repeat([]byte("x"), MaxFileSize)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]error{fifo: files.ErrNotRegular, big: files.ErrTooLarge, dir: files.ErrNotRegular} {
+		done := make(chan error, 1)
+		go func() { _, err := Load(path, noEnv); done <- err }()
+		select {
+		case err := <-done:
+			var ce *Error
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), want.Error()) {
+				t.Errorf("Load(%s) = %v, want a *Error saying %q", filepath.Base(path), err, want)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("Load(%s) blocked", filepath.Base(path))
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/protocol"
@@ -100,6 +101,12 @@ func NewHandler(o Options) http.Handler {
 	// The mux would answer an unclean path ("//", "/./", "/../") with a
 	// redirect to its cleaned form: for a key read, another key.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			// A reader too slow to take its answer must not hold a store
+			// snapshot (and its pinned files) for ever. Ignored where the
+			// writer has no deadlines (tests' recorders).
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(ReadWriteTimeout))
+		}
 		if p := r.URL.Path; p != "" && path.Clean(p) != strings.TrimSuffix(p, "/") && p != "/" {
 			writeError(w, http.StatusBadRequest, "path %q is not clean: read keys holding \"//\", \".\" or \"..\" segments with ?key=", p)
 			return
@@ -139,6 +146,10 @@ func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "- "+r)
 	}
 }
+
+// ReadWriteTimeout bounds writing the answer of every request but an
+// export (whose round runs as long as it must).
+const ReadWriteTimeout = time.Minute
 
 // Exporter is implemented by folds that can export an artifact on demand.
 type Exporter interface {

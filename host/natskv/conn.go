@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/files"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 )
@@ -33,6 +34,9 @@ type ConnOptions struct {
 	Health *Health
 }
 
+// MaxSecretFileSize bounds a creds or TLS file.
+const MaxSecretFileSize = 1 << 20
+
 // Connect dials NATS. The connection reconnects forever (a fold outlives
 // server restarts); every later request is bounded by its own timeout.
 func Connect(o ConnOptions) (*nats.Conn, error) {
@@ -44,6 +48,20 @@ func Connect(o ConnOptions) (*nats.Conn, error) {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Second
+	}
+	// The client reads these files itself, with no type or size check: a
+	// FIFO would block the connect forever. Check each before it does.
+	for _, f := range []struct{ what, path string }{
+		{"creds file", o.CredsFile}, {"TLS CA file", o.CAFile}, {"TLS cert file", o.CertFile}, {"TLS key file", o.KeyFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		fh, _, err := files.OpenRegular(f.path, MaxSecretFileSize)
+		if err != nil {
+			return nil, fmt.Errorf("natskv: connect: %s: %w", f.what, err)
+		}
+		fh.Close()
 	}
 	opts := []nats.Option{
 		nats.Timeout(o.Timeout),

@@ -3,12 +3,15 @@ package natskv
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/internal/files"
 	"github.com/foldhost/foldhost/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -334,6 +337,25 @@ func TestConnectErrorsNameTheProblem(t *testing.T) {
 	}
 	if _, err := Connect(ConnOptions{URL: "nats://127.0.0.1:1", Creds: "garbage"}); err == nil {
 		t.Fatal("garbage creds accepted")
+	}
+	// Files the client would read itself: a FIFO is refused, not read
+	// (which would block the connect forever).
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []ConnOptions{{CredsFile: fifo}, {CAFile: fifo}, {CertFile: fifo, KeyFile: fifo}} {
+		o.URL = "nats://127.0.0.1:1"
+		done := make(chan error, 1)
+		go func() { _, err := Connect(o); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, files.ErrNotRegular) {
+				t.Errorf("%+v: err = %v, want ErrNotRegular", o, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%+v: connect blocked on a FIFO", o)
+		}
 	}
 	_, err := Connect(ConnOptions{URL: "nats://bob:s3cret@127.0.0.1:1", Timeout: time.Second})
 	if err == nil {

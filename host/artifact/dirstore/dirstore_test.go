@@ -87,6 +87,20 @@ func TestLocalRefusesNonRegularFiles(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("download of a FIFO payload blocked")
 	}
+	// Uploading the same artifact again finds the FIFO where its payload
+	// goes, and compares with it: refused, not blocked.
+	go func() {
+		_, err := l.UploadPayload(t.Context(), "k", a.Dir)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, files.ErrNotRegular) {
+			t.Fatalf("upload onto a FIFO payload: %v, want ErrNotRegular", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("upload onto a FIFO payload blocked")
+	}
 
 	pointer := l.pointerPath("k")
 	if err := os.Remove(pointer); err != nil {

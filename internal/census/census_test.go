@@ -1,0 +1,133 @@
+// Package census holds the census of foldhost's inputs: every file, network
+// or guest input the process reads, the bound that keeps a hostile or broken
+// one from taking the process down, and the test that proves the bound (a
+// test that fails when the bound is removed). TestCensus checks that every
+// named test exists, so the table cannot point at nothing; rows without a
+// test say why in Gap, and are the list of work left.
+package census
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+type input struct {
+	What, Bound string
+	// Tests are "dir: TestName" (dir relative to the repository root).
+	Tests []string
+	// Gap says what is unbounded or untested, when something is.
+	Gap string
+}
+
+var census = []input{
+	{"config file", "regular file only, at most 1 MiB, opened without blocking",
+		[]string{"host/config: TestLoadBoundsTheFile", "internal/files: TestReadRegular"}, ""},
+	{"config values", "unknown keys refused; every number and duration range-checked; every problem reported at once",
+		[]string{"host/config: TestConfigReportsEveryProblemAtOnce", "host/config: TestConfigStructureErrors", "host/config: FuzzParse"},
+		"the plugin_max_mb range and plugin_memory_mb's upper limit have no case of their own"},
+	{"FOLDHOST_* environment", "only non-empty values count; creds and creds_file exclusive", []string{"host/config: TestConfigEnvOverrides"}, ""},
+	{"plugin module file (load and hot reload)", "regular file only, at most plugin_max_mb (default 64 MiB)",
+		[]string{"host/wasm: TestModuleFileBounds", "host/config: TestConfigPluginMustBeARegularFile"}, ""},
+	{"plugin module content", "WebAssembly 2.0 only, required exports and signatures, an import allow-list, memory within the limit",
+		[]string{"host/wasm/internal/meter: TestRefusals", "host/wasm: TestInvalidModulesAreRefusedWithTheReason", "host/wasm/internal/meter: FuzzInstrument"}, ""},
+	{"plugin custom sections", "dropped at load (all but \"name\"): swaps do not accumulate memory", []string{"host/wasm: TestSwapsDoNotAccumulateMemory"}, ""},
+	{"guest call time", "plugin_call_timeout on every guest entry (default 10s; 0 turns it off, on purpose)",
+		[]string{"host/wasm: TestEveryGuestEntryHasADeadline", "host/wasm: TestSpinningGuestDoesNotFreezeTheProcess"}, ""},
+	{"guest memory", "plugin_memory_mb (default 256 MiB); an allocation past it is out-of-memory", []string{"host/wasm: TestFailingPluginsCommitNothing"}, ""},
+	{"guest output", "length-checked decode, no trailing bytes, empty view keys refused",
+		[]string{"abi: FuzzDecodeOutput", "host/wasm: TestEmptyViewKeyIsMalformedOutput"}, "a result pointer outside guest memory has no test"},
+	{"guest info", "length-checked decode", []string{"abi: FuzzDecodeInfo"}, "name and version have no length cap"},
+	{"guest log and stdout/stderr", "stdout/stderr keep a 2 KiB tail", nil, "host_log has no size or rate cap, and the tail has no test"},
+	{"KV entries", "commit validation (no empty key, no cursor regression); the floor guard and resume check on revisions",
+		[]string{"host/fold: TestCommitValidationIsAtomic", "host/fold: TestCommitRefusesCursorRegression", "host/natskv: TestFloorGuardTripsWhenRetentionOverrunsAStalledWatch"},
+		"value size is the server's max_payload; batch bytes are not capped (batch_size counts updates)"},
+	{"the bucket's stream", "its creation time must equal the store's record, at every (re-)arm and after 2s of silence",
+		[]string{"host: TestLiveStreamReplacementStopsTheFold", "host: TestRecreatedStreamIsRefused"}, ""},
+	{"lease record", "strict JSON, consistent fields", []string{"host/artifact/lease: TestLeaseCorruptIsStolen", "host/artifact/lease: FuzzParseRecord"}, ""},
+	{"artifact pointer (local)", "regular file only, at most 16 MiB", []string{"host/artifact/dirstore: TestLocalRefusesNonRegularFiles"}, ""},
+	{"artifact pointer (S3)", "read through a 16 MiB limit (more is corrupt); per-request timeout", []string{"host/artifact/s3store: TestContract"},
+		"an oversized pointer object has no case of its own"},
+	{"artifact payload (local)", "regular file only, also an existing one compared on re-upload", []string{"host/artifact/dirstore: TestLocalRefusesNonRegularFiles"},
+		"no size cap beyond the manifest's sizes, checked as the tar streams"},
+	{"artifact payload (S3)", "a stall (no byte for request_timeout) fails; a cut stream is a transport error",
+		[]string{"host/artifact/s3store: TestS3DownloadStallFails", "host/artifact/s3store: TestS3DownloadCutIsTransport"}, ""},
+	{"payload tar entries", "regular files under data/ only, no duplicates, every size and BLAKE3 as the manifest says, origin and cursor re-checked",
+		[]string{"host/artifact: TestImportRefusesBadInput", "host/artifact: FuzzImport"}, ""},
+	{"manifest", "strict JSON (unknown fields refused), schema, formats, sorted clean paths", []string{"host/artifact: FuzzParseManifest", "host/artifact: TestManifestCanonical"}, ""},
+	{"S3 answers", "a missing bucket or refused credentials is ErrStoreRefused, no answer is ErrTransport", []string{"host/artifact/s3store: TestS3ErrorsAreTyped"},
+		"the prune's ranged tail read has no byte limit beyond the range"},
+	{"fold store directory", "locked per directory process-wide and across processes; format marker; origin record",
+		[]string{"host/fold: TestOpenRefusesAStoreInUse", "host/fold: TestOpenRefusesUnknownFormat", "host: TestUnreadableOriginRecord", "host: TestStoreRecordsWhatItFolds"}, ""},
+	{"a killed bootstrap's leftovers", "cleared by every command that opens the fold", []string{"host: TestKilledBootstrapLeftoversAreCleared"}, ""},
+	{"HTTP requests", "clean paths only, methods (405), parameter allow-list without repeats, limit 1..10000, JSON answers",
+		[]string{"host/httpapi: TestBadParameters", "host/httpapi: TestWrongMethodIs405", "host/httpapi: FuzzReadRequests"},
+		"header, read, idle and write timeouts are set but untested; answers are not capped in bytes (10000 items of any size)"},
+	{"NATS creds and TLS files", "regular files of at most 1 MiB before the client reads them", []string{"host/natskv: TestConnectErrorsNameTheProblem"},
+		"the client re-reads a creds file on reconnect without the check"},
+	{"NATS connection", "drops visible in status, metrics and logs; not ready past disconnect_grace", []string{"host: TestNATSOutageIsVisible"}, ""},
+	{"compiled-plugin cache directory", "trusted (wazero's own checksum)", nil, "a tampered cache is trusted"},
+	{"kv put value from stdin", "none", nil, "read whole (a CLI convenience; the server's max_payload refuses big ones)"},
+}
+
+// TestCensus: every test the census names exists in the directory it
+// names, and every row has a test or says what is missing.
+func TestCensus(t *testing.T) {
+	root := filepath.Join("..", "..")
+	funcs := map[string]map[string]bool{} // dir -> test and fuzz functions
+	for _, in := range census {
+		if len(in.Tests) == 0 && in.Gap == "" {
+			t.Errorf("%s: no test and no gap named", in.What)
+		}
+		for _, ref := range in.Tests {
+			dir, name, ok := strings.Cut(ref, ": ")
+			if !ok {
+				t.Errorf("%s: malformed test reference %q", in.What, ref)
+				continue
+			}
+			if funcs[dir] == nil {
+				funcs[dir] = testFuncs(t, filepath.Join(root, dir))
+			}
+			if !funcs[dir][name] {
+				t.Errorf("%s: %s names %s, which does not exist in %s", in.What, ref, name, dir)
+			}
+		}
+	}
+	var gaps int
+	for _, in := range census {
+		if in.Gap != "" {
+			gaps++
+			t.Logf("gap: %s: %s", in.What, in.Gap)
+		}
+	}
+	t.Logf("%d inputs, %d with a gap", len(census), gaps)
+}
+
+func testFuncs(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil {
+				out[fd.Name.Name] = true
+			}
+		}
+	}
+	return out
+}
