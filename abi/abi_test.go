@@ -225,3 +225,16 @@ func FuzzReadRecords(f *testing.F) {
 		_ = DecodeReadResponse(b, n, func(int, bool, []byte) error { return nil })
 	})
 }
+
+func TestDecodeInfoBoundsItsFields(t *testing.T) {
+	long := strings.Repeat("n", MaxInfoField+1)
+	for _, in := range []Info{{Name: long, Version: "1"}, {Name: "n", Version: long}} {
+		if _, err := DecodeInfo(AppendInfo(nil, in)); err == nil {
+			t.Errorf("accepted a %d-byte name and a %d-byte version", len(in.Name), len(in.Version))
+		}
+	}
+	ok := Info{Name: strings.Repeat("n", MaxInfoField), Version: strings.Repeat("v", MaxInfoField)}
+	if got, err := DecodeInfo(AppendInfo(nil, ok)); err != nil || got != ok {
+		t.Errorf("fields at the bound: %v %v", got, err)
+	}
+}

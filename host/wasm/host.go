@@ -21,6 +21,7 @@ type callState struct {
 	fold    fold.Reader // the committed fold, for read
 	resp    []byte      // pending read response, for read_result
 	logger  *slog.Logger
+	logs    *logLimiter // the runtime's, shared by its instances
 	module  string
 	maxResp int // a read's response must fit the guest's memory limit
 
@@ -44,7 +45,7 @@ func withCallState(ctx context.Context, st *callState) context.Context {
 }
 
 func (r *Runtime) newCallState(module string) *callState {
-	return &callState{logger: r.opts.Logger, module: module, allowance: minAllowance,
+	return &callState{logger: r.opts.Logger, logs: r.logs, module: module, allowance: minAllowance,
 		maxResp: int(min(uint64(r.opts.MemoryLimitPages)*65536, 1<<31))}
 }
 
@@ -217,7 +218,7 @@ func hostLog(ctx context.Context, m api.Module, level int32, ptr, n uint32) {
 	if st == nil || !ok {
 		return
 	}
-	st.logger.Log(ctx, slog.Level(level), string(msg), "plugin", st.module)
+	st.logGuest(ctx, slog.Level(level), msg)
 }
 
 func hostAbort(ctx context.Context, m api.Module, msg, file, line, col uint32) {

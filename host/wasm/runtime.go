@@ -105,6 +105,7 @@ func (o Options) withDefaults() Options {
 type Runtime struct {
 	rt   wazero.Runtime
 	opts Options
+	logs *logLimiter
 }
 
 // NewRuntime starts a runtime with the host imports installed.
@@ -137,7 +138,7 @@ func NewRuntime(ctx context.Context, o Options) (*Runtime, error) {
 		rt.Close(ctx)
 		return nil, err
 	}
-	return &Runtime{rt: rt, opts: o}, nil
+	return &Runtime{rt: rt, opts: o, logs: newLogLimiter()}, nil
 }
 
 // Close releases the runtime and every instance it made.

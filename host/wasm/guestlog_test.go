@@ -1,0 +1,88 @@
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) lines(substr string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestGuestLogIsBounded: a plugin that logs per update passes LogBurst
+// lines, then LogRate a second; the next line that passes counts what was
+// dropped; a huge line is cut to MaxLogLine bytes.
+func TestGuestLogIsBounded(t *testing.T) {
+	logs := &lockedLog{}
+	r := newRuntime(t, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	clock := time.Unix(1700000000, 0)
+	r.logs.now = func() time.Time { return clock }
+	m, err := r.LoadFile(context.Background(), testPlugin(t, "probe-c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.NewPlugin(m)
+	defer p.Close(context.Background())
+	st, _, err := fold.Open(t.TempDir(), fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rev := protocol.Revision(0)
+	run := func(values ...string) {
+		t.Helper()
+		var batch []fold.Update
+		for _, v := range values {
+			rev++
+			batch = append(batch, fold.Update{Key: "log", Value: []byte(v), Rev: rev, Op: fold.OpPut})
+		}
+		if _, err := fold.NewLoop(st, p, fold.LoopConfig{MaxBatch: len(batch) + 1}).Run(context.Background(), newFeed(batch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flood := make([]string, 3*LogBurst)
+	for i := range flood {
+		flood[i] = "flood-line"
+	}
+	run(flood...)
+	if n := len(logs.lines("flood-line")); n != LogBurst {
+		t.Fatalf("%d of %d lines passed at once, want the burst %d", n, len(flood), LogBurst)
+	}
+	clock = clock.Add(time.Second)
+	run("after-a-second", strings.Repeat("é", MaxLogLine)) // 2 bytes a rune
+	after := logs.lines("after-a-second")
+	if len(after) != 1 || !strings.Contains(after[0], "dropped_before=200") {
+		t.Fatalf("the next line does not count the dropped ones: %q", after)
+	}
+	long := logs.lines("cut_from_bytes=")
+	if len(long) != 1 || !strings.Contains(long[0], "cut_from_bytes=8192") || strings.Count(long[0], "é") != MaxLogLine/2 {
+		t.Fatalf("the long line was not cut to %d bytes on a rune boundary: %d lines, %d runes", MaxLogLine, len(long), strings.Count(strings.Join(long, ""), "é"))
+	}
+}
