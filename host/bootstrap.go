@@ -91,8 +91,8 @@ func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions)
 				got.Bucket = f.Bucket // the earliest exporters did not record the bucket
 			}
 			if d := got.Mismatch(f.origin(time.Time{})); d != "" {
-				return fmt.Errorf("%w: the artifact %q folds %s; fold %s folds %s (%s)",
-					ErrOriginMismatch, f.ArtifactKey, got, f.Name, f.origin(time.Time{}), d)
+				return fmt.Errorf("%w: the artifact %q is of another source than fold %s (the artifact's %s): bootstrap only from an artifact of the fold's bucket and scope",
+					ErrOriginMismatch, f.ArtifactKey, f.Name, d)
 			}
 			if bo.OnManifest != nil {
 				bo.OnManifest(m)

@@ -165,9 +165,10 @@ func sameEntries(t *testing.T, who string, got, want map[string]kvEntry) {
 }
 
 // TestClusterFailover: on a 3-node JetStream cluster with an R3 bucket,
-// killing the stream's leader while two hosts fold it under load loses
-// nothing (each fold equals the bucket), keeps the consumer count bounded,
-// and the old leader rejoins as a follower; then one host's fold is wiped
+// shutting the stream's leader down while two hosts fold it under load
+// loses nothing (each fold equals the bucket), the old leader rejoins and
+// the folds still equal the bucket, and the consumer count comes back to one
+// per fold; then one host's fold is wiped
 // and bootstrapped back from the artifact the other exported to their
 // shared store, and both end identical to the bucket.
 func TestClusterFailover(t *testing.T) {
@@ -221,8 +222,8 @@ func TestClusterFailover(t *testing.T) {
 
 	putN(0, 300)
 	leader := leaderOf()
-	c.stop(c.index(leader)) // mid-watch: both folds are following
-	t.Logf("killed the stream leader %s after revision %d", leader, last)
+	c.stop(c.index(leader)) // mid-watch: both folds are following (a server shutdown, not a crash)
+	t.Logf("stopped the stream leader %s after revision %d", leader, last)
 	putN(300, 600) // through the election
 	waitCursor(t, fa, last)
 	waitCursor(t, fb, last)

@@ -107,7 +107,7 @@ func (h *Host) Start(ctx context.Context) (err error) {
 
 // settleOrigins checks every fold's store against its config and live
 // stream, reporting every mismatch at once, and records origins only when
-// all agree (a refused start changes no store).
+// all agree (a start refused for a mismatch writes no record).
 func (h *Host) settleOrigins(ctx context.Context) error {
 	var errs []error
 	updates := make([]originUpdate, len(h.folds))

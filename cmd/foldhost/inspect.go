@@ -111,8 +111,8 @@ func cmdInspect(c *cli, args []string) error {
 		name = fc.Name
 		want := fold.NewOrigin(fc.Bucket, fc.Scope, time.Time{})
 		if d := origin.Mismatch(want); hasOrigin && d != "" {
-			fmt.Fprintf(c.stderr, "foldhost inspect: WARNING: the store in %s folds %s, not fold %s's %s (%s): 'run', 'export' and 'bootstrap' refuse it\n",
-				dir, origin, name, want, d)
+			fmt.Fprintf(c.stderr, "foldhost inspect: WARNING: the store in %s is of another source than fold %s (the store's %s): 'run' and 'export' refuse it\n",
+				dir, name, d)
 		}
 	}
 	var originOut *fold.Origin

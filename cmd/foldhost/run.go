@@ -120,9 +120,10 @@ func serveHTTP(addr string, h http.Handler, log *slog.Logger, stdout io.Writer) 
 	if host, _, _ := net.SplitHostPort(addr); !isLoopbackHost(host) {
 		log.Warn("the HTTP API has no authentication and listens beyond loopback", "addr", addr)
 	}
-	// No WriteTimeout here: an export through POST runs as long as its
-	// round; httpapi bounds the writes of reads itself.
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+	// No Read or WriteTimeout: an export through POST runs as long as its
+	// round (a ReadTimeout would also cancel its request's context), and
+	// no endpoint reads a body; httpapi bounds the writes of reads itself.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	done := make(chan struct{})
 	go func() {

@@ -17,7 +17,7 @@ import (
 // manifest, at the same address once canonical.
 func FuzzParseManifest(f *testing.F) {
 	st := storetest.OpenStore(f)
-	a := storetest.ExportAt(&testing.T{}, st, 20, []string{"route."})
+	a := storetest.ExportAt(f, st, 20, []string{"route."})
 	f.Add(storetest.ReadManifest(f, a.Dir))
 	f.Add([]byte(`{"schema":1}`))
 	f.Add([]byte(`{}`))
@@ -48,7 +48,7 @@ func FuzzParseManifest(f *testing.F) {
 // nothing behind, or installs a store that recovers the manifest's cursor.
 func FuzzImport(f *testing.F) {
 	st := storetest.OpenStore(f)
-	a := storetest.ExportAt(&testing.T{}, st, 50, nil)
+	a := storetest.ExportAt(f, st, 50, nil)
 	mb := storetest.ReadManifest(f, a.Dir)
 	good := storetest.TarOf(f, a.Dir)
 	f.Add(good)

@@ -135,7 +135,12 @@ func Download(ctx context.Context, t Store, key, dest string, o DownloadOptions)
 	defer body.Close()
 	pr := &progressReader{ctx: ctx, r: body, total: size, fn: o.Progress}
 	m, err = Import(pr, manifest, dest)
-	if err != nil && pr.failed != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() != nil {
+		// Cancelled: whatever the import made of the cut stream, the cause
+		// is the caller's (Import formats a tar read error, losing ctx's).
+		return Manifest{}, fmt.Errorf("artifact: download %s: %w", key, ctx.Err())
+	}
+	if err != nil && pr.failed != nil {
 		// The stream broke, not the artifact: whatever Import made of the
 		// short read (a truncated tar), the cause is the transfer.
 		if !errors.Is(pr.failed, ErrTransport) {

@@ -3,6 +3,7 @@ package natskv
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -356,6 +357,13 @@ func TestConnectErrorsNameTheProblem(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatalf("%+v: connect blocked on a FIFO", o)
 		}
+	}
+	big := filepath.Join(t.TempDir(), "big.creds")
+	if err := os.WriteFile(big, make([]byte, MaxSecretFileSize+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Connect(ConnOptions{URL: "nats://127.0.0.1:1", CredsFile: big}); !errors.Is(err, files.ErrTooLarge) {
+		t.Errorf("an oversized creds file: err = %v, want ErrTooLarge", err)
 	}
 	_, err := Connect(ConnOptions{URL: "nats://bob:s3cret@127.0.0.1:1", Timeout: time.Second})
 	if err == nil {

@@ -51,6 +51,9 @@ func (l *logLimiter) take() (ok bool, dropped int) {
 
 // logGuest passes one guest log line on, cut and rate-limited.
 func (st *callState) logGuest(ctx context.Context, level slog.Level, msg []byte) {
+	if !st.logger.Enabled(ctx, level) {
+		return // a level the host does not print costs no budget
+	}
 	ok, dropped := st.logs.take()
 	if !ok {
 		return
@@ -58,13 +61,26 @@ func (st *callState) logGuest(ctx context.Context, level slog.Level, msg []byte)
 	attrs := []any{"plugin", st.module}
 	if len(msg) > MaxLogLine {
 		attrs = append(attrs, "cut_from_bytes", len(msg))
-		msg = msg[:MaxLogLine]
-		for len(msg) > 0 && !utf8.Valid(msg) { // do not end mid-rune
-			msg = msg[:len(msg)-1]
-		}
+		msg = cutRunes(msg[:MaxLogLine])
 	}
 	if dropped > 0 {
 		attrs = append(attrs, "dropped_before", dropped)
 	}
 	st.logger.Log(ctx, level, string(msg), attrs...)
+}
+
+// cutRunes drops the incomplete rune, if any, that a cut left at the end
+// of b (at most utf8.UTFMax-1 bytes; invalid bytes elsewhere stay).
+func cutRunes(b []byte) []byte {
+	for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
+		if c := b[len(b)-i]; c < utf8.RuneSelf {
+			return b // ASCII: nothing after it is a rune's start
+		} else if utf8.RuneStart(c) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				return b[:len(b)-i]
+			}
+			return b
+		}
+	}
+	return b
 }

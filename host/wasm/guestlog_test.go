@@ -76,13 +76,40 @@ func TestGuestLogIsBounded(t *testing.T) {
 		t.Fatalf("%d of %d lines passed at once, want the burst %d", n, len(flood), LogBurst)
 	}
 	clock = clock.Add(time.Second)
-	run("after-a-second", strings.Repeat("é", MaxLogLine)) // 2 bytes a rune
+	run("after-a-second", "a"+strings.Repeat("é", MaxLogLine)) // 2 bytes a rune: the cut falls mid-rune
 	after := logs.lines("after-a-second")
 	if len(after) != 1 || !strings.Contains(after[0], "dropped_before=200") {
 		t.Fatalf("the next line does not count the dropped ones: %q", after)
 	}
 	long := logs.lines("cut_from_bytes=")
-	if len(long) != 1 || !strings.Contains(long[0], "cut_from_bytes=8192") || strings.Count(long[0], "é") != MaxLogLine/2 {
+	if len(long) != 1 || !strings.Contains(long[0], "cut_from_bytes=8193") || strings.Count(long[0], "é") != MaxLogLine/2-1 || strings.Contains(long[0], `\x`) {
 		t.Fatalf("the long line was not cut to %d bytes on a rune boundary: %d lines, %d runes", MaxLogLine, len(long), strings.Count(strings.Join(long, ""), "é"))
+	}
+}
+
+func TestCutRunes(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"abc", "abc"}, {"ab\xc3", "ab"}, {"a\xe2\x82", "a"}, {"a\xe2\x82\xac", "a\xe2\x82\xac"},
+		{"\xffabc", "\xffabc"}, // an invalid byte elsewhere stays: only the cut's tail is trimmed
+		{"", ""},
+	} {
+		if got := string(cutRunes([]byte(c.in))); got != c.want {
+			t.Errorf("cutRunes(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// TestGuestLogBelowTheLevelCostsNothing: lines the host's level filters out
+// do not spend the budget of the ones it prints.
+func TestGuestLogBelowTheLevelCostsNothing(t *testing.T) {
+	logs := &lockedLog{}
+	r := newRuntime(t, Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	st := r.newCallState("m")
+	for range 10 * LogBurst {
+		st.logGuest(context.Background(), slog.LevelInfo, []byte("chatter"))
+	}
+	st.logGuest(context.Background(), slog.LevelWarn, []byte("important"))
+	if got := logs.lines("important"); len(got) != 1 || strings.Contains(got[0], "dropped_before") {
+		t.Fatalf("a warning after filtered chatter: %q", got)
 	}
 }

@@ -131,6 +131,9 @@ func New(o Options) (*Store, error) {
 	if o.OpTimeout <= 0 {
 		o.OpTimeout = DefaultOpTimeout
 	}
+	if o.OpTimeout > artifact.MaxRequestTimeout {
+		return nil, fmt.Errorf("artifact: s3: request timeout %v over %v (a live upload would look abandoned to another node's prune)", o.OpTimeout, artifact.MaxRequestTimeout)
+	}
 	so := s3.Options{
 		Region:                     o.Region,
 		UsePathStyle:               o.UsePathStyle,

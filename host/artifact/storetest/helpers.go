@@ -199,7 +199,7 @@ type Artifact struct {
 }
 
 // ExportAt commits n more updates to st and exports it.
-func ExportAt(t *testing.T, st *fold.Store, n int, scope []string) Artifact {
+func ExportAt(t testing.TB, st *fold.Store, n int, scope []string) Artifact {
 	t.Helper()
 	var cur protocol.Cursor
 	if n > 0 {
