@@ -67,7 +67,7 @@ var census = []input{
 	{"a killed bootstrap's leftovers", "cleared by every command that opens the fold", []string{"host: TestKilledBootstrapLeftoversAreCleared"}, ""},
 	{"HTTP requests", "clean paths only, methods (405), parameter allow-list without repeats, limit 1..10000, JSON answers",
 		[]string{"host/httpapi: TestBadParameters", "host/httpapi: TestWrongMethodIs405", "host/httpapi: FuzzReadRequests"},
-		"header, read, idle and write timeouts are set but untested; answers are not capped in bytes (10000 items of any size)"},
+		"the header and idle timeouts and the write deadline are set but untested; answers are not capped in bytes (10000 items of any size)"},
 	{"NATS creds and TLS files", "regular files of at most 1 MiB before the client reads them", []string{"host/natskv: TestConnectErrorsNameTheProblem"},
 		"the client re-reads a creds file on reconnect without the check"},
 	{"NATS connection", "drops visible in status, metrics and logs; not ready past disconnect_grace", []string{"host: TestNATSOutageIsVisible"}, ""},
