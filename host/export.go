@@ -148,7 +148,7 @@ func (e *exporter) round(ctx context.Context, o FoldOptions, store *fold.Store, 
 	start := time.Now()
 	res := ExportResult{Fold: o.Name, Key: o.ArtifactKey, Store: e.o.Where, Forced: force}
 	if store.Cursor().Rev == protocol.NoRevision {
-		return res, fmt.Errorf("fold %s has folded nothing yet (no cursor): nothing to export", o.Name)
+		return res, errors.New("nothing folded yet (no cursor): nothing to export")
 	}
 	var ls *lease.Lease
 	if !force && e.nc != nil {

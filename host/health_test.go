@@ -14,6 +14,7 @@ import (
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/syncbuf"
 )
 
 // TestNATSOutageIsVisible: while NATS is down, every fold's status says
@@ -43,7 +44,7 @@ func TestNATSOutageIsVisible(t *testing.T) {
 			Folds:  []host.FoldOptions{{Name: "routes", Bucket: "routes", DataDir: filepath.Join(t.TempDir(), name)}},
 		})
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	strict := start("strict", 300*time.Millisecond, logs)
 	patient := start("patient", time.Hour, io.Discard)
 	fs, fp := strict.h.Fold("routes"), patient.h.Fold("routes")

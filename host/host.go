@@ -117,14 +117,16 @@ func (h *Host) settleOrigins(ctx context.Context) error {
 			return fmt.Errorf("fold %s: %w", f.o.Name, err)
 		}
 		f.origin, updates[i], err = decideOrigin(f.store, f.o, f.o.origin(created))
-		errs = append(errs, err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("fold %s: %w", f.o.Name, err))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	for _, u := range updates {
 		if err := u.apply(h.log); err != nil {
-			return err
+			return fmt.Errorf("fold %s: %w", u.o.Name, err)
 		}
 	}
 	return nil

@@ -14,7 +14,8 @@ import (
 // scope or stream) than the fold's config and the live bucket say, or its
 // record is unreadable. Its cursor names revisions the fold would never
 // fold, or its keys belong to another fold: nothing is started, exported or
-// bootstrapped from it, and nothing in it is changed.
+// bootstrapped from it, and nothing in it is changed. Its message does not
+// name the fold: callers prefix "fold NAME: ".
 type OriginError struct {
 	Fold, DataDir string
 	Recorded      fold.Origin // what the store says it folds
@@ -28,21 +29,21 @@ func (e *OriginError) Error() string {
 	r, w := e.Recorded, e.Want
 	switch {
 	case e.Unreadable != nil:
-		return fmt.Sprintf("fold %s: the store in %s has an unreadable origin record (%v): if the store is this fold's, %s records the config's (%s)",
-			e.Fold, e.DataDir, e.Unreadable, adopt, w)
+		return fmt.Sprintf("the store in %s has an unreadable origin record (%v): if the store is this fold's, %s records the config's (%s)",
+			e.DataDir, e.Unreadable, adopt, w)
 	case r.Bucket != w.Bucket:
-		return fmt.Sprintf("fold %s: the store in %s folds bucket %q, the fold's config says bucket %q: two folds share a data_dir, or it is mistyped; "+
+		return fmt.Sprintf("the store in %s folds bucket %q, the fold's config says bucket %q: two folds share a data_dir, or it is mistyped; "+
 			"give the fold its own data_dir (%s takes the store over, but only a copy of the same stream with the same revisions makes sense: anything else skips or mixes data silently)",
-			e.Fold, e.DataDir, r.Bucket, w.Bucket, adopt)
+			e.DataDir, r.Bucket, w.Bucket, adopt)
 	case !slices.Equal(r.Scope, w.Scope):
-		return fmt.Sprintf("fold %s: the store in %s folds scope %s of bucket %q, the fold's config says scope %s: a store holds only what its scope let through, so a new scope needs a fresh fold: "+
+		return fmt.Sprintf("the store in %s folds scope %s of bucket %q, the fold's config says scope %s: a store holds only what its scope let through, so a new scope needs a fresh fold: "+
 			"move the data_dir aside (or bootstrap). %s would keep the cursor: keys of added prefixes below it would never be folded, keys of dropped ones would stay",
-			e.Fold, e.DataDir, scopeText(r.Scope), r.Bucket, scopeText(w.Scope), adopt)
+			e.DataDir, scopeText(r.Scope), r.Bucket, scopeText(w.Scope), adopt)
 	default:
-		return fmt.Sprintf("fold %s: the store in %s folds the stream of bucket %q created at %s; the bucket's stream now was created at %s: "+
+		return fmt.Sprintf("the store in %s folds the stream of bucket %q created at %s; the bucket's stream now was created at %s: "+
 			"the bucket was deleted and made again, and its revisions number another history. Move the data_dir aside to fold the new stream from scratch "+
 			"(keep it: if the old stream held values the new one lacks, it is their only copy). %s is only for a stream restored from a backup of the old one",
-			e.Fold, e.DataDir, r.Bucket, stamp(r.StreamCreated), stamp(w.StreamCreated), adopt)
+			e.DataDir, r.Bucket, stamp(r.StreamCreated), stamp(w.StreamCreated), adopt)
 	}
 }
 
@@ -95,7 +96,7 @@ func decideOrigin(st *fold.Store, o FoldOptions, want fold.Origin) (fold.Origin,
 		}
 		u.warn, u.why, u.was = true, "adopting the store (--adopt): its origin record is unreadable; recording the config's", err.Error()
 	case err != nil:
-		return fold.Origin{}, originUpdate{}, fmt.Errorf("fold %s: %w", o.Name, err)
+		return fold.Origin{}, originUpdate{}, err
 	case ok && rec.Mismatch(want) != "":
 		if !o.Adopt {
 			return rec, originUpdate{}, &OriginError{Fold: o.Name, DataDir: o.DataDir, Recorded: rec, Want: want}
@@ -119,7 +120,7 @@ func (u originUpdate) apply(log *slog.Logger) error {
 		return nil
 	}
 	if err := u.st.SetOrigin(u.want); err != nil {
-		return fmt.Errorf("fold %s: %w", u.o.Name, err)
+		return err
 	}
 	switch {
 	case u.warn:

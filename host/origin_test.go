@@ -1,7 +1,6 @@
 package host_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,26 +22,9 @@ import (
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/files"
+	"github.com/foldhost/foldhost/internal/syncbuf"
 	"github.com/foldhost/foldhost/protocol"
 )
-
-// syncBuffer is a log sink safe for the host's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // readOrigin opens the stopped store in dir and returns its record and cursor.
 func readOrigin(t *testing.T, dir string) (fold.Origin, bool, protocol.Cursor) {
@@ -159,7 +140,7 @@ func TestStoreRecordsWhatItFolds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	adopt := host.FoldOptions{Name: "o2", Bucket: "other2", Scope: []string{"route."}, DataDir: dir, Adopt: true}
 	r = startHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{adopt}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err := r.stop(t); err != nil {
@@ -227,7 +208,7 @@ func TestStoreWithoutRecordIsUpgraded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Folds: []host.FoldOptions{{Name: "routes", Bucket: "routes", DataDir: dir}}})
 	if err := r.stop(t); err != nil {

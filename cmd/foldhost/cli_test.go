@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,31 +19,14 @@ import (
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/syncbuf"
 	"github.com/foldhost/foldhost/protocol"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a poller.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // runCLI runs the CLI in-process.
 func runCLI(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb syncBuffer
+	var out, errb syncbuf.Buffer
 	c := &cli{ctx: context.Background(), stdout: &out, stderr: &errb, stdin: strings.NewReader(""), getenv: envOf(env)}
 	code = c.main(args)
 	return code, out.String(), errb.String()
@@ -331,7 +312,7 @@ type inProcess struct {
 	natsURL, base string
 	exit          chan int
 	cancel        context.CancelFunc
-	out, errb     *syncBuffer
+	out, errb     *syncbuf.Buffer
 }
 
 // runInProcess writes cfgText to dir/config.toml, starts `foldhost run` on
@@ -344,7 +325,7 @@ func runInProcess(t *testing.T, dir, cfgText string) *inProcess {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &inProcess{exit: make(chan int, 1), cancel: cancel, out: &syncBuffer{}, errb: &syncBuffer{}}
+	d := &inProcess{exit: make(chan int, 1), cancel: cancel, out: &syncbuf.Buffer{}, errb: &syncbuf.Buffer{}}
 	t.Cleanup(cancel)
 	c := &cli{ctx: ctx, stdout: d.out, stderr: d.errb, getenv: noEnv}
 	go func() { d.exit <- c.main([]string{"run", "--config", cfgPath}) }()
@@ -539,7 +520,7 @@ sync = true   # an fsync per update: hydration takes a while even without -race
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errb syncBuffer
+	var out, errb syncbuf.Buffer
 	c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: noEnv}
 	exit := make(chan int, 1)
 	go func() { exit <- c.main([]string{"run", "--config", cfgPath}) }()

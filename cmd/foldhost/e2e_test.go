@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/foldhost/foldhost/internal/syncbuf"
 )
 
 // buildBinary builds foldhost into a temp dir (with -race when the test
@@ -44,7 +46,7 @@ func binCommand(bin string, args ...string) *exec.Cmd {
 // daemonProc is a running `foldhost run`.
 type daemonProc struct {
 	cmd         *exec.Cmd
-	out, errOut *syncBuffer
+	out, errOut *syncbuf.Buffer
 	done        chan struct{}
 	natsURL     string
 	base        string
@@ -52,7 +54,7 @@ type daemonProc struct {
 
 func startDaemon(t *testing.T, bin, cfg string) *daemonProc {
 	t.Helper()
-	d := &daemonProc{cmd: binCommand(bin, "run", "--config", cfg), out: &syncBuffer{}, errOut: &syncBuffer{}, done: make(chan struct{})}
+	d := &daemonProc{cmd: binCommand(bin, "run", "--config", cfg), out: &syncbuf.Buffer{}, errOut: &syncbuf.Buffer{}, done: make(chan struct{})}
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.errOut
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)

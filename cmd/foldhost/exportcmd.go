@@ -80,10 +80,7 @@ func cmdExport(c *cli, args []string) error {
 			err = fmt.Errorf("%w (--force exports without it)", err)
 		}
 		if err != nil {
-			if !strings.HasPrefix(err.Error(), "fold "+f.Name+" ") && !strings.HasPrefix(err.Error(), "fold "+f.Name+":") {
-				err = fmt.Errorf("fold %s: %w", f.Name, err)
-			}
-			failed = append(failed, err)
+			failed = append(failed, fmt.Errorf("fold %s: %w", f.Name, err))
 			res = host.ExportResult{Fold: f.Name, Key: f.ArtifactKey, Outcome: host.ExportFailed, Error: err.Error(), Forced: *force}
 			if !*asJSON {
 				continue

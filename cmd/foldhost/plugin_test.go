@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/syncbuf"
 )
 
 // routerBuild returns the C build of the example-router plugin.
@@ -92,7 +93,7 @@ batch_window = "2ms"
 }
 
 func TestDemo(t *testing.T) {
-	var out, errb syncBuffer
+	var out, errb syncbuf.Buffer
 	c := &cli{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: noEnv}
 	start := time.Now()
 	code := c.main([]string{"demo", "--keys", "3000", "--delta", "120", "--plugin", routerBuild(t)})

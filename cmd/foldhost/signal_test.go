@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/foldhost/foldhost/internal/syncbuf"
 )
 
 // proc is foldhost running in a child process (the test binary, through
@@ -218,7 +220,7 @@ name = "a"
 // TestWatchSignals: the first signal cancels, the second exits; with no
 // signal, done ends the watcher.
 func TestWatchSignals(t *testing.T) {
-	c := &cli{stderr: &syncBuffer{}}
+	c := &cli{stderr: &syncbuf.Buffer{}}
 	c.grace.Store(int64(time.Hour))
 	sigs := make(chan os.Signal, 2)
 	done := make(chan struct{})

@@ -109,6 +109,22 @@ func (m Manifest) Encode() ([]byte, error) {
 // Origin is the source the artifact's store folds, as the manifest says.
 func (m Manifest) Origin() fold.Origin { return fold.NewOrigin(m.Bucket, m.Scope, m.StreamCreated) }
 
+// CandidateCursor checks the key and the manifest a store is asked to
+// publish as key's pointer ([Store.SwapPointer]) and returns its cursor.
+func CandidateCursor(key string, manifest []byte) (protocol.Cursor, error) {
+	if err := CheckKey(key); err != nil {
+		return protocol.Cursor{}, err
+	}
+	m, err := ParseManifest(manifest)
+	if err == nil {
+		var c protocol.Cursor
+		if c, err = m.DecodeCursor(); err == nil {
+			return c, nil
+		}
+	}
+	return protocol.Cursor{}, fmt.Errorf("artifact: swap pointer: %w", err)
+}
+
 // DecodeCursor decodes m.Cursor.
 func (m Manifest) DecodeCursor() (protocol.Cursor, error) {
 	raw, err := hex.DecodeString(m.Cursor)

@@ -490,30 +490,37 @@ func splitKey(k string) []string {
 
 // indexOutsideQuotes finds c outside quoted strings and before a comment.
 func indexOutsideQuotes(s string, c byte) int {
-	var q byte
-	for i := 0; i < len(s); i++ {
-		switch {
-		case q != 0:
-			if s[i] == '\\' && q == '"' {
-				i++
-			} else if s[i] == q {
-				q = 0
-			}
-		case s[i] == '"' || s[i] == '\'':
-			q = s[i]
-		case s[i] == '#':
-			return -1
-		case s[i] == c:
-			return i
+	at := -1
+	scanCode(s, func(i int) bool {
+		if s[i] == c {
+			at = i
+			return false
 		}
-	}
-	return -1
+		return true
+	})
+	return at
 }
 
 // bracketDelta counts '[' minus ']' outside strings and comments.
 func bracketDelta(s string) int {
-	var q byte
 	d := 0
+	scanCode(s, func(i int) bool {
+		switch s[i] {
+		case '[':
+			d++
+		case ']':
+			d--
+		}
+		return true
+	})
+	return d
+}
+
+// scanCode calls fn with the index of every byte of s that is outside a
+// quoted string (the quotes themselves excluded) and before a comment,
+// until fn returns false.
+func scanCode(s string, fn func(i int) bool) {
+	var q byte
 	for i := 0; i < len(s); i++ {
 		switch {
 		case q != 0:
@@ -525,12 +532,11 @@ func bracketDelta(s string) int {
 		case s[i] == '"' || s[i] == '\'':
 			q = s[i]
 		case s[i] == '#':
-			return d
-		case s[i] == '[':
-			d++
-		case s[i] == ']':
-			d--
+			return
+		default:
+			if !fn(i) {
+				return
+			}
 		}
 	}
-	return d
 }

@@ -106,20 +106,9 @@ func TestFailingPluginsCommitNothing(t *testing.T) {
 // a message naming the problem; it used to stop the fold as an invalid
 // commit, counted as a store failure.
 func TestEmptyViewKeyIsMalformedOutput(t *testing.T) {
-	r := newRuntime(t, Options{Retries: 1})
-	m, err := r.LoadFile(context.Background(), testPlugin(t, "probe-c"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := r.NewPlugin(m)
-	defer p.Close(context.Background())
-	st, _, err := fold.Open(t.TempDir(), fold.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	p, st := pluginAndStore(t, newRuntime(t, Options{Retries: 1}), testPlugin(t, "probe-c"))
 	var commitErrs int
-	_, err = fold.NewLoop(st, p, fold.LoopConfig{OnCommitError: func(error) { commitErrs++ }}).Run(context.Background(),
+	_, err := fold.NewLoop(st, p, fold.LoopConfig{OnCommitError: func(error) { commitErrs++ }}).Run(context.Background(),
 		newFeed([]fold.Update{{Key: "w/", Rev: 1, Op: fold.OpPut, Value: []byte("x")}}))
 	var pe *PluginError
 	if !errors.Is(err, fold.ErrPlugin) || !errors.As(err, &pe) || pe.Kind != KindMalformed || !strings.Contains(err.Error(), "empty key") {

@@ -1,60 +1,26 @@
 package wasm
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/internal/syncbuf"
 	"github.com/foldhost/foldhost/protocol"
 )
-
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) lines(substr string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
-		if strings.Contains(line, substr) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
 
 // TestGuestLogIsBounded: a plugin that logs per update passes LogBurst
 // lines, then LogRate a second; the next line that passes counts what was
 // dropped; a huge line is cut to MaxLogLine bytes.
 func TestGuestLogIsBounded(t *testing.T) {
-	logs := &lockedLog{}
+	logs := &syncbuf.Buffer{}
 	r := newRuntime(t, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	clock := time.Unix(1700000000, 0)
 	r.logs.now = func() time.Time { return clock }
-	m, err := r.LoadFile(context.Background(), testPlugin(t, "probe-c"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := r.NewPlugin(m)
-	defer p.Close(context.Background())
-	st, _, err := fold.Open(t.TempDir(), fold.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	p, st := pluginAndStore(t, r, testPlugin(t, "probe-c"))
 	rev := protocol.Revision(0)
 	run := func(values ...string) {
 		t.Helper()
@@ -72,16 +38,16 @@ func TestGuestLogIsBounded(t *testing.T) {
 		flood[i] = "flood-line"
 	}
 	run(flood...)
-	if n := len(logs.lines("flood-line")); n != LogBurst {
+	if n := len(logs.Lines("flood-line")); n != LogBurst {
 		t.Fatalf("%d of %d lines passed at once, want the burst %d", n, len(flood), LogBurst)
 	}
 	clock = clock.Add(time.Second)
 	run("after-a-second", "a"+strings.Repeat("é", MaxLogLine)) // 2 bytes a rune: the cut falls mid-rune
-	after := logs.lines("after-a-second")
+	after := logs.Lines("after-a-second")
 	if len(after) != 1 || !strings.Contains(after[0], "dropped_before=200") {
 		t.Fatalf("the next line does not count the dropped ones: %q", after)
 	}
-	long := logs.lines("cut_from_bytes=")
+	long := logs.Lines("cut_from_bytes=")
 	if len(long) != 1 || !strings.Contains(long[0], "cut_from_bytes=8193") || strings.Count(long[0], "é") != MaxLogLine/2-1 || strings.Contains(long[0], `\x`) {
 		t.Fatalf("the long line was not cut to %d bytes on a rune boundary: %d lines, %d runes", MaxLogLine, len(long), strings.Count(strings.Join(long, ""), "é"))
 	}
@@ -102,14 +68,14 @@ func TestCutRunes(t *testing.T) {
 // TestGuestLogBelowTheLevelCostsNothing: lines the host's level filters out
 // do not spend the budget of the ones it prints.
 func TestGuestLogBelowTheLevelCostsNothing(t *testing.T) {
-	logs := &lockedLog{}
+	logs := &syncbuf.Buffer{}
 	r := newRuntime(t, Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	st := r.newCallState("m")
 	for range 10 * LogBurst {
 		st.logGuest(context.Background(), slog.LevelInfo, []byte("chatter"))
 	}
 	st.logGuest(context.Background(), slog.LevelWarn, []byte("important"))
-	if got := logs.lines("important"); len(got) != 1 || strings.Contains(got[0], "dropped_before") {
+	if got := logs.Lines("important"); len(got) != 1 || strings.Contains(got[0], "dropped_before") {
 		t.Fatalf("a warning after filtered chatter: %q", got)
 	}
 }

@@ -17,18 +17,7 @@ import (
 func TestSDKProbes(t *testing.T) {
 	for _, name := range []string{"probe-c", "probe-as"} {
 		t.Run(name, func(t *testing.T) {
-			r := newRuntime(t, Options{})
-			m, err := r.LoadFile(context.Background(), testPlugin(t, name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := r.NewPlugin(m)
-			defer p.Close(context.Background())
-			st, _, err := fold.Open(t.TempDir(), fold.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			p, st := pluginAndStore(t, newRuntime(t, Options{}), testPlugin(t, name))
 			rev := protocol.Revision(0)
 			u := func(key, value string, op fold.Op) fold.Update {
 				rev++

@@ -110,6 +110,24 @@ func TestLoadRejectsGarbage(t *testing.T) {
 	}
 }
 
+// pluginAndStore loads the module at path into r as a Plugin and opens a
+// fresh fold store; both close at the test's end.
+func pluginAndStore(t testing.TB, r *Runtime, path string) (*Plugin, *fold.Store) {
+	t.Helper()
+	m, err := r.LoadFile(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.NewPlugin(m)
+	t.Cleanup(func() { p.Close(context.Background()) })
+	st, _, err := fold.Open(t.TempDir(), fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return p, st
+}
+
 func TestRouterThroughTheLoop(t *testing.T) {
 	r := newRuntime(t, Options{})
 	m, err := r.LoadFile(context.Background(), goRouterWasm(t))

@@ -112,16 +112,9 @@ func (l *Store) UploadPayload(ctx context.Context, key, dir string) ([]byte, err
 // already be stored. It returns [SupersededByNewer] when the pointer is
 // strictly newer.
 func (l *Store) SwapPointer(ctx context.Context, key string, manifest []byte) (artifact.Outcome, error) {
-	if err := artifact.CheckKey(key); err != nil {
+	cur, err := artifact.CandidateCursor(key, manifest)
+	if err != nil {
 		return 0, err
-	}
-	m, err := artifact.ParseManifest(manifest)
-	if err != nil {
-		return 0, fmt.Errorf("artifact: swap pointer: %w", err)
-	}
-	cur, err := m.DecodeCursor()
-	if err != nil {
-		return 0, fmt.Errorf("artifact: swap pointer: %w", err)
 	}
 	if _, err := os.Stat(l.payloadPath(key, artifact.Address(manifest))); err != nil {
 		return 0, fmt.Errorf("artifact: swap pointer: payload not stored: %w", err)

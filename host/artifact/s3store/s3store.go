@@ -406,16 +406,9 @@ func (s *Store) putPayload(ctx context.Context, obj, dir string) (err error) {
 // stored. It returns [SupersededByNewer] when the pointer is strictly newer.
 func (s *Store) SwapPointer(ctx context.Context, key string, manifest []byte) (_ artifact.Outcome, err error) {
 	defer func() { err = classify(ctx, err) }()
-	if err := artifact.CheckKey(key); err != nil {
+	cur, err := artifact.CandidateCursor(key, manifest)
+	if err != nil {
 		return 0, err
-	}
-	m, err := artifact.ParseManifest(manifest)
-	if err != nil {
-		return 0, fmt.Errorf("artifact: swap pointer: %w", err)
-	}
-	cur, err := m.DecodeCursor()
-	if err != nil {
-		return 0, fmt.Errorf("artifact: swap pointer: %w", err)
 	}
 	payload := s.payloadKey(key, artifact.Address(manifest))
 	hctx, cancel := s.op(ctx)

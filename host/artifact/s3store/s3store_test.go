@@ -355,16 +355,25 @@ func TestS3SwapContended(t *testing.T) {
 // GET response body of a payload after its first bytes until the client
 // gives up: a fault injector for the download stall timer.
 func stallingProxyFake(t *testing.T, target string, armed *atomic.Bool) string {
+	return payloadProxyFake(t, target, armed, func(resp *http.Response) io.ReadCloser {
+		return &stallingBody{rc: resp.Body, after: 4096, ctx: resp.Request.Context()}
+	})
+}
+
+// payloadProxyFake is a reverse proxy to target that, while armed, hands
+// payload downloads' bodies to wrap (a fault injector).
+func payloadProxyFake(t *testing.T, target string, armed *atomic.Bool, wrap func(*http.Response) io.ReadCloser) string {
 	t.Helper()
 	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1 // the headers and first bytes reach the client, then nothing
+	rp.FlushInterval = -1 // the headers and first bytes reach the client at once
+	rp.ErrorLog = log.New(io.Discard, "", 0)
 	rp.ModifyResponse = func(resp *http.Response) error {
 		if armed.Load() && resp.Request.Method == http.MethodGet && strings.Contains(resp.Request.URL.Path, ".payloads/") {
-			resp.Body = &stallingBody{rc: resp.Body, after: 4096, ctx: resp.Request.Context()}
+			resp.Body = wrap(resp)
 		}
 		return nil
 	}
@@ -477,22 +486,11 @@ func TestS3ErrorsAreTyped(t *testing.T) {
 // destination absent.
 func TestS3DownloadCutIsTransport(t *testing.T) {
 	gw := startVersityGW(t)
-	u, err := url.Parse(gw.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var armed atomic.Bool
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.ModifyResponse = func(resp *http.Response) error {
-		if armed.Load() && resp.Request.Method == http.MethodGet && strings.Contains(resp.Request.URL.Path, ".payloads/") {
-			resp.Body = &cuttingBodyFake{rc: resp.Body, after: 64 << 10}
-		}
-		return nil
-	}
-	rp.ErrorLog = log.New(io.Discard, "", 0)
-	proxy := httptest.NewServer(rp)
-	t.Cleanup(proxy.Close)
-	s := gw.store(t, func(o *Options) { o.Endpoint = proxy.URL })
+	proxy := payloadProxyFake(t, gw.Endpoint, &armed, func(resp *http.Response) io.ReadCloser {
+		return &cuttingBodyFake{rc: resp.Body, after: 64 << 10}
+	})
+	s := gw.store(t, func(o *Options) { o.Endpoint = proxy })
 	st := storetest.OpenStore(t)
 	a := padArtifact(t, storetest.ExportAt(t, st, 100, nil), 1<<20)
 	if _, err := artifact.Upload(t.Context(), s, "k", a.Dir); err != nil {
@@ -500,7 +498,7 @@ func TestS3DownloadCutIsTransport(t *testing.T) {
 	}
 	armed.Store(true)
 	dest := filepath.Join(t.TempDir(), "fold")
-	_, err = artifact.Download(t.Context(), s, "k", dest, artifact.DownloadOptions{})
+	_, err := artifact.Download(t.Context(), s, "k", dest, artifact.DownloadOptions{})
 	if !errors.Is(err, artifact.ErrTransport) || errors.Is(err, artifact.ErrArtifactInvalid) {
 		t.Fatalf("cut download: err = %v, want ErrTransport and not ErrArtifactInvalid", err)
 	}

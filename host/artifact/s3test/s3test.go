@@ -4,7 +4,6 @@
 package s3test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -21,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/foldhost/foldhost/internal/syncbuf"
 )
 
 const (
@@ -78,7 +77,7 @@ func Start(t testing.TB) *Server {
 	l.Close()
 	args[1] = addr
 
-	var logBuf lockedBuffer
+	var logBuf syncbuf.Buffer
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
 	if err := cmd.Start(); err != nil {
@@ -136,24 +135,6 @@ func (s *Server) NewBucket(t testing.TB) string {
 		t.Fatalf("create bucket: %v", err)
 	}
 	return name
-}
-
-// lockedBuffer collects a child's output for failure logs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // DeleteBucket deletes every object in bucket, then the bucket, so that
