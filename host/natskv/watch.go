@@ -232,11 +232,26 @@ type consumer struct {
 
 // close unsubscribes, then drains: the client's delivery callback may be
 // blocked sending into the watcher's channel; it only exits (and the channel
-// only closes) once that send completes.
+// only closes) once that send completes. The drain gives up after a quiet
+// second: a subscription that ended while the client was still creating it
+// (a cancelled creation) never closes the channel (the client sets its
+// close handler after subscribing), and a drain waiting for that would
+// hang a shutdown.
 func (c consumer) close() {
 	_ = c.kw.Stop()
 	c.cancel()
-	for range c.kw.Updates() {
+	quiet := time.NewTimer(time.Second)
+	defer quiet.Stop()
+	for {
+		select {
+		case _, ok := <-c.kw.Updates():
+			if !ok {
+				return
+			}
+			quiet.Reset(time.Second)
+		case <-quiet.C:
+			return
+		}
 	}
 }
 
