@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/internal/files"
+	"github.com/foldhost/foldhost/protocol"
 )
 
 // BootstrapOptions tune Bootstrap.
@@ -77,8 +79,19 @@ func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions)
 	}
 	defer lk.Unlock()
 	clearStaleImports(f.DataDir)
+	// A store that folded nothing (what a first run against an empty
+	// bucket leaves) is replaced, but only once an artifact to replace it
+	// with was found and checked: without one it stays as it was.
+	replaceEmpty := false
 	if entries, err := os.ReadDir(f.DataDir); err == nil && len(entries) > 0 {
-		return BootstrapResult{}, fmt.Errorf("fold %s already has data in %s: bootstrap only fills an empty fold (to replace it, stop foldhost and move the directory aside)", f.Name, f.DataDir)
+		empty, err := emptyStore(f.DataDir)
+		if err != nil {
+			return BootstrapResult{}, fmt.Errorf("fold %s: %s: %w", f.Name, f.DataDir, err)
+		}
+		if !empty {
+			return BootstrapResult{}, fmt.Errorf("fold %s already has data in %s: bootstrap only fills an empty fold (to replace it, stop foldhost and move the directory aside)", f.Name, f.DataDir)
+		}
+		replaceEmpty = true
 	}
 
 	res := BootstrapResult{Fold: f.Name, Key: f.ArtifactKey, Store: o.Artifacts.Where}
@@ -96,6 +109,11 @@ func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions)
 			}
 			if bo.OnManifest != nil {
 				bo.OnManifest(m)
+			}
+			if replaceEmpty {
+				if err := os.RemoveAll(f.DataDir); err != nil {
+					return fmt.Errorf("fold %s: removing its empty store: %w", f.Name, err)
+				}
 			}
 			return nil
 		},
@@ -151,8 +169,9 @@ func clearStaleImports(dataDir string) {
 }
 
 // pluginMismatch says when the artifact's views were made by another
-// plugin build than the fold's: the views come across as they are, and the
-// fold's plugin applies every update from now on. "" when they match.
+// plugin build than the fold's: the fold rebuilds them at its next start if
+// its plugin's view schema differs (or the artifact has none), else they
+// come across as they are. "" when they match.
 func pluginMismatch(f FoldOptions, m artifact.Manifest) string {
 	var theirs fold.PluginIdentity
 	if m.PluginIdentity != nil {
@@ -174,11 +193,47 @@ func pluginMismatch(f FoldOptions, m artifact.Manifest) string {
 	case theirs.SHA256 == ours:
 		return ""
 	case theirs.SHA256 == "":
-		return fmt.Sprintf("the artifact has no plugin views (a raw-only fold); fold %s's plugin starts from empty views", f.Name)
+		return fmt.Sprintf("the artifact has no plugin views (a raw-only fold); fold %s's plugin rebuilds them from the raw fold when it starts", f.Name)
 	case ours == "":
 		return fmt.Sprintf("the artifact's views were made by plugin %s %s (sha256 %.12s); fold %s runs no plugin, so they will not be updated",
 			theirs.Name, theirs.Version, theirs.SHA256, f.Name)
 	}
-	return fmt.Sprintf("the artifact's views were made by plugin %s %s (sha256 %.12s), fold %s runs sha256 %.12s; the views come across as they are",
-		theirs.Name, theirs.Version, theirs.SHA256, f.Name, ours)
+	return fmt.Sprintf("the artifact's views were made by plugin %s %s (sha256 %.12s, view schema %d), fold %s runs sha256 %.12s: if its view schema differs, the fold rebuilds the views when it starts, else they come across as they are",
+		theirs.Name, theirs.Version, theirs.SHA256, theirs.ViewSchema, f.Name, ours)
+}
+
+// emptyStore reports whether dir holds a fold store that folded nothing:
+// no cursor, no raw or view entry, no repair begun. A directory that is not
+// a pebble database is not opened (opening would create one in it): it is
+// "not empty". A store held by a running foldhost is an error
+// (fold.ErrLocked).
+func emptyStore(dir string) (bool, error) {
+	if m, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*")); len(m) == 0 {
+		return false, nil
+	}
+	st, cur, err := fold.Open(dir, fold.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return false, err
+	}
+	defer st.Close()
+	if cur.Rev != protocol.NoRevision || cur.EvictionSeen {
+		return false, nil
+	}
+	if has, err := anyRawKey(st); has || err != nil {
+		return false, err
+	}
+	errFound := errors.New("found")
+	if err := st.ViewRange(nil, func(_, _ []byte) error { return errFound }); err != nil {
+		return false, ignore(err, errFound)
+	}
+	pending, err := st.RepairPending()
+	return !pending && err == nil, err
+}
+
+// ignore is err, nil when it is target.
+func ignore(err, target error) error {
+	if errors.Is(err, target) {
+		return nil
+	}
+	return err
 }

@@ -78,13 +78,23 @@ type ExportResult struct {
 	LeaseCompleted time.Time `json:"lease_completed,omitzero"`
 	Forced         bool      `json:"forced,omitempty"`
 	TookMS         int64     `json:"took_ms"`
+	// Reason says why a round skipped without asking for the lease:
+	// SkipEmpty. "" for a lease skip.
+	Reason string `json:"reason,omitempty"`
 	// Error says why a round failed (outcome failed).
 	Error string `json:"error,omitempty"`
 }
 
+// SkipEmpty is the Reason of a round skipped because the fold has folded
+// nothing yet (no cursor): there is nothing to publish, which is no failure.
+const SkipEmpty = "empty"
+
 func (r ExportResult) String() string {
 	switch r.Outcome {
 	case ExportSkipped:
+		if r.Reason == SkipEmpty {
+			return fmt.Sprintf("fold %s: skipped: the fold has folded nothing yet (no cursor): nothing to export", r.Fold)
+		}
 		what := "its round has not completed: it is still running, or it died (the lease then holds until it expires)"
 		if !r.LeaseCompleted.IsZero() {
 			what = "it completed a round at " + r.LeaseCompleted.Format(time.RFC3339) + ", and a round holds the key for lease_ttl"
@@ -148,7 +158,8 @@ func (e *exporter) round(ctx context.Context, o FoldOptions, store *fold.Store, 
 	start := time.Now()
 	res := ExportResult{Fold: o.Name, Key: o.ArtifactKey, Store: e.o.Where, Forced: force}
 	if store.Cursor().Rev == protocol.NoRevision {
-		return res, errors.New("nothing folded yet (no cursor): nothing to export")
+		res.Outcome, res.Reason = ExportSkipped, SkipEmpty
+		return res, nil
 	}
 	var ls *lease.Lease
 	if !force && e.nc != nil {
@@ -220,8 +231,14 @@ func (f *Fold) exportRound(ctx context.Context, force bool) (ExportResult, error
 	if loop == nil {
 		return ExportResult{Fold: f.o.Name}, errors.New("the fold is not running yet")
 	}
-	if st := f.state.Load(); st == httpapi.StateFailed || st == httpapi.StateStopped {
+	if st := f.state.Load(); st == httpapi.StateFailed || st == httpapi.StateStopped || st == httpapi.StateDraining {
 		return ExportResult{Fold: f.o.Name}, fmt.Errorf("the fold is %s: export it with 'foldhost export' once foldhost is stopped", st)
+	} else if st == httpapi.StatePaused {
+		return ExportResult{Fold: f.o.Name}, errors.New("the fold is paused: resume it to export (a round runs on the fold's live watch)")
+	} else if st == httpapi.StateRepairing {
+		// The repair runs with no loop, so the round could not run on
+		// one anyway (a stopped loop refuses): say why.
+		return ExportResult{Fold: f.o.Name}, errors.New("the fold is repairing an expired cursor: no artifact of a half-repaired store; the next round after the repair exports")
 	}
 	res, err := f.h.exp.round(ctx, f.o, f.store, loop, force)
 	if err != nil {

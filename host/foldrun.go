@@ -14,6 +14,7 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/repair"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -29,7 +30,8 @@ type Fold struct {
 	plugin *plugin     // nil: a raw-only fold
 	origin fold.Origin // what the store folds: checked against the config at Start
 
-	state                 atomic.Value // httpapi.State
+	state                 *stateCell
+	sup                   supervisor
 	ready                 atomic.Bool
 	headAtStart, lastSeq  atomic.Uint64
 	delivered, rejected   atomic.Uint64
@@ -37,14 +39,25 @@ type Fold struct {
 	pluginErrs, commitErr atomic.Uint64
 	lastErr               atomic.Pointer[string]
 
+	rb   rebuilds
+	dead deadLetters
+
+	repairMu    sync.Mutex
+	repairs     httpapi.RepairStatus
+	pinned      atomic.Pointer[fold.Snapshot] // the pre-repair state readers see while a repair runs
+	onRepair    func(repair.Progress)         // RepairStopped's progress, if set
+	sawEviction atomic.Bool                   // a retention reading showed eviction (the memo may still be uncommitted)
+
 	loop   atomic.Pointer[fold.Loop]       // the live loop rounds run on
 	runCtx atomic.Pointer[context.Context] // the fold's context while it runs
 	export exportState
 }
 
 var (
-	_ httpapi.Fold     = (*Fold)(nil)
-	_ httpapi.Exporter = (*Fold)(nil)
+	_ httpapi.Fold         = (*Fold)(nil)
+	_ httpapi.Exporter     = (*Fold)(nil)
+	_ httpapi.Controller   = (*Fold)(nil)
+	_ httpapi.DeadLetterer = (*Fold)(nil)
 )
 
 // newFold opens the fold's store and clears its export staging dir
@@ -53,13 +66,21 @@ var (
 // bootstrap left.
 func newFold(o FoldOptions, h *Host) (*Fold, error) {
 	f := &Fold{o: o, h: h, log: h.log.With("fold", o.Name)}
-	f.state.Store(httpapi.StateStarting)
+	f.state = newStateCell(f.log)
+	f.sup.wake = make(chan struct{}, 1)
+	f.dead.stored.Store(-1) // counted on first demand
 	st, _, err := fold.Open(o.DataDir, fold.Options{Sync: o.Sync, Logger: f.log})
 	if err != nil {
 		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
 	}
 	f.store = st
 	clearStaleImportsIfIdle(o.DataDir)
+	// A repair's scratch store is left only by a process that died
+	// mid-repair (the store's lock, now held, keeps every other out).
+	if err := os.RemoveAll(RepairDir(o.DataDir)); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("fold %s: clearing a stale repair scratch dir: %w", o.Name, err)
+	}
 	if err := resetStageDir(o); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
@@ -76,31 +97,45 @@ func (f *Fold) closeStore() {
 // Name implements httpapi.Fold.
 func (f *Fold) Name() string { return f.o.Name }
 
-// Snapshot implements httpapi.Fold.
-func (f *Fold) Snapshot() (*fold.Snapshot, error) { return f.store.Snapshot() }
+// Snapshot implements httpapi.Fold. While a repair runs it is a share of the
+// pre-repair state: a reader never sees a half-repaired fold.
+func (f *Fold) Snapshot() (*fold.Snapshot, error) {
+	if p := f.pinned.Load(); p != nil {
+		if sn, err := p.Share(); err == nil {
+			return sn, nil
+		}
+		// Unpinned meanwhile: the repair is over, the store is whole.
+	}
+	return f.store.Snapshot()
+}
 
 // Status implements httpapi.Fold.
 func (f *Fold) Status() httpapi.Status {
 	cur := f.store.Cursor() // memory; valid after Close too
 	last := f.lastSeq.Load()
+	state, since := f.state.get()
 	st := httpapi.Status{
 		Name:          f.o.Name,
 		Bucket:        f.o.Bucket,
 		Scope:         append([]string{}, f.o.Scope...),
-		State:         f.state.Load().(httpapi.State),
+		State:         state,
+		StateSince:    since.UTC(),
 		Ready:         f.ready.Load(),
 		Cursor:        uint64(cur.Rev),
 		EvictionSeen:  cur.EvictionSeen,
 		StreamLastSeq: last,
 		HeadAtStart:   f.headAtStart.Load(),
 		Repair:        f.o.Repair.String(),
+		Repairs:       f.repairStatus(),
+		Rebuild:       f.rebuildStatus(),
+		DeadLetters:   f.deadLetterStatus(),
 		DataDir:       f.o.DataDir,
 	}
 	if last > st.Cursor {
 		st.Lag = last - st.Cursor
 	}
 	if f.plugin != nil {
-		st.Plugin = f.plugin.Status().Module // the module running now (it changes on reload)
+		st.Plugin = f.plugin.status()
 	}
 	d, rej := f.delivered.Load(), f.rejected.Load()
 	st.Counters = httpapi.Counters{
@@ -127,6 +162,12 @@ func (f *Fold) Status() httpapi.Status {
 			st.Reason = fmt.Sprintf("hydrating: cursor %d, stream head at start %d", st.Cursor, st.HeadAtStart)
 		case httpapi.StateFailed:
 			st.Reason = "failed: " + st.LastError
+		case httpapi.StateRepairing:
+			st.Reason = "repairing an expired cursor: reads answer from the fold as it was before the repair"
+		case httpapi.StateRebuilding:
+			st.Reason = "rebuilding the views through a new plugin before following: reads answer from the old views"
+		case httpapi.StatePaused:
+			st.Reason = fmt.Sprintf("paused by an operator at cursor %d; resume it to follow again", st.Cursor)
 		default:
 			st.Reason = string(st.State)
 		}
@@ -139,16 +180,18 @@ func (f *Fold) setErr(err error) {
 	f.lastErr.Store(&s)
 }
 
-// run folds until ctx is done (nil: the pending batch was flushed) or the
-// fold stops on an error, which it returns. Every goroutine it starts is
-// done when it returns; the store stays open.
+// run folds until ctx is done, then flushes the pending batch. A watch
+// that fails leaves the fold failed (served at its cursor, its head still
+// polled) until a retry (supervise); run returns the failure the fold was
+// in when ctx ended, nil if none. Every goroutine it starts is done when
+// it returns; the store stays open.
 func (f *Fold) run(ctx context.Context) error {
-	if ret, _, err := f.bucket.Retention(ctx); err != nil {
-		f.log.Warn("could not read the stream head; the watch will retry", "err", err)
+	// No loop runs yet: the eviction memo may be committed directly.
+	if ret, err := f.retention(ctx, f.store.Commit); err != nil {
+		f.log.Warn("could not read the stream's retention; the watch will retry", "err", err)
 		f.setErr(err)
 	} else {
 		f.headAtStart.Store(uint64(ret.Last))
-		f.lastSeq.Store(uint64(ret.Last))
 	}
 	cur := f.store.Cursor()
 	mode := "resume"
@@ -157,73 +200,100 @@ func (f *Fold) run(ctx context.Context) error {
 	}
 	f.log.Info("fold starting", "bucket", f.o.Bucket, "scope", natskv.Scope{Prefixes: f.o.Scope}.String(),
 		"mode", mode, "cursor", cur.Rev, "stream_head", f.headAtStart.Load(), "data_dir", f.o.DataDir)
-	if f.o.Repair != protocol.RepairNone {
-		f.log.Warn("repair mode is configured, but cursor-expiry repair is not implemented yet: a fold whose cursor expired stops",
-			"repair", f.o.Repair.String())
-	}
-	f.state.Store(httpapi.StateHydrating)
-
 	start := time.Now()
 	bg, stopBG := context.WithCancel(ctx)
 	var bgWG sync.WaitGroup
 	defer func() {
 		stopBG()
-		bgWG.Wait() // an export round in flight ends before the store closes
+		bgWG.Wait()    // an export round in flight ends before the store closes
+		f.rb.wg.Wait() // and a live view rebuild
 	}()
 	f.runCtx.Store(&bg)
 	bgWG.Go(func() { f.pollHead(bg) })
 	bgWG.Go(func() { f.logProgress(bg, start) })
 	bgWG.Go(func() { f.exportEvery(bg) })
 
-	var applier fold.Plugin = fold.NopPlugin
-	if f.plugin != nil {
-		applier = f.plugin
-	}
-	feed := f.bucket.Feed(natskv.Scope{Prefixes: f.o.Scope}, natskv.WatchOptions{Buffer: f.o.Buffer, Stream: f.origin.StreamCreated})
-	cur, err := fold.Follow(ctx, feed, f.store, applier, fold.FollowConfig{
-		OnLoop: func(l *fold.Loop) { f.loop.Store(l) },
-		Loop: fold.LoopConfig{
-			Window:        f.o.BatchWindow,
-			MaxBatch:      f.o.BatchSize,
-			OnApplied:     f.onApplied,
-			OnSynced:      func(c protocol.Cursor) { f.onSynced(c, start) },
-			OnPluginError: func(error) { f.pluginErrs.Add(1) },
-			OnCommitError: func(err error) {
-				f.commitErr.Add(1)
-				f.setErr(err)
+	applier, feed := f.applier(), f.feed()
+	return f.supervise(ctx, func(ctx context.Context, rebuild string) (protocol.Cursor, error) {
+		if rebuild != "" {
+			err := f.rebuildBeforeFollowing(ctx, rebuild)
+			f.sup.mu.Lock()
+			f.sup.rebuilding = false // reloads reach the plugin again (offerModule)
+			f.sup.mu.Unlock()
+			if err != nil {
+				return f.store.Cursor(), err
+			}
+			f.state.Store(httpapi.StateHydrating)
+		}
+		return fold.Follow(ctx, feed, f.store, applier, fold.FollowConfig{
+			OnLoop: func(l *fold.Loop) { f.loop.Store(l) },
+			Repair: func(ctx context.Context, cause error) (fold.Source, error) {
+				return f.repair(ctx, feed, applier, cause)
 			},
-			Logger: f.log,
-		},
+			Loop: fold.LoopConfig{
+				Window:        f.o.BatchWindow,
+				MaxBatch:      f.o.BatchSize,
+				OnApplied:     f.onApplied,
+				OnSynced:      func(c protocol.Cursor) { f.onSynced(c, start) },
+				OnPluginError: func(error) { f.pluginErrs.Add(1) },
+				Poison:        f.poisonHook(),
+				OnCommitError: func(err error) {
+					f.commitErr.Add(1)
+					f.setErr(err)
+				},
+				Logger: f.log,
+			},
+		})
 	})
-	if err != nil {
-		f.state.Store(httpapi.StateFailed)
-		f.setErr(err)
-		f.log.Error("fold stopped on an error; its store is still served at its cursor", "cursor", cur.Rev, "err", err, "hint", hint(err))
-		return err
+}
+
+// applier is what applies the fold's batches: its plugin, or nothing for a
+// raw-only fold.
+func (f *Fold) applier() fold.Plugin {
+	if f.plugin != nil {
+		return recording{f: f, inner: f.plugin}
 	}
-	f.state.Store(httpapi.StateStopped)
-	f.log.Info("fold stopped", "cursor", cur.Rev, "delivered_since_start", f.delivered.Load())
-	return nil
+	return fold.NopPlugin
+}
+
+// feed is the fold's watch source: its bucket and scope, on the stream its
+// store records.
+func (f *Fold) feed() fold.Feed {
+	return f.bucket.Feed(natskv.Scope{Prefixes: f.o.Scope}, natskv.WatchOptions{Buffer: f.o.Buffer, Stream: f.origin.StreamCreated})
 }
 
 // hint tells an operator what a fold-stopping error means.
 func hint(err error) string {
 	switch {
 	case errors.Is(err, fold.ErrCursorExpired):
-		return "NATS no longer retains revisions after the fold's cursor; cursor-expiry repair is not implemented yet: move the data_dir aside to re-fold from scratch"
+		return "NATS no longer retains revisions after the fold's cursor, and the repair could not run (see the error)"
 	case errors.Is(err, fold.ErrCursorBeyondHead):
 		return "the fold's cursor is past the stream's last revision: the bucket was probably deleted and recreated; move the data_dir aside to re-fold from scratch"
 	case errors.Is(err, fold.ErrPlugin):
-		return "the plugin failed on a batch; nothing of it was committed; fix the plugin (or the data) and restart"
+		return "the plugin failed on a batch; nothing of it was committed; drop a fixed module in place (the fold retries with it), or fix the data and resume (SIGHUP)"
 	case errors.Is(err, fold.ErrCommitFailures):
-		return "the store kept refusing commits (disk full? permissions?); fix the disk and restart"
+		return "the store kept refusing commits (disk full? permissions?); fix the disk and resume (SIGHUP)"
 	case errors.Is(err, fold.ErrCorrupt):
 		return "the store is corrupt; restore it (move the data_dir aside to re-fold from scratch)"
 	}
 	return ""
 }
 
+// poisonHook is the loop's Poison for on_plugin_error = "skip", nil
+// otherwise (a plugin error stops the fold).
+func (f *Fold) poisonHook() func(fold.Update, error) fold.DeadLetter {
+	if f.o.OnPluginError != PluginErrorSkip || f.plugin == nil {
+		return nil
+	}
+	return f.poison
+}
+
 func (f *Fold) onApplied(a fold.Applied) {
+	if a.DeadLettered > 0 {
+		f.dead.skipped.Add(uint64(a.DeadLettered))
+		f.dead.pending.Store(true)
+		f.pruneDeadLetters()
+	}
 	f.delivered.Add(uint64(a.Updates))
 	f.rejected.Add(uint64(a.Rejected))
 	f.batches.Add(1)
@@ -254,14 +324,23 @@ func (f *Fold) pollHead(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			ret, _, err := f.bucket.Retention(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					f.log.Debug("stream head poll failed", "err", err)
+			// The retention read also records the eviction memo, through
+			// the live loop (never beside an apply); without a loop (a
+			// repair runs) the next poll or the repair records it.
+			_, err := f.retention(ctx, func(c fold.Commit) error {
+				l := f.loop.Load()
+				if l == nil {
+					return fold.ErrLoopStopped
 				}
-				continue
+				return l.Do(ctx, func(_ context.Context, t fold.Target) error {
+					c.Cursor = t.Cursor() // the loop may have moved it since
+					c.Cursor.EvictionSeen = true
+					return t.Commit(c)
+				})
+			})
+			if err != nil && ctx.Err() == nil {
+				f.log.Debug("stream head poll failed", "err", err)
 			}
-			f.lastSeq.Store(uint64(ret.Last))
 		}
 	}
 }
@@ -295,6 +374,7 @@ func (f *Fold) logProgress(ctx context.Context, start time.Time) {
 // hidden sibling of its data dir (".<name>.export"), so on its filesystem
 // (the checkpoint hard-links sstables).
 func StageDir(dataDir string) string {
+	dataDir = filepath.Clean(dataDir)
 	return filepath.Join(filepath.Dir(dataDir), "."+filepath.Base(dataDir)+".export")
 }
 

@@ -102,6 +102,15 @@ func (h *Host) Start(ctx context.Context) (err error) {
 		return err
 	}
 	h.metrics.Track(h.httpFolds())
+	if h.o.Admin.NATS {
+		actx, cancel := context.WithCancel(context.Background())
+		stop, err := h.serveAdmin(actx)
+		if err != nil {
+			cancel()
+			return err
+		}
+		h.closers = append(h.closers, func() { cancel(); stop() })
+	}
 	return nil
 }
 
@@ -233,25 +242,40 @@ func (h *Host) httpFolds() []httpapi.Fold {
 // Handler serves the host's HTTP API (package httpapi) over its folds:
 // health, readiness, metrics, status, reads, export. Valid after Start.
 func (h *Host) Handler() http.Handler {
-	return httpapi.NewHandler(httpapi.Options{Folds: h.httpFolds(), Metrics: h.metrics, Logger: h.log})
+	return httpapi.NewHandler(httpapi.Options{Folds: h.httpFolds(), Metrics: h.metrics, Logger: h.log, AdminToken: h.o.AdminToken})
 }
 
 // ReloadPlugins validates every fold's plugin file again and swaps each
 // changed one in at its fold's next batch boundary; a module that fails
-// validation is refused and the running one stays. It returns the
-// refusals. (Plugin files are also watched; this is the explicit request,
-// SIGHUP for the CLI.)
+// validation is refused and the running one stays. A failed fold (not a
+// paused one) is retried from its cursor, whatever stopped it. It returns
+// the refusals. (Plugin files are also watched; this is the explicit
+// request, SIGHUP for the CLI.)
 func (h *Host) ReloadPlugins(ctx context.Context) error {
 	var errs []error
 	for _, f := range h.folds {
-		if f.plugin == nil {
-			continue
-		}
-		if err := f.plugin.reload(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("fold %s: %w", f.o.Name, err))
+		if err := f.Reload(ctx); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Reload validates the fold's plugin file again and swaps it in at the
+// next batch boundary if it changed (a file that fails validation is
+// refused: the error); a failed fold is retried from its cursor either way
+// (the operator fixed what stopped it, or wants to see it fail again).
+func (f *Fold) Reload(ctx context.Context) error {
+	var err error
+	if f.plugin != nil {
+		if err = f.plugin.reload(ctx); err != nil {
+			err = fmt.Errorf("fold %s: %w", f.o.Name, err)
+		}
+	}
+	if err == nil {
+		f.retryIfFailed("reload requested")
+	}
+	return err
 }
 
 // Store returns a fold's store, for reads while the host runs (the status

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -199,6 +200,24 @@ func TestShutdownWithCallsInFlight(t *testing.T) {
 	srv.Close()
 	client.CloseIdleConnections()
 	base.Check(t)
+}
+
+// waitState waits until f is in state want; on the deadline it fails with
+// the fold's whole status (what it was doing instead).
+func waitState(t testing.TB, f *host.Fold, want httpapi.State) httpapi.Status {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		st := f.Status()
+		if st.State == want {
+			return st
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.MarshalIndent(st, "", "  ")
+			t.Fatalf("fold %s not %s within 2m; its status:\n%s", f.Name(), want, b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func waitFor(t testing.TB, cond func() bool) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/foldhost/foldhost/host/artifact"
@@ -32,9 +33,32 @@ type Options struct {
 	// ProgressInterval is how often a hydrating fold logs its progress;
 	// default DefaultProgressInterval.
 	ProgressInterval time.Duration
+	// Admin configures the admin service over NATS (off by default).
+	Admin AdminOptions
+	// AdminToken, if set, is the bearer token the HTTP API's admin
+	// actions (POSTs) must carry; unset, they are served on a loopback
+	// listener only (httpapi.Options.AdminToken). The CLI reads it from
+	// the environment (AdminTokenEnv), never from the config file.
+	AdminToken string
 	// Logger receives the host's log; default slog.Default().
 	Logger *slog.Logger
 }
+
+// AdminTokenEnv is the environment variable the CLI takes the admin token
+// from.
+// OnPluginError policies.
+const (
+	PluginErrorStop = "stop"
+	PluginErrorSkip = "skip"
+)
+
+// Dead letter bounds' defaults.
+const (
+	DefaultDeadLetterMax    = 10000
+	DefaultDeadLetterMaxAge = 7 * 24 * time.Hour
+)
+
+const AdminTokenEnv = "FOLDHOST_ADMIN_TOKEN"
 
 // FoldOptions configure one fold.
 type FoldOptions struct {
@@ -61,6 +85,18 @@ type FoldOptions struct {
 	// PluginRetries: how often a failed batch is retried on a fresh
 	// instance; default wasm.DefaultRetries, wasm.NoRetries for none.
 	PluginRetries int
+	// OnPluginError is what a batch the plugin fails (after its retries)
+	// does to the fold: PluginErrorStop (the default) stops it, failed,
+	// nothing of the batch committed; PluginErrorSkip isolates the
+	// update(s) the plugin fails on alone, commits the rest, and records
+	// each skipped one as a dead letter (its raw entry committed, its view
+	// effect not; the cursor covers it).
+	OnPluginError string
+	// DeadLetterMax and DeadLetterMaxAge bound the dead letters kept
+	// (oldest dropped first); defaults DefaultDeadLetterMax and
+	// DefaultDeadLetterMaxAge.
+	DeadLetterMax    int
+	DeadLetterMaxAge time.Duration
 	// DataDir is the fold's store (required). Nothing else may be in it.
 	DataDir string
 	// BatchWindow, BatchSize: a batch closes BatchWindow after its first
@@ -75,9 +111,11 @@ type FoldOptions struct {
 	ExportInterval time.Duration
 	// ArtifactKey names the fold's artifacts and lease; default Name.
 	ArtifactKey string
-	// Repair is the cursor-expiry repair mode (stored and reported; the
-	// repair itself is not implemented yet: an expired cursor stops the
-	// fold).
+	// Repair is the cursor-expiry repair mode. The zero value is
+	// protocol.RepairNone (re-list, never delete); the config file's
+	// default is auto. RepairRestore needs Artifacts.Store; auto without
+	// one stops a fold whose planned repair is a restore
+	// (fold.ErrRepairRefused).
 	Repair protocol.RepairMode
 	// Sync fsyncs every commit.
 	Sync bool
@@ -182,6 +220,24 @@ func (o Options) withDefaults() (Options, error) {
 	if a.Store != nil && a.Holder == "" {
 		bad("artifacts: Holder is required with a Store")
 	}
+	if o.Admin.Subject == "" {
+		o.Admin.Subject = DefaultAdminSubject
+	}
+	if o.Admin.Node == "" {
+		o.Admin.Node = o.Artifacts.Holder
+	}
+	if o.Admin.Node == "" {
+		o.Admin.Node = "node"
+	}
+	for _, tok := range strings.Split(o.Admin.Subject, ".") {
+		if tok == "" || strings.ContainsAny(tok, " \t*>") {
+			bad("admin: Subject %q is not a NATS subject of plain tokens", o.Admin.Subject)
+			break
+		}
+	}
+	if o.Admin.Node == "" || strings.ContainsAny(o.Admin.Node, " \t*>.") {
+		bad("admin: Node %q must be one NATS subject token (no dots, spaces, * or >)", o.Admin.Node)
+	}
 	names := map[string]bool{}
 	o.Folds = append([]FoldOptions(nil), o.Folds...)
 	for i := range o.Folds {
@@ -211,8 +267,24 @@ func (o Options) withDefaults() (Options, error) {
 		if f.Buffer <= 0 {
 			f.Buffer = DefaultBuffer
 		}
+		switch f.OnPluginError {
+		case "":
+			f.OnPluginError = PluginErrorStop
+		case PluginErrorStop, PluginErrorSkip:
+		default:
+			bad("fold %q: OnPluginError %q: want %q or %q", f.Name, f.OnPluginError, PluginErrorStop, PluginErrorSkip)
+		}
+		if f.DeadLetterMax <= 0 {
+			f.DeadLetterMax = DefaultDeadLetterMax
+		}
+		if f.DeadLetterMaxAge <= 0 {
+			f.DeadLetterMaxAge = DefaultDeadLetterMaxAge
+		}
 		if err := (natskv.Scope{Prefixes: f.Scope}).Validate(); err != nil {
 			bad("fold %q: %v", f.Name, err)
+		}
+		if f.Repair == protocol.RepairRestore && o.Artifacts.Store == nil {
+			bad("fold %q: repair %q needs an artifact store to restore from (Artifacts.Store)", f.Name, f.Repair)
 		}
 		f.CreateBucket.Name = f.Bucket
 		if f.CreateBucket.History == 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/wasm"
 )
 
@@ -38,6 +39,13 @@ func (f *Fold) loadPlugin(ctx context.Context) error {
 		MemoryLimitPages: uint32(f.o.PluginMemoryMB) * 16, // 64 KiB pages; 0: the default
 		MaxModuleBytes:   f.o.PluginMaxBytes,
 		Retries:          f.o.PluginRetries,
+		Adopt:            func(m *wasm.Module) bool { return f.offerModule(m) },
+		OnReload: func(rl wasm.Reload) {
+			if rl.Outcome == wasm.ReloadAccepted {
+				// A fold the old module failed retries with the new one.
+				f.retryIfFailed("plugin reload accepted: module " + shortSHA(rl.Module))
+			}
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("fold %s: %w", f.o.Name, err)
@@ -62,6 +70,19 @@ func (f *Fold) loadPlugin(ctx context.Context) error {
 // reload validates the plugin file again and swaps it in at the next
 // batch boundary if it changed; a module that fails validation is refused.
 func (p *plugin) reload(ctx context.Context) error { return p.rt.Reload(ctx, p.Plugin, p.path) }
+
+// status is the plugin's part of the fold's status.
+func (p *plugin) status() httpapi.PluginStatus {
+	ws := p.Status()
+	st := httpapi.PluginStatus{PluginIdentity: ws.Module,
+		Reloads: httpapi.PluginReloads{Accepted: ws.ReloadsAccepted, Refused: ws.ReloadsRefused}}
+	if rl := ws.LastReload; rl != nil {
+		st.LastReload = &httpapi.PluginReload{At: rl.At.UTC(), Outcome: rl.Outcome, Module: rl.Module, Reason: rl.Reason}
+	}
+	return st
+}
+
+func shortSHA(sha string) string { return sha[:min(len(sha), 12)] }
 
 // closePlugin stops the file watch (a reload in flight uses the runtime),
 // then releases the plugin and its runtime. Called once the fold stopped.

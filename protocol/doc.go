@@ -3,12 +3,7 @@
 // no imports outside the standard library (a test enforces both). Time, when a
 // decision needs it, is a parameter.
 //
-// Production code calls these functions; it never re-implements them. Eight
-// are specified, not wired yet: the cursor-expiry repair that will call them
-// is not built (an expired cursor stops the fold): [Retention.HasEvicted],
-// [ListingIsTruth], [ListingTruth], [PlanRepair], [CursorlessStartNeedsRepair],
-// [RestoreAhead], [RestoreAllowed] and [RestoreKey]. The models verify them
-// all the same. The exhaustive model tests in this package (model_*_test.go) call the same
+// Production code calls these functions; it never re-implements them. The exhaustive model tests in this package (model_*_test.go) call the same
 // functions, and express each mutation by forging a kernel's input, never by
 // re-implementing a decision. A change to a kernel is therefore re-verified
 // against every bounded state space on the next test run.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact/s3test"
+	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 )
 
@@ -221,6 +222,24 @@ lease_ttl = "1s"
 		if _, err := os.Stat(d); !os.IsNotExist(err) {
 			t.Errorf("%s after a refused bootstrap: %v", d, err)
 		}
+	}
+
+	// A store that folded nothing (a first run against an empty bucket):
+	// its export is skipped ("empty", exit 0), a bootstrap with no
+	// artifact says so and leaves it, one with an artifact replaces it.
+	empty, _, err := fold.Open(bData, fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty.Close()
+	if code, out, errOut := runCLI(t, nil, "export", "--config", bCfg, "--json"); code != 0 || !strings.Contains(out, `"outcome":"skipped"`) || !strings.Contains(out, `"reason":"empty"`) {
+		t.Errorf("export of an empty fold: exit %d: %s %s", code, out, errOut)
+	}
+	if code, _, errOut := runCLI(t, nil, "bootstrap", "--config", bCfg, "--key", "nothing"); code != exitFailure || !strings.Contains(errOut, `no artifact published under key "nothing"`) {
+		t.Errorf("bootstrap of an empty fold from a missing key: exit %d: %s", code, errOut)
+	}
+	if m, _ := filepath.Glob(filepath.Join(bData, "MANIFEST-*")); len(m) == 0 {
+		t.Error("the empty store is gone after a bootstrap that found no artifact")
 	}
 
 	// What an import killed mid-way left beside the fold: removed.

@@ -320,15 +320,27 @@ type inProcess struct {
 // only when the config runs the embedded server).
 func runInProcess(t *testing.T, dir, cfgText string) *inProcess {
 	t.Helper()
+	return runInProcessEnv(t, dir, cfgText, nil)
+}
+
+// runInProcessEnv is runInProcess with env as the process environment.
+func runInProcessEnv(t *testing.T, dir, cfgText string, env map[string]string) *inProcess {
+	t.Helper()
 	cfgPath := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &inProcess{exit: make(chan int, 1), cancel: cancel, out: &syncbuf.Buffer{}, errb: &syncbuf.Buffer{}}
-	t.Cleanup(cancel)
-	c := &cli{ctx: ctx, stdout: d.out, stderr: d.errb, getenv: noEnv}
-	go func() { d.exit <- c.main([]string{"run", "--config", cfgPath}) }()
+	done := make(chan struct{})
+	// Joined at cleanup (which runs before the TempDir's removal): a daemon
+	// still writing its embedded NATS store makes the removal fail.
+	t.Cleanup(func() { cancel(); <-done })
+	c := &cli{ctx: ctx, stdout: d.out, stderr: d.errb, getenv: envOf(env)}
+	go func() {
+		defer close(done)
+		d.exit <- c.main([]string{"run", "--config", cfgPath})
+	}()
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("stderr:\n%s", d.errb.String())

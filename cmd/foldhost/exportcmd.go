@@ -37,6 +37,9 @@ without the lease: safe, since the pointer never moves backward. A stopped
 fold on the embedded NATS server (a single node) is exported without the
 lease.
 
+A fold that has folded nothing yet (no cursor) has nothing to export: its
+round is "skipped" with "reason": "empty", which is no failure.
+
 Prints one line per fold (--json: one JSON object per fold, "outcome":
 "failed" with "error" for a failed round) and exits 1 if any round failed.`
 
@@ -71,7 +74,7 @@ func cmdExport(c *cli, args []string) error {
 	for _, f := range folds {
 		res, err := host.ExportStopped(c.ctx, opts, f.Name, *force)
 		if errors.Is(err, fold.ErrLocked) {
-			res, err = exportViaDaemon(c.ctx, cfg, f, *force, log)
+			res, err = exportViaDaemon(c.ctx, cfg, f, *force, c.adminToken(), log)
 		}
 		switch {
 		case errors.Is(err, host.ErrNoStore):
@@ -98,21 +101,38 @@ func cmdExport(c *cli, args []string) error {
 
 // exportViaDaemon asks the running foldhost that holds the fold's store to
 // run the round on its live fold, through its HTTP API.
-func exportViaDaemon(ctx context.Context, cfg *config.Config, f config.FoldConfig, force bool, log *slog.Logger) (host.ExportResult, error) {
+func exportViaDaemon(ctx context.Context, cfg *config.Config, f config.FoldConfig, force bool, token string, log *slog.Logger) (host.ExportResult, error) {
+	base, err := daemonURL(cfg)
+	if err != nil {
+		return host.ExportResult{}, fmt.Errorf("the fold's store is held by a running foldhost: %w", err)
+	}
+	log.Info("the fold is running: exporting through the daemon's HTTP API", "url", base)
+	var res host.ExportResult
+	if err := httpapi.Export(ctx, base, f.Name, force, token, &res); err != nil {
+		return host.ExportResult{}, fmt.Errorf("the fold's store is held by a running foldhost, whose API answered: %w", err)
+	}
+	return res, nil
+}
+
+// daemonURL is the base URL of the running daemon's HTTP API, from the
+// config's http.addr (an unspecified host is asked on loopback).
+func daemonURL(cfg *config.Config) (string, error) {
 	h, port, _ := net.SplitHostPort(cfg.HTTP.Addr) // validated
 	if port == "0" {
-		return host.ExportResult{}, fmt.Errorf("the fold's store is held by a running foldhost whose HTTP port is not configured (http.addr %s): POST /v1/folds/%s/export to the address it printed", cfg.HTTP.Addr, f.Name)
+		return "", fmt.Errorf("its HTTP port is not configured (http.addr %s): POST to the address it printed", cfg.HTTP.Addr)
 	}
 	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
 		h = "127.0.0.1"
 	}
-	base := "http://" + net.JoinHostPort(h, port)
-	log.Info("the fold is running: exporting through the daemon's HTTP API", "url", base)
-	var res host.ExportResult
-	if err := httpapi.Export(ctx, base, f.Name, force, &res); err != nil {
-		return host.ExportResult{}, fmt.Errorf("the fold's store is held by a running foldhost, whose API answered: %w", err)
-	}
-	return res, nil
+	return "http://" + net.JoinHostPort(h, port), nil
+}
+
+// adminToken is the admin token the commands send to the daemon (and the
+// daemon requires): the environment's FOLDHOST_ADMIN_TOKEN, trimmed (a
+// token file read into the variable brings its newline).
+func (c *cli) adminToken() string {
+	v, _ := c.getenv(host.AdminTokenEnv)
+	return strings.TrimSpace(v)
 }
 
 // multiFlag is a repeatable string flag.
@@ -128,8 +148,10 @@ and the manifest, opens the staged copy and checks its cursor, then moves it
 into the fold's data_dir in one rename. A following 'foldhost run' resumes
 from the artifact's cursor and receives only the updates written since.
 
-Refuses (and downloads nothing) when the fold's data_dir is not empty, or
-when the artifact was exported from another bucket or scope. A failed or
+Refuses (and downloads nothing) when the fold's data_dir holds a store that
+folded something, or when the artifact was exported from another bucket or
+scope. A store that folded nothing (no cursor, no entry: what a first run
+against an empty bucket leaves) is replaced, once an artifact was found. A failed or
 interrupted bootstrap leaves the data_dir as it was. Progress goes to stderr.`
 
 func cmdBootstrap(c *cli, args []string) error {

@@ -55,6 +55,8 @@ func commands() []command {
 		{"demo", "a self-contained tour on embedded defaults (embedded NATS, example plugin)", cmdDemo},
 		{"export", "export folds as artifacts to the artifact store now", cmdExport},
 		{"bootstrap", "fill an empty fold from the newest published artifact", cmdBootstrap},
+		{"repair", "repair a stopped fold now (key listing or artifact restore)", cmdRepair},
+		{"admin", "pause, resume, reload, rebuild or replay dead letters of a running fold", cmdAdmin},
 		{"bench", "benchmark a fold end to end (not implemented yet)", reserved("bench")},
 	}
 }

@@ -47,6 +47,24 @@ func (p *progress) update(done, total int64, what string) {
 	}
 }
 
+// status shows a line of figures for work of unknown size: redrawn in place
+// on a terminal, otherwise printed once per interval.
+func (p *progress) status(what string) {
+	if p.tty {
+		if time.Since(p.last) < 100*time.Millisecond {
+			return
+		}
+		p.last = time.Now()
+		fmt.Fprintf(p.w, "\r\033[K   %s", what)
+		p.drawn = true
+		return
+	}
+	if time.Since(p.last) >= p.every {
+		p.last = time.Now()
+		fmt.Fprintf(p.w, "%s%s\n", p.prefix, what)
+	}
+}
+
 // end finishes a drawn bar's line.
 func (p *progress) end() {
 	if p.drawn {

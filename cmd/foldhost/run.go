@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,16 +33,25 @@ SIGINT or SIGTERM shuts down gracefully: every fold flushes its pending
 batch, then the HTTP server, stores and NATS are closed. A second signal,
 or a shutdown that takes longer than shutdown_grace, exits at once (exit
 code 1). Signals work from the moment the process starts, also while
-plugins load. SIGHUP reloads every fold's plugin.
+plugins load. SIGHUP reloads every fold's plugin and retries every failed
+fold from its cursor.
 
 Each store records what it folds (bucket, scope, the stream's identity); a
 store that records another source than its fold's config is refused with
 both named. --adopt FOLD accepts it once and records the config's: for a
 store that really is that fold's (its bucket restored into a new stream).
 
-A fold that stops on an error (expired cursor, plugin failure) keeps being
-served frozen at its cursor, /readyz answers 503 naming it, and 'run' exits
-with code 1 when it is later shut down.`
+A fold whose watch stops on an error (a plugin failure, an expired cursor
+that cannot be repaired) is "failed": it keeps being served frozen at its
+cursor with its lag still measured, /readyz answers 503 naming it, and it
+retries from its cursor when its plugin file changes to a module that
+validates, on SIGHUP, or on POST /v1/folds/NAME/resume. If it is still
+failed at shutdown, 'run' exits with code 1.
+
+POSTs to the HTTP API (export, pause, resume, reload, rebuild) are admin actions,
+logged with their caller: served on a loopback [http] addr only, unless the
+environment sets FOLDHOST_ADMIN_TOKEN, which every POST must then bear
+("Authorization: Bearer TOKEN").`
 
 func cmdRun(c *cli, args []string) error {
 	fs := c.flagSet("run", "run [--config FILE] [--adopt FOLD]...", runAbout)
@@ -65,6 +75,7 @@ func cmdRun(c *cli, args []string) error {
 	for i := range opts.Folds {
 		opts.Folds[i].Adopt = slices.Contains(adopt, opts.Folds[i].Name)
 	}
+	opts.AdminToken = c.adminToken()
 	h, err := host.New(opts)
 	if err != nil {
 		return err
@@ -117,8 +128,12 @@ func serveHTTP(addr string, h http.Handler, log *slog.Logger, stdout io.Writer) 
 	if err != nil {
 		return nil, fmt.Errorf("http: %w", err)
 	}
-	if host, _, _ := net.SplitHostPort(addr); !isLoopbackHost(host) {
-		log.Warn("the HTTP API has no authentication and listens beyond loopback", "addr", addr)
+	if lh, _, _ := net.SplitHostPort(addr); !isLoopbackHost(lh) {
+		if v, _ := os.LookupEnv(host.AdminTokenEnv); strings.TrimSpace(v) == "" {
+			log.Warn("the HTTP API listens beyond loopback: its reads are open to every client, its admin actions (POST) refused until "+host.AdminTokenEnv+" is set", "addr", addr)
+		} else {
+			log.Warn("the HTTP API listens beyond loopback: its reads are open to every client, its admin actions (POST) need the admin token", "addr", addr)
+		}
 	}
 	// No Read or WriteTimeout: an export through POST runs as long as its
 	// round (a ReadTimeout would also cancel its request's context), and

@@ -20,6 +20,12 @@ var (
 	// folds ([fold.Store.SetOrigin]): its manifest could not say.
 	ErrNoOrigin = errors.New("the store does not record what it folds")
 
+	// ErrRepairPending: Export refuses a store a repair began on and has
+	// not finished (fold.Store.RepairPending): some of its data is newer
+	// than its cursor, and no artifact may carry that. The fold's next
+	// repair finishes it.
+	ErrRepairPending = errors.New("a repair of the store began and has not finished")
+
 	// ErrTransport: the artifact store could not be reached, or a transfer
 	// broke off (a refused or cut connection, a stall, a timeout, a server
 	// error). Nothing is known to be wrong with the artifact: retry.

@@ -40,6 +40,11 @@ import (
 // the store may later compact away: upload it, then remove it.
 func Export(store *fold.Store, stageParent string) (dir string, m Manifest, err error) {
 	live := store.Cursor()
+	if pending, err := store.RepairPending(); err != nil {
+		return "", Manifest{}, fmt.Errorf("artifact: %w", err)
+	} else if pending {
+		return "", Manifest{}, fmt.Errorf("artifact: export: %w", ErrRepairPending)
+	}
 	src, ok, err := store.Origin()
 	if err != nil {
 		return "", Manifest{}, fmt.Errorf("artifact: %w", err)

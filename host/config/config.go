@@ -42,6 +42,7 @@ type Config struct {
 	ShutdownGrace time.Duration
 	NATS          NATSConfig
 	HTTP          HTTPConfig
+	Admin         AdminConfig
 	Log           LogConfig
 	Artifacts     ArtifactsConfig
 	Folds         []FoldConfig
@@ -105,6 +106,14 @@ type HTTPConfig struct {
 	Addr string // default 127.0.0.1:8080
 }
 
+// AdminConfig is [admin]: the admin service over NATS (host.AdminOptions).
+type AdminConfig struct {
+	NATS           bool   // serve it; default false
+	Subject        string // default host.DefaultAdminSubject
+	Node           string // default artifacts.holder
+	AllowAnonymous bool
+}
+
 // LogConfig configures log/slog output (stderr).
 type LogConfig struct {
 	Level            string        // debug | info | warn | error; default info
@@ -128,7 +137,12 @@ type FoldConfig struct {
 	PluginMemoryMB    int
 	PluginMaxMB       int
 	PluginRetries     int
-	DataDir           string // default <data_dir>/folds/<name>
+	// OnPluginError: "stop" (default) or "skip" (host.FoldOptions);
+	// DeadLetterMax and DeadLetterMaxAge bound the dead letters of "skip".
+	OnPluginError    string
+	DeadLetterMax    int
+	DeadLetterMaxAge time.Duration
+	DataDir          string // default <data_dir>/folds/<name>
 	// BatchWindow, BatchSize and Buffer tune the applied loop
 	// (fold.LoopConfig.Window, .MaxBatch, fold.FollowConfig.Buffer).
 	BatchWindow time.Duration
@@ -139,8 +153,7 @@ type FoldConfig struct {
 	// artifacts in the store and its lease; default Name.
 	ExportInterval time.Duration
 	ArtifactKey    string
-	// Repair is stored and reported; cursor-expiry repair itself is not
-	// implemented yet (a fold whose cursor expired stops).
+	// Repair is the cursor-expiry repair mode; default auto.
 	Repair protocol.RepairMode
 	Sync   bool
 	// CreateBucket applies only when the bucket does not exist yet.
@@ -272,6 +285,13 @@ func (c *Config) extract(root *table) {
 	h.str("addr", &c.HTTP.Addr)
 	h.done()
 
+	a := root.sub("admin")
+	a.boolean("nats", &c.Admin.NATS)
+	a.str("subject", &c.Admin.Subject)
+	a.str("node", &c.Admin.Node)
+	a.boolean("allow_anonymous", &c.Admin.AllowAnonymous)
+	a.done()
+
 	l := root.sub("log")
 	l.str("level", &c.Log.Level)
 	l.str("format", &c.Log.Format)
@@ -312,6 +332,20 @@ func extractFold(f *table) FoldConfig {
 		f.problem("plugin_retries", "must be between 0 and 100, got %d", retries)
 	}
 	fc.PluginMemoryMB, fc.PluginRetries = clampInt(memMB), clampInt(retries)
+	fc.OnPluginError = host.PluginErrorStop
+	f.str("on_plugin_error", &fc.OnPluginError)
+	if fc.OnPluginError != host.PluginErrorStop && fc.OnPluginError != host.PluginErrorSkip {
+		f.problem("on_plugin_error", "must be %q or %q, got %q", host.PluginErrorStop, host.PluginErrorSkip, fc.OnPluginError)
+	}
+	dlMax := int64(host.DefaultDeadLetterMax)
+	if f.integer("deadletter_max", &dlMax) && (dlMax < 1 || dlMax > 1_000_000) {
+		f.problem("deadletter_max", "must be between 1 and 1000000, got %d", dlMax)
+	}
+	fc.DeadLetterMax = clampInt(dlMax)
+	fc.DeadLetterMaxAge = host.DefaultDeadLetterMaxAge
+	if f.duration("deadletter_max_age", &fc.DeadLetterMaxAge) && fc.DeadLetterMaxAge < time.Minute {
+		f.problem("deadletter_max_age", "must be at least 1m, got %v", fc.DeadLetterMaxAge)
+	}
 	f.str("data_dir", &fc.DataDir)
 	if f.duration("export_interval", &fc.ExportInterval) && fc.ExportInterval != 0 && fc.ExportInterval < time.Second {
 		f.problem("export_interval", "must be 0 (no periodic export) or at least 1s, got %v", fc.ExportInterval)
@@ -328,6 +362,7 @@ func extractFold(f *table) FoldConfig {
 	}
 	fc.BatchSize, fc.Buffer = clampInt(batch), clampInt(buffer)
 	f.str("repair", &repair)
+	fc.Repair = protocol.RepairAuto
 	if repair != "" {
 		if err := fc.Repair.UnmarshalText([]byte(repair)); err != nil {
 			f.problem("repair", "%q is not a repair mode: want none, relist, restore or auto", repair)

@@ -89,7 +89,8 @@ func TestConfigDefaults(t *testing.T) {
 			Name: "a", Bucket: "a", DataDir: filepath.Join(dir, "data", "folds", "a"), ArtifactKey: "a",
 			BatchWindow: fold.DefaultWindow, BatchSize: fold.DefaultMaxBatch, Buffer: 256, PluginMemoryMB: 256, PluginRetries: 2,
 			PluginCallTimeout: wasm.DefaultCallTimeout, PluginMaxMB: 64,
-			Repair: protocol.RepairNone, CreateBucket: natskv.BucketConfig{Name: "a", History: 1, Replicas: 1},
+			OnPluginError: "stop", DeadLetterMax: 10000, DeadLetterMaxAge: 7 * 24 * time.Hour,
+			Repair: protocol.RepairAuto, CreateBucket: natskv.BucketConfig{Name: "a", History: 1, Replicas: 1},
 		}},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -120,11 +121,14 @@ name = "r"
 bucket = "routes"
 scope = ["route.", "tenant.a."]
 plugin = "router.wasm"
+on_plugin_error = "skip"
+deadletter_max = 50
+deadletter_max_age = "1h"
 data_dir = "r-data"
 batch_window = "25ms"
 batch_size = 1024
 buffer = 4096
-repair = "auto"
+repair = "relist"
 sync = true
 [fold.create_bucket]
 history = 5
@@ -144,7 +148,8 @@ limit_marker_ttl = "1m"
 	want := FoldConfig{
 		Name: "r", Bucket: "routes", Scope: []string{"route.", "tenant.a."},
 		Plugin: filepath.Join(dir, "router.wasm"), DataDir: filepath.Join(dir, "r-data"), ArtifactKey: "r",
-		BatchWindow: 25 * time.Millisecond, BatchSize: 1024, Buffer: 4096, Repair: protocol.RepairAuto, Sync: true, PluginMemoryMB: 256, PluginRetries: 2,
+		BatchWindow: 25 * time.Millisecond, BatchSize: 1024, Buffer: 4096, Repair: protocol.RepairRelist, Sync: true, PluginMemoryMB: 256, PluginRetries: 2,
+		OnPluginError: "skip", DeadLetterMax: 50, DeadLetterMaxAge: time.Hour,
 		PluginCallTimeout: wasm.DefaultCallTimeout, PluginMaxMB: 64,
 		CreateBucket: natskv.BucketConfig{Name: "routes", History: 5, MaxAge: 24 * time.Hour, MaxBytes: 1 << 20,
 			Replicas: 3, Memory: true, LimitMarkerTTL: time.Minute},
@@ -392,6 +397,8 @@ func TestConfigStructureErrors(t *testing.T) {
 		{"short marker ttl", "[[fold]]\nname = \"a\"\n[fold.create_bucket]\nlimit_marker_ttl = \"10ms\"\n", "at least 1s"},
 		{"plugin memory", "[[fold]]\nname = \"a\"\nplugin_memory_mb = 0\n", "plugin_memory_mb: must be between 1 and 4096"},
 		{"plugin retries", "[[fold]]\nname = \"a\"\nplugin_retries = -1\n", "plugin_retries: must be between 0 and 100"},
+		{"on plugin error", "[[fold]]\nname = \"a\"\non_plugin_error = \"ignore\"\n", "on_plugin_error: must be \"stop\" or \"skip\""},
+		{"dead letters", "[[fold]]\nname = \"a\"\ndeadletter_max = 0\n", "deadletter_max: must be between 1 and 1000000"},
 		{"plugin timeout", "[[fold]]\nname = \"a\"\nplugin_call_timeout = \"-1s\"\n", "plugin_call_timeout: must be >= 0"},
 		{"syntax", "[[fold]]\nname = \"a\"\nbatch_size = = 3\n", "line 3: syntax:"},
 		{"duplicate key", "[[fold]]\nname = \"a\"\nname = \"b\"\n", "line 3: syntax:"},

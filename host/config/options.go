@@ -26,6 +26,7 @@ func (c *Config) HostOptions(log *slog.Logger) (host.Options, error) {
 		HeadPollInterval: c.NATS.HeadPollInterval,
 		ProgressInterval: c.Log.ProgressInterval,
 		Logger:           log,
+		Admin:            host.AdminOptions{NATS: c.Admin.NATS, Subject: c.Admin.Subject, Node: c.Admin.Node, AllowAnonymous: c.Admin.AllowAnonymous},
 		NATS: host.NATSOptions{
 			Conn:            c.NATS.ConnOptions(c.NATS.URL),
 			RequestTimeout:  c.NATS.RequestTimeout,
@@ -55,6 +56,7 @@ func (c *Config) HostOptions(log *slog.Logger) (host.Options, error) {
 			Name: f.Name, Bucket: f.Bucket, Scope: f.Scope,
 			Plugin: f.Plugin, PluginCallTimeout: timeout, PluginMemoryMB: f.PluginMemoryMB,
 			PluginMaxBytes: int64(f.PluginMaxMB) << 20, PluginRetries: retries,
+			OnPluginError: f.OnPluginError, DeadLetterMax: f.DeadLetterMax, DeadLetterMaxAge: f.DeadLetterMaxAge,
 			DataDir: f.DataDir, BatchWindow: f.BatchWindow, BatchSize: f.BatchSize, Buffer: f.Buffer,
 			ExportInterval: f.ExportInterval, ArtifactKey: f.ArtifactKey,
 			Repair: f.Repair, Sync: f.Sync, CreateBucket: f.CreateBucket,

@@ -47,7 +47,32 @@ type Commit struct {
 	// (which plugin build produced the views). nil leaves it unchanged; an
 	// empty non-nil slice stores an empty identity.
 	PluginIdentity []byte
+	// Repair sets or clears the store's repair mark (the zero value
+	// leaves it): a repair's batches commit data newer than the cursor
+	// they carry, and the mark says so until its last commit moves the
+	// cursor ([Store.RepairPending]).
+	Repair RepairMark
+	// Activate, when set, switches the fold's views to this shadow (a
+	// rebuild's) in this commit: Views are written to it, it becomes the
+	// views every read sees, and the old views are deleted. A shadow that
+	// is no longer the store's is refused with ErrShadowStale.
+	Activate *Shadow
+	// DeadLetters are recorded with the commit (LoopConfig.Poison); a
+	// dead letter of a revision already recorded replaces it. Dead letters
+	// whose revision is in ClearDeadLetters are deleted (a replay that
+	// folded them).
+	DeadLetters      []DeadLetter
+	ClearDeadLetters []protocol.Revision
 }
+
+// RepairMark is what a commit does to the store's repair mark.
+type RepairMark uint8
+
+const (
+	RepairKeep  RepairMark = iota // leave the mark as it is
+	RepairBegin                   // set it: data newer than the cursor follows
+	RepairEnd                     // clear it: the data matches the cursor again
+)
 
 // Commit applies c atomically: raw updates, view mutations, the cursor and
 // the plugin identity go into one pebble batch, so after any crash the store
@@ -83,10 +108,18 @@ func (s *Store) Commit(c Commit) error {
 	if c.Cursor.Rev < stored.Rev || (stored.EvictionSeen && !c.Cursor.EvictionSeen) {
 		return &CursorRegressionError{Stored: stored, Proposed: c.Cursor}
 	}
+	view := s.viewSpace()
+	if c.Activate != nil {
+		if c.Activate.s != s || !c.Activate.live() {
+			return ErrShadowStale
+		}
+		view = c.Activate.space
+	}
 
 	b := s.db.NewBatch()
 	defer b.Close()
 	var key []byte
+	var err error
 	for _, u := range c.Raw {
 		key = appendKey(key[:0], spaceRaw, u.Key)
 		if u.Op != OpPut {
@@ -102,15 +135,23 @@ func (s *Store) Commit(c Commit) error {
 			return fmt.Errorf("fold: commit: batch: %w", err)
 		}
 	}
-	for _, m := range c.Views {
-		key = appendKey(key[:0], spaceView, m.Key)
-		var err error
-		if m.Op == ViewDelete {
-			err = b.Delete(key, nil)
-		} else {
-			err = b.Set(key, m.Value, nil)
+	if err := putViews(b, view, c.Views); err != nil {
+		return fmt.Errorf("fold: commit: %w", err)
+	}
+	if err := putDeadLetters(b, c.DeadLetters); err != nil {
+		return fmt.Errorf("fold: commit: %w", err)
+	}
+	for _, rev := range c.ClearDeadLetters {
+		if err := b.Delete(deadKey(rev), nil); err != nil {
+			return fmt.Errorf("fold: commit: batch: %w", err)
 		}
-		if err != nil {
+	}
+	if c.Activate != nil {
+		lower, upper := prefixBounds(otherView(view), "")
+		if err := b.Set(metaViewKey, []byte{view}, nil); err != nil {
+			return fmt.Errorf("fold: commit: batch: %w", err)
+		}
+		if err := b.DeleteRange(lower, upper, nil); err != nil {
 			return fmt.Errorf("fold: commit: batch: %w", err)
 		}
 	}
@@ -119,6 +160,15 @@ func (s *Store) Commit(c Commit) error {
 			return fmt.Errorf("fold: commit: batch: %w", err)
 		}
 	}
+	switch c.Repair {
+	case RepairBegin:
+		err = b.Set(metaRepairKey, nil, nil)
+	case RepairEnd:
+		err = b.Delete(metaRepairKey, nil)
+	}
+	if err != nil {
+		return fmt.Errorf("fold: commit: batch: %w", err)
+	}
 	cur, err := c.Cursor.MarshalBinary()
 	if err != nil {
 		return fmt.Errorf("fold: commit: encode cursor %v: %w", c.Cursor, err)
@@ -126,11 +176,20 @@ func (s *Store) Commit(c Commit) error {
 	if err := b.Set(metaCursorKey, cur, nil); err != nil {
 		return fmt.Errorf("fold: commit: batch: %w", err)
 	}
+	if c.Activate != nil {
+		// No Store view read between the switch and the flip below.
+		s.viewMu.Lock()
+		defer s.viewMu.Unlock()
+	}
 	if err := s.db.Apply(b, s.write); err != nil {
 		return fmt.Errorf("fold: commit at cursor %v: %w", c.Cursor, err)
 	}
 	next := c.Cursor
 	s.cursor.Store(&next)
+	if c.Activate != nil {
+		s.view.Store(uint32(view))
+		s.shadow.CompareAndSwap(c.Activate, nil)
+	}
 	return nil
 }
 
@@ -153,6 +212,9 @@ func validate(c *Commit) error {
 		case m.Op != ViewPut && m.Op != ViewDelete:
 			return fmt.Errorf("%w: view mutation %d (%q): unknown op %v", ErrInvalidCommit, i, m.Key, m.Op)
 		}
+	}
+	if c.Repair > RepairEnd {
+		return fmt.Errorf("%w: repair mark %d", ErrInvalidCommit, c.Repair)
 	}
 	return nil
 }

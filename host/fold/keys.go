@@ -6,6 +6,12 @@ const (
 	spaceMeta byte = 'm'
 	spaceRaw  byte = 'r'
 	spaceView byte = 'v'
+	// spaceView2 is the other view keyspace: the views live in one of the
+	// two (metaViewKey says which; 'v' when absent), and a rebuild writes
+	// the other one as a shadow, switched in by one commit (Shadow).
+	spaceView2 byte = 'w'
+	// spaceDead holds the dead letters (DeadLetter), keyed by revision.
+	spaceDead byte = 'd'
 )
 
 // Metadata keys (under spaceMeta).
@@ -14,7 +20,17 @@ var (
 	metaCursorKey = []byte{spaceMeta, 'c', 'u', 'r', 's', 'o', 'r'}
 	metaPluginKey = []byte{spaceMeta, 'p', 'l', 'u', 'g', 'i', 'n'}
 	metaOriginKey = []byte{spaceMeta, 'o', 'r', 'i', 'g', 'i', 'n'}
+	metaRepairKey = []byte{spaceMeta, 'r', 'e', 'p', 'a', 'i', 'r'}
+	metaViewKey   = []byte{spaceMeta, 'v', 'i', 'e', 'w'}
 )
+
+// otherView is the view keyspace that is not space.
+func otherView(space byte) byte {
+	if space == spaceView {
+		return spaceView2
+	}
+	return spaceView
+}
 
 // appendKey appends the pebble key of name in keyspace space to dst.
 func appendKey[T string | []byte](dst []byte, space byte, name T) []byte {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/foldhost/foldhost/protocol"
@@ -49,6 +50,14 @@ type LoopConfig struct {
 	// stops). OnCommitError likewise with each failed commit (the batch is
 	// kept and retried, unless the error stops the loop).
 	OnPluginError, OnCommitError func(error)
+	// Poison, if set, makes the loop skip what the plugin cannot fold
+	// instead of stopping: a batch the plugin fails is split in halves,
+	// each part applied and committed on its own (in revision order, so
+	// the cursor moves forward part by part), down to single updates; an
+	// update the plugin fails alone is committed to the raw fold only (the
+	// views skip it), with the DeadLetter Poison makes of it, and the
+	// cursor covers it. A cancelled context still stops the loop.
+	Poison func(Update, error) DeadLetter
 	// Clock is the loop's time (the batch window, the retry backoff, the
 	// Applied durations); default the real clock. A simulation passes its
 	// own to drive the loop step by step.
@@ -62,8 +71,11 @@ type Applied struct {
 	Cursor   protocol.Cursor
 	Updates  int // updates in the batch (re-queued ones included)
 	Rejected int
-	Views    int           // view mutations committed
-	Took     time.Duration // apply + commit
+	Views    int // view mutations committed
+	// DeadLettered: updates of the batch the plugin failed on alone,
+	// committed raw only (LoopConfig.Poison).
+	DeadLettered int
+	Took         time.Duration // apply + commit
 }
 
 // Errors that stop the loop.
@@ -99,6 +111,7 @@ type Loop struct {
 	failures int
 	synced   bool // the source's Synced marker was seen
 	reported bool // OnSynced was called
+	stopping bool // the context ended: the last flush runs
 }
 
 type request struct {
@@ -168,6 +181,7 @@ func (l *Loop) Run(ctx context.Context, src Source) (protocol.Cursor, error) {
 	for {
 		select {
 		case <-ctx.Done():
+			l.stopping = true
 			return l.finish(context.WithoutCancel(ctx), nil)
 		case ev, ok := <-events:
 			// Take what the source already buffered with single-channel
@@ -262,47 +276,120 @@ func (l *Loop) flush(ctx context.Context) error {
 		if l.cfg.OnPluginError != nil {
 			l.cfg.OnPluginError(err)
 		}
+		if l.cfg.Poison != nil && l.stopping {
+			// Shutdown's last flush: no bisection (each failing call can
+			// cost the plugin's deadline and retries). Nothing of the batch
+			// is committed; the resume re-delivers and isolates it.
+			l.cfg.Logger.Warn("fold: at shutdown the plugin failed the pending batch; it is left to the resume",
+				"updates", len(l.pending), "err", err)
+			clear(l.pending)
+			l.pending = l.pending[:0]
+			return nil
+		}
+		if l.cfg.Poison != nil && ctx.Err() == nil {
+			return l.isolate(ctx, err)
+		}
 		first, last := l.pending[0].Rev, l.pending[len(l.pending)-1].Rev
 		return fmt.Errorf("%w on the batch of revisions %d..%d (nothing committed, cursor stays at %v): %w",
 			ErrPlugin, first, last, l.store.Cursor(), err)
 	}
+	if done, err := l.commitPart(l.pending, out, nil, start); !done {
+		return err
+	}
+	clear(l.pending) // drop value references
+	l.pending = l.pending[:0]
+	l.reportSynced()
+	return nil
+}
+
+// commitPart commits part (a prefix of the pending batch, in revision
+// order) with the plugin's output and dead letters, and reports it. A
+// failed commit returns done false, with the error when the fold must
+// stop (nil: keep the batch pending, retried later).
+func (l *Loop) commitPart(part []Update, out Output, dead []DeadLetter, start time.Time) (done bool, err error) {
 	l.revs = l.revs[:0]
 	var highTime int64
 	var high protocol.Revision
-	for i := range l.pending {
-		u := &l.pending[i]
+	for i := range part {
+		u := &part[i]
 		l.revs = append(l.revs, u.Rev)
 		if u.Rev > high {
 			high, highTime = u.Rev, u.Time
 		}
 	}
 	cursor := protocol.CursorAfterBatch(l.store.Cursor(), l.revs, highTime)
-	err = l.store.Commit(Commit{Raw: l.pending, Views: out.Views, Cursor: cursor, PluginIdentity: out.Identity})
+	err = l.store.Commit(Commit{Raw: part, Views: out.Views, Cursor: cursor, PluginIdentity: out.Identity, DeadLetters: dead})
 	if err != nil {
 		if l.cfg.OnCommitError != nil {
 			l.cfg.OnCommitError(err)
 		}
 		if errors.Is(err, ErrCursorRegression) || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidCommit) {
-			return err // broken invariant or no store: retrying cannot help
+			return false, err // broken invariant or no store: retrying cannot help
 		}
 		l.failures++
 		if l.failures >= l.cfg.MaxCommitFailures {
-			return fmt.Errorf("%w (%d): last: %w", ErrCommitFailures, l.failures, err)
+			return false, fmt.Errorf("%w (%d): last: %w", ErrCommitFailures, l.failures, err)
 		}
 		l.cfg.Logger.Warn("fold: commit failed; batch kept for retry",
 			"updates", len(l.pending), "failures", l.failures, "err", err)
-		return nil
+		return false, nil
 	}
-	n := len(l.pending)
-	clear(l.pending) // drop value references
-	l.pending = l.pending[:0]
 	l.failures = 0
 	if l.cfg.OnApplied != nil {
-		l.cfg.OnApplied(Applied{Cursor: cursor, Updates: n, Rejected: out.Rejected, Views: len(out.Views), Took: l.cfg.Clock.Now().Sub(start)})
+		l.cfg.OnApplied(Applied{Cursor: cursor, Updates: len(part), Rejected: out.Rejected, Views: len(out.Views),
+			DeadLettered: len(dead), Took: l.cfg.Clock.Now().Sub(start)})
 	}
-	l.reportSynced()
-	return nil
+	return true, nil
 }
+
+// isolate folds the pending batch, which the plugin failed (cause), part
+// by part (LoopConfig.Poison). What is committed leaves the pending batch;
+// a failed commit keeps the rest pending (retried, and isolated again, by
+// a later flush).
+func (l *Loop) isolate(ctx context.Context, cause error) error {
+	batch := slices.Clone(l.pending)
+	committed := 0
+	commit := func(part []Update, out Output, dead []DeadLetter, start time.Time) error {
+		if done, err := l.commitPart(part, out, dead, start); !done {
+			return errKeepPending{err}
+		}
+		committed += len(part)
+		return nil
+	}
+	err := Bisect(batch, cause, func(part []Update) (error, error) {
+		start := l.cfg.Clock.Now()
+		out, err := l.plugin.Apply(ctx, part, l.store)
+		if err == nil {
+			return nil, commit(part, out, nil, start)
+		}
+		if l.cfg.OnPluginError != nil {
+			l.cfg.OnPluginError(err)
+		}
+		if ctx.Err() != nil {
+			return nil, errKeepPending{nil} // shutdown: the rest stays for the last flush, then the resume
+		}
+		return err, nil
+	}, func(u Update, failed error) error {
+		return commit([]Update{u}, Output{}, []DeadLetter{l.cfg.Poison(u, failed)}, l.cfg.Clock.Now())
+	})
+	rest := batch[committed:]
+	clear(l.pending)
+	l.pending = append(l.pending[:0], rest...)
+	var keep errKeepPending
+	if errors.As(err, &keep) {
+		return keep.err // nil: a transient commit failure, the rest stays pending
+	}
+	if err == nil {
+		l.reportSynced()
+	}
+	return err
+}
+
+// errKeepPending carries a failed commit out of isolate's recursion: err
+// stops the fold, nil keeps the rest of the batch pending.
+type errKeepPending struct{ err error }
+
+func (e errKeepPending) Error() string { return fmt.Sprint("commit failed: ", e.err) }
 
 func (l *Loop) reportSynced() {
 	if l.synced && !l.reported {

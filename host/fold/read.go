@@ -1,6 +1,7 @@
 package fold
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -87,7 +88,9 @@ func (s *Store) ViewGet(key []byte) ([]byte, bool, error) {
 		return nil, false, ErrClosed
 	}
 	defer s.gate.exit()
-	return viewGet(s.db, key)
+	s.viewMu.RLock()
+	defer s.viewMu.RUnlock()
+	return viewGet(s.db, s.viewSpace(), key)
 }
 
 // ViewRange implements [Reader], with RawRange's consistency.
@@ -96,7 +99,9 @@ func (s *Store) ViewRange(prefix []byte, fn func(key, value []byte) error) error
 		return ErrClosed
 	}
 	defer s.gate.exit()
-	return viewRange(s.db, prefix, fn)
+	s.viewMu.RLock()
+	defer s.viewMu.RUnlock()
+	return viewRange(s.db, s.viewSpace(), prefix, fn)
 }
 
 // PluginIdentity implements [Reader].
@@ -123,8 +128,8 @@ func getRaw(r pebble.Reader, key string) (Entry, bool, error) {
 	return Entry{Rev: rev, Value: value}, true, nil
 }
 
-func viewGet(r pebble.Reader, key []byte) ([]byte, bool, error) {
-	v, ok, err := getCopy(r, appendKey(nil, spaceView, key))
+func viewGet(r pebble.Reader, space byte, key []byte) ([]byte, bool, error) {
+	v, ok, err := getCopy(r, appendKey(nil, space, key))
 	if err != nil {
 		return nil, false, fmt.Errorf("fold: view get %q: %w", key, err)
 	}
@@ -153,15 +158,29 @@ func rawKeys(r pebble.Reader, prefix string, fn func([]byte) error) error {
 	return scan(r, spaceRaw, prefix, false, func(key, _ []byte) error { return fn(key) })
 }
 
-func viewRange(r pebble.Reader, prefix []byte, fn func(key, value []byte) error) error {
-	return scan(r, spaceView, prefix, true, fn)
+func viewRange(r pebble.Reader, space byte, prefix []byte, fn func(key, value []byte) error) error {
+	return scan(r, space, prefix, true, fn)
 }
 
 // scan iterates the keys of space starting with prefix, in order, calling fn
 // with the key (space byte stripped) and, if values, the stored value.
 // Errors from fn are returned unchanged; pebble's are wrapped.
 func scan[T string | []byte](r pebble.Reader, space byte, prefix T, values bool, fn func(key, value []byte) error) error {
+	return scanAfter(r, space, prefix, nil, values, fn)
+}
+
+// scanAfter is scan over the keys greater than after (nil: all).
+func scanAfter[T string | []byte](r pebble.Reader, space byte, prefix T, after []byte, values bool, fn func(key, value []byte) error) error {
 	lower, upper := prefixBounds(space, prefix)
+	if after != nil {
+		// The smallest key greater than after: after followed by 0x00.
+		if from := append(appendKey(nil, space, after), 0); bytes.Compare(from, lower) > 0 {
+			lower = from
+		}
+		if bytes.Compare(lower, upper) >= 0 {
+			return nil
+		}
+	}
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return fmt.Errorf("fold: range %c%q: %w", space, prefix, err)
@@ -185,4 +204,31 @@ func scan[T string | []byte](r pebble.Reader, space byte, prefix T, values bool,
 		return fmt.Errorf("fold: range %c%q: %w", space, prefix, err)
 	}
 	return nil
+}
+
+// RepairPending reports whether a repair began on the store and has not
+// finished ([Commit.Repair]): some of its data may be newer than its
+// cursor, so reads cannot claim the cursor describes them exactly, and no
+// artifact should be made of it. The next repair (the cursor is still the
+// expired one) finishes it.
+func (s *Store) RepairPending() (bool, error) {
+	if !s.gate.enter() {
+		return false, ErrClosed
+	}
+	defer s.gate.exit()
+	return repairPending(s.db)
+}
+
+// RepairPending is [Store.RepairPending] at the Snapshot's instant.
+func (sn *Snapshot) RepairPending() (bool, error) {
+	if !sn.enter() {
+		return false, ErrClosed
+	}
+	defer sn.s.gate.exit()
+	return repairPending(sn.snap)
+}
+
+func repairPending(r pebble.Reader) (bool, error) {
+	_, ok, err := getCopy(r, metaRepairKey)
+	return ok, err
 }

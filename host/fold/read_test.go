@@ -280,3 +280,47 @@ func TestDigest(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotShare: a share reads the same instant as the snapshot it came
+// from, outlives it, and is released with the store; the pebble snapshot
+// is closed once, by the last share (a double close would panic in pebble
+// or report an error from Store.Close).
+func TestSnapshotShare(t *testing.T) {
+	s, _ := openTemp(t, Options{})
+	mustCommit(t, s, Commit{Raw: []Update{put("a", 1, "one")}, Cursor: cursorAt(1)})
+	sn, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := sn.Share()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCommit(t, s, Commit{Raw: []Update{put("a", 2, "two")}, Cursor: cursorAt(2)})
+	if err := sn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sn.Share(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Share of a closed snapshot: %v, want ErrClosed", err)
+	}
+	e, ok, err := sh.Get("a")
+	if err != nil || !ok || string(e.Value) != "one" || sh.Cursor().Rev != 1 {
+		t.Fatalf("share after the original closed: %q %t %v, cursor %v; want the first instant", e.Value, ok, err, sh.Cursor())
+	}
+	sh2, err := sh.Share()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("store close with a share open: %v", err)
+	}
+	if _, _, err := sh2.Get("a"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("share read after the store closed: %v, want ErrClosed", err)
+	}
+	if err := sh2.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

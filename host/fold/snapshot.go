@@ -21,6 +21,7 @@ type Snapshot struct {
 	s      *Store
 	snap   *pebble.Snapshot
 	cursor protocol.Cursor
+	view   byte // the view keyspace at the snapshot's instant
 }
 
 // Snapshot takes a consistent read view of the latest committed state.
@@ -31,11 +32,15 @@ func (s *Store) Snapshot() (*Snapshot, error) {
 	defer s.gate.exit()
 	snap := s.db.NewSnapshot()
 	cur, err := readCursor(snap)
+	var view byte
+	if err == nil {
+		view, err = readViewSpace(snap)
+	}
 	if err != nil {
 		_ = snap.Close()
 		return nil, fmt.Errorf("fold: snapshot: %w", err)
 	}
-	sn := &Snapshot{s: s, snap: snap, cursor: cur}
+	sn := &Snapshot{s: s, snap: snap, cursor: cur, view: view}
 	s.snapMu.Lock()
 	defer s.snapMu.Unlock()
 	if s.snaps == nil { // Close already released the others
@@ -44,6 +49,26 @@ func (s *Store) Snapshot() (*Snapshot, error) {
 	}
 	s.snaps[sn] = struct{}{}
 	return sn, nil
+}
+
+// Share returns another Snapshot of the same instant, closed on its own: the
+// underlying pebble snapshot is released when the last share closes. A
+// repair pins the fold's pre-repair state this way and hands every reader a
+// share.
+func (sn *Snapshot) Share() (*Snapshot, error) {
+	s := sn.s
+	if !s.gate.enter() {
+		return nil, ErrClosed
+	}
+	defer s.gate.exit()
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	if _, open := s.snaps[sn]; !open {
+		return nil, ErrClosed
+	}
+	o := &Snapshot{s: s, snap: sn.snap, cursor: sn.cursor, view: sn.view}
+	s.snaps[o] = struct{}{}
+	return o, nil
 }
 
 // Close releases the Snapshot. Closing twice, or after the Store closed, is
@@ -57,9 +82,13 @@ func (sn *Snapshot) Close() error {
 	s.snapMu.Lock()
 	_, open := s.snaps[sn]
 	delete(s.snaps, sn)
+	shared := false
+	for o := range s.snaps {
+		shared = shared || o.snap == sn.snap
+	}
 	s.snapMu.Unlock()
-	if !open {
-		return nil
+	if !open || shared {
+		return nil // another share still reads the pebble snapshot
 	}
 	if err := sn.snap.Close(); err != nil {
 		return fmt.Errorf("fold: close snapshot: %w", err)
@@ -119,7 +148,7 @@ func (sn *Snapshot) ViewGet(key []byte) ([]byte, bool, error) {
 		return nil, false, ErrClosed
 	}
 	defer sn.s.gate.exit()
-	return viewGet(sn.snap, key)
+	return viewGet(sn.snap, sn.view, key)
 }
 
 // ViewRange implements [Reader].
@@ -128,7 +157,35 @@ func (sn *Snapshot) ViewRange(prefix []byte, fn func(key, value []byte) error) e
 		return ErrClosed
 	}
 	defer sn.s.gate.exit()
-	return viewRange(sn.snap, prefix, fn)
+	return viewRange(sn.snap, sn.view, prefix, fn)
+}
+
+// RawRangeAfter is RawRange over the keys greater than after: the next page
+// of a range whose last page ended at after.
+func (sn *Snapshot) RawRangeAfter(prefix, after string, fn func(key []byte, rev protocol.Revision, value []byte) error) error {
+	if !sn.enter() {
+		return ErrClosed
+	}
+	defer sn.s.gate.exit()
+	return scanAfter(sn.snap, spaceRaw, prefix, []byte(after), true, func(key, rec []byte) error {
+		rev, value, err := decodeRecord(rec)
+		if err != nil {
+			return fmt.Errorf("fold: raw range: key %q: %w", key, err)
+		}
+		return fn(key, rev, value)
+	})
+}
+
+// ViewRangeAfter is ViewRange over the keys greater than after.
+func (sn *Snapshot) ViewRangeAfter(prefix, after []byte, fn func(key, value []byte) error) error {
+	if !sn.enter() {
+		return ErrClosed
+	}
+	defer sn.s.gate.exit()
+	if after == nil {
+		after = []byte{}
+	}
+	return scanAfter(sn.snap, sn.view, prefix, after, true, fn)
 }
 
 // PluginIdentity implements [Reader].

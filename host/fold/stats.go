@@ -58,7 +58,7 @@ func (s *Store) Stats() (Stats, error) {
 	if st.RawBytes, st.ApproxRawEntries, err = s.spaceStats(spaceRaw); err != nil {
 		return Stats{}, err
 	}
-	if st.ViewBytes, st.ApproxViewEntries, err = s.spaceStats(spaceView); err != nil {
+	if st.ViewBytes, st.ApproxViewEntries, err = s.spaceStats(s.viewSpace()); err != nil {
 		return Stats{}, err
 	}
 	return st, nil

@@ -31,6 +31,13 @@ type Store struct {
 	// apply, then publish the new cursor.
 	commitMu sync.Mutex
 	cursor   atomic.Pointer[protocol.Cursor]
+	view     atomic.Uint32          // the view keyspace (spaceView or spaceView2); changed by a commit
+	shadow   atomic.Pointer[Shadow] // the last BeginShadow's, until activated
+	// viewMu orders the Store's own view reads (which resolve the view
+	// keyspace, then read it) with a commit that switches keyspaces and
+	// drops the old one: held for reading by ViewGet and ViewRange, for
+	// writing by an activating Commit.
+	viewMu sync.RWMutex
 
 	snapMu sync.Mutex
 	snaps  map[*Snapshot]struct{}
@@ -82,6 +89,16 @@ func (s *Store) recover() (protocol.Cursor, error) {
 	if err := s.checkFormat(); err != nil {
 		return protocol.Cursor{}, err
 	}
+	view, err := readViewSpace(s.db)
+	if err != nil {
+		return protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", s.dir, err)
+	}
+	s.view.Store(uint32(view))
+	// A shadow a rebuild was writing when the process died is dropped
+	// (one range tombstone; nothing when there is none).
+	if err := s.dropView(otherView(view)); err != nil {
+		return protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", s.dir, err)
+	}
 	return readCursor(s.db)
 }
 
@@ -124,8 +141,12 @@ func (s *Store) Close() error {
 	}
 	s.snapMu.Lock()
 	var errs []error
+	released := map[*pebble.Snapshot]bool{}
 	for sn := range s.snaps {
-		errs = append(errs, sn.snap.Close())
+		if !released[sn.snap] { // shares of one instant hold one pebble snapshot
+			released[sn.snap] = true
+			errs = append(errs, sn.snap.Close())
+		}
 	}
 	s.snaps = nil
 	s.snapMu.Unlock()

@@ -104,4 +104,8 @@ var (
 	// cursor belongs to (the bucket was deleted and made again while the
 	// fold ran); its revisions number another history.
 	ErrStreamReplaced = errors.New("fold: the bucket's stream was replaced")
+	// ErrRepairRefused: the cursor expired and the repair the fold's mode
+	// plans cannot run (a key listing that is not the truth, no artifact
+	// to restore from). The fold stops untouched.
+	ErrRepairRefused = errors.New("fold: repair refused")
 )

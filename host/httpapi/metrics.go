@@ -85,7 +85,7 @@ var foldMetrics = []metricDef{
 		prometheus.GaugeValue, func(s Status) float64 { return float64(s.Lag) }),
 	def("foldhost_fold_ready", "1 once the fold caught up with the stream head it saw at start.",
 		prometheus.GaugeValue, func(s Status) float64 { return b2f(s.Ready) }),
-	def("foldhost_fold_failed", "1 when the fold stopped on an error.",
+	def("foldhost_fold_failed", "1 while the fold's watch is stopped on an error (it retries on a plugin reload or a resume).",
 		prometheus.GaugeValue, func(s Status) float64 { return b2f(s.State == StateFailed) }),
 	def("foldhost_fold_nats_connected", "1 while the host's NATS connection is up (0 while it reconnects).",
 		prometheus.GaugeValue, func(s Status) float64 { return b2f(s.NATS.State == natskv.ConnConnected) }),
@@ -99,6 +99,20 @@ var foldMetrics = []metricDef{
 		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.Batches) }),
 	def("foldhost_fold_plugin_errors_total", "Plugin calls that returned an error.",
 		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.PluginErrors) }),
+	def("foldhost_fold_dead_lettered_total", "Updates the plugin failed on alone that the fold skipped (on_plugin_error = \"skip\"): committed raw only.",
+		prometheus.CounterValue, func(s Status) float64 {
+			if s.DeadLetters == nil {
+				return 0
+			}
+			return float64(s.DeadLetters.SkippedSinceStart)
+		}),
+	def("foldhost_fold_dead_letters", "Dead letters the fold's store holds (bounded by deadletter_max and deadletter_max_age).",
+		prometheus.GaugeValue, func(s Status) float64 {
+			if s.DeadLetters == nil {
+				return 0
+			}
+			return float64(s.DeadLetters.Stored)
+		}),
 	def("foldhost_fold_commit_failures_total", "Store commits that failed (and were retried).",
 		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.CommitFailures) }),
 }
@@ -106,6 +120,14 @@ var foldMetrics = []metricDef{
 var (
 	exportRoundsDesc = prometheus.NewDesc("foldhost_fold_export_rounds_total",
 		"Export rounds this process ran, by outcome (published, superseded, skipped, failed).", []string{"fold", "outcome"}, nil)
+	repairsDesc = prometheus.NewDesc("foldhost_fold_repairs_total",
+		"Cursor-expiry repairs this process ran, by plan (key-listing-diff, relist-only, refuse, restore) and outcome (done, failed, refused).", []string{"fold", "plan", "outcome"}, nil)
+	stateDesc = prometheus.NewDesc("foldhost_fold_state",
+		"1 for the state the fold is in (starting, hydrating, following, repairing, rebuilding, paused, draining, failed, stopped), 0 for the others.", []string{"fold", "state"}, nil)
+	reloadsDesc = prometheus.NewDesc("foldhost_fold_plugin_reloads_total",
+		"Plugin reload verdicts since start, by outcome (accepted, refused).", []string{"fold", "outcome"}, nil)
+	repairingDesc = prometheus.NewDesc("foldhost_fold_repairing",
+		"1 while a cursor-expiry repair runs.", []string{"fold"}, nil)
 	lastPublishedDesc = prometheus.NewDesc("foldhost_fold_export_last_published_timestamp_seconds",
 		"When a round of this process last published an artifact (Unix time; absent before the first).", []string{"fold"}, nil)
 )
@@ -119,13 +141,32 @@ func (c *foldCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- exportRoundsDesc
 	ch <- lastPublishedDesc
+	ch <- repairsDesc
+	ch <- repairingDesc
+	ch <- stateDesc
+	ch <- reloadsDesc
 }
+
+// States lists every State, in the order of a fold's life.
+var States = []State{StateStarting, StateHydrating, StateFollowing, StateRepairing,
+	StateRebuilding, StatePaused, StateDraining, StateFailed, StateStopped}
 
 func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, f := range c.folds {
 		st := f.Status()
 		for _, d := range foldMetrics {
 			ch <- prometheus.MustNewConstMetric(d.desc, d.kind, d.val(st), f.Name())
+		}
+		ch <- prometheus.MustNewConstMetric(repairingDesc, prometheus.GaugeValue, b2f(st.Repairs.Running != nil), f.Name())
+		for _, s := range States {
+			ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, b2f(st.State == s), f.Name(), string(s))
+		}
+		if st.Plugin.SHA256 != "" {
+			ch <- prometheus.MustNewConstMetric(reloadsDesc, prometheus.CounterValue, float64(st.Plugin.Reloads.Accepted), f.Name(), "accepted")
+			ch <- prometheus.MustNewConstMetric(reloadsDesc, prometheus.CounterValue, float64(st.Plugin.Reloads.Refused), f.Name(), "refused")
+		}
+		for _, c := range st.Repairs.Counts {
+			ch <- prometheus.MustNewConstMetric(repairsDesc, prometheus.CounterValue, float64(c.N), f.Name(), c.Plan, c.Outcome)
 		}
 		if e := st.Export; e != nil {
 			for _, o := range []struct {

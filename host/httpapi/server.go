@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,8 +33,13 @@ type Options struct {
 	// Metrics behind /metrics; nil creates one that tracks Folds. A
 	// caller-supplied Metrics must already Track the folds.
 	Metrics *Metrics
-	// Logger for request errors; default slog.Default().
+	// Logger for request errors and the audit of admin actions; default
+	// slog.Default().
 	Logger *slog.Logger
+	// AdminToken, if set, is the bearer token every POST (an admin
+	// action) must carry; unset, POSTs are served only on a loopback
+	// listener.
+	AdminToken string
 }
 
 // NewHandler returns the API's handler:
@@ -43,10 +50,21 @@ type Options struct {
 //	GET /v1/folds                         {"folds": [Status...]}
 //	GET /v1/folds/{name}                  Status
 //	GET /v1/folds/{name}/view/{key...}    one view entry
-//	GET /v1/folds/{name}/view?prefix=P&limit=N   view entries by prefix (or ?key=K: one entry)
+//	GET /v1/folds/{name}/view?prefix=P&limit=N[&next=T]   view entries by prefix, a page at a time (or ?key=K: one entry)
 //	GET /v1/folds/{name}/raw/{key...}     one raw entry
-//	GET /v1/folds/{name}/raw?prefix=P&limit=N    raw entries by prefix (or ?key=K: one entry)
+//	GET /v1/folds/{name}/raw?prefix=P&limit=N[&next=T]    raw entries by prefix, a page at a time (or ?key=K: one entry)
+//	GET /v1/folds/{name}/raw?prefix=P&format=ndjson  every raw entry of the prefix, streamed (also view)
 //	POST /v1/folds/{name}/export[?force=true]    run an export round now ([Exporter]); its result
+//	POST /v1/folds/{name}/pause           stop the watch at a batch boundary ([Controller])
+//	POST /v1/folds/{name}/resume          restart a paused or failed fold from its cursor
+//	POST /v1/folds/{name}/reload          validate the plugin file again; retry a failed fold
+//	POST /v1/folds/{name}/rebuild         rebuild the views through the plugin file's module
+//	GET /v1/folds/{name}/deadletter       the updates the plugin failed on and the fold skipped ([DeadLetterer])
+//	POST /v1/folds/{name}/deadletter/replay[?key=K]  fold them again through the plugin
+//
+// Every POST is an admin action: refused (403) unless it bears the
+// configured admin token, or, with none configured, came in on a loopback
+// listener; each one is logged with its caller.
 //
 // Unknown folds and keys are 404, bad parameters 400, a store that is
 // closing 503; error bodies are {"error": "..."} (plus "cursor" for a
@@ -59,7 +77,7 @@ func NewHandler(o Options) http.Handler {
 		o.Metrics = NewMetrics()
 		o.Metrics.Track(o.Folds)
 	}
-	s := &server{folds: map[string]Fold{}, order: o.Folds, log: o.Logger}
+	s := &server{folds: map[string]Fold{}, order: o.Folds, log: o.Logger, adminToken: o.AdminToken}
 	for _, f := range o.Folds {
 		s.folds[f.Name()] = f
 	}
@@ -77,6 +95,11 @@ func NewHandler(o Options) http.Handler {
 	mux.HandleFunc("GET /v1/folds/{name}/view", s.collection(viewSpace))
 	mux.HandleFunc("GET /v1/folds/{name}/raw", s.collection(rawSpace))
 	mux.HandleFunc("POST /v1/folds/{name}/export", s.export)
+	mux.HandleFunc("GET /v1/folds/{name}/deadletter", s.deadLetters)
+	mux.HandleFunc("POST /v1/folds/{name}/deadletter/replay", s.replay)
+	for _, a := range []string{"pause", "resume", "reload", "rebuild"} {
+		mux.HandleFunc("POST /v1/folds/{name}/"+a, s.control(a))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		// The catch-all matches every method, so the mux's own 405 never
 		// fires: answer it here for a path another method serves.
@@ -116,9 +139,10 @@ func NewHandler(o Options) http.Handler {
 }
 
 type server struct {
-	folds map[string]Fold
-	order []Fold
-	log   *slog.Logger
+	folds      map[string]Fold
+	order      []Fold
+	log        *slog.Logger
+	adminToken string
 }
 
 type space int
@@ -163,20 +187,9 @@ type Exporter interface {
 var ErrExportNotConfigured = errors.New("artifact export is not configured")
 
 func (s *server) export(w http.ResponseWriter, r *http.Request) {
-	f := s.fold(w, r)
-	if f == nil {
+	f, q, how, ok := s.adminFold(w, r, "force")
+	if !ok {
 		return
-	}
-	q := r.URL.Query()
-	for k, vals := range q {
-		if k != "force" {
-			writeError(w, http.StatusBadRequest, "unknown parameter %q (want force)", k)
-			return
-		}
-		if len(vals) > 1 {
-			writeError(w, http.StatusBadRequest, "query parameter %q given %d times", k, len(vals))
-			return
-		}
 	}
 	force, err := parseBool(q.Get("force"))
 	if err != nil {
@@ -189,6 +202,11 @@ func (s *server) export(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := ex.Export(r.Context(), force)
+	action := "export"
+	if force {
+		action = "export --force"
+	}
+	s.audit(r, how, action, f.Name(), err)
 	switch {
 	case errors.Is(err, ErrExportNotConfigured):
 		writeError(w, http.StatusNotImplemented, "fold %q: %v", f.Name(), err)
@@ -281,13 +299,27 @@ func (s *server) getOne(sp space) http.HandlerFunc {
 type rawGetResponse struct {
 	Fold   string `json:"fold"`
 	Cursor uint64 `json:"cursor"`
+	RepairPending
 	RawItem
 }
 
 type viewGetResponse struct {
 	Fold   string `json:"fold"`
 	Cursor uint64 `json:"cursor"`
+	RepairPending
 	ViewItem
+}
+
+// RepairPending marks an answer read from a store a repair began on and
+// has not finished (a repair that failed or was cut short): some of its
+// data may be newer than the cursor beside it. Absent otherwise.
+type RepairPending struct {
+	RepairPending bool `json:"repair_pending,omitempty"`
+}
+
+func repairPendingOf(sn *fold.Snapshot) RepairPending {
+	p, _ := sn.RepairPending() // a read error shows in the read itself
+	return RepairPending{p}
 }
 
 func (s *server) get(w http.ResponseWriter, f Fold, sp space, key string) {
@@ -297,18 +329,19 @@ func (s *server) get(w http.ResponseWriter, f Fold, sp space, key string) {
 	}
 	defer sn.Close()
 	cursor := uint64(sn.Cursor().Rev)
+	pending := repairPendingOf(sn)
 	var resp any
 	var found bool
 	var err error
 	if sp == rawSpace {
 		var e fold.Entry
 		if e, found, err = sn.Get(key); found {
-			resp = rawGetResponse{f.Name(), cursor, NewRawItem([]byte(key), e.Rev, e.Value)}
+			resp = rawGetResponse{f.Name(), cursor, pending, NewRawItem([]byte(key), e.Rev, e.Value)}
 		}
 	} else {
 		var v []byte
 		if v, found, err = sn.ViewGet([]byte(key)); found {
-			resp = viewGetResponse{f.Name(), cursor, NewViewItem([]byte(key), v)}
+			resp = viewGetResponse{f.Name(), cursor, pending, NewViewItem([]byte(key), v)}
 		}
 	}
 	switch {
@@ -319,7 +352,8 @@ func (s *server) get(w http.ResponseWriter, f Fold, sp space, key string) {
 			Error  string `json:"error"`
 			Fold   string `json:"fold"`
 			Cursor uint64 `json:"cursor"`
-		}{fmt.Sprintf("key %q not found", key), f.Name(), cursor})
+			RepairPending
+		}{fmt.Sprintf("key %q not found", key), f.Name(), cursor, pending})
 	default:
 		writeJSON(w, http.StatusOK, resp)
 	}
@@ -329,15 +363,19 @@ func (s *server) get(w http.ResponseWriter, f Fold, sp space, key string) {
 type rangeResponse struct {
 	Fold   string `json:"fold"`
 	Cursor uint64 `json:"cursor"`
+	RepairPending
 	// Prefix follows the byte-string rule ([Bytes]): text when valid
 	// UTF-8, always base64.
 	Prefix    *string `json:"prefix,omitempty"`
 	PrefixB64 string  `json:"prefix_b64"`
 	Limit     int     `json:"limit"`
 	Count     int     `json:"count"`
-	// Truncated is true when more entries match than Limit.
-	Truncated bool `json:"truncated"`
-	Items     any  `json:"items"`
+	// Truncated is true when more entries match than Limit; Next is then
+	// the token of the next page (?next=), which starts after this page's
+	// last key.
+	Truncated bool   `json:"truncated"`
+	Next      string `json:"next,omitempty"`
+	Items     any    `json:"items"`
 }
 
 var errLimit = errors.New("limit reached")
@@ -352,9 +390,9 @@ func (s *server) collection(sp space) http.HandlerFunc {
 		q := r.URL.Query()
 		for name, vals := range q {
 			switch name {
-			case "prefix", "limit", "key":
+			case "prefix", "limit", "key", "next", "format":
 			default:
-				writeError(w, http.StatusBadRequest, "unknown query parameter %q (want prefix and limit, or key)", name)
+				writeError(w, http.StatusBadRequest, "unknown query parameter %q (want prefix, limit and next, or key, or format)", name)
 				return
 			}
 			if len(vals) > 1 {
@@ -363,8 +401,8 @@ func (s *server) collection(sp space) http.HandlerFunc {
 			}
 		}
 		if q.Has("key") {
-			if q.Has("prefix") || q.Has("limit") {
-				writeError(w, http.StatusBadRequest, "key reads one entry: it does not combine with prefix or limit")
+			if q.Has("prefix") || q.Has("limit") || q.Has("next") || q.Has("format") {
+				writeError(w, http.StatusBadRequest, "key reads one entry: it does not combine with prefix, limit, next or format")
 				return
 			}
 			if q.Get("key") == "" {
@@ -372,6 +410,18 @@ func (s *server) collection(sp space) http.HandlerFunc {
 				return
 			}
 			s.get(w, f, sp, q.Get("key"))
+			return
+		}
+		if q.Has("format") {
+			if q.Get("format") != "ndjson" {
+				writeError(w, http.StatusBadRequest, "format must be ndjson, got %q", q.Get("format"))
+				return
+			}
+			if q.Has("limit") || q.Has("next") {
+				writeError(w, http.StatusBadRequest, "format=ndjson streams the whole range: it does not combine with limit or next")
+				return
+			}
+			s.streamNDJSON(w, f, sp, q.Get("prefix"))
 			return
 		}
 		limit := DefaultLimit
@@ -384,36 +434,50 @@ func (s *server) collection(sp space) http.HandlerFunc {
 			limit = n
 		}
 		prefix := q.Get("prefix")
+		var after []byte
+		if q.Has("next") {
+			var err error
+			if after, err = base64.RawURLEncoding.DecodeString(q.Get("next")); err != nil || len(after) == 0 {
+				writeError(w, http.StatusBadRequest, "next must be the token a truncated range answered, got %q", q.Get("next"))
+				return
+			}
+		}
 		sn := s.snapshot(w, f)
 		if sn == nil {
 			return
 		}
 		defer sn.Close()
-		resp := rangeResponse{Fold: f.Name(), Cursor: uint64(sn.Cursor().Rev), Limit: limit}
+		resp := rangeResponse{Fold: f.Name(), Cursor: uint64(sn.Cursor().Rev), RepairPending: repairPendingOf(sn), Limit: limit}
 		resp.Prefix, resp.PrefixB64 = Bytes([]byte(prefix))
 		var err error
+		var last []byte // the page's last key
 		if sp == rawSpace {
 			items := make([]RawItem, 0, min(limit, 64))
-			err = sn.RawRange(prefix, func(k []byte, rev protocol.Revision, v []byte) error {
+			err = sn.RawRangeAfter(prefix, string(after), func(k []byte, rev protocol.Revision, v []byte) error {
 				if len(items) == limit {
 					resp.Truncated = true
 					return errLimit
 				}
 				items = append(items, NewRawItem(k, rev, v))
+				last = append(last[:0], k...)
 				return nil
 			})
 			resp.Items, resp.Count = items, len(items)
 		} else {
 			items := make([]ViewItem, 0, min(limit, 64))
-			err = sn.ViewRange([]byte(prefix), func(k, v []byte) error {
+			err = sn.ViewRangeAfter([]byte(prefix), after, func(k, v []byte) error {
 				if len(items) == limit {
 					resp.Truncated = true
 					return errLimit
 				}
 				items = append(items, NewViewItem(k, v))
+				last = append(last[:0], k...)
 				return nil
 			})
 			resp.Items, resp.Count = items, len(items)
+		}
+		if resp.Truncated {
+			resp.Next = base64.RawURLEncoding.EncodeToString(last)
 		}
 		if err != nil && !errors.Is(err, errLimit) {
 			s.storeError(w, f, err)
@@ -436,4 +500,62 @@ func writeError(w http.ResponseWriter, code int, format string, args ...any) {
 	writeJSON(w, code, struct {
 		Error string `json:"error"`
 	}{strings.TrimSpace(msg)})
+}
+
+// streamNDJSON streams every entry of the range from one snapshot, one JSON
+// item per line (the range's items), then a last line {"end":true,"count":N,
+// "cursor":C} that tells a complete stream from a cut one; a failure
+// mid-stream ends it with {"error":"...","count":N} instead. The snapshot's
+// cursor is also in the X-Foldhost-Cursor header. The write deadline is
+// renewed as the stream goes, so only a stalled reader is cut.
+func (s *server) streamNDJSON(w http.ResponseWriter, f Fold, sp space, prefix string) {
+	sn := s.snapshot(w, f)
+	if sn == nil {
+		return
+	}
+	defer sn.Close()
+	cur := uint64(sn.Cursor().Rev)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Foldhost-Cursor", strconv.FormatUint(cur, 10))
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	n := 0
+	renewed := time.Now()
+	item := func(v any) error {
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+		n++
+		// Renewed once a second while the reader keeps taking what is
+		// written: only a reader stalled for ReadWriteTimeout is cut,
+		// however large the items.
+		if now := time.Now(); now.Sub(renewed) >= time.Second {
+			renewed = now
+			_ = rc.SetWriteDeadline(now.Add(ReadWriteTimeout))
+		}
+		return nil
+	}
+	var err error
+	if sp == rawSpace {
+		err = sn.RawRange(prefix, func(k []byte, rev protocol.Revision, v []byte) error { return item(NewRawItem(k, rev, v)) })
+	} else {
+		err = sn.ViewRange([]byte(prefix), func(k, v []byte) error { return item(NewViewItem(k, v)) })
+	}
+	if err != nil {
+		s.log.Warn("http: ndjson stream cut", "fold", f.Name(), "after", n, "err", err)
+		_ = enc.Encode(struct {
+			Error string `json:"error"`
+			Count int    `json:"count"`
+		}{err.Error(), n})
+	} else {
+		_ = enc.Encode(struct {
+			End    bool   `json:"end"`
+			Count  int    `json:"count"`
+			Cursor uint64 `json:"cursor"`
+		}{true, n, cur})
+	}
+	_ = bw.Flush()
 }

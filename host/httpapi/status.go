@@ -13,6 +13,7 @@ import (
 
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/repair"
 )
 
 // Fold is one fold as the HTTP surface sees it. Implementations must be safe
@@ -38,8 +39,27 @@ const (
 	StateHydrating State = "hydrating"
 	// StateFollowing: caught up; applying live updates.
 	StateFollowing State = "following"
-	// StateFailed: the fold stopped on an error (LastError). Its store is
-	// still served, frozen at its cursor.
+	// StateRepairing: the cursor expired and a repair runs (Repairs.Running
+	// has its progress). Reads answer from the fold as it was when the
+	// repair began, cursor included: never a half-repaired state.
+	StateRepairing State = "repairing"
+	// StateRebuilding: the views are rebuilt through a plugin whose view
+	// schema differs from the one that made them (or a plugin was added
+	// to a raw-only fold) before the fold follows again; reads answer from
+	// the old views, at the fold's cursor. (A rebuild begun by a reload
+	// while following runs beside the live fold, whose state stays
+	// following: Rebuild.Running shows it.)
+	StateRebuilding State = "rebuilding"
+	// StatePaused: an operator paused the fold (its pending batch was
+	// committed); it is served at its cursor, not ready, until resumed.
+	StatePaused State = "paused"
+	// StateDraining: the host is shutting down; the fold flushes its
+	// pending batch.
+	StateDraining State = "draining"
+	// StateFailed: the fold's watch stopped on an error (LastError). Its
+	// store is still served, frozen at its cursor, its head still polled;
+	// it is retried from its cursor on an accepted plugin reload, an
+	// explicit reload (SIGHUP) or a resume.
 	StateFailed State = "failed"
 	// StateStopped: shut down cleanly.
 	StateStopped State = "stopped"
@@ -51,6 +71,8 @@ type Status struct {
 	Bucket string   `json:"bucket"`
 	Scope  []string `json:"scope"`
 	State  State    `json:"state"`
+	// StateSince is when the fold entered State.
+	StateSince time.Time `json:"state_since"`
 	// Ready is true once the fold caught up with the stream head it saw at
 	// start, and while NATS is reachable or was lost for less than the
 	// host's disconnect grace (a short reconnect stays ready). Reason says
@@ -72,12 +94,21 @@ type Status struct {
 	// NATS is the host's connection, which every fold shares; zero when
 	// the fold has not connected (a stopped fold read offline).
 	NATS natskv.ConnStatus `json:"nats"`
-	// Plugin is the plugin the fold runs now (it changes on reload); zero
-	// for a raw-only fold.
-	Plugin fold.PluginIdentity `json:"plugin"`
+	// Plugin is the plugin the fold runs now (it changes on reload) and
+	// its reloads; zero for a raw-only fold.
+	Plugin PluginStatus `json:"plugin"`
 	// Repair is the configured repair mode (protocol.RepairMode text).
-	Repair   string   `json:"repair"`
-	Counters Counters `json:"counters"`
+	Repair string `json:"repair"`
+	// Repairs describes this process' cursor-expiry repairs of the fold.
+	Repairs RepairStatus `json:"repairs"`
+	// Rebuild describes this process' view rebuilds of the fold; absent
+	// before the first.
+	Rebuild *RebuildStatus `json:"rebuild,omitempty"`
+	// DeadLetters describes the updates the plugin failed on and the fold
+	// skipped (on_plugin_error = "skip"); absent for a fold that stops on
+	// plugin errors and holds none.
+	DeadLetters *DeadLetterStatus `json:"dead_letters,omitempty"`
+	Counters    Counters          `json:"counters"`
 	// LastError is the error that stopped the fold, or the last transient
 	// one it recovered from; "" when none.
 	LastError string `json:"last_error"`
@@ -85,6 +116,110 @@ type Status struct {
 	// Export is the fold's artifact export: its key and the last round
 	// this process ran; nil when exporting is not configured.
 	Export *ExportStatus `json:"export,omitempty"`
+}
+
+// PluginStatus is the plugin a fold runs and what became of the reloads
+// of its file.
+type PluginStatus struct {
+	fold.PluginIdentity
+	// LastReload is the last reload verdict (nil before the first): a new
+	// module accepted (swapped in at the next batch), or a file refused
+	// (the running module stays).
+	LastReload *PluginReload `json:"last_reload,omitempty"`
+	// Reloads counts the verdicts since start.
+	Reloads PluginReloads `json:"reloads"`
+}
+
+// PluginReload is one reload verdict.
+type PluginReload struct {
+	At      time.Time `json:"at"`
+	Outcome string    `json:"outcome"`          // "accepted" or "refused"
+	Module  string    `json:"module,omitempty"` // sha256 of the accepted module
+	Reason  string    `json:"reason,omitempty"` // why the file was refused
+}
+
+// PluginReloads counts reload verdicts.
+type PluginReloads struct {
+	Accepted uint64 `json:"accepted"`
+	Refused  uint64 `json:"refused"`
+}
+
+// DeadLetterStatus describes a fold's dead letters.
+type DeadLetterStatus struct {
+	Policy            string `json:"policy"` // on_plugin_error: stop or skip
+	Stored            int64  `json:"stored"` // -1 when they could not be counted
+	SkippedSinceStart uint64 `json:"skipped_since_start"`
+	Max               int    `json:"max"`
+	MaxAge            string `json:"max_age"`
+}
+
+// ReplayResult is what a dead letter replay did.
+type ReplayResult struct {
+	Replayed int `json:"replayed"` // folded now, removed from the dead letters
+	Failed   int `json:"failed"`   // failed again, kept with the new error
+}
+
+// RebuildStatus describes a fold's view rebuilds since start.
+type RebuildStatus struct {
+	// Running is the rebuild in progress, nil when none runs.
+	Running *RebuildRun `json:"running,omitempty"`
+	// Last is the last rebuild that ended.
+	Last *RebuildRun `json:"last,omitempty"`
+}
+
+// RebuildRun is one view rebuild.
+type RebuildRun struct {
+	// Why it runs: the view schema changed, a plugin was added to a
+	// raw-only fold.
+	Why    string `json:"why"`
+	Module string `json:"module"` // sha256 of the module rebuilding the views
+	// Live: it runs beside the live fold (begun by a reload while it
+	// followed), else before the fold follows again.
+	Live bool `json:"live"`
+	// Outcome of an ended rebuild: done (switched in), failed (the old
+	// views and plugin stay; Error), cancelled (shutdown, or a newer
+	// module), deferred (the live fold stopped first: the rebuild runs
+	// before it follows again).
+	Outcome   string    `json:"outcome,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+	Took      string    `json:"took,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	fold.RebuildProgress
+}
+
+// RepairStatus describes a fold's cursor-expiry repairs since start.
+type RepairStatus struct {
+	// Running is the repair in progress, nil when none runs.
+	Running *repair.Progress `json:"running,omitempty"`
+	// Last is the last repair that ended.
+	Last *RepairRun `json:"last,omitempty"`
+	// Counts counts ended repairs by plan and outcome.
+	Counts []RepairCount `json:"counts"`
+	// Pending: a repair began on the store and has not finished (it failed
+	// or was cut short): some data is newer than the cursor, reads say so
+	// (repair_pending), exports refuse, and the next repair finishes it.
+	Pending bool `json:"pending,omitempty"`
+}
+
+// RepairRun is one ended repair.
+type RepairRun struct {
+	// Plan is protocol.RepairPlan text: key-listing-diff, relist-only,
+	// refuse or restore.
+	Plan string `json:"plan"`
+	// Outcome: done, failed (retried: a transient error) or refused (the
+	// fold stopped).
+	Outcome string    `json:"outcome"`
+	At      time.Time `json:"at"`
+	Took    string    `json:"took"`
+	Error   string    `json:"error,omitempty"`
+	repair.Progress
+}
+
+// RepairCount is how many repairs of one plan ended with one outcome.
+type RepairCount struct {
+	Plan    string `json:"plan"`
+	Outcome string `json:"outcome"`
+	N       uint64 `json:"n"`
 }
 
 // ExportStatus describes a fold's artifact export.

@@ -206,3 +206,19 @@ func (b *Bucket) Consumers(ctx context.Context) (int, error) {
 	}
 	return s.CachedInfo().State.Consumers, nil
 }
+
+// Listed reports whether the bucket lists key live now: its latest entry is
+// a put (a delete or purge marker, or no entry at all, is not live). The
+// artifact restore asks it for each delete candidate.
+func (b *Bucket) Listed(ctx context.Context, key string) (bool, error) {
+	rctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	_, err := b.kv.Get(rctx, key)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		return false, nil
+	}
+	return false, fmt.Errorf("natskv: get %q: %w", key, err)
+}

@@ -3,11 +3,13 @@ package wasm
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/internal/syncbuf"
 )
 
 // testPlugin returns a failure test plugin built by scripts/build-plugins.
@@ -119,5 +121,26 @@ func TestEmptyViewKeyIsMalformedOutput(t *testing.T) {
 	}
 	if got := p.Status().Failures; got != 2 {
 		t.Fatalf("%d failed attempts, want 2 (the first and one retry)", got)
+	}
+}
+
+// TestRetriesAreExact: Options.Retries = 2 makes exactly three attempts of
+// a failing batch (the first and two retries) and logs exactly two
+// "retrying" lines (it used to log one after the last attempt too, which
+// retried nothing).
+func TestRetriesAreExact(t *testing.T) {
+	var logs syncbuf.Buffer
+	r := newRuntime(t, Options{Retries: 2, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	p, st := pluginAndStore(t, r, testPlugin(t, "trap"))
+	_, err := fold.NewLoop(st, p, fold.LoopConfig{}).Run(context.Background(),
+		newFeed([]fold.Update{{Key: "route.a", Rev: 1, Op: fold.OpPut, Value: []byte(`{}`)}}))
+	if !errors.Is(err, fold.ErrPlugin) {
+		t.Fatalf("err = %v, want ErrPlugin", err)
+	}
+	if got := p.Status().Failures; got != 3 {
+		t.Errorf("%d attempts, want 3", got)
+	}
+	if n := strings.Count(logs.String(), "retrying on a fresh instance"); n != 2 {
+		t.Errorf("%d retry lines, want 2:\n%s", n, logs.String())
 	}
 }

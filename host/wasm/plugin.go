@@ -41,7 +41,26 @@ type Status struct {
 	Failures     int    // consecutive failed attempts
 	LastError    string // the last failure, including a refused reload
 	ReloadFailed bool   // the last reload attempt was refused; the old module runs
+	// LastReload is the last reload attempt that was a verdict on a file
+	// (a refusal, or a new module accepted); nil before the first.
+	LastReload *Reload
+	// Reload verdicts since the Plugin was made.
+	ReloadsAccepted, ReloadsRefused uint64
 }
+
+// Reload is the outcome of one reload attempt.
+type Reload struct {
+	At      time.Time `json:"at"`
+	Outcome string    `json:"outcome"`          // ReloadAccepted or ReloadRefused
+	Module  string    `json:"module,omitempty"` // sha256 of the accepted module
+	Reason  string    `json:"reason,omitempty"` // why it was refused
+}
+
+// Reload outcomes.
+const (
+	ReloadAccepted = "accepted" // validated; swapped in at the next batch
+	ReloadRefused  = "refused"  // failed validation; the running module stays
+)
 
 // NewPlugin runs m. The Plugin owns m from now on: Close (or a later swap)
 // releases it.
@@ -82,9 +101,52 @@ func (p *Plugin) Swap(m *Module) {
 // ReloadFailed records a refused reload: the old module keeps running.
 func (p *Plugin) ReloadFailed(err error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.status.LastError = err.Error()
 	p.status.ReloadFailed = true
+	rl := Reload{At: time.Now(), Outcome: ReloadRefused, Reason: err.Error()}
+	p.status.LastReload = &rl
+	p.status.ReloadsRefused++
+	p.mu.Unlock()
+	p.r.opts.notifyReload(rl)
+}
+
+// reloadAccepted records an accepted reload (m swapped in at the next
+// batch).
+func (p *Plugin) reloadAccepted(sha string) {
+	p.mu.Lock()
+	rl := Reload{At: time.Now(), Outcome: ReloadAccepted, Module: sha}
+	p.status.LastReload = &rl
+	p.status.ReloadsAccepted++
+	p.status.ReloadFailed = false
+	p.mu.Unlock()
+	p.r.opts.notifyReload(rl)
+}
+
+// Upcoming is the identity of the module the next batch runs: the one
+// swapped in, or the current one.
+func (p *Plugin) Upcoming() fold.PluginIdentity {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.next != nil {
+		return p.next.Identity()
+	}
+	return p.current.Identity()
+}
+
+// Release ends the Plugin and hands its module (the one the next batch
+// would run) to the caller, who owns it from now on. It must not run
+// concurrently with Apply; the Plugin is unusable afterwards.
+func (p *Plugin) Release(ctx context.Context) *Module {
+	p.closeInstance(ctx)
+	p.mu.Lock()
+	cur, next := p.current, p.next
+	p.current, p.next = nil, nil
+	p.mu.Unlock()
+	if next != nil {
+		cur.Close(ctx)
+		return next
+	}
+	return cur
 }
 
 // Close releases the instance and the modules the Plugin owns. It must not
@@ -144,11 +206,11 @@ func (p *Plugin) Apply(ctx context.Context, batch []fold.Update, r fold.Reader) 
 		p.status.LastError = err.Error()
 		p.mu.Unlock()
 		var ge *abi.GuestError
-		if errors.As(err, &ge) || ctx.Err() != nil {
-			break // the plugin's own verdict, or shutdown: a retry cannot help
+		if errors.As(err, &ge) || ctx.Err() != nil || attempt == p.r.opts.Retries {
+			break // the plugin's own verdict, shutdown, or no retry left
 		}
 		p.r.opts.Logger.Warn("wasm: plugin call failed; retrying on a fresh instance",
-			"module", p.current.Short(), "attempt", attempt+1, "err", err)
+			"module", p.current.Short(), "retry", attempt+1, "of", p.r.opts.Retries, "err", err)
 	}
 	return fold.Output{}, err
 }

@@ -23,13 +23,26 @@ func (r *Runtime) Reload(ctx context.Context, p *Plugin, path string) error {
 		r.opts.Logger.Error("wasm: plugin reload refused; the running module stays", "path", path, "err", err)
 		return err
 	}
-	if cur := p.Status().Module.SHA256; cur == m.SHA256 {
-		m.Close(ctx)
-		return nil // same bytes: nothing to swap
+	sha, full, name, version := m.Short(), m.SHA256, m.Info.Name, m.Info.Version // m may be closed once handed on
+	// The adopter sees every validated module, the running one's bytes
+	// included: a file put back while another module was on its way in
+	// (a rebuild for it running) must stop that.
+	if r.opts.Adopt != nil && r.opts.Adopt(m) {
+		p.reloadAccepted(full)
+		r.opts.Logger.Info("wasm: plugin reload accepted; handed over (the views are rebuilt first)", "path", path, "module", sha,
+			"name", name, "version", version)
+		return nil
 	}
+	if p.Upcoming().SHA256 == full {
+		m.Close(ctx)
+		return nil // the module the next batch runs: nothing to swap
+	}
+	// The verdict is reported once the module is where it will run from,
+	// so a reaction to it (a failed fold's retry) finds it there.
+	defer p.reloadAccepted(full)
 	p.Swap(m)
-	r.opts.Logger.Info("wasm: plugin reload accepted; swapping at the next batch", "path", path, "module", m.Short(),
-		"name", m.Info.Name, "version", m.Info.Version)
+	r.opts.Logger.Info("wasm: plugin reload accepted; swapping at the next batch", "path", path, "module", sha,
+		"name", name, "version", version)
 	return nil
 }
 
@@ -56,7 +69,7 @@ func (r *Runtime) WatchFile(ctx context.Context, p *Plugin, path string, interva
 			// being replaced; look again next tick
 		case last == nil:
 			last = fi
-			if b, err := files.ReadRegular(path, r.opts.MaxModuleBytes); err != nil || ModuleHash(b) != p.Status().Module.SHA256 {
+			if b, err := files.ReadRegular(path, r.opts.MaxModuleBytes); err != nil || ModuleHash(b) != p.Upcoming().SHA256 {
 				_ = r.Reload(ctx, p, path)
 			}
 		case fi.Size() != last.Size() || !fi.ModTime().Equal(last.ModTime()):

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +16,13 @@ import (
 // TestHotReload: a good module swaps in at the next batch; a bad file never
 // replaces it, and the refusal shows in Status.
 func TestHotReload(t *testing.T) {
-	r, dir := newRuntime(t, Options{}), t.TempDir()
+	var mu sync.Mutex
+	var outcomes []Reload
+	r, dir := newRuntime(t, Options{OnReload: func(rl Reload) {
+		mu.Lock()
+		defer mu.Unlock()
+		outcomes = append(outcomes, rl)
+	}}), t.TempDir()
 	path := filepath.Join(dir, "plugin.wasm")
 	good, m, p := loadGoRouterAt(t, r, path)
 	watch(t, r, p, path)
@@ -35,7 +42,8 @@ func TestHotReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return p.Status().ReloadFailed })
-	if st := p.Status(); st.Module.SHA256 != m.SHA256 || !strings.Contains(st.LastError, "does not compile") {
+	if st := p.Status(); st.Module.SHA256 != m.SHA256 || !strings.Contains(st.LastError, "does not compile") ||
+		st.LastReload == nil || st.LastReload.Outcome != ReloadRefused || !strings.Contains(st.LastReload.Reason, "does not compile") {
 		t.Fatalf("after a bad reload: %+v", st)
 	}
 	apply()
@@ -55,8 +63,17 @@ func TestHotReload(t *testing.T) {
 		t.Fatal("swapped before a batch boundary")
 	}
 	apply()
-	if st := p.Status(); st.Module.SHA256 == m.SHA256 || st.ReloadFailed {
+	if st := p.Status(); st.Module.SHA256 == m.SHA256 || st.ReloadFailed ||
+		st.LastReload == nil || st.LastReload.Outcome != ReloadAccepted || st.LastReload.Module != st.Module.SHA256 {
 		t.Fatalf("after a good reload and a batch: %+v", st)
+	}
+	mu.Lock()
+	got := append([]Reload{}, outcomes...)
+	mu.Unlock()
+	// The watch may have seen the garbage file more than once while it
+	// was written; the verdicts end refused..., accepted.
+	if len(got) < 2 || got[0].Outcome != ReloadRefused || got[len(got)-1].Outcome != ReloadAccepted {
+		t.Fatalf("OnReload saw %+v, want refusals then one acceptance", got)
 	}
 	if err := r.Reload(context.Background(), p, filepath.Join(dir, "missing.wasm")); err == nil {
 		t.Fatal("reload of a missing file accepted")

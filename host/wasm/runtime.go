@@ -48,10 +48,27 @@ type Options struct {
 	// Logger receives the plugin's log lines and stdout/stderr; default
 	// slog.Default().
 	Logger *slog.Logger
+	// OnReload, if set, is called with the outcome of every reload that
+	// was a verdict on a file (accepted or refused; an unchanged file or
+	// a reload cut short by its context is not), on the reloading
+	// goroutine. It must not block.
+	OnReload func(Reload)
+	// Adopt, if set, is offered every module a reload accepted (validated,
+	// and not the running one), on the reloading goroutine, before it is
+	// swapped in. Returning true takes the module over: the caller owns it
+	// (swaps it in later, runs it as another Plugin, or closes it). False
+	// lets the Plugin swap it in at its next batch.
+	Adopt func(*Module) bool
 
 	// containment selects how guests are contained; only the package's
 	// benchmarks set it, to compare the alternatives in one process.
 	containment containment
+}
+
+func (o *Options) notifyReload(rl Reload) {
+	if o.OnReload != nil {
+		o.OnReload(rl)
+	}
 }
 
 type containment int
@@ -301,6 +318,10 @@ func (m *Module) Close(ctx context.Context) {
 // compiled code each holds lives outside the Go heap, so this is how tests
 // see a leak.
 var openModules atomic.Int64
+
+// OpenModules is how many Modules are loaded and not yet closed in this
+// process (compiled code outside the Go heap): a leak shows here.
+func OpenModules() int64 { return openModules.Load() }
 
 // ModuleHash is the identity of a module's bytes: their SHA-256, in hex.
 func ModuleHash(wasm []byte) string {

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/foldhost/foldhost/host/httpapi"
+)
+
+const adminAbout = `Runs an admin action on a fold of the running foldhost, through its HTTP
+API (the config's http.addr), and prints the answer (JSON):
+
+  pause     end the fold's watch at a batch boundary; it stays paused
+  resume    restart a paused or failed fold from its cursor
+  reload    validate the plugin file again; retry a failed fold
+  rebuild   rebuild the fold's views through the plugin file's module
+  replay    fold the dead letters again (--key: only those of one key)
+
+The daemon serves admin actions on a loopback listener, or to requests
+bearing its FOLDHOST_ADMIN_TOKEN: when it has one, set the same in this
+command's environment. Exit 1 when the daemon refuses or fails the action
+(409: the fold's state rules it out).`
+
+var adminActions = []string{"pause", "resume", "reload", "rebuild", "replay"}
+
+func cmdAdmin(c *cli, args []string) error {
+	fs := c.flagSet("admin", "admin ACTION [--config FILE] [--fold NAME] [--key KEY]", adminAbout)
+	configPath := fs.String("config", "config.toml", "config `file`")
+	name := fs.String("fold", "", "the fold `name` (may be omitted when the config has one fold)")
+	key := fs.String("key", "", "replay: only the dead letters of `key`")
+	var action string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		action, args = args[0], args[1:]
+	}
+	cfg, err := c.parseConfig(fs, configPath, args)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(adminActions, action) {
+		return usagef("want an action: %s (got %q)", strings.Join(adminActions, ", "), action)
+	}
+	if *key != "" && action != "replay" {
+		return usagef("--key goes with replay only")
+	}
+	f, err := pickFold(cfg, *name)
+	if err != nil {
+		return err
+	}
+	base, err := daemonURL(cfg)
+	if err != nil {
+		return fmt.Errorf("foldhost's HTTP API: %w", err)
+	}
+	q, path := url.Values{}, action
+	if action == "replay" {
+		path = "deadletter/replay"
+		if *key != "" {
+			q.Set("key", *key)
+		}
+	}
+	var out json.RawMessage
+	if err := httpapi.Admin(c.ctx, base, f.Name, path, q, c.adminToken(), &out); err != nil {
+		return fmt.Errorf("fold %s: %s: %w", f.Name, action, err)
+	}
+	fmt.Fprintf(c.stdout, "%s\n", out)
+	return nil
+}

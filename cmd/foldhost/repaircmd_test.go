@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/embeddednats"
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/host/natskv"
+)
+
+// TestRepairCommand: `foldhost repair` on a stopped fold whose bucket lost
+// a key (its delete marker purged) runs the key-listing repair, prints its
+// record and leaves the fold equal to the bucket; a bad --mode is a usage
+// error, and a restore with no artifact ahead is refused (exit 1) with the
+// fold untouched.
+func TestRepairCommand(t *testing.T) {
+	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := natskv.Connect(natskv.ConnOptions{URL: srv.ClientURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "rt"}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := b.KV()
+	var last uint64
+	for i := range 5 {
+		if last, err = kv.Put(context.Background(), fmt.Sprintf("k%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "fold")
+	cfg := writeConfig(t, dir, fmt.Sprintf("[nats]\nurl = %q\n[[fold]]\nname = \"rt\"\ndata_dir = %q\n", srv.ClientURL(), data))
+
+	// Fold it once with the library, then stop.
+	h, err := host.New(host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: srv.ClientURL()}},
+		Folds: []host.FoldOptions{{Name: "rt", DataDir: data}}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	waitFor(t, time.Minute, "the fold to reach the head", func() (bool, string) {
+		st := h.Fold("rt").Status()
+		return st.Cursor >= last, fmt.Sprint(st.Cursor)
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+
+	if err := kv.Delete(context.Background(), "k1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.PurgeDeletes(context.Background(), jetstream.DeleteMarkersOlderThan(-1)); err != nil {
+		t.Fatal(err)
+	}
+
+	if code, _, errOut := runCLI(t, nil, "repair", "--config", cfg, "--mode", "sometimes"); code != exitUsage || !strings.Contains(errOut, "--mode") {
+		t.Errorf("bad --mode: exit %d: %s", code, errOut)
+	}
+	code, out, errOut := runCLI(t, nil, "repair", "--config", cfg, "--mode", "restore")
+	if code != exitFailure || !strings.Contains(errOut, "repair refused") {
+		t.Errorf("restore with no artifact: exit %d: %s %s", code, out, errOut)
+	}
+	if n := len(rawKeys(t, data)); n != 5 {
+		t.Fatalf("a refused repair changed the fold: %d keys", n)
+	}
+	code, out, errOut = runCLI(t, nil, "repair", "--config", cfg, "--json")
+	var rec httpapi.RepairRun
+	if code != 0 || json.Unmarshal([]byte(out), &rec) != nil || rec.Plan != "key-listing-diff" || rec.Outcome != "done" || rec.Deleted != 1 {
+		t.Fatalf("repair: exit %d: %s %s", code, out, errOut)
+	}
+	if keys := rawKeys(t, data); len(keys) != 4 || strings.Contains(strings.Join(keys, ","), "k1") {
+		t.Fatalf("after the repair the fold holds %v, want k0, k2..k4", keys)
+	}
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func rawKeys(t *testing.T, dir string) []string {
+	t.Helper()
+	st, _, err := fold.Open(dir, fold.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var keys []string
+	if err := st.RawKeys("", func(k []byte) error { keys = append(keys, string(k)); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}

@@ -1,0 +1,91 @@
+package fold
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// A DeadLetter records an update the plugin failed on alone and the fold
+// skipped (LoopConfig.Poison): its raw entry was committed (the raw fold is
+// the bucket's truth), its view effect was not, and the cursor covers it.
+// Dead letters live in their own keyspace, keyed by revision, committed in
+// the batch that skipped them.
+type DeadLetter struct {
+	Key    string    `json:"key"`
+	Rev    uint64    `json:"revision"` // the update's (a number in JSON, not protocol.Revision's text)
+	Op     string    `json:"op"`
+	Error  string    `json:"error"`
+	Plugin string    `json:"plugin"` // sha256 of the module that failed
+	At     time.Time `json:"at"`
+}
+
+// deadKey is the pebble key of the dead letter of revision rev.
+func deadKey(rev protocol.Revision) []byte {
+	return binary.BigEndian.AppendUint64([]byte{spaceDead}, uint64(rev))
+}
+
+// putDeadLetters adds dead letters to b.
+func putDeadLetters(b *pebble.Batch, dls []DeadLetter) error {
+	for _, d := range dls {
+		v, err := json.Marshal(d)
+		if err != nil {
+			return fmt.Errorf("dead letter %q: %w", d.Key, err)
+		}
+		if err := b.Set(deadKey(protocol.Revision(d.Rev)), v, nil); err != nil {
+			return fmt.Errorf("batch: %w", err)
+		}
+	}
+	return nil
+}
+
+// DeadLetters calls fn with every dead letter, oldest revision first.
+func (s *Store) DeadLetters(fn func(DeadLetter) error) error {
+	if !s.gate.enter() {
+		return ErrClosed
+	}
+	defer s.gate.exit()
+	return scan(s.db, spaceDead, "", true, func(_, v []byte) error {
+		var d DeadLetter
+		if err := json.Unmarshal(v, &d); err != nil {
+			return fmt.Errorf("%w: dead letter: %w", ErrCorrupt, err)
+		}
+		return fn(d)
+	})
+}
+
+// PruneDeadLetters deletes the dead letters older than maxAge (0: no age
+// bound) and then the oldest beyond max (0: no count bound), and returns
+// how many are left.
+func (s *Store) PruneDeadLetters(max int, maxAge time.Duration) (left int, err error) {
+	var all []DeadLetter
+	if err := s.DeadLetters(func(d DeadLetter) error { all = append(all, d); return nil }); err != nil {
+		return 0, err
+	}
+	if !s.gate.enter() {
+		return 0, ErrClosed
+	}
+	defer s.gate.exit()
+	b := s.db.NewBatch()
+	defer b.Close()
+	drop := 0
+	for i, d := range all {
+		if (maxAge > 0 && time.Since(d.At) > maxAge) || (max > 0 && len(all)-i > max) {
+			if err := b.Delete(deadKey(protocol.Revision(d.Rev)), nil); err != nil {
+				return 0, err
+			}
+			drop++
+		}
+	}
+	if drop > 0 {
+		if err := s.db.Apply(b, s.write); err != nil {
+			return 0, fmt.Errorf("fold: prune dead letters: %w", err)
+		}
+	}
+	return len(all) - drop, nil
+}

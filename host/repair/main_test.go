@@ -1,0 +1,18 @@
+package repair_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/foldhost/foldhost/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(killEnvMode) != "" {
+		killChild() // a child of TestKilledRepairsConverge
+	}
+	if os.Getenv(memEnvNATS) != "" {
+		memNATSChild() // the NATS server of TestRepairMemoryIsFlat
+	}
+	os.Exit(leakcheck.Run(m))
+}

@@ -1,0 +1,539 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/artifact/dirstore"
+	"github.com/foldhost/foldhost/host/artifact/s3store"
+	"github.com/foldhost/foldhost/host/artifact/s3test"
+	"github.com/foldhost/foldhost/host/embeddednats"
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/syncbuf"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// repairServer is an embedded server with the bucket "rt" made from cfg.
+func repairServer(t *testing.T, cfg natskv.BucketConfig) (string, *natskv.Bucket) {
+	t.Helper()
+	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	cfg.Name = "rt"
+	b, err := natskv.OpenBucket(context.Background(), nc(t, srv.ClientURL()), cfg, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv.ClientURL(), b
+}
+
+// routerFold is a fold "routes" of bucket rt's route. keys through the C
+// example-router, repair auto, in a fresh data dir.
+func routerFold(t *testing.T, url string) (string, host.Options) {
+	dir := filepath.Join(t.TempDir(), "fold")
+	fo := host.FoldOptions{Name: "routes", Bucket: "rt", Scope: []string{"route."}, Plugin: builtPlugin(t, "example-router", "router-c"),
+		DataDir: dir, Repair: protocol.RepairAuto}
+	return dir, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
+}
+
+func route(addr string) string { return `{"upstreams":[{"addr":"` + addr + `"}]}` }
+
+// routerViews is what example-router derives from a bucket of single-upstream
+// routes: host/<h> = "addr=1" and upstream/<addr>/<h> = "".
+func routerViews(t *testing.T, entries map[string]kvEntry) map[string]string {
+	t.Helper()
+	v := map[string]string{}
+	for k, e := range entries {
+		h := strings.TrimPrefix(k, "route.")
+		addr := strings.TrimSuffix(strings.TrimPrefix(e.value, `{"upstreams":[{"addr":"`), `"}]}`)
+		v["host/"+h] = addr + "=1"
+		v["upstream/"+addr+"/"+h] = ""
+	}
+	return v
+}
+
+func viewsOf(t *testing.T, f *host.Fold) map[string]string {
+	t.Helper()
+	v := map[string]string{}
+	if err := f.Store().ViewRange(nil, func(k, val []byte) error {
+		v[string(k)] = string(val)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// waitRepair waits until the fold's last repair ended with outcome.
+func waitRepair(t *testing.T, f *host.Fold, outcome string) httpapi.Status {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		st := f.Status()
+		if st.Repairs.Last != nil && st.Repairs.Last.Outcome == outcome && st.Repairs.Running == nil {
+			return st
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.MarshalIndent(st, "", "  ")
+			t.Fatalf("fold %s: no repair ended %q within 2m; its status:\n%s", f.Name(), outcome, b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRepairAfterAnOutage: the everyday case the default `repair = "auto"`
+// exists for. A fold of a small, hot history-1 bucket (no max_age) is down
+// while every key is rewritten or deleted (the delete markers purged): its
+// cursor is "expired" though nothing was evicted. At the restart the fold
+// repairs itself with the key-listing diff through the WASM plugin: the raw
+// fold equals the bucket, the views equal the plugin over it (no upstream
+// of a deleted or rewritten route left), the status and log say what
+// happened, and the fold follows live updates. Mutations caught: repair
+// switched off (the fold stops "failed": waitRepair times out... and the
+// first check below names it), no synthetic deletes (h1, h2 stay).
+func TestRepairAfterAnOutage(t *testing.T) {
+	url, b := repairServer(t, natskv.BucketConfig{History: 1})
+	_, o := routerFold(t, url)
+	r := startHost(t, o)
+	var last uint64
+	for i := range 10 {
+		last = put(t, b, fmt.Sprintf("route.h%d", i), route(fmt.Sprintf("10.0.0.%d:80", i)))
+	}
+	waitCursor(t, r.h.Fold("routes"), last)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	// The outage: deletes (markers purged), a delete and re-create,
+	// every other route rewritten, a new one.
+	kv := b.KV()
+	for _, k := range []string{"route.h1", "route.h2", "route.h3"} {
+		if err := kv.Delete(context.Background(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(t, b, "route.h3", route("10.9.9.9:80"))
+	for _, i := range []int{0, 4, 5, 6, 7, 8, 9} {
+		put(t, b, fmt.Sprintf("route.h%d", i), route(fmt.Sprintf("10.1.1.%d:80", i)))
+	}
+	put(t, b, "route.h10", route("10.0.0.10:80"))
+	if err := kv.PurgeDeletes(context.Background(), jetstream.DeleteMarkersOlderThan(-1)); err != nil {
+		t.Fatal(err)
+	}
+
+	logs := &syncbuf.Buffer{}
+	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	r = startHost(t, o)
+	f := r.h.Fold("routes")
+	waitFor(t, func() bool {
+		st := f.Status()
+		if st.State == httpapi.StateFailed {
+			t.Fatalf("the fold stopped instead of repairing: %s", st.LastError)
+		}
+		return st.Repairs.Last != nil && st.Repairs.Running == nil
+	})
+	st := waitRepair(t, f, "done")
+	want := truthOf(t, kv)
+	sameEntries(t, "fold after the repair", foldOf(t, f), want)
+	sameStrings(t, "views after the repair", viewsOf(t, f), routerViews(t, want))
+	if l := st.Repairs.Last; l.Plan != "key-listing-diff" || l.Deleted != 2 {
+		t.Errorf("last repair %+v: want a key-listing diff with 2 synthetic deletes", l)
+	}
+	if st.State != httpapi.StateFollowing || !st.Ready {
+		t.Errorf("after the repair: state %s ready %t (%s)", st.State, st.Ready, st.Reason)
+	}
+	if !strings.Contains(logs.String(), "repair done") {
+		t.Errorf("no repair in the log:\n%s", logs)
+	}
+
+	live := put(t, b, "route.h11", route("10.0.0.11:80"))
+	waitCursor(t, f, live)
+	want = truthOf(t, kv)
+	sameEntries(t, "fold after a live update", foldOf(t, f), want)
+	sameStrings(t, "views after a live update", viewsOf(t, f), routerViews(t, want))
+}
+
+func sameStrings(t *testing.T, who string, got, want map[string]string) {
+	t.Helper()
+	for k, w := range want {
+		if g, ok := got[k]; !ok || g != w {
+			t.Errorf("%s: %s = %q (present %t), want %q", who, k, g, ok, w)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%s: %s present, not expected", who, k)
+		}
+	}
+}
+
+// TestRepairRefusedWhereTheListingIsNotTheTruth: on a max_age bucket a key
+// missing from the listing may have aged out, so the key-listing repair is
+// refused: relist and auto (whose restore is not built) stop the fold with
+// a message naming max_age, and leave the fold's data as it was (values
+// NATS no longer has stay served). The eviction memo is set the first time
+// eviction is seen and outlives turning max_age off: the repair is still
+// refused, naming the memo. Mode none re-lists and keeps every key.
+// Mutations caught: PlanRepair's refusal removed (the aged-out keys are
+// deleted); the memo not committed (the repair after max_age is turned off
+// deletes them).
+func TestRepairRefusedWhereTheListingIsNotTheTruth(t *testing.T) {
+	url, b := repairServer(t, natskv.BucketConfig{History: 1, MaxAge: time.Second})
+	dir := filepath.Join(t.TempDir(), "fold")
+	fo := host.FoldOptions{Name: "ages", Bucket: "rt", DataDir: dir, Repair: protocol.RepairRelist}
+	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
+	r := startHost(t, o)
+	var last uint64
+	for i := range 5 {
+		last = put(t, b, fmt.Sprintf("k%d", i), "old")
+	}
+	waitCursor(t, r.h.Fold("ages"), last)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// k5, written after the cursor, ages out unseen (with k0..k4); k6
+	// makes the stream go on past it: the cursor expired.
+	gone := put(t, b, "k5", "gone")
+	waitFor(t, func() bool {
+		ret, _, err := b.Retention(context.Background())
+		return err == nil && ret.Window.Last == protocol.Revision(gone) && ret.Window.First > protocol.Revision(gone)
+	})
+	put(t, b, "k6", "new")
+
+	failed := func(mode protocol.RepairMode, naming string) {
+		t.Helper()
+		o.Folds[0].Repair = mode
+		r := startHost(t, o)
+		f := r.h.Fold("ages")
+		waitFor(t, func() bool {
+			st := f.Status()
+			if st.Repairs.Last != nil && st.Repairs.Last.Outcome == "done" {
+				t.Fatalf("mode %s: the repair ran: %+v", mode, st.Repairs.Last)
+			}
+			return st.State == httpapi.StateFailed
+		})
+		st := f.Status()
+		if !strings.Contains(st.LastError, "repair refused") || !strings.Contains(st.LastError, naming) {
+			t.Errorf("mode %s: last error %q, want a refusal naming %q", mode, st.LastError, naming)
+		}
+		if err := r.stop(t); err == nil {
+			t.Errorf("mode %s: Run returned nil for a failed fold", mode)
+		}
+		if got := len(foldOfDir(t, dir)); got != 5 {
+			t.Errorf("mode %s: the refused repair left %d keys of 5", mode, got)
+		}
+		if c := storeCursor(t, dir); c.Rev != protocol.Revision(last) || !c.EvictionSeen {
+			t.Errorf("mode %s: cursor %v, want %d with the eviction memo", mode, c, last)
+		}
+	}
+	failed(protocol.RepairRelist, "max_age")
+	failed(protocol.RepairAuto, "max_age")
+
+	// max_age off: the bucket no longer evicts, but the fold saw it did.
+	js, err := jetstream.New(nc(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(context.Background(), "KV_rt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxAge = 0
+	if _, err := js.UpdateStream(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	failed(protocol.RepairRelist, "eviction memo")
+
+	// none: re-list what is there, delete nothing.
+	o.Folds[0].Repair = protocol.RepairNone
+	r = startHost(t, o)
+	st := waitRepair(t, r.h.Fold("ages"), "done")
+	if l := st.Repairs.Last; l.Plan != "relist-only" || l.Kept != 5 || l.Deleted != 0 {
+		t.Errorf("mode none: last repair %+v, want relist-only keeping 5", l)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := foldOfDir(t, dir); len(got) != 6 || got["k6"].value != "new" {
+		t.Errorf("mode none: fold %v, want k0..k4 kept and k6", got)
+	}
+}
+
+// foldOfDir reads the raw entries of the stopped store in dir.
+func foldOfDir(t *testing.T, dir string) map[string]kvEntry {
+	t.Helper()
+	st, _, err := fold.Open(dir, fold.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	m := map[string]kvEntry{}
+	if err := st.RawRange("", func(k []byte, rev protocol.Revision, v []byte) error {
+		m[string(k)] = kvEntry{rev, string(v)}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func storeCursor(t *testing.T, dir string) protocol.Cursor {
+	t.Helper()
+	_, _, cur := readOrigin(t, dir)
+	return cur
+}
+
+// TestSupersessionOnlyGapResumesWithoutRepair: on an age-only bucket
+// (max_age, history 1) a fold down while every key was overwritten reads
+// as expired, but its cursor keeps the message time (the eviction memo is
+// set: the first revision passed 1) and that message is young, so every
+// missing revision was superseded, not evicted: the fold resumes from the
+// first retained revision with no repair (the listing is not the truth
+// there, so a repair would be refused) and equals the bucket. Mutation
+// caught: GapHoldsNoEviction not consulted at resume (the fold stops,
+// repair refused).
+func TestSupersessionOnlyGapResumesWithoutRepair(t *testing.T) {
+	url, b := repairServer(t, natskv.BucketConfig{History: 1, MaxAge: time.Hour})
+	put(t, b, "k0", "first")
+	for i := range 5 {
+		put(t, b, fmt.Sprintf("k%d", i), "v1") // k0 supersedes revision 1
+	}
+	dir := filepath.Join(t.TempDir(), "fold")
+	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "ages", Bucket: "rt", DataDir: dir, Repair: protocol.RepairAuto}}}
+	r := startHost(t, o)
+	waitCursor(t, r.h.Fold("ages"), 6)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if c := storeCursor(t, dir); !c.EvictionSeen || c.MsgUnixNano == 0 {
+		t.Fatalf("cursor %+v: want the memo and the message time", c)
+	}
+	var last uint64
+	for _, v := range []string{"v2", "v3"} { // v3 supersedes the first revision after the cursor
+		for i := range 5 {
+			last = put(t, b, fmt.Sprintf("k%d", i), v)
+		}
+	}
+	if ret, _, _ := b.Retention(context.Background()); protocol.CheckResume(6, ret.Window) != protocol.ResumeExpired {
+		t.Fatalf("setup: cursor 6 not expired against %d..%d", ret.First, ret.Last)
+	}
+	r = startHost(t, o)
+	f := r.h.Fold("ages")
+	waitCursor(t, f, last)
+	if st := f.Status(); len(st.Repairs.Counts) != 0 {
+		t.Errorf("a supersession-only gap was repaired: %+v", st.Repairs)
+	}
+	sameEntries(t, "fold", foldOf(t, f), truthOf(t, b.KV()))
+}
+
+// artifactStores are the two backends a restore is tested against.
+func artifactStores(t *testing.T) map[string]func(t *testing.T) artifact.Store {
+	return map[string]func(t *testing.T) artifact.Store{
+		"dir": func(t *testing.T) artifact.Store {
+			s, err := dirstore.New(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		"s3": func(t *testing.T) artifact.Store {
+			g := s3test.Start(t)
+			s, err := s3store.New(s3store.Options{Endpoint: g.Endpoint, Region: s3test.Region, Bucket: g.NewBucket(t), Prefix: "exports",
+				AccessKey: s3test.AccessKey, SecretKey: s3test.SecretKey, UsePathStyle: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	}
+}
+
+// TestRestoreFromANewerArtifact: on a max_age bucket a fold X is down
+// while the bucket changes (a delete, a rewrite, a new key) and then every
+// message ages out: X's cursor expired, and a key listing would lose
+// what aged out. Another node Y folded on and exported an artifact. X
+// restores from it (a local directory and S3 via versitygw): its raw fold
+// equals Y's (every write minus every real delete, aged-out values kept)
+// plus a key written again after the artifact's cursor (kept, not deleted,
+// then updated by the resume),
+// its views equal the plugin over it, exactly one key was deleted (the
+// real delete), the cursor is the artifact's, and X follows live updates.
+// Then, with no artifact ahead of X (a node never restores from its own
+// exports), the next expiry is refused, naming why. A new node's first
+// start restores from the artifact too (a state-sync would miss every
+// aged-out value). Mutations caught:
+// restore deleting fold keys the bucket lists live (none here: caught by
+// the deleted count), the cursor left behind (the fold re-restores and
+// fails "not ahead").
+func TestRestoreFromANewerArtifact(t *testing.T) {
+	for name, newStore := range artifactStores(t) {
+		t.Run(name, func(t *testing.T) {
+			url, b := repairServer(t, natskv.BucketConfig{History: 1, MaxAge: time.Second})
+			store := newStore(t)
+			base := t.TempDir()
+			plugin := builtPlugin(t, "example-router", "router-c")
+			opts := func(node string) host.Options {
+				return host.Options{
+					NATS:      host.NATSOptions{Conn: natskv.ConnOptions{URL: url, Name: node}},
+					Artifacts: host.ArtifactOptions{Store: store, Where: name, Holder: node, LeaseTTL: time.Minute},
+					Folds: []host.FoldOptions{{Name: "routes", Bucket: "rt", Scope: []string{"route."}, Plugin: plugin,
+						DataDir: filepath.Join(base, node), Repair: protocol.RepairAuto}},
+				}
+			}
+			var last uint64
+			for i := range 6 {
+				last = put(t, b, fmt.Sprintf("route.h%d", i), route(fmt.Sprintf("10.0.0.%d:80", i)))
+			}
+			x, y := startHost(t, opts("x")), startHost(t, opts("y"))
+			waitCursor(t, x.h.Fold("routes"), last)
+			waitCursor(t, y.h.Fold("routes"), last)
+			if err := x.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"route.h1", "route.h3"} {
+				if err := b.KV().Delete(context.Background(), k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			put(t, b, "route.h2", route("10.2.2.2:80"))
+			last = put(t, b, "route.h9", route("10.9.9.9:80"))
+			fy := y.h.Fold("routes")
+			waitCursor(t, fy, last)
+			if _, err := fy.Export(context.Background(), true); err != nil {
+				t.Fatal(err)
+			}
+			want := foldOf(t, fy)
+			if err := y.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, func() bool { // everything ages out: X's cursor expires
+				ret, _, err := b.Retention(context.Background())
+				return err == nil && ret.Window.First > protocol.Revision(last)
+			})
+			// h3, deleted before the artifact's cursor, lives again after
+			// it: X holds its old value, the artifact lacks it, the bucket
+			// lists it. The restore keeps it, the resume delivers the new.
+			again := put(t, b, "route.h3", route("10.3.3.3:80"))
+
+			x = startHost(t, opts("x"))
+			fx := x.h.Fold("routes")
+			st := waitRepair(t, fx, "done")
+			if l := st.Repairs.Last; l.Plan != "restore" || l.Deleted != 1 || l.Kept != 1 || l.Cursor != last {
+				t.Errorf("last repair %+v: want a restore to %d deleting 1 key (h1) and keeping 1 (h3)", l, last)
+			}
+			waitCursor(t, fx, again)
+			want["route.h3"] = kvEntry{protocol.Revision(again), route("10.3.3.3:80")}
+			sameEntries(t, "restored fold", foldOf(t, fx), want)
+			sameStrings(t, "restored views", viewsOf(t, fx), routerViews(t, want))
+			// A new node on this evicting bucket: a state-sync would miss
+			// every aged-out value; it starts from the artifact instead.
+			z := startHost(t, opts("z"))
+			fz := z.h.Fold("routes")
+			if l := waitRepair(t, fz, "done").Repairs.Last; l.Plan != "restore" {
+				t.Errorf("a new node's start: %+v, want a restore", l)
+			}
+			waitCursor(t, fz, again)
+			sameEntries(t, "new node", foldOf(t, fz), want)
+			sameStrings(t, "new node's views", viewsOf(t, fz), routerViews(t, want))
+			if err := z.stop(t); err != nil {
+				t.Fatal(err)
+			}
+
+			live := put(t, b, "route.h10", route("10.0.0.10:80"))
+			waitCursor(t, fx, live)
+			if _, ok := foldOf(t, fx)["route.h10"]; !ok {
+				t.Error("the restored fold does not follow")
+			}
+			if err := x.stop(t); err != nil {
+				t.Fatal(err)
+			}
+
+			// X is now ahead of every artifact: the next expiry is refused.
+			gone := put(t, b, "route.h11", route("10.0.0.11:80"))
+			waitFor(t, func() bool {
+				ret, _, err := b.Retention(context.Background())
+				return err == nil && ret.Window.First > protocol.Revision(gone)
+			})
+			put(t, b, "route.h12", route("10.0.0.12:80"))
+			x = startHost(t, opts("x"))
+			waitState(t, x.h.Fold("routes"), httpapi.StateFailed)
+			if e := x.h.Fold("routes").Status().LastError; !strings.Contains(e, "not ahead") || !strings.Contains(e, "another node") {
+				t.Errorf("refusal %q does not say the artifact is not ahead", e)
+			}
+			_ = x.stop(t)
+		})
+	}
+}
+
+// TestResetAfterARecreatedBucket: a bucket deleted and made again (and
+// written past the old cursor) while the fold was down: the start refuses
+// the store, naming both streams; ResetStopped refolds the new bucket into
+// a fresh store through the plugin and swaps it in, keeping the old one;
+// the next start follows the new stream. Mutation caught: swapping before
+// the fresh fold caught up (its cursor falls short of the head).
+func TestResetAfterARecreatedBucket(t *testing.T) {
+	url, b := repairServer(t, natskv.BucketConfig{History: 1})
+	dir, o := routerFold(t, url)
+	r := startHost(t, o)
+	var last uint64
+	for i := range 3 {
+		last = put(t, b, fmt.Sprintf("route.old%d", i), route("10.0.0.1:80"))
+	}
+	waitCursor(t, r.h.Fold("routes"), last)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(context.Background(), "rt"); err != nil {
+		t.Fatal(err)
+	}
+	nb, err := natskv.OpenBucket(context.Background(), nc(t, url), natskv.BucketConfig{Name: "rt", History: 1}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head uint64
+	for i := range 200 { // past the old cursor
+		head = put(t, nb, fmt.Sprintf("route.new%03d", i), route(fmt.Sprintf("10.1.0.%d:80", i%250)))
+	}
+	if err := startErr(t, o); !errors.Is(err, host.ErrOriginMismatch) {
+		t.Fatalf("start on the recreated bucket: %v, want an origin mismatch", err)
+	}
+	res, err := host.ResetStopped(context.Background(), o, "routes", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(res.Kept); err != nil {
+		t.Errorf("the old store is not kept: %v", err)
+	}
+	if c := storeCursor(t, dir); c.Rev < protocol.Revision(head) {
+		t.Fatalf("the swapped-in store is at cursor %v, short of the head %d", c, head)
+	}
+	r = startHost(t, o)
+	f := r.h.Fold("routes")
+	live := put(t, nb, "route.live", route("10.2.0.1:80"))
+	waitCursor(t, f, live)
+	want := truthOf(t, nb.KV())
+	sameEntries(t, "reset fold", foldOf(t, f), want)
+	sameStrings(t, "reset views", viewsOf(t, f), routerViews(t, want))
+}

@@ -1,0 +1,146 @@
+package host
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/host/repair"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// TestReadsDuringARepairSeeThePreRepairState: while a repair runs, every
+// read the fold hands out is a share of the state pinned when the repair
+// began (its cursor, its data), never the half-repaired store; the status
+// says repairing and not ready; afterwards reads see the repaired store.
+// Mutation caught: Snapshot ignoring the pin (the read sees "a" deleted).
+func TestReadsDuringARepairSeeThePreRepairState(t *testing.T) {
+	dir := t.TempDir()
+	h := &Host{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	f, err := newFold(FoldOptions{Name: "a", DataDir: filepath.Join(dir, "a")}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.closeStore()
+	a := fold.Update{Key: "a", Value: []byte("one"), Rev: 1, Op: fold.OpPut}
+	if err := f.store.Commit(fold.Commit{Raw: []fold.Update{a}, Cursor: protocol.Cursor{Rev: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	unpin := f.pinForRepair(protocol.PlanKeyListingDiff)
+	// A repair batch: a synthetic delete under the unchanged cursor.
+	if err := f.store.Commit(fold.Commit{Raw: []fold.Update{{Key: "a", Op: fold.OpDelete}}, Cursor: protocol.Cursor{Rev: 1}, Repair: fold.RepairBegin}); err != nil {
+		t.Fatal(err)
+	}
+	sn, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, ok, err := sn.Get("a"); err != nil || !ok || string(e.Value) != "one" {
+		t.Errorf("read during the repair: %q %t %v, want the pre-repair value", e.Value, ok, err)
+	}
+	_ = sn.Close()
+	if st := f.Status(); st.State != httpapi.StateRepairing || st.Ready || st.Repairs.Running == nil {
+		t.Errorf("status during the repair: state %s ready %t running %v", st.State, st.Ready, st.Repairs.Running)
+	}
+
+	// The repair fails here (to be retried): the fold is back in its
+	// state, and the half-repaired store says so in every answer, the
+	// status, and to an export.
+	unpin()
+	f.repairFailed(context.Background(), protocol.PlanKeyListingDiff, errors.New("listing cut"), repair.Result{})
+	st := f.Status()
+	if st.State != httpapi.StateStarting || !st.Repairs.Pending || st.Repairs.Running != nil || st.Repairs.Last.Outcome != "failed" {
+		t.Errorf("status after a failed repair: state %s, repairs %+v", st.State, st.Repairs)
+	}
+	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Options{Folds: []httpapi.Fold{f}}))
+	defer srv.Close()
+	for _, path := range []string{"/v1/folds/a/raw/a", "/v1/folds/a/raw?prefix="} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), `"repair_pending":true`) {
+			t.Errorf("GET %s after a failed repair: %s, want repair_pending", path, body)
+		}
+	}
+	if _, _, err := artifact.Export(f.store, t.TempDir()); !errors.Is(err, artifact.ErrRepairPending) {
+		t.Errorf("export of a half-repaired store: %v, want ErrRepairPending", err)
+	}
+
+	// The next repair finishes: its last commit clears the mark.
+	if err := f.store.Commit(fold.Commit{Cursor: protocol.Cursor{Rev: 2}, Repair: fold.RepairEnd}); err != nil {
+		t.Fatal(err)
+	}
+	f.endRepair(protocol.PlanKeyListingDiff, "done", nil, repair.Result{})
+	sn, err = f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Close()
+	if _, ok, _ := sn.Get("a"); ok {
+		t.Error("read after the repair still sees the pre-repair state")
+	}
+	if st := f.Status(); st.Repairs.Running != nil || st.Repairs.Pending || len(st.Repairs.Counts) != 2 {
+		t.Errorf("status after the repair: %+v", st.Repairs)
+	}
+}
+
+// TestRestoreCheck: an artifact is refused, before any download, when it is
+// of another bucket, does not cover the fold's scope, does not record its
+// stream or records another incarnation, is not ahead of the fold, or
+// cannot be resumed from; a good one passes. Each case fails when its check
+// is removed.
+func TestRestoreCheck(t *testing.T) {
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	o := FoldOptions{Bucket: "rt", Scope: []string{"route."}}
+	origin := fold.NewOrigin("rt", o.Scope, created)
+	local := protocol.Cursor{Rev: 10}
+	ret := protocol.Retention{Window: protocol.Window{First: 30, Last: 50}}
+	good := func() artifact.Manifest {
+		c, _ := protocol.Cursor{Rev: 40}.MarshalBinary()
+		return artifact.Manifest{Bucket: "rt", Scope: nil, StreamCreated: created, Cursor: hex.EncodeToString(c)}
+	}
+	if err := restoreCheck(good(), o, origin, local, ret); err != nil {
+		t.Fatalf("a good artifact (whole bucket, ahead, resumable) refused: %v", err)
+	}
+	at := func(rev protocol.Revision) string {
+		c, _ := protocol.Cursor{Rev: rev}.MarshalBinary()
+		return hex.EncodeToString(c)
+	}
+	for _, c := range []struct {
+		name, want string
+		edit       func(*artifact.Manifest)
+	}{
+		{"another bucket", "bucket", func(m *artifact.Manifest) { m.Bucket = "other" }},
+		{"a scope not covering", "does not cover", func(m *artifact.Manifest) { m.Scope = []string{"host."} }},
+		{"no stream recorded", "does not record its stream", func(m *artifact.Manifest) { m.StreamCreated = time.Time{} }},
+		{"a previous incarnation", "another incarnation", func(m *artifact.Manifest) { m.StreamCreated = created.Add(-time.Hour) }},
+		{"not ahead", "not ahead", func(m *artifact.Manifest) { m.Cursor = at(10) }},
+		{"not resumable", "not sound", func(m *artifact.Manifest) { m.Cursor = at(20) }},
+		{"beyond the head", "not sound", func(m *artifact.Manifest) { m.Cursor = at(60) }},
+	} {
+		m := good()
+		c.edit(&m)
+		if err := restoreCheck(m, o, origin, local, ret); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want a refusal saying %q", c.name, err, c.want)
+		}
+	}
+	m := good()
+	m.Scope = []string{"route."}
+	if err := restoreCheck(m, o, origin, local, ret); err != nil {
+		t.Errorf("an artifact of the same scope refused: %v", err)
+	}
+}
