@@ -14,6 +14,7 @@ import (
 
 	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/pluginobj"
 	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/internal/files"
 	"github.com/foldhost/foldhost/protocol"
@@ -178,6 +179,14 @@ func pluginMismatch(f FoldOptions, m artifact.Manifest) string {
 		if b, err := hex.DecodeString(*m.PluginIdentity); err == nil {
 			theirs, _ = fold.ParsePluginIdentity(b)
 		}
+	}
+	if pluginobj.IsRef(f.Plugin) {
+		// The module is in a NATS object store: not fetched for a message.
+		if theirs.SHA256 == "" {
+			return fmt.Sprintf("the artifact has no plugin views (a raw-only fold); fold %s's plugin rebuilds them from the raw fold when it starts", f.Name)
+		}
+		return fmt.Sprintf("the artifact's views were made by plugin %s %s (sha256 %.12s, view schema %d); fold %s's module comes from %s: if its view schema differs, the fold rebuilds the views when it starts, else they come across as they are",
+			theirs.Name, theirs.Version, theirs.SHA256, theirs.ViewSchema, f.Name, f.Plugin)
 	}
 	ours := ""
 	if f.Plugin != "" {

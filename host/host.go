@@ -76,13 +76,27 @@ func (h *Host) Start(ctx context.Context) (err error) {
 		h.folds[i] = f
 		h.closers = append(h.closers, f.closeStore)
 	}
-	for _, f := range h.folds {
-		if err := f.loadPlugin(ctx); err != nil {
-			return err
+	// Plugin files load before NATS is touched (a bad module fails the
+	// start first); modules from a NATS object store once it is connected.
+	loadPlugins := func(fromObjectStore bool) error {
+		for _, f := range h.folds {
+			if f.usesObjectStore() != fromObjectStore {
+				continue
+			}
+			if err := f.loadPlugin(ctx); err != nil {
+				return err
+			}
+			h.closers = append(h.closers, f.closePlugin)
 		}
-		h.closers = append(h.closers, f.closePlugin)
+		return nil
+	}
+	if err := loadPlugins(false); err != nil {
+		return err
 	}
 	if err := h.connect(ctx); err != nil {
+		return err
+	}
+	if err := loadPlugins(true); err != nil {
 		return err
 	}
 	h.exp = newExporter(h.o.Artifacts, h.nc, h.o.NATS.RequestTimeout, h.log)

@@ -11,6 +11,7 @@ import (
 	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/pluginobj"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -70,7 +71,9 @@ type FoldOptions struct {
 	// Scope: whole-token key prefixes ending in "."; empty folds the whole
 	// bucket.
 	Scope []string
-	// Plugin is the path of a WASM plugin module; "" folds raw entries
+	// Plugin is the path of a WASM plugin module, or a module in a NATS
+	// object store: "nats-object://BUCKET/NAME[?sha256=HEX]" (the pin: the
+	// only content accepted); "" folds raw entries
 	// only (no views).
 	Plugin string
 	// PluginCallTimeout bounds every call into the plugin; default
@@ -282,6 +285,14 @@ func (o Options) withDefaults() (Options, error) {
 		}
 		if err := (natskv.Scope{Prefixes: f.Scope}).Validate(); err != nil {
 			bad("fold %q: %v", f.Name, err)
+		}
+		if pluginobj.IsRef(f.Plugin) {
+			if _, err := pluginobj.ParseRef(f.Plugin); err != nil {
+				bad("fold %q: %v", f.Name, err)
+			}
+			if strings.ContainsAny(f.Name, " \t.*>") { // its record's key is FOLD.NODE
+				bad("fold %q: a fold whose plugin comes from a NATS object store needs a name that is one NATS subject token (no dots, spaces, * or >)", f.Name)
+			}
 		}
 		if f.Repair == protocol.RepairRestore && o.Artifacts.Store == nil {
 			bad("fold %q: repair %q needs an artifact store to restore from (Artifacts.Store)", f.Name, f.Repair)

@@ -6,31 +6,76 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/host/pluginobj"
 	"github.com/foldhost/foldhost/host/wasm"
 )
 
 // plugin is a fold's WASM plugin with its own runtime (its lifetime is the
 // fold's; compiled code is shared through the on-disk cache anyway) and
-// the watch of its file.
+// the watch of where its module comes from.
 type plugin struct {
 	*wasm.Plugin
-	rt   *wasm.Runtime
-	path string
+	rt  *wasm.Runtime
+	src pluginSource
 
 	stopWatch func()
-	watched   chan struct{} // closed when the file watch returned
+	watched   chan struct{} // closed when the watch returned
 }
 
+// pluginSource is where a fold's module comes from: a file, or an object
+// in a NATS object store (objectSource).
+type pluginSource interface {
+	String() string
+	// load fetches the module as it is now, validated by rt.
+	load(ctx context.Context, rt *wasm.Runtime) (*wasm.Module, error)
+	// watch reloads p whenever the source changes, until ctx is done.
+	watch(ctx context.Context, p *plugin)
+	// reloaded is told of every reload verdict and module switch (it must
+	// not block).
+	reloaded()
+}
+
+// fileSource is a module file, watched for changes (size or mtime) every
+// second.
+type fileSource string
+
+func (s fileSource) String() string { return string(s) }
+func (s fileSource) load(ctx context.Context, rt *wasm.Runtime) (*wasm.Module, error) {
+	return rt.LoadFile(ctx, string(s))
+}
+func (s fileSource) watch(ctx context.Context, p *plugin) {
+	p.rt.WatchFile(ctx, p.Plugin, string(s), time.Second)
+}
+func (fileSource) reloaded() {}
+
+// usesObjectStore reports whether the fold's module comes from a NATS
+// object store (loaded once NATS is connected).
+func (f *Fold) usesObjectStore() bool { return pluginobj.IsRef(f.o.Plugin) }
+
 // loadPlugin loads the fold's plugin, validated, and starts watching its
-// file: a changed module is validated off the hot path and swapped in at a
-// batch boundary, and one that fails validation never replaces the running
-// one (the refusal is logged and shown in the status). No plugin: a
-// raw-only fold. Loading honours ctx (a signal during the start ends a
-// trial run in progress).
+// source: a changed module is validated off the hot path and swapped in at
+// a batch boundary, and one that fails validation never replaces the
+// running one (the refusal is logged and shown in the status). No plugin:
+// a raw-only fold. Loading honours ctx (a signal during the start ends a
+// trial run in progress). An object-store module needs the host's NATS
+// connection.
 func (f *Fold) loadPlugin(ctx context.Context) error {
 	if f.o.Plugin == "" {
 		f.log.Debug("raw-only fold: no plugin configured")
 		return nil
+	}
+	var src pluginSource = fileSource(f.o.Plugin)
+	if f.usesObjectStore() {
+		os, err := f.objectSource()
+		if err != nil {
+			return fmt.Errorf("fold %s: %w", f.o.Name, err)
+		}
+		// A node may start before the first module was pushed (with the
+		// embedded server, it must): it waits for it.
+		if err := os.await(ctx); err != nil {
+			return fmt.Errorf("fold %s: %w", f.o.Name, err)
+		}
+		src = os
 	}
 	rt, err := wasm.NewRuntime(context.Background(), wasm.Options{
 		CacheDir:         f.h.o.PluginCacheDir,
@@ -41,6 +86,7 @@ func (f *Fold) loadPlugin(ctx context.Context) error {
 		Retries:          f.o.PluginRetries,
 		Adopt:            func(m *wasm.Module) bool { return f.offerModule(m) },
 		OnReload: func(rl wasm.Reload) {
+			src.reloaded()
 			if rl.Outcome == wasm.ReloadAccepted {
 				// A fold the old module failed retries with the new one.
 				f.retryIfFailed("plugin reload accepted: module " + shortSHA(rl.Module))
@@ -50,31 +96,35 @@ func (f *Fold) loadPlugin(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fold %s: %w", f.o.Name, err)
 	}
-	f.log.Info("loading plugin", "path", f.o.Plugin)
-	m, err := rt.LoadFile(ctx, f.o.Plugin)
+	f.log.Info("loading plugin", "from", src)
+	m, err := src.load(ctx, rt)
 	if err != nil {
 		rt.Close(context.Background())
 		return fmt.Errorf("fold %s: load plugin: %w", f.o.Name, err)
 	}
-	f.log.Info("plugin loaded", "path", f.o.Plugin, "name", m.Info.Name, "version", m.Info.Version, "sha256", m.SHA256)
+	f.log.Info("plugin loaded", "from", src, "name", m.Info.Name, "version", m.Info.Version, "sha256", m.SHA256)
 	wctx, cancel := context.WithCancel(context.Background())
-	p := &plugin{Plugin: rt.NewPlugin(m), rt: rt, path: f.o.Plugin, stopWatch: cancel, watched: make(chan struct{})}
+	p := &plugin{Plugin: rt.NewPlugin(m), rt: rt, src: src, stopWatch: cancel, watched: make(chan struct{})}
 	go func() {
 		defer close(p.watched)
-		rt.WatchFile(wctx, p.Plugin, p.path, time.Second)
+		src.watch(wctx, p)
 	}()
 	f.plugin = p
 	return nil
 }
 
-// reload validates the plugin file again and swaps it in at the next
+// reload validates the plugin's module again and swaps it in at the next
 // batch boundary if it changed; a module that fails validation is refused.
-func (p *plugin) reload(ctx context.Context) error { return p.rt.Reload(ctx, p.Plugin, p.path) }
+func (p *plugin) reload(ctx context.Context) error {
+	return p.rt.ReloadFrom(ctx, p.Plugin, p.src.String(), func(ctx context.Context) (*wasm.Module, error) {
+		return p.src.load(ctx, p.rt)
+	})
+}
 
 // status is the plugin's part of the fold's status.
 func (p *plugin) status() httpapi.PluginStatus {
 	ws := p.Status()
-	st := httpapi.PluginStatus{PluginIdentity: ws.Module,
+	st := httpapi.PluginStatus{PluginIdentity: ws.Module, Source: p.src.String(),
 		Reloads: httpapi.PluginReloads{Accepted: ws.ReloadsAccepted, Refused: ws.ReloadsRefused}}
 	if rl := ws.LastReload; rl != nil {
 		st.LastReload = &httpapi.PluginReload{At: rl.At.UTC(), Outcome: rl.Outcome, Module: rl.Module, Reason: rl.Reason}
@@ -84,8 +134,8 @@ func (p *plugin) status() httpapi.PluginStatus {
 
 func shortSHA(sha string) string { return sha[:min(len(sha), 12)] }
 
-// closePlugin stops the file watch (a reload in flight uses the runtime),
-// then releases the plugin and its runtime. Called once the fold stopped.
+// closePlugin stops the watch (a reload in flight uses the runtime), then
+// releases the plugin and its runtime. Called once the fold stopped.
 func (f *Fold) closePlugin() {
 	p := f.plugin
 	if p == nil {

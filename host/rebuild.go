@@ -444,9 +444,9 @@ func (f *Fold) rebuildLive(ctx context.Context, m *wasm.Module, why string) {
 }
 
 // Rebuild rebuilds the fold's views from its raw fold through the module
-// its plugin file holds now, beside the live fold, whatever the view
+// its plugin source (file or object) holds now, beside the live fold, whatever the view
 // schema (an operator's request: a view a plugin bug corrupted). The fold
-// must be following; a file that fails validation is refused (the error).
+// must be following; a module that fails validation is refused (the error).
 func (f *Fold) Rebuild(ctx context.Context) error {
 	if f.plugin == nil {
 		return fmt.Errorf("fold %s folds raw entries only: %w", f.o.Name, httpapi.ErrNoViews)
@@ -454,7 +454,7 @@ func (f *Fold) Rebuild(ctx context.Context) error {
 	if st := f.state.Load(); st != httpapi.StateFollowing {
 		return fmt.Errorf("fold %s is %s: %w", f.o.Name, st, httpapi.ErrNotFollowing)
 	}
-	m, err := f.plugin.rt.LoadFile(ctx, f.plugin.path)
+	m, err := f.plugin.src.load(ctx, f.plugin.rt)
 	if err != nil {
 		if ctx.Err() == nil {
 			f.plugin.ReloadFailed(err)

@@ -326,6 +326,14 @@ func runInProcess(t *testing.T, dir, cfgText string) *inProcess {
 // runInProcessEnv is runInProcess with env as the process environment.
 func runInProcessEnv(t *testing.T, dir, cfgText string, env map[string]string) *inProcess {
 	t.Helper()
+	d := startInProcess(t, dir, cfgText, env)
+	d.waitAddrs(t, !strings.Contains(cfgText, `url = "nats://`))
+	return d
+}
+
+// startInProcess is runInProcessEnv without waiting for the addresses.
+func startInProcess(t *testing.T, dir, cfgText string, env map[string]string) *inProcess {
+	t.Helper()
 	cfgPath := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o644); err != nil {
 		t.Fatal(err)
@@ -346,7 +354,13 @@ func runInProcessEnv(t *testing.T, dir, cfgText string, env map[string]string) *
 			t.Logf("stderr:\n%s", d.errb.String())
 		}
 	})
-	embedded := !strings.Contains(cfgText, `url = "nats://`)
+	return d
+}
+
+// waitAddrs waits for the addresses the daemon prints once started (the
+// NATS one only with an embedded server).
+func (d *inProcess) waitAddrs(t *testing.T, embedded bool) {
+	t.Helper()
 	waitFor(t, 20*time.Second, "the addresses on stdout", func() (bool, string) {
 		s := d.out.String()
 		n, h := natsURLRE.FindStringSubmatch(s), httpURLRE.FindStringSubmatch(s)
@@ -359,7 +373,6 @@ func runInProcessEnv(t *testing.T, dir, cfgText string, env map[string]string) *
 		d.base = h[1]
 		return true, ""
 	})
-	return d
 }
 
 // stop cancels the run (as a signal would) and returns its exit code.

@@ -83,16 +83,8 @@ func cmdKV(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	conn, embedded, err := config.ClientConn(cfg, *natsURL, c.getenv)
+	nc, err := c.clientConn(cfg, *natsURL, *timeout)
 	if err != nil {
-		return usagef("%v", err)
-	}
-	conn.Timeout = *timeout
-	nc, err := natskv.Connect(conn)
-	if err != nil {
-		if embedded {
-			return fmt.Errorf("%w\n(is 'foldhost run' running? The embedded NATS server lives only while it runs; pass the URL it printed with --nats)", err)
-		}
 		return err
 	}
 	defer nc.Close()

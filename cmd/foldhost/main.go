@@ -57,6 +57,8 @@ func commands() []command {
 		{"bootstrap", "fill an empty fold from the newest published artifact", cmdBootstrap},
 		{"repair", "repair a stopped fold now (key listing or artifact restore)", cmdRepair},
 		{"admin", "pause, resume, reload, rebuild or replay dead letters of a running fold", cmdAdmin},
+		{"plugins", "list the plugin module each node runs (modules from a NATS object store)", cmdPlugins},
+		{"plugin", "push a plugin module to a fold's NATS object store (plugin push FILE)", cmdPlugin},
 		{"bench", "benchmark a fold end to end (not implemented yet)", reserved("bench")},
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/foldhost/foldhost/host/artifact/s3store"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/pluginobj"
 	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/internal/files"
 	"github.com/foldhost/foldhost/protocol"
@@ -126,7 +127,9 @@ type FoldConfig struct {
 	Name   string
 	Bucket string // default Name
 	Scope  []string
-	// Plugin is the absolute path of the plugin, "" for a raw-only fold.
+	// Plugin is the absolute path of the plugin, a nats-object://BUCKET/NAME
+	// reference (a module in a NATS object store), or "" for a raw-only
+	// fold.
 	Plugin string
 	// PluginCallTimeout bounds each call into the plugin (default
 	// wasm.DefaultCallTimeout; 0 in the file: none, the plugin is still
@@ -620,7 +623,11 @@ func (c *Config) validate(ps *problems) {
 		if err := (natskv.Scope{Prefixes: f.Scope}).Validate(); err != nil {
 			ps.add(key("scope"), "%v", err)
 		}
-		if f.Plugin != "" {
+		if pluginobj.IsRef(f.Plugin) {
+			if _, err := pluginobj.ParseRef(f.Plugin); err != nil {
+				ps.add(key("plugin"), "%v", err)
+			}
+		} else if f.Plugin != "" {
 			f.Plugin = resolve(f.Plugin)
 			if pf, _, err := files.OpenRegular(f.Plugin, int64(f.PluginMaxMB)<<20); err != nil {
 				ps.add(key("plugin"), "%v", err)

@@ -122,6 +122,9 @@ type Status struct {
 // of its file.
 type PluginStatus struct {
 	fold.PluginIdentity
+	// Source is where the module comes from: a file's path, or a
+	// nats-object:// reference.
+	Source string `json:"source,omitempty"`
 	// LastReload is the last reload verdict (nil before the first): a new
 	// module accepted (swapped in at the next batch), or a file refused
 	// (the running module stays).

@@ -14,13 +14,19 @@ import (
 // fails is never used: p keeps running its current module and records the
 // error in its Status.
 func (r *Runtime) Reload(ctx context.Context, p *Plugin, path string) error {
-	m, err := r.LoadFile(ctx, path)
+	return r.ReloadFrom(ctx, p, path, func(ctx context.Context) (*Module, error) { return r.LoadFile(ctx, path) })
+}
+
+// ReloadFrom is Reload for a module that load fetches and validates (with
+// [Runtime.Load]) from where from names (for the log).
+func (r *Runtime) ReloadFrom(ctx context.Context, p *Plugin, from string, load func(context.Context) (*Module, error)) error {
+	m, err := load(ctx)
 	if err != nil && ctx.Err() != nil {
-		return err // shutting down: not a verdict on the file
+		return err // shutting down: not a verdict on the module
 	}
 	if err != nil {
 		p.ReloadFailed(err)
-		r.opts.Logger.Error("wasm: plugin reload refused; the running module stays", "path", path, "err", err)
+		r.opts.Logger.Error("wasm: plugin reload refused; the running module stays", "from", from, "err", err)
 		return err
 	}
 	sha, full, name, version := m.Short(), m.SHA256, m.Info.Name, m.Info.Version // m may be closed once handed on
@@ -29,7 +35,7 @@ func (r *Runtime) Reload(ctx context.Context, p *Plugin, path string) error {
 	// (a rebuild for it running) must stop that.
 	if r.opts.Adopt != nil && r.opts.Adopt(m) {
 		p.reloadAccepted(full)
-		r.opts.Logger.Info("wasm: plugin reload accepted; handed over (the views are rebuilt first)", "path", path, "module", sha,
+		r.opts.Logger.Info("wasm: plugin reload accepted; handed over (the views are rebuilt first)", "from", from, "module", sha,
 			"name", name, "version", version)
 		return nil
 	}
@@ -41,7 +47,7 @@ func (r *Runtime) Reload(ctx context.Context, p *Plugin, path string) error {
 	// so a reaction to it (a failed fold's retry) finds it there.
 	defer p.reloadAccepted(full)
 	p.Swap(m)
-	r.opts.Logger.Info("wasm: plugin reload accepted; swapping at the next batch", "path", path, "module", sha,
+	r.opts.Logger.Info("wasm: plugin reload accepted; swapping at the next batch", "from", from, "module", sha,
 		"name", name, "version", version)
 	return nil
 }

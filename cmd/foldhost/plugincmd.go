@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/host/config"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/pluginobj"
+	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/internal/files"
+)
+
+const pluginsAbout = `Lists the plugin module each node runs, for the folds that load their
+module from a NATS object store (plugin = "nats-object://BUCKET/NAME"): every
+such node records it in the KV bucket ` + pluginobj.DefaultRecordBucket + ` when it loads
+or reloads one, and every 30 s. SEEN is the age of that record: a node that
+stopped stops renewing it (records expire after a day).
+
+The server: --nats URL; else the config's (--config FILE; an embedded
+server's listen address while 'foldhost run' runs).`
+
+const pluginAbout = `push FILE: validates FILE as a plugin this foldhost can run, then stores it
+as the object the fold's plugin setting names (nats-object://BUCKET/NAME;
+the bucket is created when missing). Every node running the fold loads it
+within seconds, validates it again and swaps it in at a batch boundary, or
+refuses it and keeps its module; 'foldhost plugins' shows which. Prints the
+object stored (JSON).
+
+The fold: --fold NAME, or the only fold of the config; or --to
+nats-object://BUCKET/NAME without a fold. The server as for 'plugins'.`
+
+func cmdPlugins(c *cli, args []string) error {
+	fs := c.flagSet("plugins", "plugins [--config FILE] [--nats URL] [--json]", pluginsAbout)
+	configPath := fs.String("config", "", "config `file` (server and credentials)")
+	natsURL := fs.String("nats", "", "NATS server `url` (overrides the config)")
+	asJSON := fs.Bool("json", false, "print the records as JSON")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound for connecting and listing")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	_, nc, err := c.pluginConn(*configPath, *natsURL, *timeout)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, *timeout)
+	defer cancel()
+	recs, unreadable, err := pluginobj.List(ctx, js, pluginobj.DefaultRecordBucket)
+	if err != nil {
+		return err
+	}
+	if unreadable > 0 {
+		fmt.Fprintf(c.stderr, "foldhost: %d records of %s could not be read\n", unreadable, pluginobj.DefaultRecordBucket)
+	}
+	if *asJSON {
+		if recs == nil {
+			recs = []pluginobj.Record{}
+		}
+		return printJSON(c.stdout, recs)
+	}
+	if len(recs) == 0 {
+		fmt.Fprintf(c.stdout, "no node records a plugin module (bucket %s is empty or missing)\n", pluginobj.DefaultRecordBucket)
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FOLD\tNODE\tMODULE\tNAME\tVERSION\tSCHEMA\tSEEN\tLAST RELOAD")
+	now := time.Now()
+	for _, r := range recs {
+		last := "-"
+		if rl := r.LastReload; rl != nil {
+			last = rl.Outcome + " " + rl.At.Local().Format(time.DateTime)
+			if rl.Reason != "" {
+				last += ": " + oneLine(rl.Reason, 80)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.12s\t%s\t%s\t%d\t%s ago\t%s\n", r.Fold, r.Node, r.Module, r.Name, r.Version, r.ViewSchema,
+			now.Sub(r.At).Round(time.Second), last)
+	}
+	return tw.Flush()
+}
+
+func cmdPlugin(c *cli, args []string) error {
+	fs := c.flagSet("plugin", "plugin push FILE [--fold NAME | --to nats-object://BUCKET/NAME] [--config FILE] [--nats URL]", pluginAbout)
+	configPath := fs.String("config", "", "config `file` (the fold's plugin setting, server and credentials)")
+	natsURL := fs.String("nats", "", "NATS server `url` (overrides the config)")
+	foldName := fs.String("fold", "", "push to the object of fold `name`")
+	to := fs.String("to", "", "push to this nats-object://BUCKET/NAME `reference` instead of a fold's")
+	timeout := fs.Duration("timeout", time.Minute, "bound for connecting and uploading")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 || pos[0] != "push" {
+		return usagef("want: plugin push FILE")
+	}
+	if len(pos) != 2 {
+		return usagef("push takes one FILE")
+	}
+	file := pos[1]
+	cfg, nc, err := c.pluginConn(*configPath, *natsURL, *timeout)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ref, err := pushTarget(cfg, *foldName, *to)
+	if err != nil {
+		return err
+	}
+	b, err := files.ReadRegular(file, wasm.DefaultMaxModuleBytes)
+	if err != nil {
+		return err
+	}
+	// The same checks a node makes before it swaps a module in: a module
+	// that fails them is never pushed.
+	rt, err := wasm.NewRuntime(c.ctx, wasm.Options{})
+	if err != nil {
+		return err
+	}
+	defer rt.Close(context.Background())
+	m, err := rt.Load(c.ctx, b)
+	if err != nil {
+		return fmt.Errorf("%s is not a plugin foldhost can run (nothing pushed): %w", file, err)
+	}
+	id := m.Identity()
+	m.Close(context.Background())
+	if ref.Pin != "" && ref.Pin != id.SHA256 {
+		fmt.Fprintf(c.stderr, "foldhost: warning: %s pins sha256 %s: its nodes refuse this module (sha256 %s) until the pin changes\n", ref, ref.Pin, id.SHA256)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, *timeout)
+	defer cancel()
+	ref.Pin = ""
+	info, err := pluginobj.Push(ctx, js, ref, b, fmt.Sprintf("%s %s (view schema %d)", id.Name, id.Version, id.ViewSchema))
+	if err != nil {
+		return err
+	}
+	return printJSON(c.stdout, struct {
+		Object     string `json:"object"`
+		Size       uint64 `json:"size"`
+		Digest     string `json:"digest"`
+		SHA256     string `json:"sha256"`
+		Name       string `json:"name"`
+		Version    string `json:"version"`
+		ViewSchema uint32 `json:"view_schema"`
+	}{ref.String(), info.Size, info.Digest, id.SHA256, id.Name, id.Version, id.ViewSchema})
+}
+
+// pushTarget is the object a push writes: --to, or the fold's plugin
+// setting.
+func pushTarget(cfg *config.Config, foldName, to string) (pluginobj.Ref, error) {
+	switch {
+	case to != "" && foldName != "":
+		return pluginobj.Ref{}, usagef("--to and --fold are exclusive")
+	case to != "":
+		ref, err := pluginobj.ParseRef(to)
+		if err != nil {
+			return ref, usagef("--to: %v", err)
+		}
+		return ref, nil
+	case cfg == nil:
+		return pluginobj.Ref{}, usagef("want --fold NAME with --config FILE, or --to nats-object://BUCKET/NAME")
+	}
+	f, err := pickFold(cfg, foldName)
+	if err != nil {
+		return pluginobj.Ref{}, err
+	}
+	if !pluginobj.IsRef(f.Plugin) {
+		return pluginobj.Ref{}, usagef("fold %s's plugin is %q, not a nats-object://BUCKET/NAME reference: copy the file in place instead (the fold reloads it)", f.Name, f.Plugin)
+	}
+	return pluginobj.ParseRef(f.Plugin)
+}
+
+// pluginConn loads the config (if any) and connects to its NATS server.
+func (c *cli) pluginConn(configPath, natsURL string, timeout time.Duration) (*config.Config, *nats.Conn, error) {
+	var cfg *config.Config
+	if configPath != "" {
+		var err error
+		if cfg, err = config.Load(configPath, c.getenv); err != nil {
+			return nil, nil, err
+		}
+	}
+	nc, err := c.clientConn(cfg, natsURL, timeout)
+	return cfg, nc, err
+}
+
+// clientConn connects to the NATS server of --nats, else of cfg (nil: the
+// environment's), saying what to do when cfg's embedded server is not up.
+func (c *cli) clientConn(cfg *config.Config, natsURL string, timeout time.Duration) (*nats.Conn, error) {
+	conn, embedded, err := config.ClientConn(cfg, natsURL, c.getenv)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	conn.Timeout = timeout
+	nc, err := natskv.Connect(conn)
+	if err != nil && embedded {
+		return nil, fmt.Errorf("%w\n(is 'foldhost run' running? The embedded NATS server lives only while it runs; pass the URL it printed with --nats)", err)
+	}
+	return nc, err
+}
+
+// oneLine is s on one line, cut to n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

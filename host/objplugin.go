@@ -1,0 +1,148 @@
+package host
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/host/pluginobj"
+	"github.com/foldhost/foldhost/host/wasm"
+)
+
+// A fold's module can live in a NATS object store (plugin =
+// "nats-object://BUCKET/NAME"): every node of a fleet loads it from there,
+// watches the object for new versions (each validated by the node's own
+// runtime before it is swapped in; one that fails is refused and the
+// running module stays), and records what it runs in a KV bucket
+// (pluginobj.DefaultRecordBucket) that `foldhost plugins` lists.
+// RATIONALE.md, "Plugin rollout through NATS".
+
+// objectPoll is how often a node looks at its object besides the watch,
+// and rewrites its record.
+var objectPoll = 30 * time.Second
+
+// objectFetchTimeout bounds one download of a module.
+const objectFetchTimeout = 2 * time.Minute
+
+// objectSource is a module in a NATS object store.
+type objectSource struct {
+	f    *Fold
+	ref  pluginobj.Ref
+	js   jetstream.JetStream
+	kick chan struct{} // a reload verdict or switch: rewrite the record now
+
+	recs    *pluginobj.Records
+	lastErr string // the last record write's error, logged once
+}
+
+func (f *Fold) objectSource() (*objectSource, error) {
+	ref, err := pluginobj.ParseRef(f.o.Plugin)
+	if err != nil {
+		return nil, err
+	}
+	if f.h.nc == nil {
+		return nil, errors.New("a plugin from a NATS object store needs the NATS connection")
+	}
+	js, err := jetstream.New(f.h.nc)
+	if err != nil {
+		return nil, err
+	}
+	return &objectSource{f: f, ref: ref, js: js, kick: make(chan struct{}, 1)}, nil
+}
+
+func (s *objectSource) String() string { return s.ref.String() }
+
+func (s *objectSource) load(ctx context.Context, rt *wasm.Runtime) (*wasm.Module, error) {
+	max := s.f.o.PluginMaxBytes
+	if max <= 0 {
+		max = wasm.DefaultMaxModuleBytes
+	}
+	fctx, cancel := context.WithTimeout(ctx, objectFetchTimeout)
+	defer cancel()
+	m, err := pluginobj.Fetch(fctx, s.js, s.ref, max, wasm.ModuleHash)
+	if err != nil {
+		return nil, err
+	}
+	return rt.Load(ctx, m.Bytes)
+}
+
+// await waits until the object exists.
+func (s *objectSource) await(ctx context.Context) error {
+	return pluginobj.Await(ctx, s.js, s.ref, time.Second, func() {
+		s.f.log.Warn("waiting for the plugin module to be pushed; the fold starts once it is",
+			"from", s.ref, "push", "foldhost plugin push FILE --fold "+s.f.o.Name)
+	})
+}
+
+func (s *objectSource) reloaded() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// watch follows the object (pluginobj.Watch) and keeps the node's record
+// current: written at once, after every verdict or switch, and every poll.
+func (s *objectSource) watch(ctx context.Context, p *plugin) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		pluginobj.Watch(ctx, s.js, s.ref, objectPoll, func(info *jetstream.ObjectInfo) {
+			if d, err := jetstream.DecodeObjectDigest(info.Digest); err == nil && hex.EncodeToString(d) == p.Upcoming().SHA256 {
+				return // the module this node runs (or is about to)
+			}
+			s.f.log.Info("plugin object changed; loading it", "from", s.ref, "digest", info.Digest, "size", info.Size)
+			_ = p.rt.ReloadFrom(ctx, p.Plugin, s.ref.String(), func(ctx context.Context) (*wasm.Module, error) {
+				return s.load(ctx, p.rt)
+			})
+		}, func() {
+			s.f.log.Warn("plugin object deleted; the running module stays", "from", s.ref)
+		})
+	})
+	t := time.NewTicker(objectPoll)
+	defer t.Stop()
+	for {
+		s.publish(ctx, p)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+	}
+}
+
+// publish writes the node's record of what the fold runs. A failure is
+// logged (once per distinct error) and retried at the next poll: the
+// record is for people, the fold does not depend on it.
+func (s *objectSource) publish(parent context.Context, p *plugin) {
+	ctx, cancel := context.WithTimeout(parent, s.f.h.o.NATS.RequestTimeout)
+	defer cancel()
+	up, ws := p.Upcoming(), p.Status()
+	rec := pluginobj.Record{Fold: s.f.o.Name, Node: s.f.h.o.Admin.Node, Source: s.ref.String(),
+		Module: up.SHA256, Name: up.Name, Version: up.Version, ViewSchema: up.ViewSchema}
+	if rl := ws.LastReload; rl != nil {
+		rec.LastReload = &pluginobj.Reload{At: rl.At.UTC(), Outcome: rl.Outcome, Module: rl.Module, Reason: rl.Reason}
+	}
+	var err error
+	if s.recs == nil {
+		s.recs, err = pluginobj.OpenRecords(ctx, s.js, pluginobj.DefaultRecordBucket)
+	}
+	if err == nil {
+		err = s.recs.Put(ctx, rec)
+	}
+	switch {
+	case err != nil && parent.Err() != nil:
+		// shutting down
+	case err != nil && err.Error() != s.lastErr:
+		s.lastErr = err.Error()
+		s.f.log.Warn("could not record the running plugin module (retried every poll)", "err", err)
+	case err == nil && s.lastErr != "":
+		s.lastErr = ""
+		s.f.log.Info("the running plugin module is recorded again", "bucket", pluginobj.DefaultRecordBucket)
+	}
+}

@@ -1,0 +1,235 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/pluginobj"
+	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/internal/syncbuf"
+)
+
+// objectJS is a JetStream client of the test's server at url.
+func objectJS(t testing.TB, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := natskv.Connect(natskv.ConnOptions{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// push stores the built plugin file as ref's object and returns its hash.
+func push(t testing.TB, js jetstream.JetStream, ref pluginobj.Ref, file string) string {
+	t.Helper()
+	b := readFile(t, file)
+	if _, err := pluginobj.Push(context.Background(), js, ref, b, "test"); err != nil {
+		t.Fatal(err)
+	}
+	return wasm.ModuleHash(b)
+}
+
+// records reads the plugin record bucket, by node.
+func records(t testing.TB, js jetstream.JetStream) map[string]pluginobj.Record {
+	t.Helper()
+	recs, bad, err := pluginobj.List(context.Background(), js, pluginobj.DefaultRecordBucket)
+	if err != nil || bad != 0 {
+		t.Fatalf("records: %v (%d unreadable)", err, bad)
+	}
+	m := map[string]pluginobj.Record{}
+	for _, r := range recs {
+		m[r.Node] = r
+	}
+	return m
+}
+
+// TestPluginRolloutThroughNATS: two nodes whose fold loads its module from
+// a NATS object store pick up each new version pushed there (validated,
+// swapped at a batch boundary) and record what they run; a version that
+// fails validation is refused on both, which keep the module they ran.
+// Mutations caught: the object watch not reloading (nodes stay on v1); a
+// refused module swapped in anyway (the nodes would fail on it).
+func TestPluginRolloutThroughNATS(t *testing.T) {
+	url, b := natsServer(t)
+	js := objectJS(t, url)
+	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
+	v1 := push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
+	dir := t.TempDir()
+	opts := func(node string) host.Options {
+		return host.Options{
+			NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+			Admin: host.AdminOptions{Node: node},
+			Folds: []host.FoldOptions{{Name: "routes", Plugin: ref.String(), DataDir: filepath.Join(dir, node)}},
+		}
+	}
+	nodes := []string{"x", "y"}
+	var folds []*host.Fold
+	for _, n := range nodes {
+		folds = append(folds, startHost(t, opts(n)).h.Fold("routes"))
+	}
+	// runs waits until every node folded a new key with module sha (a
+	// swap lands at a batch boundary) and recorded it.
+	runs := func(sha, key string) {
+		t.Helper()
+		rev := put(t, b, key, "v")
+		for _, f := range folds {
+			waitCursor(t, f, rev)
+			if got := f.Status().Plugin.SHA256; got != sha {
+				t.Fatalf("node folds with %.12s, want %.12s (last reload %+v)", got, sha, f.Status().Plugin.LastReload)
+			}
+			if v := foldViews(t, f)["s1/"+key]; v != "v" {
+				t.Fatalf("view of %s = %q", key, v)
+			}
+		}
+		waitFor(t, func() bool {
+			recs := records(t, js)
+			for _, n := range nodes {
+				if r := recs[n]; r.Module != sha || r.Fold != "routes" || r.Source != ref.String() {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	runs(v1, "a")
+
+	// v2 (another build, same view schema): every node takes it.
+	v2bytes := readFile(t, builtPlugin(t, "testdata", "keyview1"))
+	v2bytes = append(v2bytes, customSection("rollout", "v2")...)
+	if _, err := pluginobj.Push(context.Background(), js, ref, v2bytes, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	v2 := wasm.ModuleHash(v2bytes)
+	for _, f := range folds {
+		waitFor(t, func() bool { rl := f.Status().Plugin.LastReload; return rl != nil && rl.Module == v2 })
+	}
+	runs(v2, "b")
+
+	// A module that fails validation: refused everywhere, v2 stays.
+	push(t, js, ref, builtPlugin(t, "testdata", "noexport"))
+	for _, f := range folds {
+		waitFor(t, func() bool { rl := f.Status().Plugin.LastReload; return rl != nil && rl.Outcome == "refused" })
+	}
+	runs(v2, "c")
+	for _, n := range nodes {
+		if r := records(t, js)[n]; r.LastReload == nil || r.LastReload.Outcome != "refused" || r.LastReload.Reason == "" {
+			t.Errorf("node %s's record: %+v, want its refusal", n, r)
+		}
+	}
+	if st := folds[0].Status().Plugin; st.Source != ref.String() || st.Reloads.Accepted != 1 || st.Reloads.Refused != 1 {
+		t.Errorf("plugin status %+v", st)
+	}
+}
+
+// customSection is a WASM custom section: another module's bytes for the
+// same code.
+func customSection(name, data string) []byte {
+	payload := append([]byte{byte(len(name))}, name...)
+	payload = append(payload, data...)
+	return append([]byte{0, byte(len(payload))}, payload...)
+}
+
+// TestPinnedPluginObject: a reference pinned to a digest loads only that
+// content: a start against another one fails naming both, and a new
+// version pushed later is refused.
+func TestPinnedPluginObject(t *testing.T) {
+	url, b := natsServer(t)
+	js := objectJS(t, url)
+	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
+	v1 := push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
+	dir := t.TempDir()
+	o := func(pin string) host.Options {
+		r := ref
+		r.Pin = pin
+		return host.Options{
+			NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+			Logger: quiet,
+			Folds:  []host.FoldOptions{{Name: "routes", Plugin: r.String(), DataDir: filepath.Join(dir, "a")}},
+		}
+	}
+	if err := startErr(t, o(strings.Repeat("0", 64))); !errors.Is(err, pluginobj.ErrPinMismatch) || !strings.Contains(err.Error(), v1) {
+		t.Fatalf("a start pinned to another digest: %v", err)
+	}
+	r := startHost(t, o(v1))
+	f := r.h.Fold("routes")
+	push(t, js, ref, builtPlugin(t, "testdata", "keyview2"))
+	waitFor(t, func() bool { rl := f.Status().Plugin.LastReload; return rl != nil })
+	if rl := f.Status().Plugin.LastReload; rl.Outcome != "refused" || !strings.Contains(rl.Reason, "pinned") {
+		t.Fatalf("a new version under a pin: %+v", rl)
+	}
+	rev := put(t, b, "k", "v")
+	waitCursor(t, f, rev)
+	if st := f.Status().Plugin; st.SHA256 != v1 {
+		t.Fatalf("runs %.12s, want the pinned %.12s", st.SHA256, v1)
+	}
+}
+
+// TestPluginObjectAwaited: a node started before the first module was
+// pushed waits for it (saying so), then folds with it.
+func TestPluginObjectAwaited(t *testing.T) {
+	url, b := natsServer(t)
+	js := objectJS(t, url)
+	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
+	logs := &syncbuf.Buffer{}
+	h, err := host.New(host.Options{
+		NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Folds:  []host.FoldOptions{{Name: "routes", Plugin: ref.String(), DataDir: filepath.Join(t.TempDir(), "a")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- h.Start(context.Background()) }()
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "waiting for the plugin module to be pushed") })
+	select {
+	case err := <-started:
+		t.Fatalf("the start returned before a module was pushed: %v", err)
+	default:
+	}
+	v1 := push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	defer func() { cancel(); <-done; h.Close() }()
+	f := h.Fold("routes")
+	rev := put(t, b, "k", "v")
+	waitCursor(t, f, rev)
+	if st := f.Status().Plugin; st.SHA256 != v1 {
+		t.Fatalf("runs %.12s, want %.12s", st.SHA256, v1)
+	}
+}
+
+// TestPluginObjectSizeBound: an object over plugin_max_mb is refused
+// before it is downloaded.
+func TestPluginObjectSizeBound(t *testing.T) {
+	url, _ := natsServer(t)
+	js := objectJS(t, url)
+	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
+	push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
+	err := startErr(t, host.Options{
+		NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Logger: quiet,
+		Folds:  []host.FoldOptions{{Name: "routes", Plugin: ref.String(), PluginMaxBytes: 100, DataDir: filepath.Join(t.TempDir(), "a")}},
+	})
+	if !errors.Is(err, pluginobj.ErrTooLarge) {
+		t.Fatalf("a start with an object over the bound: %v", err)
+	}
+}
+

@@ -1,0 +1,120 @@
+package pluginobj
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Watch calls changed with the object's info whenever r's object gets a
+// new digest (a new version pushed), until ctx is done. The first call
+// comes for the object as it is when the watch starts (the caller compares
+// it with what it runs). A deleted object is reported to deleted, if set,
+// and otherwise ignored: the running module stays.
+//
+// Two sources, so that a version is never missed: the object store's
+// watch (immediate), and a look at the object's info every poll (covers a
+// watch lost to a reconnect or a bucket created after the start). changed
+// runs on Watch's goroutine; a slow one delays the next look, never
+// overlaps it.
+func Watch(ctx context.Context, js jetstream.JetStream, r Ref, poll time.Duration, changed func(*jetstream.ObjectInfo), deleted func()) {
+	if poll <= 0 {
+		poll = 30 * time.Second
+	}
+	var last string // the digest last reported
+	var wasDeleted bool
+	see := func(info *jetstream.ObjectInfo) {
+		if info == nil || info.Name != r.Name {
+			return
+		}
+		if info.Deleted {
+			if !wasDeleted && deleted != nil {
+				deleted()
+			}
+			wasDeleted, last = true, ""
+			return
+		}
+		wasDeleted = false
+		if info.Digest != last {
+			last = info.Digest
+			changed(info)
+		}
+	}
+	var w jetstream.ObjectWatcher
+	defer func() {
+		if w != nil {
+			_ = w.Stop()
+		}
+	}()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		obs, err := js.ObjectStore(ctx, r.Bucket)
+		if err == nil {
+			if info, err := obs.GetInfo(ctx, r.Name, jetstream.GetObjectInfoShowDeleted()); err == nil {
+				see(info)
+			}
+			if w == nil {
+				if w, err = obs.Watch(ctx); err != nil {
+					w = nil
+				}
+			}
+		}
+		var updates <-chan *jetstream.ObjectInfo
+		if w != nil {
+			updates = w.Updates()
+		}
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				break wait
+			case info, ok := <-updates:
+				if !ok { // the watch ended: a new one at the next look
+					_ = w.Stop()
+					w, updates = nil, nil
+					continue
+				}
+				see(info)
+			}
+		}
+	}
+}
+
+// Missing reports whether err says r's object (or its bucket) does not
+// exist.
+func Missing(err error) bool {
+	return errors.Is(err, jetstream.ErrObjectNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) ||
+		errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
+// Await returns once r's object exists, looking every poll; waiting is
+// called once, before the first wait. Errors other than "missing" end it.
+func Await(ctx context.Context, js jetstream.JetStream, r Ref, poll time.Duration, waiting func()) error {
+	for first := true; ; first = false {
+		obs, err := js.ObjectStore(ctx, r.Bucket)
+		if err == nil {
+			_, err = obs.GetInfo(ctx, r.Name)
+		}
+		switch {
+		case err == nil:
+			return nil
+		case !Missing(err):
+			return fmt.Errorf("plugin %s: %w", r, err)
+		case first && waiting != nil:
+			waiting()
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("plugin %s: waiting for the object: %w", r, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
