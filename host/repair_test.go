@@ -537,3 +537,78 @@ func TestResetAfterARecreatedBucket(t *testing.T) {
 	sameEntries(t, "reset fold", foldOf(t, f), want)
 	sameStrings(t, "reset views", viewsOf(t, f), routerViews(t, want))
 }
+
+// TestRepairRefusedOnEvictingRetentions: the two other retentions that
+// evict current values, a stream-wide limit under discard-old and
+// per-message TTLs, make the key listing not the truth too: an expired
+// cursor's relist is refused naming the retention, the fold keeps its
+// keys and the eviction memo is committed. Mutation caught: the retention
+// reading ignoring the discard-old limit or the TTL flag (the relist runs
+// and deletes the keys the listing lacks).
+func TestRepairRefusedOnEvictingRetentions(t *testing.T) {
+	for _, tc := range []struct {
+		name, naming string
+		cfg          natskv.BucketConfig
+		limit        bool // a discard-old MaxMsgs limit set on the stream
+	}{
+		{"discard-old", "discard-old", natskv.BucketConfig{History: 1}, true},
+		{"per-message-TTL", "per-message TTL", natskv.BucketConfig{History: 1, LimitMarkerTTL: time.Minute}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url, b := repairServer(t, tc.cfg)
+			if tc.limit {
+				js, err := jetstream.New(nc(t, url))
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := js.Stream(context.Background(), "KV_rt")
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg := s.CachedInfo().Config
+				cfg.Discard, cfg.MaxMsgs = jetstream.DiscardOld, 6
+				if _, err := js.UpdateStream(context.Background(), cfg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dir := filepath.Join(t.TempDir(), "fold")
+			o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+				Folds: []host.FoldOptions{{Name: "ev", Bucket: "rt", DataDir: dir, Repair: protocol.RepairRelist}}}
+			r := startHost(t, o)
+			var last uint64
+			for i := range 5 {
+				last = put(t, b, fmt.Sprintf("k%d", i), "old")
+			}
+			waitCursor(t, r.h.Fold("ev"), last)
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			// While the fold is down: new keys (the limit evicts k0..k4)
+			// and rewrites, until the revision after the cursor is gone.
+			for i := 5; i < 19; i++ {
+				put(t, b, fmt.Sprintf("k%d", i%12), "new")
+			}
+			if ret, _, err := b.Retention(context.Background()); err != nil || ret.Window.First <= protocol.Revision(last+1) {
+				t.Fatalf("the cursor %d did not expire: %+v %v", last, ret, err)
+			}
+			r = startHost(t, o)
+			f := r.h.Fold("ev")
+			waitFor(t, func() bool {
+				st := f.Status()
+				return st.State == httpapi.StateFailed || (st.Repairs.Last != nil && st.Repairs.Last.Outcome == "done")
+			})
+			if st := f.Status(); !strings.Contains(st.LastError, "repair refused") || !strings.Contains(st.LastError, tc.naming) {
+				t.Errorf("last error %q, want a refusal naming %q (repairs %+v)", st.LastError, tc.naming, st.Repairs.Last)
+			}
+			if err := r.stop(t); err == nil {
+				t.Error("Run returned nil for a failed fold")
+			}
+			if got := len(foldOfDir(t, dir)); got != 5 {
+				t.Errorf("the refused repair left %d keys of 5", got)
+			}
+			if c := storeCursor(t, dir); c.Rev != protocol.Revision(last) || !c.EvictionSeen {
+				t.Errorf("cursor %v, want %d with the eviction memo", c, last)
+			}
+		})
+	}
+}
