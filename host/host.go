@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -67,6 +68,14 @@ func (h *Host) Start(ctx context.Context) (err error) {
 			h.Close()
 		}
 	}()
+	// Each phase of the start is logged at debug level with its time: a
+	// slow start says where it went.
+	t0, last := time.Now(), time.Now()
+	phase := func(name string) {
+		now := time.Now()
+		h.log.Debug("start phase done", "phase", name, "took", now.Sub(last).Round(time.Microsecond), "since_start", now.Sub(t0).Round(time.Microsecond))
+		last = now
+	}
 	h.folds = make([]*Fold, len(h.o.Folds))
 	for i, fo := range h.o.Folds {
 		f, err := newFold(fo, h)
@@ -76,6 +85,7 @@ func (h *Host) Start(ctx context.Context) (err error) {
 		h.folds[i] = f
 		h.closers = append(h.closers, f.closeStore)
 	}
+	phase("stores opened")
 	// Plugin files load before NATS is touched (a bad module fails the
 	// start first); modules from a NATS object store once it is connected.
 	loadPlugins := func(fromObjectStore bool) error {
@@ -93,12 +103,15 @@ func (h *Host) Start(ctx context.Context) (err error) {
 	if err := loadPlugins(false); err != nil {
 		return err
 	}
+	phase("plugin files loaded")
 	if err := h.connect(ctx); err != nil {
 		return err
 	}
+	phase("NATS connected")
 	if err := loadPlugins(true); err != nil {
 		return err
 	}
+	phase("object-store plugins loaded")
 	h.exp = newExporter(h.o.Artifacts, h.nc, h.o.NATS.RequestTimeout, h.log)
 	if h.exp != nil {
 		h.log.Info("artifact store", "store", h.o.Artifacts.Where, "lease_bucket", h.o.Artifacts.LeaseBucket,
@@ -112,9 +125,11 @@ func (h *Host) Start(ctx context.Context) (err error) {
 		}
 		f.bucket = b
 	}
+	phase("buckets opened")
 	if err := h.settleOrigins(ctx); err != nil {
 		return err
 	}
+	phase("origins checked")
 	h.metrics.Track(h.httpFolds())
 	if h.o.Admin.NATS {
 		actx, cancel := context.WithCancel(context.Background())

@@ -232,4 +232,3 @@ func TestPluginObjectSizeBound(t *testing.T) {
 		t.Fatalf("a start with an object over the bound: %v", err)
 	}
 }
-

@@ -3,6 +3,7 @@ package fold
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -225,5 +226,39 @@ func TestCloseWaitsForInFlightRange(t *testing.T) {
 	}
 	if err := <-closed; err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+}
+
+// TestCleanCloseLeavesNothingToReplay: a store closed cleanly flushed its
+// memtables, so the next Open replays no log and flushes nothing (after a
+// clean stop the restart's cost is the delta, not the last memtables of
+// the fold: 0.6% of a full replay at 1M keys instead of 20%). Mutation
+// caught: the flush at Close removed (the reopen flushes what it replayed).
+func TestCleanCloseLeavesNothingToReplay(t *testing.T) {
+	dir := t.TempDir()
+	s, _, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw []Update
+	for i := range 1000 {
+		raw = append(raw, Update{Key: fmt.Sprintf("k%04d", i), Rev: protocol.Revision(i + 1), Op: OpPut, Value: []byte("v")})
+	}
+	if err := s.Commit(Commit{Raw: raw, Cursor: protocol.Cursor{Rev: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, cur, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if m := s.db.Metrics(); m.Flush.WriteThroughput.Bytes != 0 || cur.Rev != 1000 {
+		t.Fatalf("the reopen flushed %d bytes (cursor %v): the close left its memtables in the log", m.Flush.WriteThroughput.Bytes, cur)
+	}
+	if e, ok, err := s.Get("k0999"); err != nil || !ok || string(e.Value) != "v" {
+		t.Fatalf("k0999 after the reopen: %v %v %v", e, ok, err)
 	}
 }
