@@ -247,7 +247,7 @@ func (d *demo) findPlugin(ctx context.Context, path string) (string, error) {
 	if path != "" {
 		return path, nil
 	}
-	for _, lang := range []string{"c", "as", "go"} {
+	for _, lang := range []string{"c", "as", "rust", "go"} {
 		p := filepath.Join("plugins", "example-router", "build", "router-"+lang+".wasm")
 		if _, err := os.Stat(p); err == nil {
 			return p, nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/plugins/example-router/go/router"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -45,7 +46,7 @@ func BenchmarkApply(b *testing.B) {
 				b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "updates/s")
 			})
 		}
-		for _, lang := range []string{"c", "as"} {
+		for _, lang := range []string{"c", "as", "rust"} {
 			for _, contain := range []containment{containMetered, containNone, containCloseOnDone} {
 				b.Run(fmt.Sprintf("wasm-%s/batch=%d/%s", lang, size, contain), func(b *testing.B) {
 					path := filepath.Join(repoRoot(b), "plugins", "example-router", "build", "router-"+lang+".wasm")
@@ -68,7 +69,7 @@ func BenchmarkApply(b *testing.B) {
 			}
 		}
 		b.Run(fmt.Sprintf("native-go/batch=%d", size), func(b *testing.B) {
-			p := newNativeRouter()
+			p := NewNativeRouter()
 			b.ReportAllocs()
 			for range b.N {
 				if _, err := p.Apply(context.Background(), batch, emptyReader{}); err != nil {
@@ -97,7 +98,7 @@ func BenchmarkContainmentCost(b *testing.B) {
 			Value: []byte(fmt.Sprintf(`{"upstreams":[{"addr":"10.0.%d.1:80","weight":%d},{"addr":"10.0.0.2:80"}]}`, i%7, 1+i%9))}
 	}
 	variants := []containment{containNone, containMetered, containCloseOnDone}
-	for _, lang := range []string{"c", "as", "go"} {
+	for _, lang := range []string{"c", "as", "go", "rust"} {
 		b.Run(lang, func(b *testing.B) {
 			path := filepath.Join(repoRoot(b), "plugins", "example-router", "build", "router-"+lang+".wasm")
 			plugins := make([]*Plugin, len(variants))
@@ -154,8 +155,8 @@ func BenchmarkWASMvsNative(b *testing.B) {
 		batch[i] = fold.Update{Key: fmt.Sprintf("route.h%d", i%50), Rev: protocol.Revision(i + 1), Op: fold.OpPut,
 			Value: []byte(fmt.Sprintf(`{"upstreams":[{"addr":"10.0.%d.1:80","weight":%d},{"addr":"10.0.0.2:80"}]}`, i%7, 1+i%9))}
 	}
-	langs := []string{"c", "as", "go"}
-	plugins := []fold.Plugin{newNativeRouter()}
+	langs := []string{"c", "as", "go", "rust"}
+	plugins := []fold.Plugin{NewNativeRouter()}
 	for _, lang := range langs {
 		r := newRuntime(b, Options{GCEvery: 64})
 		m, err := r.LoadFile(context.Background(), builtPlugin(b, "example-router", "router-"+lang))
@@ -186,4 +187,9 @@ func BenchmarkWASMvsNative(b *testing.B) {
 	for i, lang := range langs {
 		b.ReportMetric(median(ratios[i+1]), "wasm-"+lang+"/native-go")
 	}
+}
+
+// NewNativeRouter is the example router's Go code as a NativePlugin.
+func NewNativeRouter() *NativePlugin[router.Record] {
+	return NewNative[router.Record](&router.Router{})
 }

@@ -37,14 +37,14 @@ func repoRoot(t testing.TB) string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// routerBuilds returns every build of the example plugin. The C and
-// AssemblyScript builds come from scripts/build-plugins, which the test
-// command runs first; a missing build fails the suite.
+// routerBuilds returns every build of the example plugin. The C,
+// AssemblyScript and Rust builds come from scripts/build-plugins, which the
+// test command runs first; a missing build fails the suite.
 func routerBuilds(t *testing.T) map[string]string {
 	t.Helper()
 	dir := filepath.Join(repoRoot(t), "plugins", "example-router", "build")
 	builds := map[string]string{"go": goRouterWasm(t)}
-	for _, lang := range []string{"c", "as"} {
+	for _, lang := range []string{"c", "as", "rust"} {
 		p := filepath.Join(dir, "router-"+lang+".wasm")
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("missing %s: run scripts/build-plugins first (the test command does): %v", p, err)

@@ -10,12 +10,13 @@ import (
 	"github.com/foldhost/foldhost/protocol"
 )
 
-// TestSDKProbes drives the C and AssemblyScript SDK probes (each update key
-// is a command, see plugins/testdata/c/probe.c) through the real host: view
-// writes, batched view and raw reads of the committed fold, the overlay of
-// the batch's own writes, rejections, and failures from parse and apply.
+// TestSDKProbes drives the C, AssemblyScript and Rust SDK probes (each
+// update key is a command, see plugins/testdata/c/probe.c) through the real
+// host: view writes, batched view and raw reads of the committed fold, the
+// overlay of the batch's own writes, rejections, and failures from parse and
+// apply.
 func TestSDKProbes(t *testing.T) {
-	for _, name := range []string{"probe-c", "probe-as"} {
+	for _, name := range []string{"probe-c", "probe-as", "probe-rust"} {
 		t.Run(name, func(t *testing.T) {
 			p, st := pluginAndStore(t, newRuntime(t, Options{}), testPlugin(t, name))
 			rev := protocol.Revision(0)
@@ -85,5 +86,51 @@ func TestSDKProbes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRustSDKPanicIsATrap: a panic in a Rust plugin (the probe's "panic"
+// command) aborts, which is a wasm trap: the host contains it like any trap
+// (nothing of the batch is committed, the instance is discarded), and the
+// SDK's panic hook has written the panic message to stderr, which the error
+// carries. A fresh instance then folds the next batch.
+func TestRustSDKPanicIsATrap(t *testing.T) {
+	p, st := pluginAndStore(t, newRuntime(t, Options{Retries: 1}), testPlugin(t, "probe-rust"))
+	rev := protocol.Revision(0)
+	put := func(k, v string) fold.Update {
+		rev++
+		return fold.Update{Key: k, Value: []byte(v), Rev: rev, Op: fold.OpPut}
+	}
+	run := func(batch ...fold.Update) error {
+		_, err := fold.NewLoop(st, p, fold.LoopConfig{MaxBatch: len(batch) + 1}).Run(context.Background(), newFeed(batch))
+		return err
+	}
+	if err := run(put("w/a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	before := st.Cursor()
+	err := run(put("w/b", "2"), put("panic", "the probe panics"))
+	var pe *PluginError
+	if !errors.Is(err, fold.ErrPlugin) || !errors.As(err, &pe) || pe.Kind != KindTrap {
+		t.Fatalf("err = %v, want ErrPlugin with a trap PluginError", err)
+	}
+	if !strings.Contains(pe.Stderr, "foldhost plugin panicked at") || !strings.Contains(pe.Stderr, "the probe panics") {
+		t.Fatalf("stderr %q lacks the panic message", pe.Stderr)
+	}
+	if st.Cursor() != before {
+		t.Fatalf("cursor moved to %v", st.Cursor())
+	}
+	if _, ok := views(t, st)["b"]; ok {
+		t.Fatal("the panicking batch's write was committed")
+	}
+	if got := p.Status().Failures; got != 2 {
+		t.Fatalf("%d failed attempts, want 2 (the first and one retry)", got)
+	}
+	rev = before.Rev
+	if err := run(put("w/c", "3")); err != nil {
+		t.Fatalf("after the panic: %v", err)
+	}
+	if v := views(t, st); v["a"] != "1" || v["c"] != "3" {
+		t.Fatalf("view after the panic: %v", v)
 	}
 }

@@ -6,14 +6,14 @@
 //   2. runs conformance.json through every build it finds, with a tiny host
 //      (a committed view and raw fold, batched reads, commit on status 0);
 //   3. runs every build beside the C build on the same batches (the
-//      conformance table, then random batches): the AssemblyScript build
-//      must produce byte-identical output records, every build the same
-//      views;
+//      conformance table, then random batches): the AssemblyScript and Rust
+//      builds must produce byte-identical output records, every build the
+//      same views;
 //   4. checks a few SDK edge cases (malformed batches, input buffer growth,
 //      a host that refuses reads, flat memory over many batches);
 //   5. drives the SDK probes (plugins/testdata/c/probe.c and its
-//      AssemblyScript twin): the writer, batched reads, the overlay of the
-//      batch's own writes, raw reads, failures, logging.
+//      AssemblyScript and Rust twins): the writer, batched reads, the
+//      overlay of the batch's own writes, raw reads, failures, logging.
 //
 // Usage: node plugins/example-router/check/check.mjs [build dir]
 //        (CHECK_SEED, CHECK_N: seed and count of the random batches)
@@ -294,7 +294,7 @@ function randomBatch(r, n) {
 
 // ---- main ----
 
-const builds = ["c", "as", "go"]
+const builds = ["c", "as", "go", "rust"]
   .map((l) => ({ lang: l, path: join(buildDir, `router-${l}.wasm`) }))
   .filter((b) => existsSync(b.path));
 if (builds.length === 0) {
@@ -340,12 +340,14 @@ for (const [lang, g] of Object.entries(guests)) {
 const ref = guests.c;
 const c = guests.c;
 const as = guests.as;
+const rust = guests.rust;
 const others = Object.values(guests).filter((g) => g !== ref);
 if (ref && others.length) {
-  // The AssemblyScript build must match the C build byte for byte (the same
-  // mutation stream); other builds must reach the same views, and differing
-  // output records are reported as notes.
-  const note = (g, what) => (g.name === "as" ? ok(false, what) : console.log("NOTE " + what.slice(0, 400)));
+  // The AssemblyScript and Rust builds must match the C build byte for byte
+  // (the same mutation stream); other builds must reach the same views, and
+  // differing output records are reported as notes.
+  const exact = (g) => g.name === "as" || g.name === "rust";
+  const note = (g, what) => (exact(g) ? ok(false, what) : console.log("NOTE " + what.slice(0, 400)));
   const same = {};
   const diffs = {};
   for (const g of others) {
@@ -377,14 +379,14 @@ if (ref && others.length) {
     rev += b.length;
   }
   for (const g of others) {
-    if (g.name === "as") ok(!diffs[g.name], `c vs as: ${diffs[g.name]} output records differ`);
+    if (exact(g)) ok(!diffs[g.name], `c vs ${g.name}: ${diffs[g.name]} output records differ`);
     ok(sameViews(viewObject(ref.view), viewObject(g.view)), `c vs ${g.name}: views after random batches`);
     console.log(`c vs ${g.name}: ${same[g.name]} identical output records, ${diffs[g.name] || 0} different`);
   }
 }
 
-// SDK edge cases, C and AS
-for (const g of [c, as].filter(Boolean)) {
+// SDK edge cases, C, AS and Rust
+for (const g of [c, as, rust].filter(Boolean)) {
   const n = g.name;
   const status1 = (buf, what) => {
     const d = decodeOutput(g.callRaw(buf));
@@ -431,12 +433,12 @@ for (const g of [c, as].filter(Boolean)) {
   ok(g.x.memory.buffer.byteLength === pages0, `${n}: memory grew from ${pages0} to ${g.x.memory.buffer.byteLength} over 2000 batches`);
 }
 
-// SDK probes (plugins/testdata/build/probe-{c,as}.wasm; see
+// SDK probes (plugins/testdata/build/probe-{c,as,rust}.wasm; see
 // plugins/testdata/c/probe.c): writer, batched reads, the overlay, raw reads,
-// failures and logging, with the same bytes from C and AssemblyScript.
+// failures and logging, with the same bytes from C, AssemblyScript and Rust.
 const probeDir = join(here, "..", "..", "testdata", "build");
 const probeOut = {};
-for (const lang of ["c", "as"]) {
+for (const lang of ["c", "as", "rust"]) {
   const path = join(probeDir, `probe-${lang}.wasm`);
   if (!existsSync(path)) {
     ok(false, `missing ${path}: run scripts/build-plugins`);
@@ -485,8 +487,10 @@ for (const lang of ["c", "as"]) {
   ok(d.status === 1 && /refused/.test(d.message), `${n}: refused read: ${JSON.stringify(d)}`);
   probeOut[lang] = outs;
 }
-if (probeOut.c && probeOut.as) {
-  probeOut.c.forEach((o, i) => ok(o.equals(probeOut.as[i]), `probe c vs as: step ${i} output differs`));
+for (const lang of ["as", "rust"]) {
+  if (probeOut.c && probeOut[lang]) {
+    probeOut.c.forEach((o, i) => ok(o.equals(probeOut[lang][i]), `probe c vs ${lang}: step ${i} output differs`));
+  }
 }
 
 console.log(`${passed} passed, ${failed} failed`);

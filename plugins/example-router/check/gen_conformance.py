@@ -9,8 +9,8 @@ Case format: {name, batches: [[{op, key, value?}]], want_views: {key: value},
 want_rejected: N}. want_views is the complete view after all batches,
 starting from an empty fold; want_rejected is summed over all batches.
 
-Where SPEC.md leaves JSON edges open, the table pins the strict reading all
-three builds implement:
+Where SPEC.md leaves JSON edges open, the table pins the strict reading
+every build implements:
 - known field names (upstreams, addr, weight) match exactly: case-sensitive,
   and a name written with escapes ("up\u0073treams") never matches (it is
   an unknown field, skipped);

@@ -1,8 +1,8 @@
 package router
 
 // A strict scanner for exactly what SPEC.md accepts. It is hand-written (not
-// encoding/json) so that the Go, C and AssemblyScript builds agree byte for
-// byte on every edge: duplicate keys, escapes, number forms.
+// encoding/json) so that the Go, C, AssemblyScript and Rust builds agree
+// byte for byte on every edge: duplicate keys, escapes, number forms.
 
 type upstream struct {
 	addr   []byte // aliases the input

@@ -8,26 +8,27 @@ import (
 
 	"github.com/foldhost/foldhost/abi"
 	"github.com/foldhost/foldhost/host/fold"
-	"github.com/foldhost/foldhost/plugins/example-router/go/router"
 )
 
-// nativeRouter is the example router's Go code run natively as a
-// fold.Plugin (foldhost.Native): the same work as its WASM builds, the
-// same encodings at the boundary, without the module. It is the baseline
-// of the WASM benchmarks.
-type nativeRouter struct {
-	n     *foldhost.Native[router.Record]
+// NativePlugin is a Go SDK plugin run as ordinary Go code of the host's
+// process (foldhost.Native) behind the fold.Plugin interface: the same
+// work as its WASM build, the same encodings at the boundary (the batch
+// record in, view reads through the host's read protocol, the output
+// record out), without the module. It is the baseline of the benchmarks
+// (the example router's), never a way to run a user's plugin: nothing
+// contains it.
+type NativePlugin[R any] struct {
+	n     *foldhost.Native[R]
 	enc   abi.BatchEncoder
 	fold  fold.Reader
 	resp  []byte
 	views []fold.ViewMutation
 }
 
-var _ fold.Plugin = (*nativeRouter)(nil)
-
-func newNativeRouter() *nativeRouter {
-	p := &nativeRouter{}
-	p.n = foldhost.NewNative[router.Record](&router.Router{}, func(req []byte) ([]byte, bool) {
+// NewNative runs pl natively.
+func NewNative[R any](pl foldhost.Plugin[R]) *NativePlugin[R] {
+	p := &NativePlugin[R]{}
+	p.n = foldhost.NewNative[R](pl, func(req []byte) ([]byte, bool) {
 		var err error
 		p.resp, err = answerRead(p.fold, abi.SpaceView, req, p.resp[:0], math.MaxInt, func() {})
 		return p.resp, err == nil
@@ -35,7 +36,8 @@ func newNativeRouter() *nativeRouter {
 	return p
 }
 
-func (p *nativeRouter) Apply(_ context.Context, batch []fold.Update, r fold.Reader) (fold.Output, error) {
+// Apply folds batch as the module would.
+func (p *NativePlugin[R]) Apply(_ context.Context, batch []fold.Update, r fold.Reader) (fold.Output, error) {
 	p.enc.Reset()
 	for i := range batch {
 		u := &batch[i]
