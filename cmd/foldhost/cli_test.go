@@ -74,15 +74,6 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-func TestReservedCommandsSayNotImplemented(t *testing.T) {
-	for _, cmd := range []string{"bench"} {
-		code, out, errOut := runCLI(t, nil, cmd)
-		if code != exitUsage || out != "" || !strings.Contains(errOut, "foldhost "+cmd+": not implemented yet") {
-			t.Errorf("%s: exit %d, stdout %q, stderr %q", cmd, code, out, errOut)
-		}
-	}
-}
-
 func TestUsageErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.toml")

@@ -23,7 +23,7 @@ import (
 const (
 	exitOK       = 0 // success; `run` shut down cleanly on SIGINT/SIGTERM
 	exitFailure  = 1 // runtime failure: NATS unreachable, a store error, a fold that stopped on an error
-	exitUsage    = 2 // usage or config error, or a command not implemented yet: nothing was started
+	exitUsage    = 2 // usage or config error: nothing was started
 	exitNotFound = 3 // the key asked for does not exist (inspect get, kv get)
 )
 
@@ -59,7 +59,7 @@ func commands() []command {
 		{"admin", "pause, resume, reload, rebuild or replay dead letters of a running fold", cmdAdmin},
 		{"plugins", "list the plugin module each node runs (modules from a NATS object store)", cmdPlugins},
 		{"plugin", "push a plugin module to a fold's NATS object store (plugin push FILE)", cmdPlugin},
-		{"bench", "benchmark a fold end to end (not implemented yet)", reserved("bench")},
+		{"bench", "measure folding rates and ratios end to end (embedded NATS or --nats URL)", cmdBench},
 	}
 }
 
@@ -155,7 +155,7 @@ Exit codes:
   0  success (run: clean shutdown on SIGINT/SIGTERM)
   1  runtime failure (NATS unreachable, store error, a fold stopped on an error;
      a second signal, or a shutdown that outlasts shutdown_grace)
-  2  usage or config error, or a command not implemented yet (nothing was started)
+  2  usage or config error (nothing was started)
   3  not found (inspect get, kv get: the key does not exist)
 `)
 }
@@ -256,15 +256,4 @@ func (c *cli) parseConfig(fs *flag.FlagSet, configPath *string, args []string) (
 		c.grace.Store(int64(cfg.ShutdownGrace))
 	}
 	return cfg, err
-}
-
-// reserved is a command that lands in a later issue.
-func reserved(name string) func(c *cli, args []string) error {
-	return func(c *cli, args []string) error {
-		fs := c.flagSet(name, name, fmt.Sprintf("'foldhost %s' is not implemented yet; it lands in a later issue. It exits with code 2.", name))
-		if _, err := parse(fs, args); err != nil && errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usagef("not implemented yet (it lands in a later issue)")
-	}
 }

@@ -117,3 +117,7 @@ func (s slogLogger) Fatalf(format string, args ...any) {
 	s.l.Error("pebble fatal: " + msg)
 	panic("fold: pebble fatal: " + msg)
 }
+
+// PebbleLogger is l as a pebble.Logger, as the store logs pebble's lines
+// (info at debug level), for pebble databases beside the store's.
+func PebbleLogger(l *slog.Logger) pebble.Logger { return slogLogger{l} }

@@ -1,0 +1,451 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/embeddednats"
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/plugins/example-router/go/router"
+	"github.com/foldhost/foldhost/plugins/example-router/workload"
+)
+
+const benchAbout = `Measures foldhost end to end on one bucket of the example router's
+workload (route.<host> keys, ~100-byte JSON values), in one process, with
+rounds alternating between the variants, and prints each variant's rate
+(median over the rounds) and its ratios: to a plain nats.go WatchAll read
+of the same bucket (the physical limit of any fold here), and, for the
+plugin folds, to the raw-only fold. Absolute rates depend on the machine
+and its load; the ratios are what to compare.
+
+Variants: the plain WatchAll read; a hand-rolled consumer (WatchAll and a
+pebble Set per update, pebble's default options); the raw-only fold (no
+plugin); the fold through each example-router build found (--plugins); the
+fold through the router's Go code run natively in-process (no module: the
+baseline of the WASM builds). Then the restart: a raw-only fold resumes
+after a delta of --delta updates, against a full replay of the bucket.
+
+The server: the embedded one by default (in a scratch directory), or
+--nats URL: the bench then makes its own bucket (foldhost_bench_<random>)
+and deletes it at the end; it never touches another bucket. Progress goes
+to stderr, the table (or --json) to stdout.`
+
+func cmdBench(c *cli, args []string) error {
+	fs := c.flagSet("bench", "bench [--keys N] [--rounds N] [--nats URL] [--plugins DIR] [--json]", benchAbout)
+	keys := fs.Int("keys", 100_000, "route keys in the bucket")
+	rounds := fs.Int("rounds", 3, "rounds of every variant, alternating")
+	delta := fs.Int("delta", 1000, "updates written before the restart's resume")
+	natsURL := fs.String("nats", "", "a NATS server `url` instead of the embedded one")
+	pluginDir := fs.String("plugins", filepath.Join("plugins", "example-router", "build"), "`dir`ectory of the example-router builds (router-<lang>.wasm)")
+	asJSON := fs.Bool("json", false, "print the results as JSON")
+	seed := fs.Uint64("seed", 1, "the workload's seed")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return usagef("unexpected argument %q", pos[0])
+	case *keys < 1000 || *keys > 50_000_000:
+		return usagef("--keys must be between 1000 and 50000000, got %d", *keys)
+	case *rounds < 1 || *rounds > 100:
+		return usagef("--rounds must be between 1 and 100, got %d", *rounds)
+	case *delta < 1 || *delta > *keys:
+		return usagef("--delta must be between 1 and --keys, got %d", *delta)
+	}
+	scratch, err := os.MkdirTemp("", "foldhost-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(scratch)
+	b := &bench{c: c, dir: scratch, keys: *keys, delta: *delta, rng: rand.New(rand.NewPCG(*seed, *seed)),
+		prog: newProgress(c.stderr, "bench: ", 2*time.Second)}
+	res, err := b.run(c.ctx, *natsURL, *pluginDir, *rounds)
+	b.prog.end()
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(c.stdout, res)
+	}
+	return res.table(c.stdout)
+}
+
+type bench struct {
+	c        *cli
+	dir      string
+	keys     int
+	delta    int
+	rng      *rand.Rand
+	prog     *progress
+	url      string
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	bucket   string
+	head     uint64 // the stream's last revision
+	runs     int
+	cacheDir string
+	quietLog *slog.Logger
+}
+
+// benchResult is the bench's output (--json).
+type benchResult struct {
+	Keys     int            `json:"keys"`
+	Rounds   int            `json:"rounds"`
+	Server   string         `json:"server"` // "embedded" or "external"
+	Variants []benchVariant `json:"variants"`
+	Restart  *benchRestart  `json:"restart,omitempty"`
+}
+
+type benchVariant struct {
+	Name string `json:"name"`
+	// Seconds of each round; Rate is keys over the median.
+	Seconds     []float64 `json:"seconds"`
+	Rate        float64   `json:"rate"`
+	VsWatchAll  float64   `json:"vs_watchall"`
+	VsRawFold   float64   `json:"vs_raw_fold,omitempty"`
+	Description string    `json:"description"`
+}
+
+type benchRestart struct {
+	Delta         int     `json:"delta"`
+	ResumeSeconds float64 `json:"resume_seconds"`
+	ReplaySeconds float64 `json:"replay_seconds"`
+	Ratio         float64 `json:"ratio"`
+}
+
+const (
+	benchWatchAll = "nats WatchAll"
+	benchHand     = "hand-rolled (WatchAll + pebble Set)"
+	benchRawFold  = "fold, raw-only"
+	benchNative   = "fold, router native Go"
+)
+
+func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) (*benchResult, error) {
+	b.quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+	b.cacheDir = filepath.Join(b.dir, "wasm-cache")
+	res := &benchResult{Keys: b.keys, Rounds: rounds, Server: "external"}
+	b.url = natsURL
+	if natsURL == "" {
+		res.Server = "embedded"
+		srv, err := embeddednats.Start(embeddednats.Options{Dir: filepath.Join(b.dir, "nats")})
+		if err != nil {
+			return nil, err
+		}
+		defer srv.Shutdown()
+		b.url = srv.ClientURL()
+	}
+	var err error
+	if b.nc, err = natskv.Connect(natskv.ConnOptions{URL: b.url, Name: "foldhost-bench"}); err != nil {
+		return nil, err
+	}
+	defer b.nc.Close()
+	if b.js, err = jetstream.New(b.nc); err != nil {
+		return nil, err
+	}
+	b.bucket = fmt.Sprintf("foldhost_bench_%08x", rand.Uint32())
+	if _, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b.bucket, History: 1}); err != nil {
+		return nil, fmt.Errorf("bench bucket %s: %w", b.bucket, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.js.DeleteKeyValue(dctx, b.bucket); err != nil {
+			fmt.Fprintf(b.c.stderr, "foldhost: bench: could not delete its bucket %s: %v\n", b.bucket, err)
+		}
+	}()
+
+	w := &workload.Writer{JS: b.js, Bucket: b.bucket, Hosts: b.keys, Rand: b.rng}
+	b.prog.status(fmt.Sprintf("writing %d keys to bucket %s", b.keys, b.bucket))
+	if err := w.Initial(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.readHead(ctx); err != nil {
+		return nil, err
+	}
+
+	type variant struct {
+		name, desc string
+		run        func(context.Context) error
+	}
+	variants := []variant{
+		{benchWatchAll, "a plain nats.go KV WatchAll read of the bucket", b.watchAll},
+		{benchHand, "WatchAll and a pebble Set per update, default options", b.handRolled},
+		{benchRawFold, "foldhost, no plugin, from Start", func(ctx context.Context) error { return b.hostFold(ctx, "") }},
+	}
+	builds, _ := filepath.Glob(filepath.Join(pluginDir, "router-*.wasm"))
+	slices.Sort(builds)
+	for _, p := range builds {
+		lang := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "router-"), ".wasm")
+		variants = append(variants, variant{"fold, router " + lang, "foldhost through the example router's " + lang + " build (" + filepath.Base(p) + ")",
+			func(ctx context.Context) error { return b.hostFold(ctx, p) }})
+	}
+	variants = append(variants, variant{benchNative, "fold.Follow through the router's Go code run natively (no module)", b.nativeFold})
+	if len(builds) == 0 {
+		fmt.Fprintf(b.c.stderr, "foldhost: bench: no router-*.wasm in %s: plugin folds not measured (scripts/build-plugins builds them; --plugins DIR)\n", pluginDir)
+	}
+
+	secs := make([][]float64, len(variants))
+	total := rounds * len(variants)
+	for r := range rounds {
+		for i, v := range variants {
+			b.prog.update(int64(r*len(variants)+i), int64(total), fmt.Sprintf("round %d/%d: %s", r+1, rounds, v.name))
+			t0 := time.Now()
+			if err := v.run(ctx); err != nil {
+				return nil, fmt.Errorf("bench: %s: %w", v.name, err)
+			}
+			secs[i] = append(secs[i], time.Since(t0).Seconds())
+		}
+	}
+	b.prog.update(int64(total), int64(total), "rounds done")
+	b.prog.end()
+	var watchAll, rawFold float64
+	for i, v := range variants {
+		med := median(secs[i])
+		bv := benchVariant{Name: v.name, Seconds: secs[i], Rate: float64(b.head) / med, Description: v.desc}
+		switch v.name {
+		case benchWatchAll:
+			watchAll = bv.Rate
+		case benchRawFold:
+			rawFold = bv.Rate
+		}
+		bv.VsWatchAll = bv.Rate / watchAll
+		if strings.HasPrefix(v.name, "fold, router") {
+			bv.VsRawFold = bv.Rate / rawFold
+		}
+		res.Variants = append(res.Variants, bv)
+	}
+	b.prog.status("restart: full replay, then a resume after a delta")
+	if res.Restart, err = b.restart(ctx, w); err != nil {
+		return nil, fmt.Errorf("bench: restart: %w", err)
+	}
+	return res, nil
+}
+
+func (b *bench) readHead(ctx context.Context) error {
+	s, err := b.js.Stream(ctx, "KV_"+b.bucket)
+	if err != nil {
+		return err
+	}
+	b.head = s.CachedInfo().State.LastSeq
+	return nil
+}
+
+// watchAll reads every current entry of the bucket.
+func (b *bench) watchAll(ctx context.Context) error {
+	return b.consume(ctx, func(jetstream.KeyValueEntry) error { return nil })
+}
+
+// consume calls fn for every entry of the bucket's initial state.
+func (b *bench) consume(ctx context.Context, fn func(jetstream.KeyValueEntry) error) error {
+	kv, err := b.js.KeyValue(ctx, b.bucket)
+	if err != nil {
+		return err
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for e := range w.Updates() {
+		if e == nil {
+			return nil
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return errors.New("the watch ended early")
+}
+
+// handRolled is the consumer a user could write in an afternoon.
+func (b *bench) handRolled(ctx context.Context) error {
+	dir := b.nextDir()
+	db, err := pebble.Open(dir, &pebble.Options{Logger: fold.PebbleLogger(b.quietLog)})
+	if err != nil {
+		return err
+	}
+	err = b.consume(ctx, func(e jetstream.KeyValueEntry) error {
+		return db.Set([]byte(e.Key()), e.Value(), pebble.NoSync)
+	})
+	return errors.Join(err, db.Close(), os.RemoveAll(dir))
+}
+
+func (b *bench) nextDir() string {
+	b.runs++
+	return filepath.Join(b.dir, fmt.Sprintf("run%03d", b.runs))
+}
+
+func (b *bench) hostOptions(dir, plugin string) host.Options {
+	return host.Options{
+		NATS:           host.NATSOptions{Conn: natskv.ConnOptions{URL: b.url, Name: "foldhost-bench"}},
+		PluginCacheDir: b.cacheDir,
+		Logger:         b.quietLog,
+		Folds: []host.FoldOptions{{Name: "bench", Bucket: b.bucket, Plugin: plugin, DataDir: dir,
+			PluginCallTimeout: wasm.NoCallTimeout}},
+	}
+}
+
+// hostFold folds the bucket into a fresh store, from Start to the head.
+func (b *bench) hostFold(ctx context.Context, plugin string) error {
+	dir := b.nextDir()
+	if _, err := b.runHost(ctx, b.hostOptions(dir, plugin)); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+// runHost starts a host on o, waits until its fold reached the head, stops
+// it and returns the time from the start to the head.
+func (b *bench) runHost(ctx context.Context, o host.Options) (time.Duration, error) {
+	t0 := time.Now()
+	h, err := host.New(o)
+	if err != nil {
+		return 0, err
+	}
+	if err := h.Start(ctx); err != nil {
+		return 0, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.Run(rctx) }()
+	f := h.Folds()[0]
+	var took time.Duration
+	err = waitUntil(ctx, func() (bool, error) {
+		if st := f.Status(); st.State == "failed" {
+			return false, fmt.Errorf("the fold failed: %s", st.LastError)
+		}
+		return uint64(f.Store().Cursor().Rev) >= b.head, nil
+	})
+	took = time.Since(t0)
+	cancel()
+	err = errors.Join(err, <-done)
+	h.Close()
+	return took, err
+}
+
+// nativeFold folds the bucket with fold.Follow through the router's Go
+// code run in-process: foldhost's loop and store, no module.
+func (b *bench) nativeFold(ctx context.Context) error {
+	dir := b.nextDir()
+	st, _, err := fold.Open(dir, fold.Options{Logger: b.quietLog})
+	if err != nil {
+		return err
+	}
+	bk, err := natskv.OpenBucket(ctx, b.nc, natskv.BucketConfig{Name: b.bucket, History: 1}, natskv.Options{})
+	if err != nil {
+		return errors.Join(err, st.Close())
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := fold.Follow(fctx, bk.Feed(natskv.Scope{}, natskv.WatchOptions{}), st,
+			wasm.NewNative[router.Record](&router.Router{}), fold.FollowConfig{Loop: fold.LoopConfig{Logger: b.quietLog}})
+		done <- err
+	}()
+	err = waitUntil(ctx, func() (bool, error) { return uint64(st.Cursor().Rev) >= b.head, nil })
+	cancel()
+	err = errors.Join(err, <-done, st.Close(), os.RemoveAll(dir))
+	return err
+}
+
+// restart folds the bucket raw-only (the full replay), writes the delta,
+// and resumes the same store (the resume).
+func (b *bench) restart(ctx context.Context, w *workload.Writer) (*benchRestart, error) {
+	dir := b.nextDir()
+	o := b.hostOptions(dir, "")
+	replay, err := b.runHost(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Delta(ctx, b.delta); err != nil {
+		return nil, err
+	}
+	if err := b.readHead(ctx); err != nil {
+		return nil, err
+	}
+	resume, err := b.runHost(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return &benchRestart{Delta: b.delta, ResumeSeconds: resume.Seconds(), ReplaySeconds: replay.Seconds(),
+		Ratio: resume.Seconds() / replay.Seconds()}, os.RemoveAll(dir)
+}
+
+// waitUntil polls cond every millisecond until it holds, fails, or ctx ends.
+func waitUntil(ctx context.Context, cond func() (bool, error)) error {
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		ok, err := cond()
+		if ok || err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+func (r *benchResult) table(w io.Writer) error {
+	fmt.Fprintf(w, "foldhost bench: %d keys, %d rounds, %s NATS server (median of the rounds; rates vary with the machine's load, ratios hold)\n\n", r.Keys, r.Rounds, r.Server)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VARIANT\tUPDATES/S\tVS WATCHALL\tVS RAW FOLD")
+	for _, v := range r.Variants {
+		vsRaw := ""
+		if v.VsRawFold > 0 {
+			vsRaw = fmt.Sprintf("%.2f×", v.VsRawFold)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.2f×\t%s\n", v.Name, humanRate(v.Rate), v.VsWatchAll, vsRaw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if rs := r.Restart; rs != nil {
+		fmt.Fprintf(w, "\nrestart, raw-only fold: resume after a delta of %d updates %s; full replay of the bucket %s; resume / replay = %.1f%%\n",
+			rs.Delta, fmtSeconds(rs.ResumeSeconds), fmtSeconds(rs.ReplaySeconds), 100*rs.Ratio)
+	}
+	return nil
+}
+
+func humanRate(r float64) string {
+	switch {
+	case r >= 1e6:
+		return fmt.Sprintf("%.2fM", r/1e6)
+	case r >= 1e3:
+		return fmt.Sprintf("%.1fk", r/1e3)
+	}
+	return fmt.Sprintf("%.0f", r)
+}
+
+func fmtSeconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/host/embeddednats"
+	"github.com/foldhost/foldhost/host/natskv"
+)
+
+// TestBench: `foldhost bench` against a server that holds another bucket
+// measures every variant (a rate for each, the plugin fold's ratio to the
+// raw-only fold, the restart), and leaves the server with only the bucket
+// it found: its own is deleted, the other untouched.
+func TestBench(t *testing.T) {
+	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := natskv.Connect(natskv.ConnOptions{URL: srv.ClientURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "users"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	plugins := t.TempDir() // the C build only: the Go build's compile is slow under -race
+	b, err := os.ReadFile(builtPlugin(t, "example-router", "router-c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(plugins, "router-c.wasm"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, nil, "bench", "--nats", srv.ClientURL(), "--keys", "2000", "--rounds", "2", "--delta", "100", "--plugins", plugins, "--json")
+	if code != 0 {
+		t.Fatalf("bench: exit %d: %s", code, errOut)
+	}
+	var res benchResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("bench --json printed %s: %v", out, err)
+	}
+	names := map[string]benchVariant{}
+	for _, v := range res.Variants {
+		names[v.Name] = v
+		if v.Rate <= 0 || len(v.Seconds) != 2 || v.VsWatchAll <= 0 {
+			t.Errorf("variant %+v", v)
+		}
+	}
+	for _, want := range []string{benchWatchAll, benchHand, benchRawFold, "fold, router c", benchNative} {
+		if _, ok := names[want]; !ok {
+			t.Errorf("no variant %q in %s", want, out)
+		}
+	}
+	if v := names["fold, router c"]; v.VsRawFold <= 0 {
+		t.Errorf("the C router's fold has no ratio to the raw fold: %+v", v)
+	}
+	if r := res.Restart; r == nil || r.ResumeSeconds <= 0 || r.ReplaySeconds <= 0 || r.Delta != 100 {
+		t.Errorf("restart %+v", res.Restart)
+	}
+	var buckets []string
+	for name := range js.KeyValueStoreNames(context.Background()).Name() {
+		buckets = append(buckets, name)
+	}
+	if strings.Join(buckets, ",") != "users" {
+		t.Errorf("buckets after the bench: %v, want only users", buckets)
+	}
+	if e, err := kv.Get(context.Background(), "k"); err != nil || string(e.Value()) != "v" {
+		t.Errorf("the other bucket's key: %v %v", e, err)
+	}
+	// The table form.
+	code, out, errOut = runCLI(t, nil, "bench", "--nats", srv.ClientURL(), "--keys", "1000", "--rounds", "1", "--delta", "10", "--plugins", plugins)
+	if code != 0 || !strings.Contains(out, "VS RAW FOLD") || !strings.Contains(out, "resume / replay") {
+		t.Errorf("bench table: exit %d: %s %s", code, out, errOut)
+	}
+}
