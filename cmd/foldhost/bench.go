@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -56,6 +58,8 @@ func cmdBench(c *cli, args []string) error {
 	pluginDir := fs.String("plugins", filepath.Join("plugins", "example-router", "build"), "`dir`ectory of the example-router builds (router-<lang>.wasm)")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	seed := fs.Uint64("seed", 1, "the workload's seed")
+	only := fs.String("only", "", "measure only the variants whose name matches this `regexp` (the WatchAll read and the raw-only fold always run: the ratios need them)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the rounds to `file`")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -70,13 +74,19 @@ func cmdBench(c *cli, args []string) error {
 	case *delta < 1 || *delta > *keys:
 		return usagef("--delta must be between 1 and --keys, got %d", *delta)
 	}
+	var onlyRE *regexp.Regexp
+	if *only != "" {
+		if onlyRE, err = regexp.Compile(*only); err != nil {
+			return usagef("--only: %v", err)
+		}
+	}
 	scratch, err := os.MkdirTemp("", "foldhost-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(scratch)
 	b := &bench{c: c, dir: scratch, keys: *keys, delta: *delta, rng: rand.New(rand.NewPCG(*seed, *seed)),
-		prog: newProgress(c.stderr, "bench: ", 2*time.Second)}
+		prog: newProgress(c.stderr, "bench: ", 2*time.Second), only: onlyRE, cpuProfile: *cpuProfile}
 	res, err := b.run(c.ctx, *natsURL, *pluginDir, *rounds)
 	b.prog.end()
 	if err != nil {
@@ -89,20 +99,22 @@ func cmdBench(c *cli, args []string) error {
 }
 
 type bench struct {
-	c        *cli
-	dir      string
-	keys     int
-	delta    int
-	rng      *rand.Rand
-	prog     *progress
-	url      string
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	bucket   string
-	head     uint64 // the stream's last revision
-	runs     int
-	cacheDir string
-	quietLog *slog.Logger
+	c          *cli
+	dir        string
+	keys       int
+	delta      int
+	rng        *rand.Rand
+	only       *regexp.Regexp
+	cpuProfile string
+	prog       *progress
+	url        string
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	bucket     string
+	head       uint64 // the stream's last revision
+	runs       int
+	cacheDir   string
+	quietLog   *slog.Logger
 }
 
 // benchResult is the bench's output (--json).
@@ -202,6 +214,22 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 		fmt.Fprintf(b.c.stderr, "foldhost: bench: no router-*.wasm in %s: plugin folds not measured (scripts/build-plugins builds them; --plugins DIR)\n", pluginDir)
 	}
 
+	if b.only != nil {
+		variants = slices.DeleteFunc(variants, func(v variant) bool {
+			return v.name != benchWatchAll && v.name != benchRawFold && !b.only.MatchString(v.name)
+		})
+	}
+	if b.cpuProfile != "" {
+		f, err := os.Create(b.cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	secs := make([][]float64, len(variants))
 	total := rounds * len(variants)
 	for r := range rounds {

@@ -324,3 +324,44 @@ func TestSnapshotShare(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestViewGetBatch: the batched view read answers every key as ViewGet
+// does (present, absent, asked twice, outside the keyspace's neighbours),
+// each at its index.
+func TestViewGetBatch(t *testing.T) {
+	s, _ := openTemp(t, Options{})
+	var views []ViewMutation
+	for i := range 200 {
+		views = append(views, ViewMutation{Op: ViewPut, Key: []byte(fmt.Sprintf("k%03d", i*2)), Value: []byte(fmt.Sprint(i))})
+	}
+	if err := s.Commit(Commit{Views: views, Cursor: protocol.Cursor{Rev: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(Commit{Raw: []Update{{Key: "k001", Rev: 2, Op: OpPut, Value: []byte("raw")}}, Cursor: protocol.Cursor{Rev: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	keys := [][]byte{[]byte("k399"), []byte("k001"), []byte("k000"), []byte("zzz"), []byte("k398"), []byte("k000"), []byte(""), []byte("k2")}
+	seen := make([]bool, len(keys))
+	err := s.ViewGetBatch(keys, func(i int, v []byte, found bool) error {
+		if seen[i] {
+			t.Errorf("key %d answered twice", i)
+		}
+		seen[i] = true
+		want, wantFound, err := s.ViewGet(keys[i])
+		if err != nil {
+			return err
+		}
+		if found != wantFound || string(v) != string(want) {
+			t.Errorf("key %q: got %q %v, ViewGet says %q %v", keys[i], v, found, want, wantFound)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ok := range seen {
+		if !ok {
+			t.Errorf("key %q never answered", keys[i])
+		}
+	}
+}

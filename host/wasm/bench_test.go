@@ -3,6 +3,8 @@ package wasm
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -192,4 +194,67 @@ func BenchmarkWASMvsNative(b *testing.B) {
 // NewNativeRouter is the example router's Go code as a NativePlugin.
 func NewNativeRouter() *NativePlugin[router.Record] {
 	return NewNative[router.Record](&router.Router{})
+}
+
+// getPerKey hides the store's batched view read: the plugin's batched read
+// request is answered with a Get per key.
+type getPerKey struct{ fold.Reader }
+
+// BenchmarkRouterFoldReads folds the example router's workload (C build)
+// into a real store, batches of 1000 over 300k hosts, and reports the
+// batched view read (one iterator per request, keys in order) against a
+// Get per key, rounds alternating: reads-batched/get-per-key > 1 is the
+// gain. Each round folds a fresh store to the same size.
+func BenchmarkRouterFoldReads(b *testing.B) {
+	const hosts, batchSize, batches = 300_000, 1000, 400
+	rng := rand.New(rand.NewPCG(1, 2))
+	all := make([][]fold.Update, batches)
+	rev := protocol.Revision(0)
+	for i := range all {
+		all[i] = make([]fold.Update, batchSize)
+		for j := range all[i] {
+			rev++
+			h := rng.IntN(hosts)
+			all[i][j] = fold.Update{Key: fmt.Sprintf("route.h%06d", h), Rev: rev, Op: fold.OpPut,
+				Value: []byte(fmt.Sprintf(`{"upstreams":[{"addr":"10.%d.%d.1:8080","weight":%d},{"addr":"10.0.0.%d:8080"}]}`, h%250, rng.IntN(250), 1+rng.IntN(9), 1+h%20))}
+		}
+	}
+	r := newRuntime(b, Options{})
+	m, err := r.LoadFile(context.Background(), builtPlugin(b, "example-router", "router-c"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := r.NewPlugin(m)
+	defer p.Close(context.Background())
+	fold1 := func(batched bool) time.Duration {
+		st, _, err := fold.Open(b.TempDir(), fold.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer st.Close()
+		var rd fold.Reader = st
+		if !batched {
+			rd = getPerKey{st}
+		}
+		start := time.Now()
+		for _, batch := range all {
+			out, err := p.Apply(context.Background(), batch, rd)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := st.Commit(fold.Commit{Raw: batch, Views: out.Views, Cursor: protocol.Cursor{Rev: batch[len(batch)-1].Rev}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	var ratios []float64
+	b.ResetTimer()
+	for range b.N {
+		perKey := fold1(false)
+		batched := fold1(true)
+		ratios = append(ratios, float64(perKey)/float64(batched))
+		b.ReportMetric(float64(batches*batchSize)/batched.Seconds(), "batched-updates/s")
+	}
+	b.ReportMetric(median(ratios), "batched/get-per-key")
 }

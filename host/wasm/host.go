@@ -171,6 +171,9 @@ func hostRead(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 // value asked for many times): it must stay within maxResp, the guest's
 // memory limit, where read_result will copy it.
 func answerRead(r fold.Reader, space uint32, req, resp []byte, maxResp int, each func()) ([]byte, error) {
+	if br, ok := r.(fold.ViewBatchReader); ok && space == abi.SpaceView {
+		return answerViewBatch(br, req, resp, maxResp, each)
+	}
 	err := abi.DecodeReadRequest(req, func(key []byte) error {
 		if len(resp) > maxResp {
 			return fmt.Errorf("response over %d bytes, the plugin's memory limit", maxResp)
@@ -200,6 +203,38 @@ func answerRead(r fold.Reader, space uint32, req, resp []byte, maxResp int, each
 		return nil
 	})
 	return resp, err
+}
+
+// answerViewBatch is answerRead of view keys through one batched read.
+func answerViewBatch(br fold.ViewBatchReader, req, resp []byte, maxResp int, each func()) ([]byte, error) {
+	var keys [][]byte
+	if err := abi.DecodeReadRequest(req, func(key []byte) error {
+		each()
+		keys = append(keys, key)
+		return nil
+	}); err != nil {
+		return resp, err
+	}
+	vals := make([][]byte, len(keys))
+	found := make([]bool, len(keys))
+	size := len(resp)
+	if err := br.ViewGetBatch(keys, func(i int, v []byte, ok bool) error {
+		if size += len(v) + 8; size > maxResp {
+			return fmt.Errorf("response over %d bytes, the plugin's memory limit", maxResp)
+		}
+		vals[i], found[i] = v, ok
+		return nil
+	}); err != nil {
+		return resp, err
+	}
+	for i := range keys {
+		if found[i] {
+			resp = abi.AppendReadHit(resp, vals[i])
+		} else {
+			resp = abi.AppendReadMiss(resp)
+		}
+	}
+	return resp, nil
 }
 
 func hostReadResult(ctx context.Context, m api.Module, dst uint32) {

@@ -1,0 +1,70 @@
+package fold
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// ViewBatchReader reads many view keys at once: a plugin's batched read
+// (one request per batch of updates). fn gets each key's index in keys and
+// its value (a fresh copy), or found false; calls come in key order, not
+// index order.
+type ViewBatchReader interface {
+	ViewGetBatch(keys [][]byte, fn func(i int, value []byte, found bool) error) error
+}
+
+var _ ViewBatchReader = (*Store)(nil)
+
+// ViewGetBatch implements ViewBatchReader with one pebble iterator,
+// positioned by SeekGE in ascending key order (pebble then tries a few
+// Next steps before a full seek), instead of a Get per key.
+func (s *Store) ViewGetBatch(keys [][]byte, fn func(i int, value []byte, found bool) error) error {
+	if !s.gate.enter() {
+		return ErrClosed
+	}
+	defer s.gate.exit()
+	s.viewMu.RLock()
+	defer s.viewMu.RUnlock()
+	return viewGetBatch(s.db, s.viewSpace(), keys, fn)
+}
+
+func viewGetBatch(r pebble.Reader, space byte, keys [][]byte, fn func(int, []byte, bool) error) error {
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(keys[a], keys[b]) })
+	lower, upper := prefixBounds(space, "")
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("fold: view get: %w", err)
+	}
+	var full []byte
+	for _, i := range order {
+		full = appendKey(full[:0], space, keys[i])
+		if it.SeekGE(full) && bytes.Equal(it.Key(), full) {
+			v, err := it.ValueAndErr()
+			if err != nil {
+				it.Close()
+				return fmt.Errorf("fold: view get %q: %w", keys[i], err)
+			}
+			if err := fn(i, bytes.Clone(v), true); err != nil {
+				it.Close()
+				return err
+			}
+			continue
+		}
+		if err := fn(i, nil, false); err != nil {
+			it.Close()
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		it.Close()
+		return fmt.Errorf("fold: view get: %w", err)
+	}
+	return it.Close()
+}
