@@ -25,6 +25,7 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/plugins/example-router/embedded"
 	"github.com/foldhost/foldhost/plugins/example-router/go/router"
 	"github.com/foldhost/foldhost/plugins/example-router/workload"
 )
@@ -55,7 +56,7 @@ func cmdBench(c *cli, args []string) error {
 	rounds := fs.Int("rounds", 3, "rounds of every variant, alternating")
 	delta := fs.Int("delta", 1000, "updates written before the restart's resume")
 	natsURL := fs.String("nats", "", "a NATS server `url` instead of the embedded one")
-	pluginDir := fs.String("plugins", filepath.Join("plugins", "example-router", "build"), "`dir`ectory of the example-router builds (router-<lang>.wasm)")
+	pluginDir := fs.String("plugins", defaultBenchPlugins, "`dir`ectory of the example-router builds (router-<lang>.wasm); when the default holds none, the C, Rust and AssemblyScript builds the binary carries")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	seed := fs.Uint64("seed", 1, "the workload's seed")
 	only := fs.String("only", "", "measure only the variants whose name matches this `regexp` (the WatchAll read and the raw-only fold always run: the ratios need them)")
@@ -143,6 +144,8 @@ type benchRestart struct {
 	Ratio         float64 `json:"ratio"`
 }
 
+var defaultBenchPlugins = filepath.Join("plugins", "example-router", "build")
+
 const (
 	benchWatchAll = "nats WatchAll"
 	benchHand     = "hand-rolled (WatchAll + pebble Set)"
@@ -204,6 +207,16 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 	}
 	builds, _ := filepath.Glob(filepath.Join(pluginDir, "router-*.wasm"))
 	slices.Sort(builds)
+	if len(builds) == 0 && pluginDir == defaultBenchPlugins {
+		// Outside the repository: the builds the binary carries.
+		for _, lang := range embedded.Langs {
+			p, err := writeEmbedded(b.dir, lang)
+			if err != nil {
+				return nil, err
+			}
+			builds = append(builds, p)
+		}
+	}
 	for _, p := range builds {
 		lang := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "router-"), ".wasm")
 		variants = append(variants, variant{"fold, router " + lang, "foldhost through the example router's " + lang + " build (" + filepath.Base(p) + ")",
@@ -211,7 +224,7 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 	}
 	variants = append(variants, variant{benchNative, "fold.Follow through the router's Go code run natively (no module)", b.nativeFold})
 	if len(builds) == 0 {
-		fmt.Fprintf(b.c.stderr, "foldhost: bench: no router-*.wasm in %s: plugin folds not measured (scripts/build-plugins builds them; --plugins DIR)\n", pluginDir)
+		fmt.Fprintf(b.c.stderr, "foldhost: bench: no router-*.wasm in %s: plugin folds not measured\n", pluginDir)
 	}
 
 	if b.only != nil {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/plugins/example-router/embedded"
 	"github.com/foldhost/foldhost/plugins/example-router/workload"
 	"github.com/foldhost/foldhost/protocol"
 	"github.com/nats-io/nats.go/jetstream"
@@ -35,9 +35,8 @@ outside --dir is touched; without --dir a temporary directory is used and
 removed at the end.
 
 The plugin defaults to the first build found under
-plugins/example-router/build/ (scripts/build-plugins makes them); when there
-is none and the Go toolchain is available, the Go build is compiled on the
-spot.`
+plugins/example-router/build/ (scripts/build-plugins makes them, in the
+repository); anywhere else, to the C build the binary carries.`
 
 func cmdDemo(c *cli, args []string) error {
 	fs := c.flagSet("demo", "demo [--dir DIR] [--keys N] [--delta N] [--plugin FILE]", demoAbout)
@@ -89,7 +88,7 @@ func (d *demo) run(ctx context.Context, pluginPath string) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	d.say("foldhost demo: working in %s", d.dir)
 
-	plugin, err := d.findPlugin(ctx, pluginPath)
+	plugin, err := d.findPlugin(pluginPath)
 	if err != nil {
 		return err
 	}
@@ -241,9 +240,9 @@ func (d *demo) fold(ctx context.Context, dataDir, what string) (foldResult, erro
 	return foldResult{delivered: int64(st.Counters.DeliveredSinceStart), cursor: protocol.Revision(st.Cursor), took: took, summary: summary}, nil
 }
 
-// findPlugin returns path, or the first example-router build found, or a
-// freshly compiled Go build.
-func (d *demo) findPlugin(ctx context.Context, path string) (string, error) {
+// findPlugin returns path, or the first example-router build found, or the
+// embedded C build.
+func (d *demo) findPlugin(path string) (string, error) {
 	if path != "" {
 		return path, nil
 	}
@@ -253,17 +252,19 @@ func (d *demo) findPlugin(ctx context.Context, path string) (string, error) {
 			return p, nil
 		}
 	}
-	if _, err := os.Stat(filepath.Join("plugins", "example-router", "go", "main.go")); err != nil {
-		return "", usagef("no example-router build found: run from the repository root after scripts/build-plugins, or pass --plugin FILE")
+	// Anywhere else: the C build the binary carries.
+	return writeEmbedded(d.dir, "c")
+}
+
+// writeEmbedded writes the embedded router build of lang into dir and
+// returns its path.
+func writeEmbedded(dir, lang string) (string, error) {
+	b, ok := embedded.Router(lang)
+	if !ok {
+		return "", fmt.Errorf("no embedded %s build of the example router", lang)
 	}
-	out := filepath.Join(d.dir, "router-go.wasm")
-	d.say("0. compiling the Go build of the example-router plugin (no build found under plugins/example-router/build)")
-	cmd := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-o", out, "./plugins/example-router/go")
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("demo: building the plugin: %v\n%s", err, b)
-	}
-	return out, nil
+	p := filepath.Join(dir, "router-"+lang+".wasm")
+	return p, os.WriteFile(p, b, 0o644)
 }
 
 // artifactTour exports the stopped fold at storeDir to the local artifact

@@ -118,3 +118,17 @@ func TestDemo(t *testing.T) {
 	}
 	t.Logf("demo took %v", time.Since(start).Round(time.Millisecond))
 }
+
+// TestDemoOutsideTheRepository: from a directory without the plugin builds
+// the demo runs on the C build the binary carries.
+func TestDemoOutsideTheRepository(t *testing.T) {
+	t.Chdir(t.TempDir())
+	var out, errb syncbuf.Buffer
+	c := &cli{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: noEnv}
+	if code := c.main([]string{"demo", "--keys", "1000", "--delta", "50"}); code != exitOK {
+		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	if s := out.String(); !strings.Contains(s, "received 50 updates: the delta") || !strings.Contains(s, "both folds hold identical raw entries and views") {
+		t.Errorf("demo output:\n%s", s)
+	}
+}
