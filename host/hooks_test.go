@@ -1,6 +1,14 @@
 package host
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/foldhost/foldhost/host/natskv"
+)
 
 // SetAfterReplay makes every view rebuild call fn between its replay and
 // its switch (a test holds the rebuild there while it writes or reloads);
@@ -9,4 +17,52 @@ import "context"
 func SetAfterReplay(fn func(ctx context.Context, live bool)) (unset func()) {
 	afterReplay = fn
 	return func() { afterReplay = nil }
+}
+
+// KillRebuildEnv makes the test binary a child of TestKilledRebuild
+// (TestMain): it runs a host on the fold of KillRebuildDir with the plugin
+// file KillRebuildPlugin against KillRebuildURL, and prints "progress" once
+// a rebuild folded some entries, "replayed" when one finished its replay
+// (where it then waits: "before-switch"), until it is killed.
+const (
+	KillRebuildEnv    = "FOLDHOST_TEST_KILL_REBUILD" // "mid-replay" or "before-switch"
+	KillRebuildURL    = "FOLDHOST_TEST_KILL_REBUILD_URL"
+	KillRebuildDir    = "FOLDHOST_TEST_KILL_REBUILD_DIR"
+	KillRebuildPlugin = "FOLDHOST_TEST_KILL_REBUILD_PLUGIN"
+)
+
+func killRebuildChild() {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if os.Getenv(KillRebuildEnv) == "before-switch" {
+		SetAfterReplay(func(ctx context.Context, _ bool) {
+			fmt.Println("replayed")
+			<-ctx.Done()
+		})
+	}
+	h, err := New(Options{
+		NATS:   NATSOptions{Conn: natskv.ConnOptions{URL: os.Getenv(KillRebuildURL)}},
+		Logger: slog.New(slog.DiscardHandler),
+		Folds:  []FoldOptions{{Name: "routes", Plugin: os.Getenv(KillRebuildPlugin), DataDir: os.Getenv(KillRebuildDir), BatchSize: 3}},
+	})
+	if err != nil {
+		fail(err)
+	}
+	if err := h.Start(context.Background()); err != nil {
+		fail(err)
+	}
+	f := h.Fold("routes")
+	go func() { // the rebuild runs before following, in Run
+		for {
+			if rb := f.rebuildStatus(); rb != nil && rb.Running != nil && rb.Running.Replayed > 0 {
+				fmt.Println("progress")
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	_ = h.Run(context.Background())
+	os.Exit(3) // killed before: never reached
 }

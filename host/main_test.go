@@ -7,4 +7,9 @@ import (
 	"github.com/foldhost/foldhost/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { os.Exit(leakcheck.Run(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(KillRebuildEnv) != "" {
+		killRebuildChild() // a child of TestKilledRebuild
+	}
+	os.Exit(leakcheck.Run(m))
+}

@@ -1,15 +1,19 @@
 package host_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +22,7 @@ import (
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/internal/syncbuf"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -502,5 +507,86 @@ func TestRevertDuringALiveRebuild(t *testing.T) {
 	}
 	if n := wasm.OpenModules(); n != modules {
 		t.Errorf("%d compiled modules open after the host closed, %d before it started", n, modules)
+	}
+}
+
+// TestKilledRebuild: a process SIGKILLed during a view rebuild (mid-replay,
+// or with the shadow complete but not switched in) leaves the store
+// serving one schema's views, never a mix: the old views (and the old
+// identity), or the new ones if the switch had committed; the restart runs
+// the rebuild again and ends with the new plugin's views of the raw fold.
+func TestKilledRebuild(t *testing.T) {
+	for _, at := range []string{"mid-replay", "before-switch"} {
+		t.Run(at, func(t *testing.T) {
+			b, pluginFile, o := seedKeyview(t, 3000)
+			placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview2")))
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), host.KillRebuildEnv+"="+at, host.KillRebuildURL+"="+o.NATS.Conn.URL,
+				host.KillRebuildDir+"="+o.Folds[0].DataDir, host.KillRebuildPlugin+"="+pluginFile)
+			var stderr syncbuf.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{"mid-replay": "progress", "before-switch": "replayed"}[at]
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if sc.Text() == want {
+					_ = cmd.Process.Signal(syscall.SIGKILL)
+					break
+				}
+			}
+			for sc.Scan() { // drain until the pipe closes
+			}
+			err = cmd.Wait()
+			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
+				t.Fatalf("the child was not killed (%v): %s", err, stderr.String())
+			}
+
+			// The store as the kill left it.
+			st, _, err := fold.Open(o.Folds[0].DataDir, fold.Options{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			views := map[string]string{}
+			if err := st.ViewRange(nil, func(k, v []byte) error { views[string(k)] = string(v); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			idb, _, err := st.PluginIdentity()
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := fold.ParsePluginIdentity(idb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if mixedSchemas(views) || len(views) != 3000 {
+				t.Fatalf("after the kill: %d view entries, mixed schemas %v", len(views), mixedSchemas(views))
+			}
+			for k := range views {
+				if !strings.HasPrefix(k, fmt.Sprintf("s%d/", id.ViewSchema)) {
+					t.Fatalf("after the kill: view %s under identity schema %d", k, id.ViewSchema)
+				}
+			}
+			if at == "before-switch" && id.ViewSchema != 1 {
+				t.Fatalf("killed before the switch, the store records schema %d", id.ViewSchema)
+			}
+			t.Logf("the kill left the schema %d views", id.ViewSchema)
+
+			r := startHost(t, o)
+			f := r.h.Fold("routes")
+			rev := put(t, b, "after", "a")
+			waitCursor(t, f, rev)
+			if got, want := viewsAndKeyview(t, f, 2); !maps.Equal(got, want) {
+				t.Errorf("views after the restart: %d entries, want %d%s", len(got), len(want), diffSample(got, want))
+			}
+		})
 	}
 }
