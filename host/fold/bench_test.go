@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -102,4 +104,60 @@ func BenchmarkRawKeys(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "keys/s")
+}
+
+// BenchmarkCommitShapes is the store's ceiling for the example router's
+// fold: it commits batches of 1000 updates (random keys among 300k) shaped
+// as a raw-only fold commits them (the raw entry and the cursor) and as the
+// router's fold does (plus its four view mutations per update), into fresh
+// stores, rounds alternating, with no NATS, no plugin and no reads.
+// router/raw-only is the most the router's fold can reach relative to the
+// raw-only fold on this store layout.
+func BenchmarkCommitShapes(b *testing.B) {
+	const hosts, batchSize, batches = 300_000, 1000, 200
+	rng := rand.New(rand.NewPCG(3, 4))
+	raw := make([]Commit, batches)
+	router := make([]Commit, batches)
+	for i := range batches {
+		for j := range batchSize {
+			h := rng.IntN(hosts)
+			rev := protocol.Revision(i*batchSize + j + 1)
+			u := Update{Key: fmt.Sprintf("route.h%06d", h), Rev: rev, Op: OpPut, Value: make([]byte, 90)}
+			raw[i].Raw = append(raw[i].Raw, u)
+			router[i].Raw = append(router[i].Raw, u)
+			router[i].Views = append(router[i].Views,
+				ViewMutation{Op: ViewDelete, Key: []byte(fmt.Sprintf("upstream/10.%d.1:8080/h%06d", rng.IntN(250), h))},
+				ViewMutation{Op: ViewPut, Key: []byte(fmt.Sprintf("upstream/10.%d.1:8080/h%06d", rng.IntN(250), h))},
+				ViewMutation{Op: ViewPut, Key: []byte(fmt.Sprintf("upstream/10.0.0.%d:8080/h%06d", h%20, h))},
+				ViewMutation{Op: ViewPut, Key: []byte(fmt.Sprintf("host/h%06d", h)), Value: make([]byte, 40)})
+			raw[i].Cursor = protocol.Cursor{Rev: rev}
+			router[i].Cursor = raw[i].Cursor
+		}
+	}
+	run := func(commits []Commit) time.Duration {
+		s, _ := openTemp(b, Options{})
+		start := time.Now()
+		for _, c := range commits {
+			if err := s.Commit(c); err != nil {
+				b.Fatal(err)
+			}
+		}
+		took := time.Since(start)
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		return took
+	}
+	var ratios []float64
+	var rawRate, routerRate float64
+	b.ResetTimer()
+	for range b.N {
+		r, v := run(raw), run(router)
+		ratios = append(ratios, float64(r)/float64(v))
+		rawRate, routerRate = batches*batchSize/r.Seconds(), batches*batchSize/v.Seconds()
+	}
+	slices.Sort(ratios)
+	b.ReportMetric(rawRate, "raw-only-updates/s")
+	b.ReportMetric(routerRate, "router-updates/s")
+	b.ReportMetric(ratios[len(ratios)/2], "router/raw-only")
 }
