@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -43,7 +44,9 @@ pebble Set per update, pebble's default options); the raw-only fold (no
 plugin); the fold through each example-router build found (--plugins); the
 fold through the router's Go code run natively in-process (no module: the
 baseline of the WASM builds). Then the restart: a raw-only fold resumes
-after a delta of --delta updates, against a full replay of the bucket.
+after a delta of --delta updates, against a full replay of the bucket; and
+a new node bootstrapped from an artifact of that fold (a local directory
+store, exported without the fleet's lease) and resumed to the head.
 
 The server: the embedded one by default (in a scratch directory), or
 --nats URL: the bench then makes its own bucket (foldhost_bench_<random>)
@@ -142,6 +145,11 @@ type benchRestart struct {
 	ResumeSeconds float64 `json:"resume_seconds"`
 	ReplaySeconds float64 `json:"replay_seconds"`
 	Ratio         float64 `json:"ratio"`
+	// A new node bootstrapped from an artifact of that fold (local
+	// directory store), then resumed to the head, against the replay.
+	BootstrapSeconds float64 `json:"bootstrap_seconds"`
+	ArtifactBytes    int64   `json:"artifact_bytes"`
+	BootstrapRatio   float64 `json:"bootstrap_ratio"`
 }
 
 var defaultBenchPlugins = filepath.Join("plugins", "example-router", "build")
@@ -426,8 +434,34 @@ func (b *bench) restart(ctx context.Context, w *workload.Writer) (*benchRestart,
 	if err != nil {
 		return nil, err
 	}
-	return &benchRestart{Delta: b.delta, ResumeSeconds: resume.Seconds(), ReplaySeconds: replay.Seconds(),
-		Ratio: resume.Seconds() / replay.Seconds()}, os.RemoveAll(dir)
+	res := &benchRestart{Delta: b.delta, ResumeSeconds: resume.Seconds(), ReplaySeconds: replay.Seconds(),
+		Ratio: resume.Seconds() / replay.Seconds()}
+
+	// The same fold as an artifact; a new node bootstrapped from it.
+	b.prog.status("bootstrap: exporting the fold, then a new node from the artifact")
+	arts, err := dirstore.New(filepath.Join(b.dir, "artifacts"))
+	if err != nil {
+		return nil, err
+	}
+	o.Artifacts = host.ArtifactOptions{Store: arts, Where: "bench", Holder: "bench"}
+	if _, err := host.ExportStopped(ctx, o, "bench", true); err != nil { // force: no lease bucket on the server
+		return nil, fmt.Errorf("export: %w", err)
+	}
+	o2 := o
+	o2.Folds = slices.Clone(o.Folds)
+	o2.Folds[0].DataDir = b.nextDir()
+	t0 := time.Now()
+	br, err := host.Bootstrap(ctx, o2, "bench", host.BootstrapOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	if _, err := b.runHost(ctx, o2); err != nil {
+		return nil, err
+	}
+	res.BootstrapSeconds = time.Since(t0).Seconds()
+	res.ArtifactBytes = br.Bytes
+	res.BootstrapRatio = res.BootstrapSeconds / res.ReplaySeconds
+	return res, errors.Join(os.RemoveAll(dir), os.RemoveAll(o2.Folds[0].DataDir))
 }
 
 // waitUntil polls cond every millisecond until it holds, fails, or ctx ends.
@@ -473,6 +507,8 @@ func (r *benchResult) table(w io.Writer) error {
 	if rs := r.Restart; rs != nil {
 		fmt.Fprintf(w, "\nrestart, raw-only fold: resume after a delta of %d updates %s; full replay of the bucket %s; resume / replay = %.1f%%\n",
 			rs.Delta, fmtSeconds(rs.ResumeSeconds), fmtSeconds(rs.ReplaySeconds), 100*rs.Ratio)
+		fmt.Fprintf(w, "new node, raw-only fold: bootstrap from an artifact (%s, local directory) and resume %s; bootstrap / replay = %.1f%%\n",
+			humanBytes(rs.ArtifactBytes), fmtSeconds(rs.BootstrapSeconds), 100*rs.BootstrapRatio)
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func TestBench(t *testing.T) {
 	if v := names["fold, router c"]; v.VsRawFold <= 0 {
 		t.Errorf("the C router's fold has no ratio to the raw fold: %+v", v)
 	}
-	if r := res.Restart; r == nil || r.ResumeSeconds <= 0 || r.ReplaySeconds <= 0 || r.Delta != 100 {
+	if r := res.Restart; r == nil || r.ResumeSeconds <= 0 || r.ReplaySeconds <= 0 || r.Delta != 100 || r.BootstrapSeconds <= 0 || r.ArtifactBytes <= 0 {
 		t.Errorf("restart %+v", res.Restart)
 	}
 	var buckets []string
@@ -86,7 +86,7 @@ func TestBench(t *testing.T) {
 	}
 	// The table form.
 	code, out, errOut = runCLI(t, nil, "bench", "--nats", srv.ClientURL(), "--keys", "1000", "--rounds", "1", "--delta", "10", "--plugins", plugins)
-	if code != 0 || !strings.Contains(out, "VS RAW FOLD") || !strings.Contains(out, "resume / replay") {
+	if code != 0 || !strings.Contains(out, "VS RAW FOLD") || !strings.Contains(out, "resume / replay") || !strings.Contains(out, "bootstrap / replay") {
 		t.Errorf("bench table: exit %d: %s %s", code, out, errOut)
 	}
 }
