@@ -66,3 +66,12 @@ func killRebuildChild() {
 	_ = h.Run(context.Background())
 	os.Exit(3) // killed before: never reached
 }
+
+// SetObjectPoll sets how often object-store plugin sources look at their
+// object besides the watch; the returned func restores it. Not safe while a
+// host runs.
+func SetObjectPoll(d time.Duration) (restore func()) {
+	old := objectPoll
+	objectPoll = d
+	return func() { objectPoll = old }
+}

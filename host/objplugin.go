@@ -25,9 +25,6 @@ import (
 // and rewrites its record.
 var objectPoll = 30 * time.Second
 
-// objectFetchTimeout bounds one download of a module.
-const objectFetchTimeout = 2 * time.Minute
-
 // objectSource is a module in a NATS object store.
 type objectSource struct {
 	f    *Fold
@@ -57,17 +54,20 @@ func (f *Fold) objectSource() (*objectSource, error) {
 func (s *objectSource) String() string { return s.ref.String() }
 
 func (s *objectSource) load(ctx context.Context, rt *wasm.Runtime) (*wasm.Module, error) {
-	max := s.f.o.PluginMaxBytes
-	if max <= 0 {
-		max = wasm.DefaultMaxModuleBytes
-	}
-	fctx, cancel := context.WithTimeout(ctx, objectFetchTimeout)
-	defer cancel()
-	m, err := pluginobj.Fetch(fctx, s.js, s.ref, max, wasm.ModuleHash)
+	m, err := s.fetch(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return rt.Load(ctx, m.Bytes)
+}
+
+// fetch downloads the object, bounded by the fold's plugin_max_mb.
+func (s *objectSource) fetch(ctx context.Context) (pluginobj.Module, error) {
+	max := s.f.o.PluginMaxBytes
+	if max <= 0 {
+		max = wasm.DefaultMaxModuleBytes
+	}
+	return pluginobj.Fetch(ctx, s.js, s.ref, max, wasm.ModuleHash)
 }
 
 // await waits until the object exists.
@@ -91,14 +91,28 @@ func (s *objectSource) watch(ctx context.Context, p *plugin) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
-		pluginobj.Watch(ctx, s.js, s.ref, objectPoll, func(info *jetstream.ObjectInfo) {
+		pluginobj.Watch(ctx, s.js, s.ref, objectPoll, func(info *jetstream.ObjectInfo) bool {
 			if d, err := jetstream.DecodeObjectDigest(info.Digest); err == nil && hex.EncodeToString(d) == p.Upcoming().SHA256 {
-				return // the module this node runs (or is about to)
+				return false // the module this node runs (or is about to)
 			}
 			s.f.log.Info("plugin object changed; loading it", "from", s.ref, "digest", info.Digest, "size", info.Size)
+			m, err := s.fetch(ctx)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return false // shutting down
+			case err != nil && !pluginobj.Verdict(err):
+				// Not a verdict on the module: looked at again next poll.
+				s.f.log.Warn("could not download the plugin object; retried at the next look", "from", s.ref, "err", err, "next_in", objectPoll)
+				return true
+			case err != nil:
+				p.ReloadFailed(err)
+				s.f.log.Error("plugin object refused; the running module stays", "from", s.ref, "err", err)
+				return false
+			}
 			_ = p.rt.ReloadFrom(ctx, p.Plugin, s.ref.String(), func(ctx context.Context) (*wasm.Module, error) {
-				return s.load(ctx, p.rt)
+				return p.rt.Load(ctx, m.Bytes)
 			})
+			return false
 		}, func() {
 			s.f.log.Warn("plugin object deleted; the running module stays", "from", s.ref)
 		})
@@ -133,7 +147,9 @@ func (s *objectSource) publish(parent context.Context, p *plugin) {
 		s.recs, err = pluginobj.OpenRecords(ctx, s.js, pluginobj.DefaultRecordBucket)
 	}
 	if err == nil {
-		err = s.recs.Put(ctx, rec)
+		if err = s.recs.Put(ctx, rec); err != nil {
+			s.recs = nil // opened (or made) again next time: the bucket may be gone
+		}
 	}
 	switch {
 	case err != nil && parent.Err() != nil:

@@ -1,13 +1,19 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
@@ -143,8 +149,11 @@ func customSection(name, data string) []byte {
 }
 
 // TestPinnedPluginObject: a reference pinned to a digest loads only that
-// content: a start against another one fails naming both, and a new
-// version pushed later is refused.
+// content: a start against another one fails naming it; a node pinned to
+// v1 keeps running v1 when v2 is pushed, and still starts with v1 after
+// that push (Push keeps each version beside the latest: the staged
+// rollout's restart). Mutations caught: the pin check removed (the first
+// start runs); the version object not used (the restart fails).
 func TestPinnedPluginObject(t *testing.T) {
 	url, b := natsServer(t)
 	js := objectJS(t, url)
@@ -164,17 +173,85 @@ func TestPinnedPluginObject(t *testing.T) {
 		t.Fatalf("a start pinned to another digest: %v", err)
 	}
 	r := startHost(t, o(v1))
-	f := r.h.Fold("routes")
 	push(t, js, ref, builtPlugin(t, "testdata", "keyview2"))
-	waitFor(t, func() bool { rl := f.Status().Plugin.LastReload; return rl != nil })
-	if rl := f.Status().Plugin.LastReload; rl.Outcome != "refused" || !strings.Contains(rl.Reason, "pinned") {
-		t.Fatalf("a new version under a pin: %+v", rl)
-	}
 	rev := put(t, b, "k", "v")
-	waitCursor(t, f, rev)
-	if st := f.Status().Plugin; st.SHA256 != v1 {
+	waitCursor(t, r.h.Fold("routes"), rev)
+	if st := r.h.Fold("routes").Status().Plugin; st.SHA256 != v1 {
 		t.Fatalf("runs %.12s, want the pinned %.12s", st.SHA256, v1)
 	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	r = startHost(t, o(v1)) // after the push of v2: still v1
+	rev = put(t, b, "k2", "v")
+	waitCursor(t, r.h.Fold("routes"), rev)
+	if st := r.h.Fold("routes").Status().Plugin; st.SHA256 != v1 || foldViews(t, r.h.Fold("routes"))["s1/k2"] != "v" {
+		t.Fatalf("restarted pinned node runs %.12s, want %.12s", st.SHA256, v1)
+	}
+}
+
+// TestPluginObjectDownloadStall: a download whose chunks never come (what
+// a fetch in flight meets when a push replaces the object) is not a verdict
+// on the module: it ends within its budget and the version is looked at
+// again, so once its chunks arrive it is taken; a host stopped during such
+// a download stops at once. Mutations caught: a failed download final for
+// its digest (v2 never taken); the fetch not returning on cancellation
+// (the stop waits).
+func TestPluginObjectDownloadStall(t *testing.T) {
+	t.Cleanup(host.SetObjectPoll(time.Second))
+	url, b := natsServer(t)
+	js := objectJS(t, url)
+	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
+	v1b := readFile(t, builtPlugin(t, "testdata", "keyview1"))
+	push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
+	logs := &syncbuf.Buffer{}
+	r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Folds:  []host.FoldOptions{{Name: "routes", Plugin: ref.String(), DataDir: filepath.Join(t.TempDir(), "a")}}})
+	f := r.h.Fold("routes")
+	v2b := append(bytes.Clone(v1b), customSection("x", "v2")...)
+	chunk := chunklessMeta(t, js, ref, v2b)
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "could not download the plugin object; retried") })
+	if st := f.Status().Plugin; st.Reloads.Refused != 0 || st.LastReload != nil {
+		t.Errorf("a stalled download counted as a verdict: %+v", st)
+	}
+	// The object becomes whole, its digest unchanged: only a retry sees it.
+	if _, err := js.Publish(context.Background(), chunk, v2b); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { rl := f.Status().Plugin.LastReload; return rl != nil && rl.Module == wasm.ModuleHash(v2b) })
+	waitCursor(t, f, put(t, b, "k", "v"))
+
+	n := strings.Count(logs.String(), "plugin object changed; loading it")
+	chunklessMeta(t, js, ref, append(bytes.Clone(v1b), customSection("x", "gone again")...))
+	waitFor(t, func() bool { return strings.Count(logs.String(), "plugin object changed; loading it") > n })
+	start := time.Now()
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the stop during a stalled download took %v", d)
+	}
+}
+
+// chunklessMeta publishes a meta record for ref whose chunks do not exist:
+// what a download in flight finds after a push replaced the object.
+// It returns the subject of the missing chunk.
+func chunklessMeta(t *testing.T, js jetstream.JetStream, ref pluginobj.Ref, body []byte) string {
+	t.Helper()
+	id, d := nats.NewInbox()[7:], sha256.Sum256(body)
+	mb, err := json.Marshal(map[string]any{"name": ref.Name, "bucket": ref.Bucket, "nuid": id,
+		"size": len(body), "chunks": 1, "digest": "SHA-256=" + base64.URLEncoding.EncodeToString(d[:])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg("$O." + ref.Bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(ref.Name)))
+	m.Data = mb
+	m.Header.Set("Nats-Rollup", "sub")
+	if _, err := js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	return "$O." + ref.Bucket + ".C." + id
 }
 
 // TestPluginObjectAwaited: a node started before the first module was
@@ -230,5 +307,23 @@ func TestPluginObjectSizeBound(t *testing.T) {
 	})
 	if !errors.Is(err, pluginobj.ErrTooLarge) {
 		t.Fatalf("a start with an object over the bound: %v", err)
+	}
+}
+
+// TestPluginObjectNames: a host with an object-store fold refuses a node or
+// fold name that cannot be a token of its record's KV key (the records
+// would never be written).
+func TestPluginObjectNames(t *testing.T) {
+	for _, o := range []host.Options{
+		{Admin: host.AdminOptions{Node: "web:1"}, Folds: []host.FoldOptions{{Name: "routes", Plugin: "nats-object://p/r", DataDir: "/x"}}},
+		{Admin: host.AdminOptions{Node: "n1"}, Folds: []host.FoldOptions{{Name: "rou tes", Plugin: "nats-object://p/r", DataDir: "/x"}}},
+	} {
+		if _, err := host.New(o); err == nil || !strings.Contains(err.Error(), "A-Z a-z 0-9 - _ =") {
+			t.Errorf("node %q, fold %q: %v", o.Admin.Node, o.Folds[0].Name, err)
+		}
+	}
+	if _, err := host.New(host.Options{Admin: host.AdminOptions{Node: "web:1"},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: "/plugin.wasm", DataDir: "/x"}}}); err != nil {
+		t.Errorf("a file plugin's host with that node name: %v", err)
 	}
 }

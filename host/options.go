@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -176,6 +177,9 @@ type ArtifactOptions struct {
 	Holder      string
 }
 
+// recordToken is a name that can be a token of a plugin record's KV key.
+var recordToken = regexp.MustCompile(`^[-_=A-Za-z0-9]+$`)
+
 // Defaults of Options.
 const (
 	DefaultHeadPollInterval = 5 * time.Second
@@ -290,8 +294,12 @@ func (o Options) withDefaults() (Options, error) {
 			if _, err := pluginobj.ParseRef(f.Plugin); err != nil {
 				bad("fold %q: %v", f.Name, err)
 			}
-			if strings.ContainsAny(f.Name, " \t.*>") { // its record's key is FOLD.NODE
-				bad("fold %q: a fold whose plugin comes from a NATS object store needs a name that is one NATS subject token (no dots, spaces, * or >)", f.Name)
+			// Its record's key is FOLD.NODE: both must be KV key tokens.
+			if !recordToken.MatchString(f.Name) {
+				bad("fold %q: a fold whose plugin comes from a NATS object store needs a name of A-Z a-z 0-9 - _ = only (its record's key)", f.Name)
+			}
+			if !recordToken.MatchString(o.Admin.Node) {
+				bad("admin: Node %q: a host with a fold whose plugin comes from a NATS object store needs a node name of A-Z a-z 0-9 - _ = only (its records' keys)", o.Admin.Node)
 			}
 		}
 		if f.Repair == protocol.RepairRestore && o.Artifacts.Store == nil {

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -84,12 +86,21 @@ func cmdPlugins(c *cli, args []string) error {
 		last := "-"
 		if rl := r.LastReload; rl != nil {
 			last = rl.Outcome + " " + rl.At.Local().Format(time.DateTime)
+			if rl.Module != "" {
+				last += " " + shortSHA(rl.Module)
+			}
 			if rl.Reason != "" {
 				last += ": " + oneLine(rl.Reason, 80)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.12s\t%s\t%s\t%d\t%s ago\t%s\n", r.Fold, r.Node, r.Module, r.Name, r.Version, r.ViewSchema,
-			now.Sub(r.At).Round(time.Second), last)
+		seen := "-"
+		if !r.At.IsZero() {
+			seen = max(now.Sub(r.At), 0).Round(time.Second).String() + " ago"
+		}
+		// Records are written by any client of the server: nothing in
+		// them reaches the terminal unescaped.
+		fmt.Fprintf(tw, "%s\t%s\t%.12s\t%s\t%s\t%d\t%s\t%s\n", printable(r.Fold), printable(r.Node), printable(r.Module),
+			printable(r.Name), printable(r.Version), r.ViewSchema, seen, printable(last))
 	}
 	return tw.Flush()
 }
@@ -112,22 +123,23 @@ func cmdPlugin(c *cli, args []string) error {
 		return usagef("push takes one FILE")
 	}
 	file := pos[1]
-	cfg, nc, err := c.pluginConn(*configPath, *natsURL, *timeout)
+	var cfg *config.Config
+	if *configPath != "" {
+		if cfg, err = config.Load(*configPath, c.getenv); err != nil {
+			return err
+		}
+	}
+	ref, limits, err := pushTarget(cfg, *foldName, *to)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	ref, err := pushTarget(cfg, *foldName, *to)
+	b, err := files.ReadRegular(file, limits.MaxModuleBytes)
 	if err != nil {
 		return err
 	}
-	b, err := files.ReadRegular(file, wasm.DefaultMaxModuleBytes)
-	if err != nil {
-		return err
-	}
-	// The same checks a node makes before it swaps a module in: a module
-	// that fails them is never pushed.
-	rt, err := wasm.NewRuntime(c.ctx, wasm.Options{})
+	// The same checks a node makes before it swaps a module in, with the
+	// fold's limits: a module that fails them is never pushed.
+	rt, err := wasm.NewRuntime(c.ctx, limits)
 	if err != nil {
 		return err
 	}
@@ -141,6 +153,11 @@ func cmdPlugin(c *cli, args []string) error {
 	if ref.Pin != "" && ref.Pin != id.SHA256 {
 		fmt.Fprintf(c.stderr, "foldhost: warning: %s pins sha256 %s: its nodes refuse this module (sha256 %s) until the pin changes\n", ref, ref.Pin, id.SHA256)
 	}
+	nc, err := c.clientConn(cfg, *natsURL, *timeout)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -163,29 +180,35 @@ func cmdPlugin(c *cli, args []string) error {
 	}{ref.String(), info.Size, info.Digest, id.SHA256, id.Name, id.Version, id.ViewSchema})
 }
 
-// pushTarget is the object a push writes: --to, or the fold's plugin
-// setting.
-func pushTarget(cfg *config.Config, foldName, to string) (pluginobj.Ref, error) {
+// pushTarget is the object a push writes (--to, or the fold's plugin
+// setting) and the limits a node running the fold validates with.
+func pushTarget(cfg *config.Config, foldName, to string) (pluginobj.Ref, wasm.Options, error) {
+	limits := wasm.Options{MaxModuleBytes: wasm.DefaultMaxModuleBytes}
 	switch {
 	case to != "" && foldName != "":
-		return pluginobj.Ref{}, usagef("--to and --fold are exclusive")
+		return pluginobj.Ref{}, limits, usagef("--to and --fold are exclusive")
 	case to != "":
 		ref, err := pluginobj.ParseRef(to)
 		if err != nil {
-			return ref, usagef("--to: %v", err)
+			return ref, limits, usagef("--to: %v", err)
 		}
-		return ref, nil
+		return ref, limits, nil
 	case cfg == nil:
-		return pluginobj.Ref{}, usagef("want --fold NAME with --config FILE, or --to nats-object://BUCKET/NAME")
+		return pluginobj.Ref{}, limits, usagef("want --fold NAME with --config FILE, or --to nats-object://BUCKET/NAME")
 	}
 	f, err := pickFold(cfg, foldName)
 	if err != nil {
-		return pluginobj.Ref{}, err
+		return pluginobj.Ref{}, limits, err
 	}
 	if !pluginobj.IsRef(f.Plugin) {
-		return pluginobj.Ref{}, usagef("fold %s's plugin is %q, not a nats-object://BUCKET/NAME reference: copy the file in place instead (the fold reloads it)", f.Name, f.Plugin)
+		return pluginobj.Ref{}, limits, usagef("fold %s's plugin is %q, not a nats-object://BUCKET/NAME reference: copy the file in place instead (the fold reloads it)", f.Name, f.Plugin)
 	}
-	return pluginobj.ParseRef(f.Plugin)
+	if f.PluginMaxMB > 0 {
+		limits.MaxModuleBytes = int64(f.PluginMaxMB) << 20
+	}
+	limits.MemoryLimitPages = uint32(f.PluginMemoryMB) * 16
+	ref, err := pluginobj.ParseRef(f.Plugin)
+	return ref, limits, err
 }
 
 // pluginConn loads the config (if any) and connects to its NATS server.
@@ -215,6 +238,18 @@ func (c *cli) clientConn(cfg *config.Config, natsURL string, timeout time.Durati
 	}
 	return nc, err
 }
+
+// printable is s, quoted when it holds a character that is not printable.
+func printable(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+func shortSHA(s string) string { return s[:min(len(s), 12)] }
 
 // oneLine is s on one line, cut to n runes.
 func oneLine(s string, n int) string {

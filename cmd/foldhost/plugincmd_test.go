@@ -1,12 +1,18 @@
 package main
 
 import (
+	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/pluginobj"
 )
 
@@ -17,6 +23,7 @@ import (
 // lists what the node runs.
 func TestPluginPushAndList(t *testing.T) {
 	dir := t.TempDir()
+	natsAddr := freeAddr(t)
 	cfgText := fmt.Sprintf(`[nats]
 embedded_listen = %q
 [http]
@@ -26,7 +33,8 @@ node = "n1"
 [[fold]]
 name = "routes"
 plugin = "nats-object://plugins/router"
-`, freeAddr(t), freeAddr(t))
+plugin_max_mb = 1
+`, natsAddr, freeAddr(t))
 	d := startInProcess(t, dir, cfgText, nil)
 	cfg := dir + "/config.toml"
 	waitFor(t, time.Minute, "the daemon waiting for a module", func() (bool, string) {
@@ -35,6 +43,18 @@ plugin = "nats-object://plugins/router"
 	})
 	if code, out, errOut := runCLI(t, nil, "plugin", "push", builtPlugin(t, "testdata", "noexport"), "--config", cfg); code != 1 || !strings.Contains(errOut, "nothing pushed") {
 		t.Fatalf("push of a module that is no plugin: exit %d: %s %s", code, out, errOut)
+	}
+	// Over the fold's plugin_max_mb: every node would refuse it.
+	big := dir + "/big.wasm"
+	pad := make([]byte, 2<<20)
+	mod := append(readTestFile(t, builtPlugin(t, "testdata", "keyview1")), 0) // a custom section: id 0,
+	mod = binary.AppendUvarint(mod, uint64(len(pad)+2))                       // its size (LEB128),
+	mod = append(append(mod, 1, 'x'), pad...)                                 // a name and the padding
+	if err := os.WriteFile(big, mod, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI(t, nil, "plugin", "push", big, "--config", cfg); code != 1 {
+		t.Fatalf("push of a module over the fold's plugin_max_mb: exit %d: %s", code, errOut)
 	}
 	code, out, errOut := runCLI(t, nil, "plugin", "push", builtPlugin(t, "testdata", "keyview1"), "--config", cfg)
 	if code != 0 {
@@ -68,7 +88,37 @@ plugin = "nats-object://plugins/router"
 	if code != 0 || !strings.Contains(out, "routes") || !strings.Contains(out, "n1") || !strings.Contains(out, pushed.SHA256[:12]) {
 		t.Errorf("plugins: exit %d: %s %s", code, out, errOut)
 	}
+	// A record anyone could write, with a terminal escape in it.
+	nc, err := natskv.Connect(natskv.ConnOptions{URL: "nats://" + natsAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), pluginobj.DefaultRecordBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), "routes.evil", []byte(`{"fold":"routes","node":"e\u001b[2Jvil","module":"x"}`)); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runCLI(t, nil, "plugins", "--config", cfg)
+	if code != 0 || strings.Contains(out, "\x1b") || !strings.Contains(out, `"e\x1b[2Jvil"`) {
+		t.Errorf("plugins printed a record's escape unescaped: %q", out)
+	}
 	if code, _, errOut := runCLI(t, nil, "plugin", "push", builtPlugin(t, "testdata", "keyview1"), "--to", "nats-object://x", "--config", cfg); code != 2 {
 		t.Errorf("push to a malformed reference: exit %d: %s", code, errOut)
 	}
+}
+
+func readTestFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

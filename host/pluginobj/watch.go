@@ -12,7 +12,8 @@ import (
 // Watch calls changed with the object's info whenever r's object gets a
 // new digest (a new version pushed), until ctx is done. The first call
 // comes for the object as it is when the watch starts (the caller compares
-// it with what it runs). A deleted object is reported to deleted, if set,
+// it with what it runs). changed returns retry true when it could not act
+// on the version (its download failed): the next look offers it again. A deleted object is reported to deleted, if set,
 // and otherwise ignored: the running module stays.
 //
 // Two sources, so that a version is never missed: the object store's
@@ -20,7 +21,7 @@ import (
 // watch lost to a reconnect or a bucket created after the start). changed
 // runs on Watch's goroutine; a slow one delays the next look, never
 // overlaps it.
-func Watch(ctx context.Context, js jetstream.JetStream, r Ref, poll time.Duration, changed func(*jetstream.ObjectInfo), deleted func()) {
+func Watch(ctx context.Context, js jetstream.JetStream, r Ref, poll time.Duration, changed func(*jetstream.ObjectInfo) (retry bool), deleted func()) {
 	if poll <= 0 {
 		poll = 30 * time.Second
 	}
@@ -40,7 +41,9 @@ func Watch(ctx context.Context, js jetstream.JetStream, r Ref, poll time.Duratio
 		wasDeleted = false
 		if info.Digest != last {
 			last = info.Digest
-			changed(info)
+			if changed(info) {
+				last = ""
+			}
 		}
 	}
 	var w jetstream.ObjectWatcher
