@@ -173,14 +173,8 @@ func TestRecreatedStreamIsRefused(t *testing.T) {
 	}
 	before, _, _ := readOrigin(t, dir)
 
-	js, err := jetstream.New(nc(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteKeyValue(context.Background(), "routes"); err != nil {
-		t.Fatal(err)
-	}
-	err = startErr(t, o) // the host makes the bucket again, with a new stream
+	remakeBucket(t, url, "routes") // a new stream
+	err := startErr(t, o)
 	if !errors.Is(err, host.ErrOriginMismatch) || !strings.Contains(err.Error(), "deleted and made again") {
 		t.Fatalf("start on a recreated stream: err = %v, want a stream mismatch", err)
 	}
@@ -254,13 +248,7 @@ func TestBootstrapChecksOrigin(t *testing.T) {
 		t.Fatalf("refused bootstrap left %v", names)
 	}
 
-	js, err := jetstream.New(nc(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteKeyValue(context.Background(), "routes"); err != nil {
-		t.Fatal(err)
-	}
+	remakeBucket(t, url, "routes")
 	c := host.FoldOptions{Name: "routes", Bucket: "routes", DataDir: filepath.Join(base, "c")}
 	o := host.Options{NATS: nats, Artifacts: arts, Folds: []host.FoldOptions{c}, Logger: quiet}
 	if _, err := host.Bootstrap(context.Background(), o, "routes", host.BootstrapOptions{}); err != nil {
@@ -269,6 +257,27 @@ func TestBootstrapChecksOrigin(t *testing.T) {
 	if err := startErr(t, o); !errors.Is(err, host.ErrOriginMismatch) || !strings.Contains(err.Error(), "deleted and made again") {
 		t.Fatalf("start of a fold bootstrapped from an older stream: err = %v", err)
 	}
+}
+
+// remakeBucket deletes the KV bucket name and makes it again (History 1),
+// retrying the create: the server removes a deleted stream's files after it
+// answered, and a create right after it can fail ("error creating store for
+// stream").
+func remakeBucket(t *testing.T, url, name string) jetstream.KeyValue {
+	t.Helper()
+	js, err := jetstream.New(nc(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	var kv jetstream.KeyValue
+	waitFor(t, func() bool {
+		kv, err = js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: name, History: 1})
+		return err == nil
+	})
+	return kv
 }
 
 // nc is a NATS client for one test.
@@ -297,17 +306,7 @@ func TestLiveStreamReplacementStopsTheFold(t *testing.T) {
 		last = put(t, b, fmt.Sprintf("old.%d", i), "v")
 	}
 	waitCursor(t, f, last)
-	js, err := jetstream.New(nc(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteKeyValue(context.Background(), "routes"); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "routes"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := remakeBucket(t, url, "routes")
 	for i := range 6 { // revisions 1..6 of the new stream, past the old cursor
 		if _, err := kv.Put(context.Background(), fmt.Sprintf("new.%d", i), []byte("v")); err != nil {
 			t.Fatal(err)

@@ -501,13 +501,7 @@ func TestResetAfterARecreatedBucket(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(nc(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteKeyValue(context.Background(), "rt"); err != nil {
-		t.Fatal(err)
-	}
+	remakeBucket(t, url, "rt")
 	nb, err := natskv.OpenBucket(context.Background(), nc(t, url), natskv.BucketConfig{Name: "rt", History: 1}, natskv.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -124,10 +124,14 @@ func TestRepairResetCommand(t *testing.T) {
 	defer nc.Close()
 	put := func(keys ...string) uint64 {
 		t.Helper()
-		b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "rt"}, natskv.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		// The server removes a deleted stream's files after it answered: a
+		// create right after it can fail ("error creating store for stream").
+		var b *natskv.Bucket
+		waitFor(t, time.Minute, "the bucket made", func() (bool, string) {
+			var err error
+			b, err = natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "rt"}, natskv.Options{})
+			return err == nil, fmt.Sprint(err)
+		})
 		var last uint64
 		for _, k := range keys {
 			if last, err = b.KV().Put(context.Background(), k, []byte("v")); err != nil {

@@ -286,7 +286,19 @@ func TestRecreatedBucketIsRefused(t *testing.T) {
 	if err := js.DeleteKeyValue(t.Context(), "phoenix"); err != nil {
 		t.Fatal(err)
 	}
-	b = openBucket(t, nc, BucketConfig{Name: "phoenix"})
+	// The server removes a deleted stream's files after it answered: a
+	// create right after it can fail ("error creating store for stream").
+	for deadline := time.Now().Add(time.Minute); ; {
+		nb, err := OpenBucket(t.Context(), nc, BucketConfig{Name: "phoenix"}, Options{})
+		if err == nil {
+			b = nb
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	put(t, b, "k1", "new")
 	put(t, b, "k2", "new")
 	_, err := b.Watch(t.Context(), Scope{}, protocol.Cursor{Rev: 6}, WatchOptions{})
