@@ -142,6 +142,10 @@ func (s *objectSource) publish(parent context.Context, p *plugin) {
 	if rl := ws.LastReload; rl != nil {
 		rec.LastReload = &pluginobj.Reload{At: rl.At.UTC(), Outcome: rl.Outcome, Module: rl.Module, Reason: rl.Reason}
 	}
+	if rb := s.f.rebuildStatus(); rb != nil && rb.Last != nil {
+		l := rb.Last
+		rec.LastRebuild = &pluginobj.Rebuild{StartedAt: l.StartedAt, Module: l.Module, Outcome: l.Outcome, Error: l.Error}
+	}
 	var err error
 	if s.recs == nil {
 		s.recs, err = pluginobj.OpenRecords(ctx, s.js, pluginobj.DefaultRecordBucket)

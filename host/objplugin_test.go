@@ -327,3 +327,26 @@ func TestPluginObjectNames(t *testing.T) {
 		t.Errorf("a file plugin's host with that node name: %v", err)
 	}
 }
+
+// TestPluginObjectRebuildFailureRecorded: a pushed version of another view
+// schema whose rebuild fails (it traps on a key of the fold) leaves the node
+// on the old module, and the node's record says the rebuild failed, not
+// only that the version was accepted. Mutation caught: the rebuild's
+// outcome left out of the record.
+func TestPluginObjectRebuildFailureRecorded(t *testing.T) {
+	url, b := natsServer(t)
+	js := objectJS(t, url)
+	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
+	v1 := push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
+	f := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Admin: host.AdminOptions{Node: "x"},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: ref.String(), DataDir: filepath.Join(t.TempDir(), "a")}}}).h.Fold("routes")
+	waitCursor(t, f, put(t, b, "k", "trap2")) // schema 2 traps on it
+	v2 := push(t, js, ref, builtPlugin(t, "testdata", "keyview2"))
+	waitFor(t, func() bool {
+		rb := records(t, js)["x"].LastRebuild
+		return rb != nil && rb.Module == v2 && rb.Outcome == "failed"
+	})
+	if r := records(t, js)["x"]; r.Module != v1 || r.LastRebuild.Error == "" {
+		t.Errorf("record %+v, want module v1 and the failed rebuild's error", r)
+	}
+}

@@ -133,6 +133,9 @@ func (f *Fold) rebuildEnds(outcome string, p fold.RebuildProgress, err error) {
 		f.rb.last = r
 	}
 	f.rb.mu.Unlock()
+	if f.plugin != nil {
+		f.plugin.src.reloaded() // the node's record says how it ended
+	}
 	args := []any{"outcome", outcome, "replayed", p.Replayed, "caught_up", p.CaughtUp, "dead_lettered", p.DeadLettered}
 	if r != nil {
 		args = append(args, "module", shortSHA(r.Module), "took", r.Took)

@@ -93,6 +93,12 @@ func cmdPlugins(c *cli, args []string) error {
 				last += ": " + oneLine(rl.Reason, 80)
 			}
 		}
+		if rb := r.LastRebuild; rb != nil && rb.Outcome != "done" {
+			last += fmt.Sprintf("; view rebuild for %s %s", shortSHA(rb.Module), rb.Outcome)
+			if rb.Error != "" {
+				last += ": " + oneLine(rb.Error, 60)
+			}
+		}
 		seen := "-"
 		if !r.At.IsZero() {
 			seen = max(now.Sub(r.At), 0).Round(time.Second).String() + " ago"

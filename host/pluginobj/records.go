@@ -29,12 +29,15 @@ type Record struct {
 	// Module is the sha256 of the module the fold folds with (from its
 	// next batch on, when just accepted); Name, Version and ViewSchema are
 	// what it declares.
-	Module     string    `json:"module"`
-	Name       string    `json:"name"`
-	Version    string    `json:"version"`
-	ViewSchema uint32    `json:"view_schema"`
-	LastReload *Reload   `json:"last_reload,omitempty"`
-	At         time.Time `json:"at"` // when the node wrote this record
+	Module     string  `json:"module"`
+	Name       string  `json:"name"`
+	Version    string  `json:"version"`
+	ViewSchema uint32  `json:"view_schema"`
+	LastReload *Reload `json:"last_reload,omitempty"`
+	// LastRebuild is the fold's last view rebuild: an accepted module of
+	// another view schema runs only once its rebuild is done.
+	LastRebuild *Rebuild  `json:"last_rebuild,omitempty"`
+	At          time.Time `json:"at"` // when the node wrote this record
 }
 
 // Reload is a record's last reload verdict.
@@ -43,6 +46,14 @@ type Reload struct {
 	Outcome string    `json:"outcome"` // "accepted" or "refused"
 	Module  string    `json:"module,omitempty"`
 	Reason  string    `json:"reason,omitempty"`
+}
+
+// Rebuild is a record's last view rebuild.
+type Rebuild struct {
+	StartedAt time.Time `json:"started_at"`
+	Module    string    `json:"module"`
+	Outcome   string    `json:"outcome"` // done, failed, cancelled, deferred
+	Error     string    `json:"error,omitempty"`
 }
 
 // RecordKey is the record's key: FOLD.NODE (both single subject tokens).
