@@ -9,9 +9,6 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/foldhost/foldhost/host/embeddednats"
-	"github.com/foldhost/foldhost/host/natskv"
 )
 
 // TestBench: `foldhost bench` against a server that holds another bucket
@@ -19,16 +16,7 @@ import (
 // raw-only fold, the restart), and leaves the server with only the bucket
 // it found: its own is deleted, the other untouched.
 func TestBench(t *testing.T) {
-	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := natskv.Connect(natskv.ConnOptions{URL: srv.ClientURL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	srv, nc := testNATS(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
@@ -26,16 +27,7 @@ import (
 // error, and a restore with no artifact ahead is refused (exit 1) with the
 // fold untouched.
 func TestRepairCommand(t *testing.T) {
-	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := natskv.Connect(natskv.ConnOptions{URL: srv.ClientURL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	srv, nc := testNATS(t)
 	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "rt"}, natskv.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -108,20 +100,11 @@ func foldOnce(t *testing.T, url, data string, last uint64) {
 
 // TestRepairResetCommand: `foldhost repair --reset` on a fold whose bucket
 // was deleted and made again while it was down (a start refuses it, naming
-// both streams: host's TestResetAfterARecreatedBucket) refolds it from the new bucket into a fresh store, keeps
-// the old store aside, and the fold then starts; --reset with --mode is a
-// usage error.
+// both streams: host's TestResetAfterARecreatedBucket) refolds it from the
+// new bucket into a fresh store, keeps the old store aside, and the fold
+// then starts; --reset with --mode is a usage error.
 func TestRepairResetCommand(t *testing.T) {
-	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := natskv.Connect(natskv.ConnOptions{URL: srv.ClientURL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	srv, nc := testNATS(t)
 	put := func(keys ...string) uint64 {
 		t.Helper()
 		// The server removes a deleted stream's files after it answered: a
@@ -134,6 +117,7 @@ func TestRepairResetCommand(t *testing.T) {
 		})
 		var last uint64
 		for _, k := range keys {
+			var err error
 			if last, err = b.KV().Put(context.Background(), k, []byte("v")); err != nil {
 				t.Fatal(err)
 			}
@@ -171,6 +155,23 @@ func TestRepairResetCommand(t *testing.T) {
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// testNATS is an embedded NATS server for one test and a client of it,
+// both closed at its end.
+func testNATS(t *testing.T) (*embeddednats.Server, *nats.Conn) {
+	t.Helper()
+	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := natskv.Connect(natskv.ConnOptions{URL: srv.ClientURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return srv, nc
+}
 
 func rawKeys(t *testing.T, dir string) []string {
 	t.Helper()
