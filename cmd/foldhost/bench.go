@@ -46,7 +46,10 @@ fold through the router's Go code run natively in-process (no module: the
 baseline of the WASM builds). Then the restart: a raw-only fold resumes
 after a delta of --delta updates, against a full replay of the bucket; and
 a new node bootstrapped from an artifact of that fold (a local directory
-store, exported without the fleet's lease) and resumed to the head.
+store, exported without the fleet's lease) and resumed to the head. With
+two builds or more, the hot swap: under ~5000 writes/s, the write-to-fold
+latency of probes sent right after a swap was asked for, against probes
+with none in flight (p50 and p99).
 
 The server: the embedded one by default (in a scratch directory), or
 --nats URL: the bench then makes its own bucket (foldhost_bench_<random>)
@@ -128,6 +131,19 @@ type benchResult struct {
 	Server   string         `json:"server"` // "embedded" or "external"
 	Variants []benchVariant `json:"variants"`
 	Restart  *benchRestart  `json:"restart,omitempty"`
+	Swap     *benchSwap     `json:"hot_swap,omitempty"`
+}
+
+// benchSwap is the hot swap's cost under load: the latency from a write to
+// its fold (the cursor past it) of probes sent right after a plugin swap
+// was asked for, against probes with no swap in flight.
+type benchSwap struct {
+	Swaps              int     `json:"swaps"`
+	Modules            string  `json:"modules"`
+	BaselineP50Seconds float64 `json:"baseline_p50_seconds"`
+	BaselineP99Seconds float64 `json:"baseline_p99_seconds"`
+	SwapP50Seconds     float64 `json:"swap_p50_seconds"`
+	SwapP99Seconds     float64 `json:"swap_p99_seconds"`
 }
 
 type benchVariant struct {
@@ -284,6 +300,12 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 	b.prog.status("restart: full replay, then a resume after a delta")
 	if res.Restart, err = b.restart(ctx, w); err != nil {
 		return nil, fmt.Errorf("bench: restart: %w", err)
+	}
+	if len(builds) >= 2 {
+		b.prog.status("hot swap: probes under load, with and without a swap in flight")
+		if res.Swap, err = b.hotSwap(ctx, builds[0], builds[1]); err != nil {
+			return nil, fmt.Errorf("bench: hot swap: %w", err)
+		}
 	}
 	return res, nil
 }
@@ -464,6 +486,120 @@ func (b *bench) restart(ctx context.Context, w *workload.Writer) (*benchRestart,
 	return res, errors.Join(os.RemoveAll(dir), os.RemoveAll(o2.Folds[0].DataDir))
 }
 
+// hotSwap folds the bucket through module a, then, under a steady load of
+// writes, sends probes and measures each one's latency to the fold:
+// baseline probes, and probes sent right after asking the host to swap to
+// the other module (a reload: validated off the hot path, swapped at the
+// next batch).
+func (b *bench) hotSwap(ctx context.Context, a, c string) (*benchSwap, error) {
+	const probes, swaps = 200, 40
+	mods := [2][]byte{}
+	for i, p := range []string{a, c} {
+		var err error
+		if mods[i], err = os.ReadFile(p); err != nil {
+			return nil, err
+		}
+	}
+	dir := b.nextDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	plugin := filepath.Join(dir, "plugin.wasm")
+	place := func(m []byte) error {
+		if err := os.WriteFile(plugin+".tmp", m, 0o644); err != nil {
+			return err
+		}
+		return os.Rename(plugin+".tmp", plugin)
+	}
+	if err := place(mods[0]); err != nil {
+		return nil, err
+	}
+	h, err := host.New(b.hostOptions(filepath.Join(dir, "fold"), plugin))
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	f := h.Folds()[0]
+	if err := waitUntil(ctx, func() (bool, error) { return uint64(f.Store().Cursor().Rev) >= b.head, nil }); err != nil {
+		return nil, err
+	}
+	// The load: 50 route writes every 10 ms, about 5000/s.
+	lctx, stopLoad := context.WithCancel(ctx)
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-lctx.Done():
+				return
+			case <-t.C:
+			}
+			for j := range 50 {
+				k := workload.Key((i*50 + j) % b.keys)
+				_, _ = b.js.PublishAsync(fmt.Sprintf("$KV.%s.%s", b.bucket, k), []byte(`{"upstreams":[{"addr":"10.9.9.9:80"}]}`))
+			}
+		}
+	}()
+	defer func() { stopLoad(); <-loadDone }()
+	kv, err := b.js.KeyValue(ctx, b.bucket)
+	if err != nil {
+		return nil, err
+	}
+	probe := func(i int) (float64, error) {
+		t0 := time.Now()
+		rev, err := kv.Put(ctx, workload.Key(i%b.keys), []byte(`{"upstreams":[{"addr":"10.8.8.8:80"}]}`))
+		if err != nil {
+			return 0, err
+		}
+		err = waitUntil(ctx, func() (bool, error) { return uint64(f.Store().Cursor().Rev) >= rev, nil })
+		return time.Since(t0).Seconds(), err
+	}
+	var base, swapped []float64
+	for i := range probes {
+		d, err := probe(i)
+		if err != nil {
+			return nil, err
+		}
+		base = append(base, d)
+		if i%(probes/swaps) != 0 {
+			continue
+		}
+		if err := place(mods[(len(swapped)+1)%2]); err != nil {
+			return nil, err
+		}
+		if err := h.ReloadPlugins(ctx); err != nil {
+			return nil, err
+		}
+		if d, err = probe(i + 1); err != nil {
+			return nil, err
+		}
+		swapped = append(swapped, d)
+	}
+	if n := f.Status().Plugin.Reloads.Accepted; n != uint64(len(swapped)) {
+		return nil, fmt.Errorf("%d swaps asked for, %d accepted", len(swapped), n)
+	}
+	return &benchSwap{Swaps: len(swapped), Modules: filepath.Base(a) + " <-> " + filepath.Base(c),
+		BaselineP50Seconds: quantile(base, 0.5), BaselineP99Seconds: quantile(base, 0.99),
+		SwapP50Seconds: quantile(swapped, 0.5), SwapP99Seconds: quantile(swapped, 0.99)}, nil
+}
+
+// quantile is the q-quantile of xs (nearest rank).
+func quantile(xs []float64, q float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(q*float64(len(s)) + 0.5)
+	return s[min(max(i-1, 0), len(s)-1)]
+}
+
 // waitUntil polls cond every millisecond until it holds, fails, or ctx ends.
 func waitUntil(ctx context.Context, cond func() (bool, error)) error {
 	t := time.NewTicker(time.Millisecond)
@@ -509,6 +645,10 @@ func (r *benchResult) table(w io.Writer) error {
 			rs.Delta, fmtSeconds(rs.ResumeSeconds), fmtSeconds(rs.ReplaySeconds), 100*rs.Ratio)
 		fmt.Fprintf(w, "new node, raw-only fold: bootstrap from an artifact (%s, local directory) and resume %s; bootstrap / replay = %.1f%%\n",
 			humanBytes(rs.ArtifactBytes), fmtSeconds(rs.BootstrapSeconds), 100*rs.BootstrapRatio)
+	}
+	if sw := r.Swap; sw != nil {
+		fmt.Fprintf(w, "hot swap under ~5000 writes/s (%s, %d swaps): write-to-fold latency p50 %s p99 %s with a swap in flight, p50 %s p99 %s without\n",
+			sw.Modules, sw.Swaps, fmtSeconds(sw.SwapP50Seconds), fmtSeconds(sw.SwapP99Seconds), fmtSeconds(sw.BaselineP50Seconds), fmtSeconds(sw.BaselineP99Seconds))
 	}
 	return nil
 }

@@ -28,13 +28,15 @@ func TestBench(t *testing.T) {
 	if _, err := kv.Put(context.Background(), "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	plugins := t.TempDir() // the C build only: the Go build's compile is slow under -race
-	b, err := os.ReadFile(builtPlugin(t, "example-router", "router-c"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(plugins, "router-c.wasm"), b, 0o644); err != nil {
-		t.Fatal(err)
+	plugins := t.TempDir() // the C and AS builds: the Go build's compile is slow under -race
+	for _, lang := range []string{"c", "as"} {
+		b, err := os.ReadFile(builtPlugin(t, "example-router", "router-"+lang))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(plugins, "router-"+lang+".wasm"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	code, out, errOut := runCLI(t, nil, "bench", "--nats", srv.ClientURL(), "--keys", "2000", "--rounds", "2", "--delta", "100", "--plugins", plugins, "--json")
 	if code != 0 {
@@ -61,6 +63,9 @@ func TestBench(t *testing.T) {
 	}
 	if r := res.Restart; r == nil || r.ResumeSeconds <= 0 || r.ReplaySeconds <= 0 || r.Delta != 100 || r.BootstrapSeconds <= 0 || r.ArtifactBytes <= 0 {
 		t.Errorf("restart %+v", res.Restart)
+	}
+	if sw := res.Swap; sw == nil || sw.Swaps == 0 || sw.SwapP99Seconds <= 0 || sw.BaselineP50Seconds <= 0 {
+		t.Errorf("hot swap %+v", res.Swap)
 	}
 	var buckets []string
 	for name := range js.KeyValueStoreNames(context.Background()).Name() {
