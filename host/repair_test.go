@@ -246,19 +246,7 @@ func TestRepairRefusedWhereTheListingIsNotTheTruth(t *testing.T) {
 	failed(protocol.RepairAuto, "max_age")
 
 	// max_age off: the bucket no longer evicts, but the fold saw it did.
-	js, err := jetstream.New(nc(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := js.Stream(context.Background(), "KV_rt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.MaxAge = 0
-	if _, err := js.UpdateStream(context.Background(), cfg); err != nil {
-		t.Fatal(err)
-	}
+	updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = 0 })
 	failed(protocol.RepairRelist, "eviction memo")
 
 	// none: re-list what is there, delete nothing.
@@ -551,19 +539,7 @@ func TestRepairRefusedOnEvictingRetentions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			url, b := repairServer(t, tc.cfg)
 			if tc.limit {
-				js, err := jetstream.New(nc(t, url))
-				if err != nil {
-					t.Fatal(err)
-				}
-				s, err := js.Stream(context.Background(), "KV_rt")
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg := s.CachedInfo().Config
-				cfg.Discard, cfg.MaxMsgs = jetstream.DiscardOld, 6
-				if _, err := js.UpdateStream(context.Background(), cfg); err != nil {
-					t.Fatal(err)
-				}
+				updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.Discard, c.MaxMsgs = jetstream.DiscardOld, 6 })
 			}
 			dir := filepath.Join(t.TempDir(), "fold")
 			o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
@@ -604,5 +580,23 @@ func TestRepairRefusedOnEvictingRetentions(t *testing.T) {
 				t.Errorf("cursor %v, want %d with the eviction memo", c, last)
 			}
 		})
+	}
+}
+
+// updateStream changes the config of the stream name on the server at url.
+func updateStream(t *testing.T, url, name string, edit func(*jetstream.StreamConfig)) {
+	t.Helper()
+	js, err := jetstream.New(nc(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	edit(&cfg)
+	if _, err := js.UpdateStream(context.Background(), cfg); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -51,15 +51,17 @@ func cmdPlugins(c *cli, args []string) error {
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q", pos[0])
 	}
-	_, nc, err := c.pluginConn(*configPath, *natsURL, *timeout)
+	var cfg *config.Config
+	if *configPath != "" {
+		if cfg, err = config.Load(*configPath, c.getenv); err != nil {
+			return err
+		}
+	}
+	nc, js, err := c.jetStream(cfg, *natsURL, *timeout)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(c.ctx, *timeout)
 	defer cancel()
 	recs, unreadable, err := pluginobj.List(ctx, js, pluginobj.DefaultRecordBucket)
@@ -159,15 +161,11 @@ func cmdPlugin(c *cli, args []string) error {
 	if ref.Pin != "" && ref.Pin != id.SHA256 {
 		fmt.Fprintf(c.stderr, "foldhost: warning: %s pins sha256 %s: its nodes refuse this module (sha256 %s) until the pin changes\n", ref, ref.Pin, id.SHA256)
 	}
-	nc, err := c.clientConn(cfg, *natsURL, *timeout)
+	nc, js, err := c.jetStream(cfg, *natsURL, *timeout)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(c.ctx, *timeout)
 	defer cancel()
 	ref.Pin = ""
@@ -217,17 +215,18 @@ func pushTarget(cfg *config.Config, foldName, to string) (pluginobj.Ref, wasm.Op
 	return ref, limits, err
 }
 
-// pluginConn loads the config (if any) and connects to its NATS server.
-func (c *cli) pluginConn(configPath, natsURL string, timeout time.Duration) (*config.Config, *nats.Conn, error) {
-	var cfg *config.Config
-	if configPath != "" {
-		var err error
-		if cfg, err = config.Load(configPath, c.getenv); err != nil {
-			return nil, nil, err
-		}
-	}
+// jetStream is clientConn with a JetStream client of the connection.
+func (c *cli) jetStream(cfg *config.Config, natsURL string, timeout time.Duration) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := c.clientConn(cfg, natsURL, timeout)
-	return cfg, nc, err
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }
 
 // clientConn connects to the NATS server of --nats, else of cfg (nil: the
