@@ -42,29 +42,25 @@ func viewGetBatch(r pebble.Reader, space byte, keys [][]byte, fn func(int, []byt
 	if err != nil {
 		return fmt.Errorf("fold: view get: %w", err)
 	}
+	defer it.Close() // fn may panic (a plugin call's deadline)
 	var full []byte
 	for _, i := range order {
 		full = appendKey(full[:0], space, keys[i])
-		if it.SeekGE(full) && bytes.Equal(it.Key(), full) {
-			v, err := it.ValueAndErr()
+		var v []byte
+		found := it.SeekGE(full) && bytes.Equal(it.Key(), full)
+		if found {
+			raw, err := it.ValueAndErr()
 			if err != nil {
-				it.Close()
 				return fmt.Errorf("fold: view get %q: %w", keys[i], err)
 			}
-			if err := fn(i, bytes.Clone(v), true); err != nil {
-				it.Close()
-				return err
-			}
-			continue
+			v = bytes.Clone(raw)
 		}
-		if err := fn(i, nil, false); err != nil {
-			it.Close()
+		if err := fn(i, v, found); err != nil {
 			return err
 		}
 	}
 	if err := it.Error(); err != nil {
-		it.Close()
 		return fmt.Errorf("fold: view get: %w", err)
 	}
-	return it.Close()
+	return nil
 }

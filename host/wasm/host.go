@@ -209,7 +209,6 @@ func answerRead(r fold.Reader, space uint32, req, resp []byte, maxResp int, each
 func answerViewBatch(br fold.ViewBatchReader, req, resp []byte, maxResp int, each func()) ([]byte, error) {
 	var keys [][]byte
 	if err := abi.DecodeReadRequest(req, func(key []byte) error {
-		each()
 		keys = append(keys, key)
 		return nil
 	}); err != nil {
@@ -219,6 +218,7 @@ func answerViewBatch(br fold.ViewBatchReader, req, resp []byte, maxResp int, eac
 	found := make([]bool, len(keys))
 	size := len(resp)
 	if err := br.ViewGetBatch(keys, func(i int, v []byte, ok bool) error {
+		each() // as answerRead: between the lookups
 		if size += len(v) + 8; size > maxResp {
 			return fmt.Errorf("response over %d bytes, the plugin's memory limit", maxResp)
 		}
