@@ -18,10 +18,10 @@ import (
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact/dirstore"
-	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/leakcheck"
+	"github.com/foldhost/foldhost/internal/natstest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -42,16 +42,7 @@ func builtPlugin(t testing.TB, dir, name string) string {
 // natsServer is an embedded NATS server for one test, with a client.
 func natsServer(t testing.TB) (string, *natskv.Bucket) {
 	t.Helper()
-	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := natskv.Connect(natskv.ConnOptions{URL: srv.ClientURL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv, nc := natstest.Start(t)
 	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes", History: 64}, natskv.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -19,10 +19,10 @@ import (
 	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/artifact/s3store"
 	"github.com/foldhost/foldhost/host/artifact/s3test"
-	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/natstest"
 	"github.com/foldhost/foldhost/internal/syncbuf"
 	"github.com/foldhost/foldhost/protocol"
 )
@@ -30,13 +30,9 @@ import (
 // repairServer is an embedded server with the bucket "rt" made from cfg.
 func repairServer(t *testing.T, cfg natskv.BucketConfig) (string, *natskv.Bucket) {
 	t.Helper()
-	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv, nc := natstest.Start(t)
 	cfg.Name = "rt"
-	b, err := natskv.OpenBucket(context.Background(), nc(t, srv.ClientURL()), cfg, natskv.Options{})
+	b, err := natskv.OpenBucket(context.Background(), nc, cfg, natskv.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,9 @@ import (
 	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/artifact/lease"
 	"github.com/foldhost/foldhost/host/artifact/storetest"
-	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/natstest"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -91,16 +91,7 @@ func putN(t *testing.T, b *natskv.Bucket, from, n int) {
 // lease; node B bootstraps from the artifact and then receives only what
 // was written after the artifact's cursor, ending identical to A.
 func TestRoundThenDeltaOnlyBootstrap(t *testing.T) {
-	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := natskv.Connect(natskv.ConnOptions{URL: srv.ClientURL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	_, nc := natstest.Start(t)
 	ctx := context.Background()
 	b, err := natskv.OpenBucket(ctx, nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{})
 	if err != nil {
@@ -230,16 +221,7 @@ func TestRoundSupersededAbandonsTheLease(t *testing.T) {
 // leaseOn is a lease over a bucket of a fresh embedded server.
 func leaseOn(t *testing.T) *lease.Lease {
 	t.Helper()
-	s, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("start nats: %v", err)
-	}
-	t.Cleanup(s.Shutdown)
-	nc, err := natskv.Connect(natskv.ConnOptions{URL: s.ClientURL(), Name: t.Name()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	_, nc := natstest.Start(t)
 	b, err := natskv.OpenBucket(t.Context(), nc, natskv.BucketConfig{Name: "leases"}, natskv.Options{RequestTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/internal/natstest"
 )
 
 // TestBench: `foldhost bench` against a server that holds another bucket
@@ -16,7 +18,7 @@ import (
 // raw-only fold, the restart), and leaves the server with only the bucket
 // it found: its own is deleted, the other untouched.
 func TestBench(t *testing.T) {
-	srv, nc := testNATS(t)
+	srv, nc := natstest.Start(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

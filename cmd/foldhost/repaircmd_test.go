@@ -11,14 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
-	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/natstest"
 )
 
 // TestRepairCommand: `foldhost repair` on a stopped fold whose bucket lost
@@ -27,7 +26,7 @@ import (
 // error, and a restore with no artifact ahead is refused (exit 1) with the
 // fold untouched.
 func TestRepairCommand(t *testing.T) {
-	srv, nc := testNATS(t)
+	srv, nc := natstest.Start(t)
 	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "rt"}, natskv.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +103,7 @@ func foldOnce(t *testing.T, url, data string, last uint64) {
 // new bucket into a fresh store, keeps the old store aside, and the fold
 // then starts; --reset with --mode is a usage error.
 func TestRepairResetCommand(t *testing.T) {
-	srv, nc := testNATS(t)
+	srv, nc := natstest.Start(t)
 	put := func(keys ...string) uint64 {
 		t.Helper()
 		// The server removes a deleted stream's files after it answered: a
@@ -155,23 +154,6 @@ func TestRepairResetCommand(t *testing.T) {
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// testNATS is an embedded NATS server for one test and a client of it,
-// both closed at its end.
-func testNATS(t *testing.T) (*embeddednats.Server, *nats.Conn) {
-	t.Helper()
-	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := natskv.Connect(natskv.ConnOptions{URL: srv.ClientURL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return srv, nc
-}
 
 func rawKeys(t *testing.T, dir string) []string {
 	t.Helper()

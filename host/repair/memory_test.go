@@ -205,11 +205,5 @@ func measureRepair(t *testing.T, nc *nats.Conn, n int) int64 {
 // waitCursorLong is waitCursor for folds of millions of keys.
 func waitCursorLong(t *testing.T, st *fold.Store, rev protocol.Revision) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Minute)
-	for st.Cursor().Rev < rev {
-		if time.Now().After(deadline) {
-			t.Fatalf("cursor %v, want %d", st.Cursor(), rev)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitCursorWithin(t, st, rev, 30*time.Minute, 50*time.Millisecond)
 }

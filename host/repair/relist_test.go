@@ -15,10 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/repair"
+	"github.com/foldhost/foldhost/internal/natstest"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -33,16 +33,7 @@ func bucket(t *testing.T, name string) *natskv.Bucket {
 
 func bucketConn(t *testing.T, name string) (*natskv.Bucket, *nats.Conn) {
 	t.Helper()
-	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := natskv.Connect(natskv.ConnOptions{URL: srv.ClientURL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	_, nc := natstest.Start(t)
 	b, err := natskv.OpenBucket(t.Context(), nc, natskv.BucketConfig{Name: name, History: 1}, natskv.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -167,12 +158,19 @@ func follow(t *testing.T, b *natskv.Bucket, st fold.Target, p fold.Plugin, hook 
 // against a hang, not a measure of speed).
 func waitCursor(t *testing.T, st *fold.Store, rev protocol.Revision) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
+	waitCursorWithin(t, st, rev, 2*time.Minute, 5*time.Millisecond)
+}
+
+// waitCursorWithin polls the store's cursor every interval until it
+// reaches rev, failing after limit.
+func waitCursorWithin(t *testing.T, st *fold.Store, rev protocol.Revision, limit, every time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for st.Cursor().Rev < rev {
 		if time.Now().After(deadline) {
 			t.Fatalf("cursor %v, want %d", st.Cursor(), rev)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/natstest"
 	"github.com/foldhost/foldhost/protocol"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -24,16 +24,7 @@ var leaseT0 = time.Unix(1718000000, 0)
 // leaseKV starts a real embedded NATS and returns a Lease and its bucket.
 func leaseKV(t *testing.T) (*Lease, jetstream.KeyValue) {
 	t.Helper()
-	s, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("start nats: %v", err)
-	}
-	t.Cleanup(s.Shutdown)
-	nc, err := natskv.Connect(natskv.ConnOptions{URL: s.ClientURL(), Name: t.Name()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	_, nc := natstest.Start(t)
 	b, err := natskv.OpenBucket(t.Context(), nc, natskv.BucketConfig{Name: "leases"}, natskv.Options{RequestTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
