@@ -398,14 +398,13 @@ func (b *bench) runHost(ctx context.Context, o host.Options) (time.Duration, err
 	done := make(chan error, 1)
 	go func() { done <- h.Run(rctx) }()
 	f := h.Folds()[0]
-	var took time.Duration
 	err = waitUntil(ctx, func() (bool, error) {
 		if st := f.Status(); st.State == "failed" {
 			return false, fmt.Errorf("the fold failed: %s", st.LastError)
 		}
 		return uint64(f.Store().Cursor().Rev) >= b.head, nil
 	})
-	took = time.Since(t0)
+	took := time.Since(t0)
 	cancel()
 	err = errors.Join(err, <-done)
 	h.Close()
