@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
+	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 )
 
@@ -36,6 +38,12 @@ func killRebuildChild() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
+	var once sync.Once
+	onRebuildProgress = func(p fold.RebuildProgress) {
+		if p.Replayed > 0 {
+			once.Do(func() { fmt.Println("progress") })
+		}
+	}
 	if os.Getenv(KillRebuildEnv) == "before-switch" {
 		SetAfterReplay(func(ctx context.Context, _ bool) {
 			fmt.Println("replayed")
@@ -53,16 +61,6 @@ func killRebuildChild() {
 	if err := h.Start(context.Background()); err != nil {
 		fail(err)
 	}
-	f := h.Fold("routes")
-	go func() { // the rebuild runs before following, in Run
-		for {
-			if rb := f.rebuildStatus(); rb != nil && rb.Running != nil && rb.Running.Replayed > 0 {
-				fmt.Println("progress")
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}()
 	_ = h.Run(context.Background())
 	os.Exit(3) // killed before: never reached
 }

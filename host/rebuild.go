@@ -112,6 +112,9 @@ func (f *Fold) rebuildBegins(why, module string, live bool) {
 }
 
 func (f *Fold) rebuildProgress(p fold.RebuildProgress) {
+	if hook := onRebuildProgress; hook != nil {
+		hook(p)
+	}
 	f.rb.mu.Lock()
 	if f.rb.running != nil {
 		f.rb.running.RebuildProgress = p
@@ -294,6 +297,11 @@ func (f *Fold) rebuildInto(ctx context.Context, p fold.Plugin, id fold.PluginIde
 // rebuild's context: a test's synchronization point (SetAfterReplay), never
 // set in production.
 var afterReplay func(ctx context.Context, live bool)
+
+// onRebuildProgress, if set, is called after every batch of every rebuild:
+// a test's synchronization point (a kill mid-replay), never set in
+// production.
+var onRebuildProgress func(fold.RebuildProgress)
 
 // errNoAttempt: the fold's watch is not running, so a live rebuild cannot
 // switch in on its loop.

@@ -533,16 +533,35 @@ func TestKilledRebuild(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := map[string]string{"mid-replay": "progress", "before-switch": "replayed"}[at]
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				if sc.Text() == want {
-					_ = cmd.Process.Signal(syscall.SIGKILL)
-					break
+			seen, scanned := make(chan bool, 1), make(chan struct{})
+			go func() { // ends when the pipe closes (the child killed, Wait)
+				defer close(scanned)
+				sc := bufio.NewScanner(out)
+				found := false
+				for sc.Scan() {
+					if !found && sc.Text() == want {
+						found = true
+						seen <- true
+					}
 				}
+				if !found {
+					seen <- false
+				}
+			}()
+			select {
+			case ok := <-seen:
+				if !ok {
+					t.Errorf("the child ended without printing %q", want)
+				}
+			case <-time.After(2 * time.Minute): // against a hang, not a measure of speed
+				t.Errorf("the child printed no %q within 2m", want)
 			}
-			for sc.Scan() { // drain until the pipe closes
-			}
+			_ = cmd.Process.Signal(syscall.SIGKILL)
 			err = cmd.Wait()
+			<-scanned
+			if t.Failed() {
+				t.Fatalf("child stderr: %s", stderr.String())
+			}
 			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
 				t.Fatalf("the child was not killed (%v): %s", err, stderr.String())
 			}
