@@ -97,7 +97,19 @@ func isIgnored(g string) bool {
 			return true
 		}
 	}
-	return false
+	return isObjectPutLeak(g)
+}
+
+// isObjectPutLeak reports the one goroutine nats.go (v1.55.0) itself leaks:
+// ObjectStore.Put makes a private JetStream context, whose first async
+// publish starts resetPendingAcksOnReconnect; Put's deferred cleanup sets
+// the status channel that goroutine is about to read to nil, and when the
+// cleanup wins the race the goroutine blocks on a nil channel for ever. Only
+// that exact state is ignored: the same goroutine blocked on a live channel
+// (a JetStream context a test never closed) is still a leak.
+func isObjectPutLeak(g string) bool {
+	return strings.Contains(g, "[chan receive (nil chan)") &&
+		strings.Contains(g, "nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect")
 }
 
 // Baseline is the set of goroutines running at one moment.
