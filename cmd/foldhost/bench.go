@@ -220,14 +220,19 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 		return nil, err
 	}
 
+	// A variant returns the time it took to reach the head: from its
+	// start (Start for a host, opening the store for the native fold and
+	// the hand-rolled consumer) to the last update folded, leaving out
+	// what follows (closing the store, which flushes its memtables, and
+	// removing its directory).
 	type variant struct {
 		name, desc string
-		run        func(context.Context) error
+		run        func(context.Context) (time.Duration, error)
 	}
 	variants := []variant{
 		{benchWatchAll, "a plain nats.go KV WatchAll read of the bucket", b.watchAll},
 		{benchHand, "WatchAll and a pebble Set per update, default options", b.handRolled},
-		{benchRawFold, "foldhost, no plugin, from Start", func(ctx context.Context) error { return b.hostFold(ctx, "") }},
+		{benchRawFold, "foldhost, no plugin, from Start", func(ctx context.Context) (time.Duration, error) { return b.hostFold(ctx, "") }},
 	}
 	builds, _ := filepath.Glob(filepath.Join(pluginDir, "router-*.wasm"))
 	slices.Sort(builds)
@@ -244,7 +249,7 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 	for _, p := range builds {
 		lang := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "router-"), ".wasm")
 		variants = append(variants, variant{"fold, router " + lang, "foldhost through the example router's " + lang + " build (" + filepath.Base(p) + ")",
-			func(ctx context.Context) error { return b.hostFold(ctx, p) }})
+			func(ctx context.Context) (time.Duration, error) { return b.hostFold(ctx, p) }})
 	}
 	variants = append(variants, variant{benchNative, "fold.Follow through the router's Go code run natively (no module)", b.nativeFold})
 	if len(builds) == 0 {
@@ -272,11 +277,16 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 	for r := range rounds {
 		for i, v := range variants {
 			b.prog.update(int64(r*len(variants)+i), int64(total), fmt.Sprintf("round %d/%d: %s", r+1, rounds, v.name))
-			t0 := time.Now()
-			if err := v.run(ctx); err != nil {
+			var took time.Duration
+			var err error
+			// Labelled, so that a profile can be cut to one variant
+			// (go tool pprof -tagfocus variant=...): goroutines the
+			// variant starts inherit the label.
+			pprof.Do(ctx, pprof.Labels("variant", v.name), func(ctx context.Context) { took, err = v.run(ctx) })
+			if err != nil {
 				return nil, fmt.Errorf("bench: %s: %w", v.name, err)
 			}
-			secs[i] = append(secs[i], time.Since(t0).Seconds())
+			secs[i] = append(secs[i], took.Seconds())
 		}
 	}
 	b.prog.update(int64(total), int64(total), "rounds done")
@@ -320,8 +330,10 @@ func (b *bench) readHead(ctx context.Context) error {
 }
 
 // watchAll reads every current entry of the bucket.
-func (b *bench) watchAll(ctx context.Context) error {
-	return b.consume(ctx, func(jetstream.KeyValueEntry) error { return nil })
+func (b *bench) watchAll(ctx context.Context) (time.Duration, error) {
+	t0 := time.Now()
+	err := b.consume(ctx, func(jetstream.KeyValueEntry) error { return nil })
+	return time.Since(t0), err
 }
 
 // consume calls fn for every entry of the bucket's initial state.
@@ -347,16 +359,18 @@ func (b *bench) consume(ctx context.Context, fn func(jetstream.KeyValueEntry) er
 }
 
 // handRolled is the consumer a user could write in an afternoon.
-func (b *bench) handRolled(ctx context.Context) error {
+func (b *bench) handRolled(ctx context.Context) (time.Duration, error) {
+	t0 := time.Now()
 	dir := b.nextDir()
 	db, err := pebble.Open(dir, &pebble.Options{Logger: fold.PebbleLogger(b.quietLog)})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	err = b.consume(ctx, func(e jetstream.KeyValueEntry) error {
 		return db.Set([]byte(e.Key()), e.Value(), pebble.NoSync)
 	})
-	return errors.Join(err, db.Close(), os.RemoveAll(dir))
+	took := time.Since(t0)
+	return took, errors.Join(err, db.Close(), os.RemoveAll(dir))
 }
 
 func (b *bench) nextDir() string {
@@ -375,12 +389,13 @@ func (b *bench) hostOptions(dir, plugin string) host.Options {
 }
 
 // hostFold folds the bucket into a fresh store, from Start to the head.
-func (b *bench) hostFold(ctx context.Context, plugin string) error {
+func (b *bench) hostFold(ctx context.Context, plugin string) (time.Duration, error) {
 	dir := b.nextDir()
-	if _, err := b.runHost(ctx, b.hostOptions(dir, plugin)); err != nil {
-		return err
+	took, err := b.runHost(ctx, b.hostOptions(dir, plugin))
+	if err != nil {
+		return 0, err
 	}
-	return os.RemoveAll(dir)
+	return took, os.RemoveAll(dir)
 }
 
 // runHost starts a host on o, waits until its fold reached the head, stops
@@ -413,15 +428,16 @@ func (b *bench) runHost(ctx context.Context, o host.Options) (time.Duration, err
 
 // nativeFold folds the bucket with fold.Follow through the router's Go
 // code run in-process: foldhost's loop and store, no module.
-func (b *bench) nativeFold(ctx context.Context) error {
+func (b *bench) nativeFold(ctx context.Context) (time.Duration, error) {
+	t0 := time.Now()
 	dir := b.nextDir()
 	st, _, err := fold.Open(dir, fold.Options{Logger: b.quietLog})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	bk, err := natskv.OpenBucket(ctx, b.nc, natskv.BucketConfig{Name: b.bucket, History: 1}, natskv.Options{})
 	if err != nil {
-		return errors.Join(err, st.Close())
+		return 0, errors.Join(err, st.Close())
 	}
 	fctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -431,9 +447,9 @@ func (b *bench) nativeFold(ctx context.Context) error {
 		done <- err
 	}()
 	err = waitUntil(ctx, func() (bool, error) { return uint64(st.Cursor().Rev) >= b.head, nil })
+	took := time.Since(t0)
 	cancel()
-	err = errors.Join(err, <-done, st.Close(), os.RemoveAll(dir))
-	return err
+	return took, errors.Join(err, <-done, st.Close(), os.RemoveAll(dir))
 }
 
 // restart folds the bucket raw-only (the full replay), writes the delta,

@@ -118,24 +118,13 @@ func (s *Store) Commit(c Commit) error {
 
 	b := s.db.NewBatch()
 	defer b.Close()
-	var key []byte
 	var err error
-	for _, u := range c.Raw {
-		key = appendKey(key[:0], spaceRaw, u.Key)
-		if u.Op != OpPut {
-			if err := b.Delete(key, nil); err != nil {
-				return fmt.Errorf("fold: commit: batch: %w", err)
-			}
-			continue
-		}
-		op := b.SetDeferred(len(key), recordLen(u.Value))
-		copy(op.Key, key)
-		putRecord(op.Value, u.Rev, u.Value)
-		if err := op.Finish(); err != nil {
-			return fmt.Errorf("fold: commit: batch: %w", err)
-		}
-	}
-	if err := putViews(b, view, c.Views); err != nil {
+	pw := &s.points
+	pw.reset()
+	defer pw.reset()
+	pw.addRaw(c.Raw)
+	pw.addViews(view, c.Views)
+	if err := pw.writeTo(b); err != nil {
 		return fmt.Errorf("fold: commit: %w", err)
 	}
 	if err := putDeadLetters(b, c.DeadLetters); err != nil {

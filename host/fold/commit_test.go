@@ -2,7 +2,11 @@ package fold
 
 import (
 	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/foldhost/foldhost/protocol"
 )
@@ -232,5 +236,53 @@ func TestEmptyValues(t *testing.T) {
 	wantGet(t, s, "k", 1, "")
 	if v, ok, err := s.ViewGet([]byte("v")); !ok || err != nil || len(v) != 0 {
 		t.Fatalf("ViewGet = %q %v %v", v, ok, err)
+	}
+}
+
+// A commit's writes go into pebble sorted by key (batchorder.go), so the
+// contract "a later write of the same key wins" rests on the sort keeping
+// the order of equal keys: many writes to few keys, in random order, over
+// several commits, against a map of the last write per key.
+func TestCommitLastWriteWinsInKeyOrder(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	s, _ := openTemp(t, Options{})
+	raw := map[string]string{}
+	views := map[string]string{}
+	rev := protocol.Revision(0)
+	for range 20 {
+		var c Commit
+		for range 200 {
+			k := fmt.Sprintf("k%d", rng.IntN(12))
+			v := fmt.Sprint(rng.Uint32())
+			if rng.IntN(4) == 0 {
+				c.Raw = append(c.Raw, del(k))
+				delete(raw, k)
+			} else {
+				rev++
+				c.Raw = append(c.Raw, put(k, rev, v))
+				raw[k] = v
+			}
+			if rng.IntN(4) == 0 {
+				c.Views = append(c.Views, vdel(k))
+				delete(views, k)
+			} else {
+				c.Views = append(c.Views, vput(k, v))
+				views[k] = v
+			}
+		}
+		c.Cursor = cursorAt(rev)
+		mustCommit(t, s, c)
+	}
+	for k := range 12 {
+		name := fmt.Sprintf("k%d", k)
+		e, ok, err := s.Get(name)
+		if err != nil || ok != (raw[name] != "") || string(e.Value) != raw[name] {
+			t.Fatalf("raw %s = %q %v %v, want %q", name, e.Value, ok, err, raw[name])
+		}
+	}
+	if got := collectViews(t, s, ""); !maps.Equal(got, views) {
+		t.Fatalf("views = %v\nwant %v", got, views)
 	}
 }

@@ -111,7 +111,11 @@ func (sh *Shadow) Write(views []ViewMutation, dead ...DeadLetter) error {
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	if err := putViews(b, sh.space, views); err != nil {
+	pw := &s.points
+	pw.reset()
+	defer pw.reset()
+	pw.addViews(sh.space, views)
+	if err := pw.writeTo(b); err != nil {
 		return fmt.Errorf("fold: shadow write: %w", err)
 	}
 	if err := putDeadLetters(b, dead); err != nil {
@@ -119,24 +123,6 @@ func (sh *Shadow) Write(views []ViewMutation, dead ...DeadLetter) error {
 	}
 	if err := s.db.Apply(b, s.write); err != nil {
 		return fmt.Errorf("fold: shadow write: %w", err)
-	}
-	return nil
-}
-
-// putViews adds views to b in keyspace space.
-func putViews(b *pebble.Batch, space byte, views []ViewMutation) error {
-	var key []byte
-	for _, m := range views {
-		key = appendKey(key[:0], space, m.Key)
-		var err error
-		if m.Op == ViewDelete {
-			err = b.Delete(key, nil)
-		} else {
-			err = b.Set(key, m.Value, nil)
-		}
-		if err != nil {
-			return fmt.Errorf("batch: %w", err)
-		}
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ type Store struct {
 	// commitMu serializes Commit: validate against the stored cursor,
 	// apply, then publish the new cursor.
 	commitMu sync.Mutex
+	points   pointWrites // a commit's point writes, under commitMu
 	cursor   atomic.Pointer[protocol.Cursor]
 	view     atomic.Uint32          // the view keyspace (spaceView or spaceView2); changed by a commit
 	shadow   atomic.Pointer[Shadow] // the last BeginShadow's, until activated
