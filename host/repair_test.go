@@ -211,6 +211,9 @@ func TestRepairRefusedWhereTheListingIsNotTheTruth(t *testing.T) {
 		return err == nil && ret.Window.Last == protocol.Revision(gone) && ret.Window.First > protocol.Revision(gone)
 	})
 	put(t, b, "k6", "new")
+	// k6 must outlive the refused starts below (mode none lists it): an
+	// hour, which still evicts.
+	updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
 
 	failed := func(mode protocol.RepairMode, naming string) {
 		t.Helper()
@@ -412,6 +415,12 @@ func TestRestoreFromANewerArtifact(t *testing.T) {
 				ret, _, err := b.Retention(context.Background())
 				return err == nil && ret.Window.First > protocol.Revision(last)
 			})
+			// Messages now live an hour: what follows must stay retained
+			// until both restores resumed past it, however slow the
+			// machine (with a second, a loaded run aged out h3's new value
+			// before z started, and z's restore was rightly refused). An
+			// hour still evicts: the plan stays a restore.
+			updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
 			// h3, deleted before the artifact's cursor, lives again after
 			// it: X holds its old value, the artifact lacks it, the bucket
 			// lists it. The restore keeps it, the resume delivers the new.
@@ -451,6 +460,7 @@ func TestRestoreFromANewerArtifact(t *testing.T) {
 			}
 
 			// X is now ahead of every artifact: the next expiry is refused.
+			updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = time.Second })
 			gone := put(t, b, "route.h11", route("10.0.0.11:80"))
 			waitFor(t, func() bool {
 				ret, _, err := b.Retention(context.Background())
