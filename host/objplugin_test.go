@@ -350,3 +350,34 @@ func TestPluginObjectRebuildFailureRecorded(t *testing.T) {
 		t.Errorf("record %+v, want module v1 and the failed rebuild's error", r)
 	}
 }
+
+// TestPluginObjectReloadWithoutTheObject: a reload asked for (SIGHUP, the
+// admin's reload) when the object cannot be read, here deleted, is no
+// verdict on any module: it fails, saying why, and records no refusal; the
+// running module stays. It used to count as a refused reload.
+func TestPluginObjectReloadWithoutTheObject(t *testing.T) {
+	url, b := natsServer(t)
+	js := objectJS(t, url)
+	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
+	v1 := push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
+	r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: ref.String(), DataDir: filepath.Join(t.TempDir(), "a")}}})
+	f := r.h.Fold("routes")
+	store, err := js.ObjectStore(context.Background(), ref.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(context.Background(), ref.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), "could not download") {
+		t.Errorf("reload of a deleted object: %v, want a failure to download", err)
+	}
+	if st := f.Status().Plugin; st.Reloads.Refused != 0 || st.LastReload != nil || st.SHA256 != v1 {
+		t.Errorf("after a reload that could not download: %+v, want no verdict and %.12s running", st, v1)
+	}
+	waitCursor(t, f, put(t, b, "k", "v"))
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
