@@ -210,10 +210,10 @@ func TestRepairRefusedWhereTheListingIsNotTheTruth(t *testing.T) {
 		ret, _, err := b.Retention(context.Background())
 		return err == nil && ret.Window.Last == protocol.Revision(gone) && ret.Window.First > protocol.Revision(gone)
 	})
-	put(t, b, "k6", "new")
 	// k6 must outlive the refused starts below (mode none lists it): an
 	// hour, which still evicts.
 	updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
+	put(t, b, "k6", "new")
 
 	failed := func(mode protocol.RepairMode, naming string) {
 		t.Helper()

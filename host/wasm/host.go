@@ -150,8 +150,8 @@ func hostRead(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 	if st == nil || st.fold == nil || !ok || (space != abi.SpaceView && space != abi.SpaceRaw) {
 		return -1
 	}
-	// Long reads honour the deadline like guest code does, checked before
-	// every key: a key's lookup (a pebble seek, a disk read on a cold
+	// Long reads honour the deadline like guest code does, checked between
+	// every two keys looked up: a key's lookup (a pebble seek, a disk read on a cold
 	// cache) dwarfs the check, and a check every N keys let a read of
 	// fewer than N slow keys run past the deadline by all of them
 	// (TestLongReadHonoursTheCallDeadline).
