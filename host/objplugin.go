@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -55,6 +56,10 @@ func (s *objectSource) String() string { return s.ref.String() }
 
 func (s *objectSource) load(ctx context.Context, rt *wasm.Runtime) (*wasm.Module, error) {
 	m, err := s.fetch(ctx)
+	if err != nil && !pluginobj.Verdict(err) {
+		// NATS unreachable, the object deleted, a download cut short.
+		return nil, fmt.Errorf("could not download the plugin object %s: %w: %w", s.ref, wasm.ErrModuleUnavailable, err)
+	}
 	if err != nil {
 		return nil, err
 	}

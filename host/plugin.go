@@ -115,24 +115,12 @@ func (f *Fold) loadPlugin(ctx context.Context) error {
 
 // reload validates the plugin's module again and swaps it in at the next
 // batch boundary if it changed; a module that fails validation is refused.
-// An object that cannot be read (NATS unreachable, the object deleted, a
-// download cut short) is no verdict on any module: the reload fails and
-// nothing is recorded, as the object's watch does.
+// A module that cannot be read at all (wasm.ErrModuleUnavailable) is no
+// verdict: the reload fails and nothing is recorded.
 func (p *plugin) reload(ctx context.Context) error {
-	load := func(ctx context.Context) (*wasm.Module, error) { return p.src.load(ctx, p.rt) }
-	if obj, ok := p.src.(*objectSource); ok {
-		m, err := obj.fetch(ctx)
-		if err != nil && !pluginobj.Verdict(err) {
-			return fmt.Errorf("could not download the plugin object %s (the running module stays): %w", obj.ref, err)
-		}
-		load = func(ctx context.Context) (*wasm.Module, error) {
-			if err != nil {
-				return nil, err
-			}
-			return p.rt.Load(ctx, m.Bytes)
-		}
-	}
-	return p.rt.ReloadFrom(ctx, p.Plugin, p.src.String(), load)
+	return p.rt.ReloadFrom(ctx, p.Plugin, p.src.String(), func(ctx context.Context) (*wasm.Module, error) {
+		return p.src.load(ctx, p.rt)
+	})
 }
 
 // status is the plugin's part of the fold's status.

@@ -49,24 +49,23 @@ func (w *pointWrites) reset() {
 	w.ops = w.ops[:0]
 }
 
-func (w *pointWrites) add(space byte, name []byte, nameStr string, op pointWrite) {
+// addWrite appends op for the key name in keyspace space.
+func addWrite[T string | []byte](w *pointWrites, space byte, name T, op pointWrite) {
 	op.start = len(w.keys)
-	w.keys = append(w.keys, space)
-	w.keys = append(w.keys, name...)
-	w.keys = append(w.keys, nameStr...)
+	w.keys = appendKey(w.keys, space, name)
 	op.end = len(w.keys)
 	w.ops = append(w.ops, op)
 }
 
 func (w *pointWrites) addRaw(raw []Update) {
 	for _, u := range raw {
-		w.add(spaceRaw, nil, u.Key, pointWrite{del: u.Op != OpPut, record: true, rev: u.Rev, val: u.Value})
+		addWrite(w, spaceRaw, u.Key, pointWrite{del: u.Op != OpPut, record: true, rev: u.Rev, val: u.Value})
 	}
 }
 
 func (w *pointWrites) addViews(space byte, views []ViewMutation) {
 	for _, m := range views {
-		w.add(space, m.Key, "", pointWrite{del: m.Op == ViewDelete, val: m.Value})
+		addWrite(w, space, m.Key, pointWrite{del: m.Op == ViewDelete, val: m.Value})
 	}
 }
 

@@ -8,6 +8,11 @@ import (
 // ErrInvalidModule is wrapped by every validation failure of Runtime.Load.
 var ErrInvalidModule = errors.New("wasm: invalid plugin module")
 
+// ErrModuleUnavailable, wrapped by a ReloadFrom loader's error, says the
+// module could not be read at all (a download cut short, its store
+// unreachable): no verdict on any module, so no refusal is recorded.
+var ErrModuleUnavailable = errors.New("wasm: plugin module unavailable")
+
 // Kind classifies a plugin failure.
 type Kind string
 

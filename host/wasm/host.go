@@ -151,8 +151,8 @@ func hostRead(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 		return -1
 	}
 	// Long reads honour the deadline like guest code does, checked between
-	// every two keys looked up: a key's lookup (a pebble seek, a disk read on a cold
-	// cache) dwarfs the check, and a check every N keys let a read of
+	// every two keys looked up: a lookup (a pebble seek, a disk read on a
+	// cold cache) dwarfs the check, and a check every N keys let a read of
 	// fewer than N slow keys run past the deadline by all of them
 	// (TestLongReadHonoursTheCallDeadline).
 	resp, err := answerRead(st.fold, space, req, st.resp[:0], st.maxResp, func() { st.checkDeadline(ctx) })

@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"context"
+	"errors"
 	"os"
 	"time"
 
@@ -21,8 +22,8 @@ func (r *Runtime) Reload(ctx context.Context, p *Plugin, path string) error {
 // [Runtime.Load]) from where from names (for the log).
 func (r *Runtime) ReloadFrom(ctx context.Context, p *Plugin, from string, load func(context.Context) (*Module, error)) error {
 	m, err := load(ctx)
-	if err != nil && ctx.Err() != nil {
-		return err // shutting down: not a verdict on the module
+	if err != nil && (ctx.Err() != nil || errors.Is(err, ErrModuleUnavailable)) {
+		return err // shutting down, or nothing read: not a verdict on a module
 	}
 	if err != nil {
 		p.ReloadFailed(err)
