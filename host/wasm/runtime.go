@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,7 +123,12 @@ func (o Options) withDefaults() Options {
 type Runtime struct {
 	rt   wazero.Runtime
 	opts Options
-	logs *logLimiter
+	// compileMu serializes compiles: wazero v1.12.0 publishes a module
+	// read from its file cache to other compiles of the same bytes before
+	// its entry preambles exist, and instantiating that half-built module
+	// panics (TestConcurrentLoadsOfOneModule).
+	compileMu sync.Mutex
+	logs      *logLimiter
 }
 
 // NewRuntime starts a runtime with the host imports installed.
@@ -215,7 +221,9 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: does not compile as WebAssembly: %v", ErrInvalidModule, err)
 	}
+	r.compileMu.Lock()
 	compiled, err := r.rt.CompileModule(ctx, metered)
+	r.compileMu.Unlock()
 	if err != nil {
 		if strings.Contains(err.Error(), "over limit") {
 			return nil, fmt.Errorf("%w: memory over the limit of %d pages: %v", ErrInvalidModule, r.opts.MemoryLimitPages, err)
