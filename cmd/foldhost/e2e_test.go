@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -158,6 +159,27 @@ func kvPut(t *testing.T, bin, natsURL, key, value string) uint64 {
 	return r.Revision
 }
 
+// checkGCOn fails unless the daemon at base runs with its garbage collector
+// on, as /metrics reports it: a package linked into the binary once turned
+// it off in its init, and the daemon never freed memory.
+func checkGCOn(t *testing.T, base string) {
+	t.Helper()
+	code, body, err := httpGet(base + "/metrics")
+	if err != nil || code != 200 {
+		t.Fatalf("GET /metrics: %d %v", code, err)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, "go_gc_gogc_percent "); ok {
+			p, err := strconv.ParseFloat(v, 64)
+			if err != nil || p <= 0 || p > 1e6 {
+				t.Fatalf("the daemon runs with GOGC %q: its garbage collector is off", v)
+			}
+			return
+		}
+	}
+	t.Fatal("/metrics has no go_gc_gogc_percent")
+}
+
 // waitRaw polls the HTTP raw read of key until it holds value.
 func (d *daemonProc) waitRaw(t *testing.T, key, value string) {
 	t.Helper()
@@ -197,6 +219,7 @@ batch_window = "2ms"
 
 	// First run: a state-sync of an empty bucket, then 5 live writes.
 	d := startDaemon(t, bin, cfg)
+	checkGCOn(t, d.base)
 	var last uint64
 	for i := range 5 {
 		last = kvPut(t, bin, d.natsURL, fmt.Sprintf("route.%d", i), fmt.Sprintf("v%d", i))

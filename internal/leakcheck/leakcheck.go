@@ -3,6 +3,11 @@
 // returns (a goroutine that outlives its test can touch what the test
 // closed, and did: a plugin file watcher panicked inside a closed runtime).
 //
+// It also fails a binary that starts with the garbage collector off: a
+// package linked into the host turned it off in its init once (the Go
+// plugin SDK's guest-only setting), and every foldhost process then grew
+// without bound. Only an explicit GOGC=off in the environment is exempt.
+//
 // Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { os.Exit(leakcheck.Run(m)) }
@@ -10,8 +15,10 @@ package leakcheck
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +33,10 @@ const settle = time.Minute
 // other than the runtime's and the test framework's are still running once
 // they settled.
 func Run(m *testing.M) int {
+	if msg := gcOff(); msg != "" {
+		fmt.Fprintln(os.Stderr, "leakcheck:", msg)
+		return 1
+	}
 	code := m.Run()
 	if code == 0 {
 		if leaked := wait(settle); leaked != "" {
@@ -149,4 +160,30 @@ func (b Baseline) Check(t testing.TB) {
 func goroutineID(g string) string {
 	id, _, _ := strings.Cut(g, " [")
 	return id
+}
+
+// gcOff explains why the process runs with its collector off, or is "".
+func gcOff() string {
+	if strings.EqualFold(os.Getenv("GOGC"), "off") {
+		return "" // asked for
+	}
+	if p := GCPercent(); p < 0 {
+		return "the garbage collector is off (GOGC=off without the environment asking): a package's init turned it off, and a foldhost process linking it would never free memory"
+	}
+	return ""
+}
+
+// GCPercent is the process' GOGC as the runtime reports it, -1 when the
+// collector is off.
+func GCPercent() int64 {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0 // unknown to this runtime: not off as far as anyone can tell
+	}
+	v := s[0].Value.Uint64()
+	if v > math.MaxInt64 {
+		return -1
+	}
+	return int64(v)
 }

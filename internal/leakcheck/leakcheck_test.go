@@ -1,6 +1,9 @@
 package leakcheck
 
-import "testing"
+import (
+	"runtime/debug"
+	"testing"
+)
 
 // The nats.go object-store leak is ignored only in its stuck state: the
 // same goroutine waiting on a live channel belongs to a JetStream context a
@@ -26,5 +29,26 @@ created by github.com/nats-io/nats.go/jetstream.(*jetStream).newAsyncReply in go
 	}
 	if isIgnored("goroutine 9 [chan receive (nil chan)]:\nmain.stuck()\n\t/x.go:1") {
 		t.Error("any goroutine on a nil channel is ignored, not only the nats.go one")
+	}
+}
+
+// A process whose collector was turned off is refused; GOGC=off in the
+// environment is the one exemption.
+func TestGCOffIsRefused(t *testing.T) {
+	t.Setenv("GOGC", "")
+	if msg := gcOff(); msg != "" {
+		t.Fatalf("refused with the collector on: %s", msg)
+	}
+	old := debug.SetGCPercent(-1)
+	defer debug.SetGCPercent(old)
+	if GCPercent() != -1 {
+		t.Fatalf("GCPercent = %d with the collector off", GCPercent())
+	}
+	if gcOff() == "" {
+		t.Fatal("a process with its collector off is not refused")
+	}
+	t.Setenv("GOGC", "off")
+	if msg := gcOff(); msg != "" {
+		t.Fatalf("refused though the environment asked for GOGC=off: %s", msg)
 	}
 }

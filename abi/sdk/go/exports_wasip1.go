@@ -4,9 +4,16 @@ package foldhost
 
 import (
 	"runtime"
+	"runtime/debug"
 
 	"github.com/foldhost/foldhost/abi"
 )
+
+// The guest runs with its collector off: in reactor mode the Go GC stalls
+// after ~100 cycles because no goroutine runs between export calls; the
+// host drives collections through foldhost_gc instead. wasip1 only: the
+// host links this package too (Native), and must never lose its GC.
+func init() { debug.SetGCPercent(-1) }
 
 //go:wasmexport foldhost_abi_v1
 func abiV1() int32 { return abi.Minor }

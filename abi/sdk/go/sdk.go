@@ -6,14 +6,15 @@
 //
 // The SDK exports the ABI functions, decodes each batch in place, calls
 // Parse per update and Apply once per batch, and encodes the output, without
-// allocating per update on its own path once warmed up. It turns the Go GC
-// off (in reactor mode the collector stalls after ~100 cycles because no
-// goroutine runs between calls) and exports foldhost_gc, which the host
-// calls between batches.
+// allocating per update on its own path once warmed up. In a wasip1 build
+// it turns the Go GC off (in reactor mode the collector stalls after ~100
+// cycles because no goroutine runs between calls) and exports foldhost_gc,
+// which the host calls between batches. Nothing of that is compiled into
+// any other build: the host links this package for its native baseline
+// (Native), and must keep its own collector.
 package foldhost
 
 import (
-	"runtime/debug"
 	"unsafe"
 
 	"github.com/foldhost/foldhost/abi"
@@ -55,8 +56,6 @@ var (
 	inbuf   []byte
 	infoBuf []byte
 )
-
-func init() { debug.SetGCPercent(-1) }
 
 // Register makes p the plugin this module runs. Call it from main's init.
 func Register[R any](p Plugin[R]) {
