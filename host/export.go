@@ -154,7 +154,7 @@ func (e *exporter) leaseFor(ctx context.Context) (*lease.Lease, error) {
 // round runs one export round of the fold o from store (loop nil: nothing
 // folds into the store meanwhile). force, or no NATS connection, skips the
 // lease.
-func (e *exporter) round(ctx context.Context, o FoldOptions, store *fold.Store, loop *fold.Loop, force bool) (ExportResult, error) {
+func (e *exporter) round(ctx context.Context, o FoldOptions, store *fold.Store, loop *fold.Loop, force bool, settle func(context.Context, fold.Target) error) (ExportResult, error) {
 	start := time.Now()
 	res := ExportResult{Fold: o.Name, Key: o.ArtifactKey, Store: e.o.Where, Forced: force}
 	if store.Cursor().Rev == protocol.NoRevision {
@@ -170,7 +170,7 @@ func (e *exporter) round(ctx context.Context, o FoldOptions, store *fold.Store, 
 	}
 	rr, err := RunRound(ctx, loop, store, e.o.Store, ls, RoundConfig{
 		Key: o.ArtifactKey, Holder: e.o.Holder, TTL: e.o.LeaseTTL,
-		StageDir: StageDir(o.DataDir), IgnoreLease: ls == nil, Logger: e.log.With("fold", o.Name),
+		StageDir: StageDir(o.DataDir), IgnoreLease: ls == nil, Logger: e.log.With("fold", o.Name), Settle: settle,
 	})
 	res.TookMS = time.Since(start).Milliseconds()
 	if err != nil {
@@ -190,6 +190,32 @@ func (e *exporter) round(ctx context.Context, o FoldOptions, store *fold.Store, 
 		res.Outcome, res.Cursor, res.Pruned = ExportPublished, uint64(rr.Cursor.Rev), rr.Pruned
 	}
 	return res, nil
+}
+
+// settleNow settles the store's cursor, when a prefix watch left it
+// unsettled, before an export round checkpoints it. On the loop with
+// nothing pending, every update delivered up to the cursor's position is
+// committed, so a retention reading that shows nothing evicted above the
+// settled point settles all of it (protocol.SettleDelivered): the artifact
+// then carries a settled cursor, which a node restoring from it can resume
+// from even after retention passed the old settled point. A reading that
+// fails or cannot settle it exports the cursor as it is (the artifact says
+// it is unsettled; the watch's own probe judges the fold).
+func (f *Fold) settleNow(ctx context.Context, t fold.Target) error {
+	c := t.Cursor()
+	if !c.Unsettled {
+		return nil
+	}
+	ret, now, err := f.bucket.Retention(ctx)
+	if err != nil {
+		f.log.Warn("export: could not read retention to settle the cursor; exporting it unsettled", "cursor", c, "err", err)
+		return nil
+	}
+	s, ok := protocol.SettleDelivered(c.Settled, c.Rev, ret, 0, now.UnixNano())
+	if !ok {
+		return nil
+	}
+	return t.Commit(fold.Commit{Cursor: protocol.Settle(c, s, 0, false)})
 }
 
 // exportState is what a fold's rounds report.
@@ -240,7 +266,7 @@ func (f *Fold) exportRound(ctx context.Context, force bool) (ExportResult, error
 		// one anyway (a stopped loop refuses): say why.
 		return ExportResult{Fold: f.o.Name}, errors.New("the fold is repairing an expired cursor: no artifact of a half-repaired store; the next round after the repair exports")
 	}
-	res, err := f.h.exp.round(ctx, f.o, f.store, loop, force)
+	res, err := f.h.exp.round(ctx, f.o, f.store, loop, force, f.settleNow)
 	if err != nil {
 		res.Outcome, res.Error = ExportFailed, err.Error()
 	}
@@ -377,7 +403,7 @@ func ExportStopped(ctx context.Context, o Options, name string, force bool) (Exp
 		}
 		defer nc.Close()
 	}
-	return newExporter(o.Artifacts, nc, o.NATS.RequestTimeout, o.Logger).round(ctx, fo, st, nil, force)
+	return newExporter(o.Artifacts, nc, o.NATS.RequestTimeout, o.Logger).round(ctx, fo, st, nil, force, nil)
 }
 
 // ErrLeaseUnavailable: the fleet's export lease cannot be reached (it

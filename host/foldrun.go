@@ -122,6 +122,7 @@ func (f *Fold) Status() httpapi.Status {
 		StateSince:    since.UTC(),
 		Ready:         f.ready.Load(),
 		Cursor:        uint64(cur.Rev),
+		Settled:       uint64(cur.SettledRev()),
 		EvictionSeen:  cur.EvictionSeen,
 		StreamLastSeq: last,
 		HeadAtStart:   f.headAtStart.Load(),

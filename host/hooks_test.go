@@ -73,3 +73,29 @@ func SetObjectPoll(d time.Duration) (restore func()) {
 	objectPoll = d
 	return func() { objectPoll = old }
 }
+
+// StallLoop holds the fold's live loop on a request, as a stopped process
+// would hold it: its watch's channel fills, then the client's, then the
+// server's flow control stalls the consumer. It returns once the loop is
+// held; release lets it go (and waits until it went). It fails when no
+// loop runs.
+func (f *Fold) StallLoop(ctx context.Context) (release func(), err error) {
+	l := f.loop.Load()
+	if l == nil {
+		return nil, fmt.Errorf("fold %s: no live loop", f.Name())
+	}
+	held, rel, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- l.Do(ctx, func(context.Context, fold.Target) error {
+			close(held)
+			<-rel
+			return nil
+		})
+	}()
+	select {
+	case <-held:
+	case err := <-done:
+		return nil, fmt.Errorf("fold %s: the loop took no request: %v", f.Name(), err)
+	}
+	return func() { close(rel); <-done }, nil
+}

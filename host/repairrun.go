@@ -371,7 +371,7 @@ func (f *Fold) restore(ctx context.Context, feed fold.Feed, plugin fold.Plugin, 
 			if err != nil {
 				return fmt.Errorf("re-reading retention before moving the cursor: %w", err)
 			}
-			if v := protocol.CheckResume(c.Rev, ret.Window); v != protocol.ResumeOK {
+			if v := protocol.CheckCursorResume(c, ret.Window); v != protocol.ResumeOK {
 				return fmt.Errorf("%w: retention passed the artifact's cursor %d while it was folded in (the stream retains %d..%d: %s); the next attempt takes a newer artifact",
 					fold.ErrCursorExpired, c.Rev, ret.First, ret.Last, v)
 			}
@@ -445,6 +445,9 @@ func restoreCheck(m artifact.Manifest, o FoldOptions, origin fold.Origin, local 
 	}
 	if !protocol.RestoreAllowed(c.Rev, local.Rev, ret.Window) {
 		return fmt.Errorf("a resume from its cursor %d is not sound: the stream retains %d..%d (%s)", c.Rev, ret.First, ret.Last, protocol.CheckResume(c.Rev, ret.Window))
+	}
+	if v := protocol.CheckCursorResume(c, ret.Window); v != protocol.ResumeOK {
+		return fmt.Errorf("a resume from its cursor %v is not sound: the stream retains %d..%d past the revision its prefix watch had settled (%s)", c, ret.First, ret.Last, v)
 	}
 	return nil
 }

@@ -29,6 +29,10 @@ type RoundConfig struct {
 	// Now reads the wall clock (lease expiry, prune age); default time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger // default slog.Default()
+	// Settle, if set, runs on the loop right before the export, with
+	// nothing pending (a prefix fold settles its cursor there, so the
+	// artifact carries a settled one: Fold.settleNow).
+	Settle func(context.Context, fold.Target) error
 }
 
 // RoundResult is what a round did.
@@ -100,7 +104,12 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, st artifa
 
 	var dir string
 	var m artifact.Manifest
-	export := func(context.Context, fold.Target) error {
+	export := func(ctx context.Context, t fold.Target) error {
+		if cfg.Settle != nil && t != nil {
+			if err := cfg.Settle(ctx, t); err != nil {
+				return err
+			}
+		}
 		var err error
 		dir, m, err = artifact.Export(store, cfg.StageDir)
 		return err

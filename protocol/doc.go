@@ -12,7 +12,9 @@
 //
 //   - Cursor-after-apply: [CursorAfterBatch].
 //   - No silent divergence after NATS compaction: [ResumeWindowOK], [CheckResume],
-//     [GapHoldsNoEviction].
+//     [GapHoldsNoEviction]; for a prefix-scoped (filtered) watch, whose gaps
+//     prove nothing: [SettleDelivered], [SettleQuiet], [Settle],
+//     [CheckCursorResume].
 //   - Repair never deletes what the bucket still holds, never moves the fold
 //     backward: [ListingIsTruth], [PlanRepair], [CursorlessStartNeedsRepair],
 //     [RestoreAllowed], [RestoreKey].

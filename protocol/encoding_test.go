@@ -201,6 +201,10 @@ func TestCursorBinaryRoundTrip(t *testing.T) {
 		{"time max int64", protocol.Cursor{Rev: 5, MsgUnixNano: math.MaxInt64}, "01 02 0000000000000005 7fffffffffffffff"},
 		{"everything at max", protocol.Cursor{Rev: maxRev, EvictionSeen: true, MsgUnixNano: math.MaxInt64},
 			"01 03 ffffffffffffffff 7fffffffffffffff"},
+		{"unsettled: flags 4, settled last", protocol.Cursor{Rev: 9, Unsettled: true, Settled: 5}, "01 04 0000000000000009 0000000000000005"},
+		{"unsettled at settled 0", protocol.Cursor{Rev: 9, Unsettled: true}, "01 04 0000000000000009 0000000000000000"},
+		{"memo, time and unsettled: flags 7, 26 bytes", protocol.Cursor{Rev: 9, EvictionSeen: true, MsgUnixNano: 1, Unsettled: true, Settled: 8},
+			"01 07 0000000000000009 0000000000000001 0000000000000008"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -209,13 +213,13 @@ func TestCursorBinaryRoundTrip(t *testing.T) {
 			if err != nil || !bytes.Equal(got, want) {
 				t.Fatalf("MarshalBinary() = %x, %v; want %x", got, err, want)
 			}
-			if !tt.c.EvictionSeen && tt.c.MsgUnixNano == 0 {
+			if !tt.c.EvictionSeen && tt.c.MsgUnixNano == 0 && !tt.c.Unsettled {
 				// A plain cursor is exactly the bare revision.
 				rb, _ := tt.c.Rev.MarshalBinary()
 				if !bytes.Equal(got, rb) || len(got) != 8 {
 					t.Fatalf("compact form %x != revision bytes %x", got, rb)
 				}
-			} else if wantLen := map[bool]int{false: 10, true: 18}[tt.c.MsgUnixNano != 0]; len(got) != wantLen {
+			} else if wantLen := 10 + map[bool]int{false: 0, true: 8}[tt.c.MsgUnixNano != 0] + map[bool]int{false: 0, true: 8}[tt.c.Unsettled]; len(got) != wantLen {
 				t.Fatalf("extended form is %d bytes, want %d", len(got), wantLen)
 			}
 			app, err := tt.c.AppendBinary([]byte{0xAA, 0xBB})
@@ -227,6 +231,20 @@ func TestCursorBinaryRoundTrip(t *testing.T) {
 				t.Fatalf("UnmarshalBinary(%x) = %+v, %v; want %+v", got, back, err, tt.c)
 			}
 		})
+	}
+}
+
+// A cursor that is not canonical (a settled point at or past its position,
+// or one without the flag) cannot be encoded: it would read back as another.
+func TestCursorMarshalRefusesNonCanonical(t *testing.T) {
+	for _, c := range []protocol.Cursor{
+		{Rev: 5, Unsettled: true, Settled: 5},
+		{Rev: 5, Unsettled: true, Settled: 6},
+		{Rev: 5, Settled: 3},
+	} {
+		if b, err := c.MarshalBinary(); !errors.Is(err, protocol.ErrCursorEncoding) {
+			t.Errorf("MarshalBinary(%+v) = %x, %v; want ErrCursorEncoding", c, b, err)
+		}
 	}
 }
 
@@ -264,11 +282,15 @@ func TestCursorUnmarshalBinaryRejects(t *testing.T) {
 		{"10 bytes, version 2 (newer foldhost)", "02 01" + rev, "unknown version 2"},
 		{"10 bytes, version 255", "ff 01" + rev, "unknown version 255"},
 		{"18 bytes, version 2", "02 02" + rev + "0000000000000001", "unknown version 2"},
-		{"unknown flag bit 2", "01 04" + rev, "unknown flags 0x4"},
+		{"unknown flag bit 3", "01 08" + rev, "unknown flags 0x8"},
 		{"unknown flag bit 7", "01 80" + rev, "unknown flags 0x80"},
-		{"known and unknown flags", "01 05" + rev, "unknown flags 0x5"},
+		{"known and unknown flags", "01 09" + rev, "unknown flags 0x9"},
 		{"all flags", "01 ff" + rev + "0000000000000001", "unknown flags 0xff"},
-		{"non-canonical: extended without memo or time", "01 00" + rev, "without memo or time"},
+		{"non-canonical: extended without memo or time", "01 00" + rev, "without memo, time or settled"},
+		{"non-canonical: settled at the position", "01 04" + rev + rev, "settled 5 is not below the position 5"},
+		{"non-canonical: settled past the position", "01 04" + rev + "0000000000000006", "settled 6 is not below the position 5"},
+		{"unsettled flag, settled missing", "01 04" + rev, "need 18 bytes, got 10"},
+		{"unsettled and time, settled missing", "01 06" + rev + "0000000000000001", "need 26 bytes, got 18"},
 		{"non-canonical: time flagged but zero", "01 02" + rev + "0000000000000000", "flagged but zero"},
 		{"non-canonical: memo and zero time", "01 03" + rev + "0000000000000000", "flagged but zero"},
 		{"memo form with trailing time bytes (18 for flags 1)", "01 01" + rev + "0000000000000001", "need 10 bytes, got 18"},
@@ -306,16 +328,16 @@ func TestCursorUnmarshalBinaryRejects(t *testing.T) {
 func TestCursorDecodeVersionFlagsExhaustive(t *testing.T) {
 	for version := range 256 {
 		for flags := range 256 {
-			for _, n := range []int{10, 18} {
+			for _, n := range []int{10, 18, 26} {
 				b := make([]byte, n)
 				b[0], b[1] = byte(version), byte(flags)
 				binary.BigEndian.PutUint64(b[2:], 5)
-				if n == 18 {
-					binary.BigEndian.PutUint64(b[10:], 1)
+				for i := 10; i < n; i += 8 {
+					binary.BigEndian.PutUint64(b[i:], 1) // a time, or a settled revision below 5
 				}
 				var c protocol.Cursor
 				err := c.UnmarshalBinary(b)
-				want := version == 1 && ((n == 10 && flags == 1) || (n == 18 && (flags == 2 || flags == 3)))
+				want := version == 1 && ((n == 10 && flags == 1) || (n == 18 && flags >= 2 && flags <= 5) || (n == 26 && (flags == 6 || flags == 7)))
 				if (err == nil) != want {
 					t.Fatalf("UnmarshalBinary(%x) err = %v, want accepted=%v", b, err, want)
 				}

@@ -44,6 +44,15 @@ var mutations = []mutation{
 	{"RestoreAhead: an equal artifact counts as ahead", "repair.go",
 		"return artifact > applied", "return artifact >= applied",
 		"^TestRestoreAhead$|^TestRestoreAllowed$"},
+	{"SettleDelivered: settles without looking at retention", "settle.go",
+		"\tif !ResumeWindowOK(settled, r.First) && !GapHoldsNoEviction(r, settledUnixNano, serverNowUnixNano) {", "\tif false {",
+		"^TestSettleDelivered$|^TestModelSettleGuarded$"},
+	{"SettleQuiet: no second reading", "settle.go",
+		"\tif !ResumeWindowOK(settled, firstAfter) {\n\t\treturn settled\n\t}\n", "",
+		"^TestSettleQuiet$|^TestModelSettleGuarded$"},
+	{"CheckCursorResume: checks the position, not the settled point", "settle.go",
+		"if !ResumeWindowOK(c.SettledRev(), w.First) {", "if !ResumeWindowOK(c.Rev, w.First) {",
+		"^TestCheckCursorResume$|^TestModelSettleGuarded$"},
 }
 
 var allMutationTests = flag.Bool("protocol.mutations.full", false, "run the whole package's tests against each mutation, not only the tests that must catch it")

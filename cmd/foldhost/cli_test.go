@@ -463,14 +463,16 @@ data_dir = "stale"
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "the good fold to apply 10 updates at cursor 19", func() (bool, string) {
+	// The last write (20) is out of scope: the prefix watch's settle probe
+	// carries the cursor over it, so the fold shows no lag.
+	waitFor(t, 30*time.Second, "the good fold to apply 10 updates and settle at cursor 20", func() (bool, string) {
 		m := status("good")
 		c := m["counters"].(map[string]any)
-		return m["cursor"] == 19.0 && c["delivered_since_start"] == 10.0 && m["state"] == "following", fmt.Sprint(m)
+		return m["cursor"] == 20.0 && c["delivered_since_start"] == 10.0 && m["state"] == "following", fmt.Sprint(m)
 	})
 	waitFor(t, 5*time.Second, "the head poll", func() (bool, string) {
 		m := status("good")
-		return m["stream_last_seq"] == 20.0 && m["lag"] == 1.0, fmt.Sprint(m)
+		return m["stream_last_seq"] == 20.0 && m["lag"] == 0.0, fmt.Sprint(m)
 	})
 	code, body, _ = httpGet(base + "/v1/folds/good/raw?prefix=route.&limit=3")
 	if code != 200 || !strings.Contains(body, `"count":3,"truncated":true`) || !strings.Contains(body, `"key":"route.00"`) {
@@ -484,7 +486,7 @@ data_dir = "stale"
 	if code := d.stop(t); code != exitFailure {
 		t.Fatalf("exit %d, want %d (a fold failed)", code, exitFailure)
 	}
-	if s := d.errb.String(); !strings.Contains(s, "fold stale stopped on an error") || !strings.Contains(s, `msg="fold stopped" fold=good cursor=19`) {
+	if s := d.errb.String(); !strings.Contains(s, "fold stale stopped on an error") || !strings.Contains(s, `msg="fold stopped" fold=good cursor=20`) {
 		t.Errorf("stderr:\n%s", s)
 	}
 }

@@ -129,10 +129,11 @@ func cmdInspect(c *cli, args []string) error {
 			Fold         string       `json:"fold,omitempty"`
 			DataDir      string       `json:"data_dir"`
 			Cursor       uint64       `json:"cursor"`
+			Settled      uint64       `json:"settled"`
 			EvictionSeen bool         `json:"eviction_seen"`
 			MsgTime      string       `json:"msg_time,omitempty"`
 			Origin       *fold.Origin `json:"origin"`
-		}{Fold: name, DataDir: dir, Cursor: cursor, EvictionSeen: cur.EvictionSeen, Origin: originOut}
+		}{Fold: name, DataDir: dir, Cursor: cursor, Settled: uint64(cur.SettledRev()), EvictionSeen: cur.EvictionSeen, Origin: originOut}
 		if cur.MsgUnixNano != 0 {
 			out.MsgTime = time.Unix(0, cur.MsgUnixNano).UTC().Format(time.RFC3339Nano)
 		}

@@ -106,12 +106,18 @@ type Loop struct {
 	reqs   chan request
 	done   chan struct{} // closed when Run returns
 
-	pending  []Update // the open batch, re-queued updates first
-	revs     []protocol.Revision
-	failures int
-	synced   bool // the source's Synced marker was seen
-	reported bool // OnSynced was called
-	stopping bool // the context ended: the last flush runs
+	pending []Update // the open batch, re-queued updates first
+	revs    []protocol.Revision
+	// settled is the revision up to which the source vouches that every
+	// update of the scope was delivered (protocol.Cursor.Unsettled); the
+	// next commit's cursor carries it. settledTime is the server time of a
+	// message at or below it.
+	settled     protocol.Revision
+	settledTime int64
+	failures    int
+	synced      bool // the source's Synced marker was seen
+	reported    bool // OnSynced was called
+	stopping    bool // the context ended: the last flush runs
 }
 
 type request struct {
@@ -178,6 +184,7 @@ func (l *Loop) Run(ctx context.Context, src Source) (protocol.Cursor, error) {
 		}
 	}
 	events := src.Events()
+	l.settled = l.store.Cursor().SettledRev()
 	for {
 		select {
 		case <-ctx.Done():
@@ -233,9 +240,21 @@ func (l *Loop) Run(ctx context.Context, src Source) (protocol.Cursor, error) {
 // pending batch; an update joins it, and flushes it once it is full (unless
 // a failed commit is waiting for its backoff).
 func (l *Loop) accept(ctx context.Context, ev Event, arm func(time.Duration)) error {
+	if ev.Settle > l.settled {
+		l.settled, l.settledTime = ev.Settle, ev.SettleTime
+	}
 	if ev.Synced {
 		l.synced = true
 		return l.flush(ctx)
+	}
+	if ev.SettleOnly() {
+		if len(l.pending) == 0 && l.failures == 0 {
+			return l.commitSettled()
+		}
+		return nil // the pending batch's commit carries it
+	}
+	if !ev.Unsettled && ev.Rev > l.settled {
+		l.settled, l.settledTime = ev.Rev, ev.Time
 	}
 	l.pending = append(l.pending, ev.Update)
 	if len(l.pending) >= l.cfg.MaxBatch && l.failures == 0 {
@@ -267,6 +286,9 @@ func (l *Loop) finish(ctx context.Context, cause error) (protocol.Cursor, error)
 // the fold must stop; a transient commit failure keeps the batch pending.
 func (l *Loop) flush(ctx context.Context) error {
 	if len(l.pending) == 0 {
+		if err := l.commitSettled(); err != nil {
+			return err
+		}
 		l.reportSynced()
 		return nil
 	}
@@ -293,7 +315,7 @@ func (l *Loop) flush(ctx context.Context) error {
 		return fmt.Errorf("%w on the batch of revisions %d..%d (nothing committed, cursor stays at %v): %w",
 			ErrPlugin, first, last, l.store.Cursor(), err)
 	}
-	if done, err := l.commitPart(l.pending, out, nil, start); !done {
+	if done, err := l.commitPart(l.pending, out, nil, start, true); !done {
 		return err
 	}
 	clear(l.pending) // drop value references
@@ -302,11 +324,36 @@ func (l *Loop) flush(ctx context.Context) error {
 	return nil
 }
 
+// commitSettled commits the cursor alone when a settle mark moved it (no
+// update is pending): a prefix watch's quiet stretches, or its deliveries
+// confirmed after they were committed. A commit that fails is not retried
+// here: the next commit carries the mark.
+func (l *Loop) commitSettled() error {
+	prev := l.store.Cursor()
+	cursor := protocol.Settle(prev, max(l.settled, prev.SettledRev()), l.settledTime, true)
+	if cursor == prev {
+		return nil
+	}
+	err := l.store.Commit(Commit{Cursor: cursor})
+	if err != nil {
+		if l.cfg.OnCommitError != nil {
+			l.cfg.OnCommitError(err)
+		}
+		if errors.Is(err, ErrCursorRegression) || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidCommit) {
+			return err
+		}
+		l.cfg.Logger.Warn("fold: committing a settled cursor failed; the next commit carries it", "cursor", cursor, "err", err)
+	}
+	return nil
+}
+
 // commitPart commits part (a prefix of the pending batch, in revision
-// order) with the plugin's output and dead letters, and reports it. A
+// order) with the plugin's output and dead letters, and reports it;
+// complete says part ends the pending batch (the cursor may then move to
+// the settled revision: nothing delivered below it is left to apply). A
 // failed commit returns done false, with the error when the fold must
 // stop (nil: keep the batch pending, retried later).
-func (l *Loop) commitPart(part []Update, out Output, dead []DeadLetter, start time.Time) (done bool, err error) {
+func (l *Loop) commitPart(part []Update, out Output, dead []DeadLetter, start time.Time, complete bool) (done bool, err error) {
 	l.revs = l.revs[:0]
 	var highTime int64
 	var high protocol.Revision
@@ -317,7 +364,9 @@ func (l *Loop) commitPart(part []Update, out Output, dead []DeadLetter, start ti
 			high, highTime = u.Rev, u.Time
 		}
 	}
-	cursor := protocol.CursorAfterBatch(l.store.Cursor(), l.revs, highTime)
+	prev := l.store.Cursor()
+	cursor := protocol.CursorAfterBatch(prev, l.revs, highTime)
+	cursor = protocol.Settle(cursor, max(l.settled, prev.SettledRev()), l.settledTime, complete)
 	err = l.store.Commit(Commit{Raw: part, Views: out.Views, Cursor: cursor, PluginIdentity: out.Identity, DeadLetters: dead})
 	if err != nil {
 		if l.cfg.OnCommitError != nil {
@@ -350,7 +399,7 @@ func (l *Loop) isolate(ctx context.Context, cause error) error {
 	batch := slices.Clone(l.pending)
 	committed := 0
 	commit := func(part []Update, out Output, dead []DeadLetter, start time.Time) error {
-		if done, err := l.commitPart(part, out, dead, start); !done {
+		if done, err := l.commitPart(part, out, dead, start, committed+len(part) == len(batch)); !done {
 			return errKeepPending{err}
 		}
 		committed += len(part)

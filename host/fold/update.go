@@ -59,11 +59,30 @@ type Update struct {
 	Time int64
 }
 
-// Event is what a Source delivers: an Update, or (Synced) the marker that
-// every value present when the watch started has been delivered.
+// Event is what a Source delivers: an Update, the marker (Synced) that every
+// value present when the watch started has been delivered, or a settle mark.
 type Event struct {
 	Update
 	Synced bool
+	// Unsettled marks an Update handed on before its source confirmed that
+	// retention evicted nothing of the scope below it: a prefix watch's
+	// consumer is clamped silently when it lags behind retention, and the
+	// watch confirms its deliveries after the fact, with a settle mark
+	// (protocol.Cursor.Unsettled). Every other update settles the fold up
+	// to its revision as it is accepted.
+	Unsettled bool
+	// Settle, when not protocol.NoRevision, is a settle mark: every update
+	// of the scope at or below it was delivered before this event. Alone
+	// (no Update, not Synced) the event is only that; a Synced marker may
+	// carry one. SettleTime is the server time of a message at or below
+	// Settle (Unix nanoseconds; 0 when unknown).
+	Settle     protocol.Revision
+	SettleTime int64
+}
+
+// SettleOnly reports whether ev is a bare settle mark.
+func (ev *Event) SettleOnly() bool {
+	return !ev.Synced && ev.Key == "" && ev.Settle != protocol.NoRevision
 }
 
 // Source is one watch the loop consumes: a *natskv.Watcher in production.

@@ -80,14 +80,21 @@ type Status struct {
 	Ready  bool   `json:"ready"`
 	Reason string `json:"reason,omitempty"`
 	// Cursor is the applied position (every revision <= Cursor is in the
-	// fold). EvictionSeen is the cursor's eviction memo.
+	// fold). EvictionSeen is the cursor's eviction memo. Settled is the
+	// revision up to which the fold is known to have been delivered every
+	// update of its scope: the cursor, except on a prefix-scoped fold for
+	// up to its settle probe's interval after a delivery (its filtered
+	// consumer could have been clamped past updates retention evicted; the
+	// probe finds out, and the fold then repairs).
 	Cursor       uint64 `json:"cursor"`
+	Settled      uint64 `json:"settled"`
 	EvictionSeen bool   `json:"eviction_seen"`
 	// StreamLastSeq is the bucket stream's last revision as last polled;
 	// HeadAtStart the one seen when the fold started. Lag is
-	// StreamLastSeq - Cursor (0 when the cursor is ahead of the poll). For a
-	// fold scoped to key prefixes, revisions outside the scope count in the
-	// lag too: it is an upper bound.
+	// StreamLastSeq - Cursor (0 when the cursor is ahead of the poll). A
+	// fold scoped to key prefixes moves its cursor over revisions outside
+	// its scope with its settle probe, so their lag lasts about one probe
+	// interval.
 	StreamLastSeq uint64 `json:"stream_last_seq"`
 	HeadAtStart   uint64 `json:"head_at_start"`
 	Lag           uint64 `json:"lag"`

@@ -47,7 +47,20 @@ type Options struct {
 	// ProbeInterval is the floor guard's backstop period on a whole-bucket
 	// watch with no deliveries; default 30s.
 	ProbeInterval time.Duration
+	// SettleInterval is how often a prefix watch settles what it delivered
+	// (a retention reading, and while the scope is quiet a lookup of its
+	// next message and a second reading): default DefaultSettleInterval.
+	// A clamp of a lagging prefix consumer is detected within about this;
+	// meanwhile its deliveries are committed unsettled
+	// (protocol.Cursor.Unsettled), so a crash in between is caught at the
+	// next start.
+	SettleInterval time.Duration
 }
+
+// DefaultSettleInterval is Options.SettleInterval's default: three requests
+// a second at most per prefix watch, against a retention window that must
+// outlast it anyway.
+const DefaultSettleInterval = time.Second
 
 // Bucket is an open KV bucket.
 type Bucket struct {
@@ -74,6 +87,9 @@ func OpenBucket(ctx context.Context, nc *nats.Conn, cfg BucketConfig, o Options)
 	}
 	if o.ProbeInterval == 0 {
 		o.ProbeInterval = 30 * time.Second
+	}
+	if o.SettleInterval <= 0 {
+		o.SettleInterval = DefaultSettleInterval
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

@@ -69,8 +69,8 @@ func next(t *testing.T, w *Watcher) (fold.Event, bool) {
 	return fold.Event{}, false
 }
 
-// collect reads events until it has seen want updates (Synced markers are
-// not counted) and returns their revisions.
+// collect reads events until it has seen want updates (Synced markers and
+// settle marks are not counted) and returns their revisions.
 func collect(t *testing.T, w *Watcher, want int) []protocol.Revision {
 	t.Helper()
 	var revs []protocol.Revision
@@ -79,7 +79,7 @@ func collect(t *testing.T, w *Watcher, want int) []protocol.Revision {
 		if !ok {
 			t.Fatalf("watch ended after %v: %v", revs, w.Err())
 		}
-		if !ev.Synced {
+		if !ev.Synced && !ev.SettleOnly() {
 			revs = append(revs, ev.Rev)
 		}
 	}

@@ -25,11 +25,15 @@ type CursorError struct {
 	Cursor    protocol.Revision // the resume cursor, or the frontier mid-watch
 	Retention protocol.Retention
 	MidWatch  bool // detected by the floor guard during a live watch
+	Settling  bool // detected by a prefix watch's settle probe (MidWatch too)
 }
 
 func (e *CursorError) Error() string {
 	where := "resume"
-	if e.MidWatch {
+	switch {
+	case e.Settling:
+		where = "live prefix watch (settle probe: its consumer may have been clamped past updates of its scope)"
+	case e.MidWatch:
 		where = "live watch (floor guard)"
 	}
 	w := e.Retention.Window
@@ -64,7 +68,10 @@ type Watcher struct {
 	cancel context.CancelFunc
 
 	headAtStart protocol.Revision
+	headTime    int64     // the server time of the head at start (Unix nanoseconds)
 	stream      time.Time // WatchOptions.Stream: checked again on every re-arm
+	// from is the cursor the watch resumed from (zero for a state-sync).
+	from protocol.Cursor
 }
 
 var _ fold.Source = (*Watcher)(nil)
@@ -155,9 +162,12 @@ func (f feed) Watch(ctx context.Context, from protocol.Cursor) (fold.Source, err
 //
 // A whole-bucket watch runs the floor guard: it ends with a *CursorError
 // (MidWatch) when a delivery skips revisions that retention evicted, or when
-// an idle probe finds retention past the frontier. Prefix watches deliver
-// sparse revisions by nature and cannot tell eviction from filtering; they
-// rely on retention outliving the watcher's lag.
+// an idle probe finds retention past the frontier. A prefix watch delivers
+// sparse revisions by nature, so a gap proves nothing: it hands its
+// deliveries on unsettled (fold.Event.Unsettled) and settles them every
+// Options.SettleInterval (Watcher.settle), ending with a *CursorError
+// (MidWatch) when retention may have evicted an update of its scope before
+// its consumer reached it.
 func (b *Bucket) Watch(ctx context.Context, scope Scope, from protocol.Cursor, o WatchOptions) (*Watcher, error) {
 	if err := scope.Validate(); err != nil {
 		return nil, err
@@ -165,7 +175,7 @@ func (b *Bucket) Watch(ctx context.Context, scope Scope, from protocol.Cursor, o
 	if o.Buffer <= 0 {
 		o.Buffer = 256
 	}
-	ret, start, err := b.resumePoint(ctx, from, o.Stream)
+	ret, start, info, err := b.resumePoint(ctx, from, o.Stream)
 	if err != nil {
 		return nil, err
 	}
@@ -186,11 +196,19 @@ func (b *Bucket) Watch(ctx context.Context, scope Scope, from protocol.Cursor, o
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 		headAtStart: ret.Last,
+		headTime:    info.State.LastTime.UnixNano(),
 		stream:      o.Stream,
+		from:        from,
 	}
-	g := &floorGuard{ctx: wctx, b: b, on: scope.WholeBucket(), frontier: from.Rev, frontierTime: from.MsgUnixNano}
+	g := &floorGuard{ctx: wctx, b: b, on: scope.WholeBucket(), lazy: !scope.WholeBucket(), frontier: from.Rev, frontierTime: from.MsgUnixNano}
 	if start != 0 {
 		g.frontier = start - 1 // a gap-holds resume starts below the cursor
+		// The resume check passed at the settled point: nothing above it
+		// was evicted (or, on a gap-holds resume, nothing that was not
+		// superseded), so every update of the scope up to the cursor that
+		// was not delivered before reached the fold's consumer, or is
+		// still retained: none was missed.
+		g.settled, g.settledTime = g.frontier, g.frontierTime
 	}
 	go w.run(c, g, start != 0, status)
 	return w, nil
@@ -198,29 +216,32 @@ func (b *Bucket) Watch(ctx context.Context, scope Scope, from protocol.Cursor, o
 
 // resumePoint decides where a watch from cursor starts: 0 for a state-sync,
 // else the first revision to read. A stream other than stream (when not
-// zero) is a *StreamError.
-func (b *Bucket) resumePoint(ctx context.Context, from protocol.Cursor, stream time.Time) (protocol.Retention, protocol.Revision, error) {
+// zero) is a *StreamError. An unsettled cursor (a prefix watch's, committed
+// before its settle probe confirmed it) is checked at its settled point.
+func (b *Bucket) resumePoint(ctx context.Context, from protocol.Cursor, stream time.Time) (protocol.Retention, protocol.Revision, *jetstream.StreamInfo, error) {
 	info, err := b.streamInfo(ctx)
 	if err != nil {
-		return protocol.Retention{}, 0, err
+		return protocol.Retention{}, 0, nil, err
 	}
 	if !stream.IsZero() && !info.Created.Equal(stream) {
-		return protocol.Retention{}, 0, &StreamError{Bucket: b.name, Want: stream, Got: info.Created}
+		return protocol.Retention{}, 0, nil, &StreamError{Bucket: b.name, Want: stream, Got: info.Created}
 	}
 	ret, now := retentionOf(info), info.TimeStamp
 	if from.Rev == 0 {
-		return ret, 0, nil
+		return ret, 0, info, nil
 	}
-	switch v := protocol.CheckResume(from.Rev, ret.Window); v {
+	switch v := protocol.CheckCursorResume(from, ret.Window); v {
 	case protocol.ResumeOK:
-		return ret, from.Rev + 1, nil
+		return ret, from.Rev + 1, info, nil
 	case protocol.ResumeExpired:
-		if protocol.GapHoldsNoEviction(ret, from.MsgUnixNano, now.UnixNano()) {
-			return ret, ret.First, nil
+		// The message time is the position's: it says nothing of an
+		// unsettled cursor's settled point.
+		if !from.Unsettled && protocol.GapHoldsNoEviction(ret, from.MsgUnixNano, now.UnixNano()) {
+			return ret, ret.First, info, nil
 		}
-		return ret, 0, &CursorError{Verdict: v, Cursor: from.Rev, Retention: ret}
+		return ret, 0, nil, &CursorError{Verdict: v, Cursor: from.SettledRev(), Retention: ret}
 	default:
-		return ret, 0, &CursorError{Verdict: v, Cursor: from.Rev, Retention: ret}
+		return ret, 0, nil, &CursorError{Verdict: v, Cursor: from.Rev, Retention: ret}
 	}
 }
 
@@ -316,14 +337,21 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 	defer func() { c.close() }()
 
 	// In resume mode deliveries are contiguous from the start; in a
-	// state-sync they are sparse until the Synced marker.
+	// state-sync they are sparse until the Synced marker. A prefix watch
+	// settles instead (settling): its deliveries are sparse by nature.
 	guarding := g.on && resuming
+	settling := g.lazy && resuming
 	synced := false
-	var probe <-chan time.Time
+	var probe, settleTick <-chan time.Time
 	if g.on {
 		t := time.NewTicker(w.b.opts.ProbeInterval)
 		defer t.Stop()
 		probe = t.C
+	}
+	if g.lazy {
+		t := time.NewTicker(w.b.opts.SettleInterval)
+		defer t.Stop()
+		settleTick = t.C
 	}
 	delivered := false
 	lastRecv := time.Now()
@@ -360,7 +388,19 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 				g.frontier = w.headAtStart
 			}
 			guarding = g.on
-			return send(fold.Event{Synced: true})
+			if !g.lazy || resuming {
+				// A resume's marker vouches for nothing: its
+				// backlog is settled by the probe like the rest.
+				return send(fold.Event{Synced: true})
+			}
+			// A state-sync delivered the value of every key of the
+			// scope as of the head at start (its own guarantee, as for
+			// the whole bucket); what follows is settled by the probe.
+			settling = true
+			if w.headAtStart > g.settled {
+				g.settled, g.settledTime = w.headAtStart, w.headTime
+			}
+			return send(fold.Event{Synced: true, Settle: g.settled, SettleTime: g.settledTime})
 		}
 		rev := protocol.Revision(e.Revision())
 		if rev <= g.frontier && !synced && !resuming {
@@ -377,7 +417,13 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 			g.frontier, g.frontierTime = rev, u.Time
 		}
 		delivered = true
-		return send(fold.Event{Update: u})
+		return send(fold.Event{Update: u, Unsettled: settling})
+	}
+	// A resume of an unsettled cursor was settled by its resume check.
+	if settling && w.from.Unsettled {
+		if !send(fold.Event{Settle: g.settled, SettleTime: g.settledTime}) {
+			return
+		}
 	}
 	for {
 		select {
@@ -395,8 +441,11 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 			var from protocol.Cursor // a state-sync starts over, on the same stream
 			if resuming || synced {
 				from = protocol.Cursor{Rev: g.frontier, MsgUnixNano: g.frontierTime}
+				if settling && g.settled < g.frontier {
+					from = protocol.Cursor{Rev: g.frontier, Unsettled: true, Settled: g.settled}
+				}
 			}
-			if _, start, err = w.b.resumePoint(w.ctx, from, w.stream); err == nil {
+			if _, start, _, err = w.b.resumePoint(w.ctx, from, w.stream); err == nil {
 				c, err = w.b.openWatch(w.ctx, w.scope, start)
 			}
 			if err != nil {
@@ -405,6 +454,13 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 				return
 			}
 			resuming = resuming || synced
+			if settling && g.settled < g.frontier {
+				// The re-arm's resume check settled the frontier.
+				g.settled, g.settledTime = g.frontier, g.frontierTime
+				if !send(fold.Event{Settle: g.settled, SettleTime: g.settledTime}) {
+					return
+				}
+			}
 		case e, ok := <-c.kw.Updates():
 			if ok && !w.stream.IsZero() && time.Since(lastRecv) > quietCheck {
 				if err := w.checkStream(); err != nil {
@@ -447,6 +503,18 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 				}
 			}
 			delivered = false
+		case <-settleTick:
+			if !settling {
+				continue
+			}
+			ev, err := w.settle(g)
+			if err != nil {
+				w.err = err
+				return
+			}
+			if ev != nil && !send(*ev) {
+				return
+			}
 		}
 	}
 }
@@ -496,13 +564,20 @@ func OpOf(op jetstream.KeyValueOp) fold.Op {
 }
 
 // floorGuard is the live check that retention has not overrun a
-// whole-bucket watch (protocol.ResumeWindowOK against the frontier).
+// whole-bucket watch (protocol.ResumeWindowOK against the frontier), and a
+// prefix watch's settle state (Watcher.settle).
 type floorGuard struct {
 	ctx          context.Context // the watcher's
 	b            *Bucket
-	on           bool
+	on           bool // a whole-bucket watch: guarded in band
 	frontier     protocol.Revision
 	frontierTime int64
+	// A prefix watch (lazy) settles its deliveries after the fact:
+	// every update of the scope at or below settled was delivered;
+	// settledTime is the server time of a message at or below it.
+	lazy        bool
+	settled     protocol.Revision
+	settledTime int64
 }
 
 // check reads retention and returns a *CursorError if it overran the

@@ -132,6 +132,9 @@ func Relist(ctx context.Context, src fold.Source, store fold.Target, plugin fold
 		return r.result(), err
 	}
 	next := protocol.CursorAfterBatch(store.Cursor(), []protocol.Revision{r.head, r.high}, r.highTime)
+	// The listing is the scope's truth at its head: the cursor is settled
+	// (an unsettled one left by a prefix watch would expire again).
+	next = protocol.Settle(next, next.Rev, 0, false)
 	return r.finish(ctx, next)
 }
 
