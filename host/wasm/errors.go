@@ -57,7 +57,7 @@ type LimitError struct {
 }
 
 func (e *LimitError) Error() string {
-	return fmt.Sprintf("%s of %d %s is over the limit of %d (%s)", e.What, e.Size, e.Unit, e.Limit, e.Key)
+	return fmt.Sprintf("%s: %d %s, over the limit of %d (%s)", e.What, e.Size, e.Unit, e.Limit, e.Key)
 }
 
 // Configuration keys of the limits (host/config), named by LimitError.

@@ -184,7 +184,7 @@ func hostRead(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 func (st *callState) readLimitError(size int) *LimitError {
 	switch {
 	case st.maxCallRead-st.callRead < min(st.maxRead, st.maxResp):
-		return &LimitError{What: "the answers to one call's reads", Size: int64(st.callRead + size), Limit: int64(st.maxCallRead),
+		return &LimitError{What: "the read answers of one call", Size: int64(st.callRead + size), Limit: int64(st.maxCallRead),
 			Unit: "bytes", Key: KeyMaxCallRead}
 	case st.maxResp < st.maxRead:
 		return &LimitError{What: "a read's answer", Size: int64(size), Limit: int64(st.maxResp), Unit: "bytes", Key: "plugin_memory_mb"}
