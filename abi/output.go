@@ -71,7 +71,7 @@ type GuestError struct {
 
 func (e *GuestError) Error() string {
 	if e.Size > 0 {
-		return fmt.Sprintf("plugin reported: %s… (cut from %d bytes)", e.Message, e.Size)
+		return fmt.Sprintf("plugin reported (a message of %d bytes, cut): %s…", e.Size, e.Message)
 	}
 	return "plugin reported: " + e.Message
 }

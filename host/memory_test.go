@@ -17,6 +17,7 @@ import (
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/internal/natstest"
 )
 
@@ -35,7 +36,7 @@ var (
 	hostileCap    = flag.Int("hostile.cap", 4096, "measurement run: a child whose RSS passes this many MiB is stopped (reported as over it)")
 )
 
-const hostMemoryOverhead = 128 << 20
+const hostMemoryOverhead = 192 << 20
 
 // hostileEnv carries a child's case: name, plugin memory MiB, GC off (0/1),
 // RSS cap MiB, NATS URL, bucket, last revision.
@@ -46,11 +47,15 @@ const hostileEnv = "FOLDHOST_HOSTILE_CHILD"
 type hostileCase struct {
 	name   string
 	values func(memMB int, measure bool) []string
+	// What the test (not a measurement) expects: so many dead letters,
+	// the first naming this.
+	dead  int
+	names string
 }
 
 var hostileCases = []hostileCase{
 	// A fold of ordinary updates: the reference the others are held to.
-	{"baseline", func(int, bool) []string { return repeat("v", 2000) }},
+	{"baseline", func(int, bool) []string { return repeat("v", 2000) }, 0, ""},
 	// Reads whose answers fill half the plugin's memory, in a loop: of a
 	// 512 KiB raw entry, committed by an earlier batch (a batch closes at
 	// 100 updates).
@@ -60,41 +65,44 @@ var hostileCases = []hostileCase{
 			calls = 200
 		}
 		return append(append([]string{strings.Repeat("x", 512<<10)}, repeat("v", 100)...), fmt.Sprintf("read %d %d", memMB, calls))
-	}},
+	}, 1, wasm.KeyMaxRead},
 	// Reads of answers just under the one-read bound, in a loop.
 	{"read-at-limit", func(memMB int, measure bool) []string {
 		return append(append([]string{strings.Repeat("x", 512<<10)}, repeat("v", 100)...), "read 31 100")
-	}},
+	}, 1, wasm.KeyMaxCallRead},
 	// Memory grown a page at a time up to the limit, then a trap.
-	{"grow", func(int, bool) []string { return repeat("grow", 3) }},
+	{"grow", func(int, bool) []string { return repeat("grow", 3) }, 3, "out-of-memory"},
 	// Updates the plugin traps on (poison records under "skip").
 	{"poison", func(_ int, measure bool) []string {
 		if measure {
 			return repeat("trap", 3000)
 		}
 		return repeat("trap", 300)
-	}},
+	}, 300, "unreachable"},
 	// Poison records each failing with a 1 MiB error message.
 	{"error-message", func(_ int, measure bool) []string {
 		if measure {
 			return repeat("error 1048576", 871)
 		}
 		return repeat("error 1048576", 100)
-	}},
+	}, 100, "a message of 1048576 bytes, cut"},
 	// 10^6 view keys in one batch.
-	{"view-keys", func(int, bool) []string { return []string{"keys 1000000"} }},
+	{"view-keys", func(int, bool) []string { return []string{"keys 1000000"} }, 1, wasm.KeyMaxViewMutations},
 	// Everything the plugin's memory can hold written to stderr at once.
-	{"stderr", func(memMB int, _ bool) []string { return []string{fmt.Sprintf("stderr %d", memMB<<20*3/4)} }},
+	{"stderr", func(memMB int, _ bool) []string { return []string{fmt.Sprintf("stderr %d", memMB<<20*3/4)} }, 0, ""},
 	// Outputs at the bounds: 15 values of 1 MiB less a little, and just
 	// under 100,000 view keys.
 	{"output-at-limit", func(int, bool) []string {
 		return append(repeat(fmt.Sprintf("value %d", 1<<20-64), 15), "keys 99999")
-	}},
-	// One view value as large as the plugin's memory allows, 100 MiB at
-	// most.
-	{"view-value", func(memMB int, _ bool) []string {
+	}, 0, ""},
+	// One view value of 8 MiB (a measurement: as large as the plugin's
+	// memory allows, 100 MiB at most, over the output bound too).
+	{"view-value", func(memMB int, measure bool) []string {
+		if !measure {
+			return []string{"value 8388608"}
+		}
 		return []string{fmt.Sprintf("value %d", min(100<<20, memMB<<20*3/4))}
-	}},
+	}, 1, wasm.KeyMaxViewValue},
 }
 
 func repeat(v string, n int) []string {
@@ -144,13 +152,16 @@ func TestHostilePluginsStayWithinMemory(t *testing.T) {
 			start := time.Now()
 			env := fmt.Sprintf("%s,%d,%d,%d,%s,%s,%d", c.name, memMB, gcOff, *hostileCap, srv.ClientURL(), c.name, last)
 			got := runHostileChild(t, env)
-			t.Logf("%s: peak RSS %d MiB (plugin memory %d MiB, GC off: %v) in %v: %s", c.name, got.hwm>>20, memMB,
-				gcOff == 1, time.Since(start).Round(time.Millisecond), got.detail)
+			t.Logf("%s: peak RSS %d MiB (plugin memory %d MiB, GC off: %v) in %v; %d dead letters, the first: %.120q", c.name, got.hwm>>20, memMB,
+				gcOff == 1, time.Since(start).Round(time.Millisecond), got.dead, got.first)
 			if measure {
 				return
 			}
 			if got.over {
 				t.Fatalf("%s: the child's RSS passed the %d MiB cap", c.name, *hostileCap)
+			}
+			if got.dead != c.dead || !strings.Contains(got.first, c.names) {
+				t.Errorf("%s: %d dead letters, the first %q; want %d naming %q", c.name, got.dead, got.first, c.dead, c.names)
 			}
 			if limit := int64(memMB)<<20 + hostMemoryOverhead; got.hwm > limit {
 				t.Errorf("%s: peak RSS %d MiB, over the plugin's memory (%d MiB) plus the host's constant (%d MiB)",
@@ -161,9 +172,10 @@ func TestHostilePluginsStayWithinMemory(t *testing.T) {
 }
 
 type hostileResult struct {
-	hwm    int64
-	over   bool
-	detail string
+	hwm   int64
+	over  bool
+	dead  int
+	first string // the first dead letter's error
 }
 
 // runHostileChild runs one case in a child process and returns what it
@@ -188,11 +200,13 @@ func runHostileChild(t *testing.T, env string) hostileResult {
 		if !ok {
 			continue
 		}
-		f := strings.SplitN(line, " ", 3)
+		// "peak HWM DEAD QUOTED-ERROR" or "over RSS"
+		f := strings.SplitN(line, " ", 4)
 		res.hwm, _ = strconv.ParseInt(f[1], 10, 64)
 		res.over = f[0] == "over"
-		if len(f) > 2 {
-			res.detail = f[2]
+		if len(f) == 4 {
+			res.dead, _ = strconv.Atoi(f[2])
+			res.first, _ = strconv.Unquote(f[3])
 		}
 		said = true
 	}
@@ -253,16 +267,16 @@ func hostileChild(t *testing.T, env string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	st := fd.Status()
-	var dead uint64
-	if st.DeadLetters != nil {
-		dead = st.DeadLetters.SkippedSinceStart
+	hwm := procStatus(t, "VmHWM")
+	dls, err := fd.DeadLetters()
+	if err != nil {
+		t.Fatal(err)
 	}
-	errText := st.LastError
-	if len(errText) > 200 {
-		errText = errText[:200] + "…"
+	first := ""
+	if len(dls) > 0 {
+		first = dls[0].Error
 	}
-	fmt.Printf("child: peak %d dead letters %d, last error %q\n", procStatus(t, "VmHWM"), dead, errText)
+	fmt.Printf("child: peak %d %d %q\n", hwm, len(dls), first)
 }
 
 // procStatus is a /proc/self/status figure in bytes (Linux).

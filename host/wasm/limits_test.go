@@ -108,7 +108,7 @@ func TestGuestErrorMessageIsCut(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Kind != KindGuest || !errors.As(err, &ge) {
 		t.Fatalf("%v, want the plugin's own error", err)
 	}
-	if len(ge.Message) != 100 || ge.Size != 1<<20 || len(err.Error()) > 400 || !strings.Contains(err.Error(), "cut from 1048576 bytes") {
+	if len(ge.Message) != 100 || ge.Size != 1<<20 || len(err.Error()) > 400 || !strings.Contains(err.Error(), "a message of 1048576 bytes, cut") {
 		t.Fatalf("message of %d bytes (size %d), error of %d bytes: %.300s", len(ge.Message), ge.Size, len(err.Error()), err)
 	}
 	if f := p.Status().Failures; f != 1 {
