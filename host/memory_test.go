@@ -86,8 +86,14 @@ var hostileCases = []hostileCase{
 		}
 		return repeat("error 1048576", 100)
 	}, 100, "a message of 1048576 bytes, cut"},
-	// 10^6 view keys in one batch.
-	{"view-keys", func(int, bool) []string { return []string{"keys 1000000"} }, 1, wasm.KeyMaxViewMutations},
+	// 10^6 view keys in one batch (the test: 900,000, under the output
+	// bound, so that only the count bound refuses them).
+	{"view-keys", func(_ int, measure bool) []string {
+		if measure {
+			return []string{"keys 1000000"}
+		}
+		return []string{"keys 900000"}
+	}, 1, wasm.KeyMaxViewMutations},
 	// Everything the plugin's memory can hold written to stderr at once.
 	{"stderr", func(memMB int, _ bool) []string { return []string{fmt.Sprintf("stderr %d", memMB<<20*3/4)} }, 0, ""},
 	// Outputs at the bounds: 15 values of 1 MiB less a little, and just
