@@ -1,6 +1,9 @@
 package abi
 
-import "fmt"
+import (
+	"fmt"
+	"unicode/utf8"
+)
 
 // OutputWriter builds an output record in a reusable buffer (guest side).
 type OutputWriter struct {
@@ -59,15 +62,32 @@ func (w *OutputWriter) Error(msg string) []byte {
 }
 
 // GuestError is a plugin's own status-1 report.
-type GuestError struct{ Message string }
+type GuestError struct {
+	Message string
+	// Size is the message's length as the plugin sent it, when Message
+	// is a cut of it (DecodeOutputBounded); 0 when Message is whole.
+	Size int
+}
 
-func (e *GuestError) Error() string { return "plugin reported: " + e.Message }
+func (e *GuestError) Error() string {
+	if e.Size > 0 {
+		return fmt.Sprintf("plugin reported (a message of %d bytes, cut): %s…", e.Size, e.Message)
+	}
+	return "plugin reported: " + e.Message
+}
 
 // DecodeOutput decodes an output record (host side), calling fn for each
 // mutation in order; key and value alias b. It returns the rejected count, a
 // *GuestError for a status-1 record, or an error wrapping ErrMalformed. A
 // non-nil error from fn stops decoding and is returned.
 func DecodeOutput(b []byte, fn func(op byte, key, value []byte) error) (rejected int, err error) {
+	return DecodeOutputBounded(b, -1, fn)
+}
+
+// DecodeOutputBounded is DecodeOutput whose *GuestError keeps at most
+// maxMessage bytes of the plugin's message (cut at a rune boundary; a
+// negative maxMessage keeps it whole): the rest is never copied out of b.
+func DecodeOutputBounded(b []byte, maxMessage int, fn func(op byte, key, value []byte) error) (rejected int, err error) {
 	r := reader{b: b}
 	switch st := r.u32(); {
 	case r.err != nil:
@@ -77,6 +97,9 @@ func DecodeOutput(b []byte, fn func(op byte, key, value []byte) error) (rejected
 		r.end()
 		if r.err != nil {
 			return 0, r.err
+		}
+		if maxMessage >= 0 && len(msg) > maxMessage {
+			return 0, &GuestError{Message: string(cutRunes(msg[:maxMessage])), Size: len(msg)}
 		}
 		return 0, &GuestError{Message: string(msg)}
 	case st != StatusOK:
@@ -106,4 +129,20 @@ func DecodeOutput(b []byte, fn func(op byte, key, value []byte) error) (rejected
 		return 0, r.err
 	}
 	return int(rej), nil
+}
+
+// cutRunes drops the incomplete rune, if any, that a cut left at the end
+// of b (at most utf8.UTFMax-1 bytes; invalid bytes elsewhere stay).
+func cutRunes(b []byte) []byte {
+	for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
+		if c := b[len(b)-i]; c < utf8.RuneSelf {
+			return b
+		} else if utf8.RuneStart(c) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				return b[:len(b)-i]
+			}
+			return b
+		}
+	}
+	return b
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/pluginobj"
+	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -89,6 +90,11 @@ type FoldOptions struct {
 	// PluginRetries: how often a failed batch is retried on a fresh
 	// instance; default wasm.DefaultRetries, wasm.NoRetries for none.
 	PluginRetries int
+	// PluginLimits bound what one call into the plugin can make the host
+	// hold (output, view keys and values, reads, its error message); zero
+	// fields take wasm's defaults. Crossing one is a plugin failure like a
+	// trap, retried, then handled by OnPluginError.
+	PluginLimits wasm.Limits
 	// OnPluginError is what a batch the plugin fails (after its retries)
 	// does to the fold: PluginErrorStop (the default) stops it, failed,
 	// nothing of the batch committed; PluginErrorSkip isolates the

@@ -84,6 +84,7 @@ func (f *Fold) loadPlugin(ctx context.Context) error {
 		MemoryLimitPages: uint32(f.o.PluginMemoryMB) * 16, // 64 KiB pages; 0: the default
 		MaxModuleBytes:   f.o.PluginMaxBytes,
 		Retries:          f.o.PluginRetries,
+		Limits:           f.o.PluginLimits,
 		Adopt:            func(m *wasm.Module) bool { return f.offerModule(m) },
 		OnReload: func(rl wasm.Reload) {
 			src.reloaded()

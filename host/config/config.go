@@ -140,6 +140,9 @@ type FoldConfig struct {
 	PluginMemoryMB    int
 	PluginMaxMB       int
 	PluginRetries     int
+	// PluginLimits bound what one call into the plugin can make the host
+	// hold (the plugin_max_* keys of wasm.LimitError; defaults wasm's).
+	PluginLimits wasm.Limits
 	// OnPluginError: "stop" (default) or "skip" (host.FoldOptions);
 	// DeadLetterMax and DeadLetterMaxAge bound the dead letters of "skip".
 	OnPluginError    string
@@ -335,6 +338,7 @@ func extractFold(f *table) FoldConfig {
 		f.problem("plugin_retries", "must be between 0 and 100, got %d", retries)
 	}
 	fc.PluginMemoryMB, fc.PluginRetries = clampInt(memMB), clampInt(retries)
+	fc.PluginLimits = extractLimits(f)
 	fc.OnPluginError = host.PluginErrorStop
 	f.str("on_plugin_error", &fc.OnPluginError)
 	if fc.OnPluginError != host.PluginErrorStop && fc.OnPluginError != host.PluginErrorSkip {
@@ -443,6 +447,34 @@ func (c *Config) extractArtifacts(a *table) {
 	}
 	s.done()
 	a.done()
+}
+
+// extractLimits reads the plugin_max_* keys of a [[fold]] table: each an
+// integer in a range, scaled to bytes (or a count).
+func extractLimits(f *table) wasm.Limits {
+	var l wasm.Limits
+	for _, k := range []struct {
+		key         string
+		dst         *int
+		def, lo, hi int64
+		unit        int64
+	}{
+		{wasm.KeyMaxOutput, &l.MaxOutputBytes, wasm.DefaultMaxOutputBytes >> 20, 1, 1024, 1 << 20},
+		{wasm.KeyMaxViewMutations, &l.MaxViewMutations, wasm.DefaultMaxViewMutations, 1, 10_000_000, 1},
+		{wasm.KeyMaxViewKey, &l.MaxViewKeyBytes, wasm.DefaultMaxViewKeyBytes, 1, 1 << 20, 1},
+		{wasm.KeyMaxViewValue, &l.MaxViewValueBytes, wasm.DefaultMaxViewValueBytes >> 10, 1, 1 << 20, 1 << 10},
+		{wasm.KeyMaxRead, &l.MaxReadBytes, wasm.DefaultMaxReadBytes >> 20, 1, 1024, 1 << 20},
+		{wasm.KeyMaxCallRead, &l.MaxCallReadBytes, wasm.DefaultMaxCallReadBytes >> 20, 1, 2047, 1 << 20},
+		{wasm.KeyMaxError, &l.MaxErrorBytes, wasm.DefaultMaxErrorBytes, 1, 1 << 20, 1},
+	} {
+		v := k.def
+		if f.integer(k.key, &v) && (v < k.lo || v > k.hi) {
+			f.problem(k.key, "must be between %d and %d, got %d", k.lo, k.hi, v)
+			v = k.def
+		}
+		*k.dst = clampInt(v * k.unit)
+	}
+	return l
 }
 
 func clampInt(v int64) int { return int(max(0, min(v, 1<<31-1))) }

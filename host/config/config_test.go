@@ -89,6 +89,8 @@ func TestConfigDefaults(t *testing.T) {
 			Name: "a", Bucket: "a", DataDir: filepath.Join(dir, "data", "folds", "a"), ArtifactKey: "a",
 			BatchWindow: fold.DefaultWindow, BatchSize: fold.DefaultMaxBatch, Buffer: 256, PluginMemoryMB: 256, PluginRetries: 2,
 			PluginCallTimeout: wasm.DefaultCallTimeout, PluginMaxMB: 64,
+			PluginLimits: wasm.Limits{MaxOutputBytes: 16 << 20, MaxViewMutations: 100_000, MaxViewKeyBytes: 4096,
+				MaxViewValueBytes: 1 << 20, MaxReadBytes: 16 << 20, MaxCallReadBytes: 256 << 20, MaxErrorBytes: 4096},
 			OnPluginError: "stop", DeadLetterMax: 10000, DeadLetterMaxAge: 7 * 24 * time.Hour,
 			Repair: protocol.RepairAuto, CreateBucket: natskv.BucketConfig{Name: "a", History: 1, Replicas: 1},
 		}},
@@ -124,6 +126,13 @@ plugin = "router.wasm"
 on_plugin_error = "skip"
 deadletter_max = 50
 deadletter_max_age = "1h"
+plugin_max_output_mb = 32
+plugin_max_view_mutations = 5000
+plugin_max_view_key_bytes = 512
+plugin_max_view_value_kb = 64
+plugin_max_read_mb = 2
+plugin_max_call_read_mb = 8
+plugin_max_error_bytes = 100
 data_dir = "r-data"
 batch_window = "25ms"
 batch_size = 1024
@@ -151,6 +160,8 @@ limit_marker_ttl = "1m"
 		BatchWindow: 25 * time.Millisecond, BatchSize: 1024, Buffer: 4096, Repair: protocol.RepairRelist, Sync: true, PluginMemoryMB: 256, PluginRetries: 2,
 		OnPluginError: "skip", DeadLetterMax: 50, DeadLetterMaxAge: time.Hour,
 		PluginCallTimeout: wasm.DefaultCallTimeout, PluginMaxMB: 64,
+		PluginLimits: wasm.Limits{MaxOutputBytes: 32 << 20, MaxViewMutations: 5000, MaxViewKeyBytes: 512,
+			MaxViewValueBytes: 64 << 10, MaxReadBytes: 2 << 20, MaxCallReadBytes: 8 << 20, MaxErrorBytes: 100},
 		CreateBucket: natskv.BucketConfig{Name: "routes", History: 5, MaxAge: 24 * time.Hour, MaxBytes: 1 << 20,
 			Replicas: 3, Memory: true, LimitMarkerTTL: time.Minute},
 	}
@@ -397,6 +408,13 @@ func TestConfigStructureErrors(t *testing.T) {
 		{"short marker ttl", "[[fold]]\nname = \"a\"\n[fold.create_bucket]\nlimit_marker_ttl = \"10ms\"\n", "at least 1s"},
 		{"plugin memory", "[[fold]]\nname = \"a\"\nplugin_memory_mb = 0\n", "plugin_memory_mb: must be between 1 and 4096"},
 		{"plugin retries", "[[fold]]\nname = \"a\"\nplugin_retries = -1\n", "plugin_retries: must be between 0 and 100"},
+		{"plugin output", "[[fold]]\nname = \"a\"\nplugin_max_output_mb = 0\n", "plugin_max_output_mb: must be between 1 and 1024"},
+		{"plugin view mutations", "[[fold]]\nname = \"a\"\nplugin_max_view_mutations = 10000001\n", "plugin_max_view_mutations: must be between 1 and 10000000"},
+		{"plugin view key", "[[fold]]\nname = \"a\"\nplugin_max_view_key_bytes = 0\n", "plugin_max_view_key_bytes: must be between 1 and 1048576"},
+		{"plugin view value", "[[fold]]\nname = \"a\"\nplugin_max_view_value_kb = 1048577\n", "plugin_max_view_value_kb: must be between 1 and 1048576"},
+		{"plugin read", "[[fold]]\nname = \"a\"\nplugin_max_read_mb = 1025\n", "plugin_max_read_mb: must be between 1 and 1024"},
+		{"plugin call read", "[[fold]]\nname = \"a\"\nplugin_max_call_read_mb = 2048\n", "plugin_max_call_read_mb: must be between 1 and 2047"},
+		{"plugin error", "[[fold]]\nname = \"a\"\nplugin_max_error_bytes = \"4k\"\n", "plugin_max_error_bytes: want an integer"},
 		{"on plugin error", "[[fold]]\nname = \"a\"\non_plugin_error = \"ignore\"\n", "on_plugin_error: must be \"stop\" or \"skip\""},
 		{"dead letters", "[[fold]]\nname = \"a\"\ndeadletter_max = 0\n", "deadletter_max: must be between 1 and 1000000"},
 		{"plugin timeout", "[[fold]]\nname = \"a\"\nplugin_call_timeout = \"-1s\"\n", "plugin_call_timeout: must be >= 0"},

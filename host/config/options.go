@@ -55,7 +55,7 @@ func (c *Config) HostOptions(log *slog.Logger) (host.Options, error) {
 		o.Folds = append(o.Folds, host.FoldOptions{
 			Name: f.Name, Bucket: f.Bucket, Scope: f.Scope,
 			Plugin: f.Plugin, PluginCallTimeout: timeout, PluginMemoryMB: f.PluginMemoryMB,
-			PluginMaxBytes: int64(f.PluginMaxMB) << 20, PluginRetries: retries,
+			PluginMaxBytes: int64(f.PluginMaxMB) << 20, PluginRetries: retries, PluginLimits: f.PluginLimits,
 			OnPluginError: f.OnPluginError, DeadLetterMax: f.DeadLetterMax, DeadLetterMaxAge: f.DeadLetterMaxAge,
 			DataDir: f.DataDir, BatchWindow: f.BatchWindow, BatchSize: f.BatchSize, Buffer: f.Buffer,
 			ExportInterval: f.ExportInterval, ArtifactKey: f.ArtifactKey,

@@ -61,31 +61,45 @@ func (s *Store) DeadLetters(fn func(DeadLetter) error) error {
 
 // PruneDeadLetters deletes the dead letters older than maxAge (0: no age
 // bound) and then the oldest beyond max (0: no count bound), and returns
-// how many are left.
+// how many are left. It streams them (a count, then one pass reading only
+// their revision and time): however many there are, it holds none.
 func (s *Store) PruneDeadLetters(max int, maxAge time.Duration) (left int, err error) {
-	var all []DeadLetter
-	if err := s.DeadLetters(func(d DeadLetter) error { all = append(all, d); return nil }); err != nil {
-		return 0, err
-	}
 	if !s.gate.enter() {
 		return 0, ErrClosed
 	}
 	defer s.gate.exit()
+	total := 0
+	if err := scan(s.db, spaceDead, "", false, func(_, _ []byte) error { total++; return nil }); err != nil {
+		return 0, err
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	drop := 0
-	for i, d := range all {
-		if (maxAge > 0 && time.Since(d.At) > maxAge) || (max > 0 && len(all)-i > max) {
-			if err := b.Delete(deadKey(protocol.Revision(d.Rev)), nil); err != nil {
-				return 0, err
+	i, drop := 0, 0
+	err = scan(s.db, spaceDead, "", maxAge > 0, func(k, v []byte) error {
+		i++
+		old := false
+		if maxAge > 0 {
+			var d struct {
+				At time.Time `json:"at"`
 			}
-			drop++
+			if err := json.Unmarshal(v, &d); err != nil {
+				return fmt.Errorf("%w: dead letter: %w", ErrCorrupt, err)
+			}
+			old = time.Since(d.At) > maxAge
 		}
+		if old || (max > 0 && total-(i-1) > max) {
+			drop++
+			return b.Delete(appendKey(nil, spaceDead, k), nil)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	if drop > 0 {
 		if err := s.db.Apply(b, s.write); err != nil {
 			return 0, fmt.Errorf("fold: prune dead letters: %w", err)
 		}
 	}
-	return len(all) - drop, nil
+	return total - drop, nil
 }

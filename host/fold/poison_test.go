@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -171,5 +173,53 @@ func TestShutdownDoesNotIsolate(t *testing.T) {
 	_ = st.DeadLetters(func(DeadLetter) error { dead++; return nil })
 	if n := calls.Load(); n > 2 || dead != 0 || st.Cursor().Rev != 0 {
 		t.Errorf("shutdown: %d plugin calls, %d dead letters, cursor %v; want at most 2 calls, none, 0", n, dead, st.Cursor())
+	}
+}
+
+// TestPruneDeadLettersHoldsNone: pruning reads the dead letters one at a
+// time (their time only), however many there are: over 2000 dead letters
+// with 4 KiB errors (8 MiB), it allocates far less than they hold (it used
+// to load them all, errors included).
+func TestPruneDeadLettersHoldsNone(t *testing.T) {
+	st, _, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const n, errBytes = 2000, 4 << 10
+	msg := strings.Repeat("e", errBytes)
+	for i := range n / 100 {
+		var dls []DeadLetter
+		for j := range 100 {
+			rev := uint64(i*100 + j + 1)
+			dls = append(dls, DeadLetter{Key: fmt.Sprint("k", rev), Rev: rev, Op: "put", Error: msg, At: time.Now().Add(-time.Duration(n-int(rev)) * time.Second)})
+		}
+		if err := st.Commit(Commit{Cursor: protocol.Cursor{Rev: protocol.Revision((i + 1) * 100)}, DeadLetters: dls}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	left, err := st.PruneDeadLetters(1500, 1000*time.Second+time.Second/2) // the age drops the oldest 999, the count none more
+	runtime.ReadMemStats(&after)
+	if err != nil || left != 1001 {
+		t.Fatalf("prune: %d left, %v; want 1001", left, err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > n*errBytes/4 {
+		t.Fatalf("pruning %d dead letters of %d bytes allocated %d bytes", n, errBytes, alloc)
+	} else {
+		t.Logf("pruning %d dead letters of %d bytes allocated %d bytes", n, errBytes, alloc)
+	}
+	if left, err := st.PruneDeadLetters(10, 0); err != nil || left != 10 {
+		t.Fatalf("prune to 10: %d left, %v", left, err)
+	}
+	var first uint64
+	if err := st.DeadLetters(func(d DeadLetter) error {
+		if first == 0 {
+			first = d.Rev
+		}
+		return nil
+	}); err != nil || first != n-9 {
+		t.Fatalf("oldest kept: %d (%v), want %d", first, err, n-9)
 	}
 }

@@ -22,6 +22,7 @@ const (
 	KindTimeout   Kind = "timeout"     // the per-call deadline passed
 	KindOOM       Kind = "out-of-memory"
 	KindMalformed Kind = "malformed-output"
+	KindLimit     Kind = "over-limit" // a *LimitError: what it made the host hold
 )
 
 // PluginError is a failed call into a plugin. The batch it was applying is
@@ -42,3 +43,30 @@ func (e *PluginError) Error() string {
 }
 
 func (e *PluginError) Unwrap() error { return e.Err }
+
+// LimitError is a call that crossed one of the bounds on what a plugin can
+// make the host hold (Options.MaxOutputBytes and the others).
+type LimitError struct {
+	What  string // what crossed it: "output record", "view value", ...
+	Size  int64  // how large it was, in Unit (at least: counting stops there)
+	Limit int64
+	Unit  string // "bytes" or "view mutations"
+	// Key is the fold configuration's key that sets the limit (Options
+	// names the field).
+	Key string
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%s: %d %s, over the limit of %d (%s)", e.What, e.Size, e.Unit, e.Limit, e.Key)
+}
+
+// Configuration keys of the limits (host/config), named by LimitError.
+const (
+	KeyMaxOutput        = "plugin_max_output_mb"
+	KeyMaxViewMutations = "plugin_max_view_mutations"
+	KeyMaxViewKey       = "plugin_max_view_key_bytes"
+	KeyMaxViewValue     = "plugin_max_view_value_kb"
+	KeyMaxRead          = "plugin_max_read_mb"
+	KeyMaxCallRead      = "plugin_max_call_read_mb"
+	KeyMaxError         = "plugin_max_error_bytes"
+)

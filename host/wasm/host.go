@@ -25,6 +25,10 @@ type callState struct {
 	module  string
 	maxResp int // a read's response must fit the guest's memory limit
 
+	// Read bounds (Options.MaxReadBytes, MaxCallReadBytes), and the bytes
+	// answered since the call started.
+	maxRead, maxCallRead, callRead int
+
 	// Metering (hostYield): the call's deadline (zero: none), and the
 	// allowance of checks between yields, adapted to keep yields about
 	// yieldEvery apart.
@@ -46,13 +50,15 @@ func withCallState(ctx context.Context, st *callState) context.Context {
 
 func (r *Runtime) newCallState(module string) *callState {
 	return &callState{logger: r.opts.Logger, logs: r.logs, module: module, allowance: minAllowance,
-		maxResp: int(min(uint64(r.opts.MemoryLimitPages)*65536, 1<<31))}
+		maxResp: int(min(uint64(r.opts.MemoryLimitPages)*65536, 1<<31)),
+		maxRead: r.opts.MaxReadBytes, maxCallRead: r.opts.MaxCallReadBytes}
 }
 
 // start begins a call bounded by timeout (0: none).
 func (s *callState) start(timeout time.Duration) {
 	now := time.Now()
 	s.lastYield = now
+	s.callRead = 0
 	s.deadline = time.Time{}
 	if timeout > 0 {
 		s.deadline = now.Add(timeout)
@@ -144,64 +150,105 @@ func installHost(ctx context.Context, rt wazero.Runtime) error {
 }
 
 // hostRead answers a batched read: returns the response length, or -1.
+// An answer over a read bound ends the call with a *LimitError (the host
+// never holds more than the bound of it).
 func hostRead(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 	st := stateOf(ctx)
 	req, ok := m.Memory().Read(ptr, n)
 	if st == nil || st.fold == nil || !ok || (space != abi.SpaceView && space != abi.SpaceRaw) {
 		return -1
 	}
+	limit := min(st.maxRead, st.maxResp, st.maxCallRead-st.callRead)
 	// Long reads honour the deadline like guest code does, checked between
 	// every two keys looked up: a lookup (a pebble seek, a disk read on a
 	// cold cache) dwarfs the check, and a check every N keys let a read of
 	// fewer than N slow keys run past the deadline by all of them
 	// (TestLongReadHonoursTheCallDeadline).
-	resp, err := answerRead(st.fold, space, req, st.resp[:0], st.maxResp, func() { st.checkDeadline(ctx) })
+	resp, err := answerRead(st.fold, space, req, st.resp[:0], limit, func() { st.checkDeadline(ctx) })
 	st.resp = resp
+	var big *errAnswerTooLarge
+	if errors.As(err, &big) {
+		st.resp = nil // not kept: the bound applies to what stays, too
+		panic(st.readLimitError(big.size))
+	}
 	if err != nil {
 		st.logger.Warn("wasm: plugin read failed", "module", st.module, "err", err)
 		return -1
 	}
+	st.callRead += len(resp)
 	return int32(len(resp))
 }
+
+// readLimitError names the read bound an answer of size bytes crossed:
+// the tightest of the three.
+func (st *callState) readLimitError(size int) *LimitError {
+	switch {
+	case st.maxCallRead-st.callRead < min(st.maxRead, st.maxResp):
+		return &LimitError{What: "the read answers of one call", Size: int64(st.callRead + size), Limit: int64(st.maxCallRead),
+			Unit: "bytes", Key: KeyMaxCallRead}
+	case st.maxResp < st.maxRead:
+		return &LimitError{What: "a read's answer", Size: int64(size), Limit: int64(st.maxResp), Unit: "bytes", Key: "plugin_memory_mb"}
+	}
+	return &LimitError{What: "a read's answer", Size: int64(size), Limit: int64(st.maxRead), Unit: "bytes", Key: KeyMaxRead}
+}
+
+// errAnswerTooLarge: a read's answer would pass maxResp; size is what it
+// had reached, at least.
+type errAnswerTooLarge struct{ size int }
+
+func (e *errAnswerTooLarge) Error() string { return fmt.Sprintf("read answer over %d bytes", e.size) }
 
 // answerRead appends to resp the answer to a batched read request of the
 // fold (abi's read encodings) in space, calling each before every key. A
 // request is bounded by guest memory, but its answer is not (one large
-// value asked for many times): it must stay within maxResp, the guest's
-// memory limit, where read_result will copy it.
+// value asked for many times): an answer that would pass maxResp bytes
+// stops at the entry that would pass it, with an *errAnswerTooLarge.
 func answerRead(r fold.Reader, space uint32, req, resp []byte, maxResp int, each func()) ([]byte, error) {
 	if br, ok := r.(fold.ViewBatchReader); ok && space == abi.SpaceView {
 		return answerViewBatch(br, req, resp, maxResp, each)
 	}
 	err := abi.DecodeReadRequest(req, func(key []byte) error {
-		if len(resp) > maxResp {
-			return fmt.Errorf("response over %d bytes, the plugin's memory limit", maxResp)
-		}
 		each()
 		if space == abi.SpaceView {
 			v, found, err := r.ViewGet(key)
 			if err != nil {
 				return err
 			}
-			if found {
-				resp = abi.AppendReadHit(resp, v)
-			} else {
-				resp = abi.AppendReadMiss(resp)
+			if !found {
+				return fits(&resp, abi.AppendReadMiss, 1, maxResp)
 			}
+			if err := fits(&resp, nil, 5+len(v), maxResp); err != nil {
+				return err
+			}
+			resp = abi.AppendReadHit(resp, v)
 			return nil
 		}
 		e, found, err := r.Get(string(key))
 		if err != nil {
 			return err
 		}
-		if found {
-			resp = abi.AppendReadRawHit(resp, uint64(e.Rev), e.Value)
-		} else {
-			resp = abi.AppendReadMiss(resp)
+		if !found {
+			return fits(&resp, abi.AppendReadMiss, 1, maxResp)
 		}
+		if err := fits(&resp, nil, 13+len(e.Value), maxResp); err != nil {
+			return err
+		}
+		resp = abi.AppendReadRawHit(resp, uint64(e.Rev), e.Value)
 		return nil
 	})
 	return resp, err
+}
+
+// fits reports an *errAnswerTooLarge when n more bytes would take resp
+// past maxResp; otherwise it appends with add, if given.
+func fits(resp *[]byte, add func([]byte) []byte, n, maxResp int) error {
+	if len(*resp)+n > maxResp {
+		return &errAnswerTooLarge{size: len(*resp) + n}
+	}
+	if add != nil {
+		*resp = add(*resp)
+	}
+	return nil
 }
 
 // answerViewBatch is answerRead of view keys through one batched read.
@@ -218,8 +265,12 @@ func answerViewBatch(br fold.ViewBatchReader, req, resp []byte, maxResp int, eac
 	size := len(resp)
 	if err := br.ViewGetBatch(keys, func(i int, v []byte, ok bool) error {
 		each() // as answerRead: between the lookups
-		if size += len(v) + 8; size > maxResp {
-			return fmt.Errorf("response over %d bytes, the plugin's memory limit", maxResp)
+		n := 1
+		if ok {
+			n = 5 + len(v)
+		}
+		if size += n; size > maxResp {
+			return &errAnswerTooLarge{size: size}
 		}
 		vals[i], found[i] = v, ok
 		return nil

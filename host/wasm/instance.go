@@ -10,6 +10,7 @@ import (
 	"github.com/foldhost/foldhost/abi"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 )
 
@@ -34,13 +35,17 @@ type tail struct {
 const tailMax = 2048
 
 func (t *tail) Write(p []byte) (int, error) {
+	n := len(p)
+	if n > tailMax {
+		p = p[n-tailMax:] // what a guest writes at once is never copied whole
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.buf = append(t.buf, p...)
 	if len(t.buf) > tailMax {
 		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailMax:]...)
 	}
-	return len(p), nil
+	return n, nil
 }
 
 func (t *tail) String() string {
@@ -63,7 +68,7 @@ func (r *Runtime) instantiate(ctx context.Context, m *Module) (*instance, error)
 	} else {
 		cfg = cfg.WithStartFunctions()
 	}
-	mod, err := r.rt.InstantiateModule(ctx, m.compiled, cfg)
+	mod, err := r.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, r.memory), m.compiled, cfg)
 	if err != nil {
 		if s := errTail.String(); s != "" {
 			err = fmt.Errorf("%w; stderr: %s", err, s)
@@ -144,9 +149,12 @@ func (in *instance) write(ctx context.Context, batch []byte) error {
 func (in *instance) classify(err error) error {
 	pe := &PluginError{Kind: KindTrap, Module: in.m.Short(), Err: err, Stderr: in.stderr.String()}
 	var exit *sys.ExitError
+	var le *LimitError
 	switch {
 	case errors.Is(err, errDeadline), errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded:
 		pe.Kind = KindTimeout
+	case errors.As(err, &le):
+		pe.Kind, pe.Err = KindLimit, le // the limit, not wazero's stack trace of the read
 	case in.outOfMemory():
 		pe.Kind = KindOOM
 	}

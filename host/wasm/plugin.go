@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -256,15 +257,25 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 	if err != nil {
 		return fold.Output{}, err
 	}
+	if err := p.checkOutput(raw); err != nil {
+		return fold.Output{}, err
+	}
 	// Copy the mutations out of guest memory into one reusable arena: the
 	// next call into the guest may overwrite or move them.
 	p.views, p.spans, p.arena = p.views[:0], p.spans[:0], p.arena[:0]
-	rejected, err := abi.DecodeOutput(raw, func(op byte, key, value []byte) error {
+	o := &p.r.opts
+	rejected, err := abi.DecodeOutputBounded(raw, o.MaxErrorBytes, func(op byte, key, value []byte) error {
 		// What the store would refuse is the plugin's fault, caught here:
 		// a malformed output (retried on a fresh instance, then failing
 		// the batch), never a commit failure.
 		if len(key) == 0 {
 			return errors.New("a view mutation with an empty key (view keys must not be empty)")
+		}
+		if len(key) > o.MaxViewKeyBytes {
+			return &LimitError{What: "a view key", Size: int64(len(key)), Limit: int64(o.MaxViewKeyBytes), Unit: "bytes", Key: KeyMaxViewKey}
+		}
+		if len(value) > o.MaxViewValueBytes {
+			return &LimitError{What: "a view value", Size: int64(len(value)), Limit: int64(o.MaxViewValueBytes), Unit: "bytes", Key: KeyMaxViewValue}
 		}
 		s := span{k0: len(p.arena)}
 		p.arena = append(p.arena, key...)
@@ -281,8 +292,12 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 	})
 	if err != nil {
 		var ge *abi.GuestError
-		if errors.As(err, &ge) {
+		var le *LimitError
+		switch {
+		case errors.As(err, &ge):
 			return fold.Output{}, &PluginError{Kind: KindGuest, Module: p.current.Short(), Err: ge, Stderr: p.in.stderr.String()}
+		case errors.As(err, &le):
+			return fold.Output{}, &PluginError{Kind: KindLimit, Module: p.current.Short(), Err: le}
 		}
 		return fold.Output{}, &PluginError{Kind: KindMalformed, Module: p.current.Short(), Err: err, Stderr: p.in.stderr.String()}
 	}
@@ -299,4 +314,22 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 		}
 	}
 	return fold.Output{Views: p.views, Rejected: rejected, Identity: p.current.identity}, nil
+}
+
+// checkOutput refuses an ok output record over MaxOutputBytes, or whose
+// header counts more than MaxViewMutations, before anything of it is
+// copied. An error record is not held to MaxOutputBytes: only
+// MaxErrorBytes of its message are copied.
+func (p *Plugin) checkOutput(raw []byte) error {
+	o := &p.r.opts
+	if len(raw) < 12 || binary.LittleEndian.Uint32(raw) != abi.StatusOK {
+		return nil // an error record, or malformed: the decoder's to judge
+	}
+	le := &LimitError{What: "an output record", Size: int64(len(raw)), Limit: int64(o.MaxOutputBytes), Unit: "bytes", Key: KeyMaxOutput}
+	if n := binary.LittleEndian.Uint32(raw[8:]); int64(n) > int64(o.MaxViewMutations) {
+		le = &LimitError{What: "an output", Size: int64(n), Limit: int64(o.MaxViewMutations), Unit: "view mutations", Key: KeyMaxViewMutations}
+	} else if len(raw) <= o.MaxOutputBytes {
+		return nil
+	}
+	return &PluginError{Kind: KindLimit, Module: p.current.Short(), Err: le}
 }

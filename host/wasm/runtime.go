@@ -17,6 +17,7 @@ import (
 	"github.com/foldhost/foldhost/internal/files"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
@@ -46,6 +47,8 @@ type Options struct {
 	// instance before Apply returns the error; default DefaultRetries,
 	// NoRetries for none.
 	Retries int
+	// Limits bound what one call into a plugin can make the host hold.
+	Limits
 	// Logger receives the plugin's log lines and stdout/stderr; default
 	// slog.Default().
 	Logger *slog.Logger
@@ -64,6 +67,33 @@ type Options struct {
 	// containment selects how guests are contained; only the package's
 	// benchmarks set it, to compare the alternatives in one process.
 	containment containment
+}
+
+// Limits bound what one call into a plugin can make the host hold, each
+// zero taking its default (RATIONALE.md, "What a plugin can make the host
+// hold"). Crossing one is a plugin failure of KindLimit whose error is a
+// *LimitError naming the limit and its configuration key: the instance is
+// discarded and the batch retried on a fresh one, as after a trap.
+type Limits struct {
+	// MaxOutputBytes caps one ok output record (an apply's view
+	// mutations, encoded); default DefaultMaxOutputBytes.
+	MaxOutputBytes int
+	// MaxViewMutations caps the view mutations of one apply; default
+	// DefaultMaxViewMutations.
+	MaxViewMutations int
+	// MaxViewKeyBytes and MaxViewValueBytes cap one view key and one view
+	// value; defaults DefaultMaxViewKeyBytes, DefaultMaxViewValueBytes.
+	MaxViewKeyBytes, MaxViewValueBytes int
+	// MaxReadBytes caps the answer to one read; MaxCallReadBytes the
+	// answers to all reads of one call (an apply); defaults
+	// DefaultMaxReadBytes, DefaultMaxCallReadBytes. An answer is also
+	// never larger than the plugin's memory, where it is copied.
+	MaxReadBytes, MaxCallReadBytes int
+	// MaxErrorBytes: a plugin's own error message (a status-1 output) is
+	// cut to this many bytes as it is copied out of guest memory, so the
+	// host never holds more of it. Not a failure of its own: the batch
+	// fails with the plugin's error, cut. Default DefaultMaxErrorBytes.
+	MaxErrorBytes int
 }
 
 func (o *Options) notifyReload(rl Reload) {
@@ -90,6 +120,14 @@ const (
 	DefaultRetries        = 2
 	NoRetries             = -1
 	DefaultGCEvery        = 16
+
+	DefaultMaxOutputBytes    = 16 << 20
+	DefaultMaxViewMutations  = 100_000
+	DefaultMaxViewKeyBytes   = 4 << 10
+	DefaultMaxViewValueBytes = 1 << 20
+	DefaultMaxReadBytes      = 16 << 20
+	DefaultMaxCallReadBytes  = 256 << 20
+	DefaultMaxErrorBytes     = 4 << 10
 )
 
 func (o Options) withDefaults() Options {
@@ -115,6 +153,19 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	for _, l := range []struct {
+		v   *int
+		def int
+	}{
+		{&o.MaxOutputBytes, DefaultMaxOutputBytes}, {&o.MaxViewMutations, DefaultMaxViewMutations},
+		{&o.MaxViewKeyBytes, DefaultMaxViewKeyBytes}, {&o.MaxViewValueBytes, DefaultMaxViewValueBytes},
+		{&o.MaxReadBytes, DefaultMaxReadBytes}, {&o.MaxCallReadBytes, DefaultMaxCallReadBytes},
+		{&o.MaxErrorBytes, DefaultMaxErrorBytes},
+	} {
+		if *l.v <= 0 {
+			*l.v = l.def
+		}
+	}
 	return o
 }
 
@@ -129,6 +180,7 @@ type Runtime struct {
 	// panics (TestConcurrentLoadsOfOneModule).
 	compileMu sync.Mutex
 	logs      *logLimiter
+	memory    experimental.MemoryAllocator // guests' linear memories: guestMemory
 }
 
 // NewRuntime starts a runtime with the host imports installed.
@@ -161,7 +213,7 @@ func NewRuntime(ctx context.Context, o Options) (*Runtime, error) {
 		rt.Close(ctx)
 		return nil, err
 	}
-	return &Runtime{rt: rt, opts: o, logs: newLogLimiter()}, nil
+	return &Runtime{rt: rt, opts: o, logs: newLogLimiter(), memory: guestMemory}, nil
 }
 
 // Close releases the runtime and every instance it made.
