@@ -65,7 +65,7 @@ func TestReadsDuringARepairSeeThePreRepairState(t *testing.T) {
 	}
 	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Options{Folds: []httpapi.Fold{f}}))
 	defer srv.Close()
-	for _, path := range []string{"/v1/folds/a/raw/a", "/v1/folds/a/raw?prefix="} {
+	for _, path := range []string{"/v1/folds/a/raw/a", "/v1/folds/a/raw?prefix=", "/v1/folds/a/raw?prefix=&format=ndjson"} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
@@ -142,5 +142,50 @@ func TestRestoreCheck(t *testing.T) {
 	m.Scope = []string{"route."}
 	if err := restoreCheck(m, o, origin, local, ret); err != nil {
 		t.Errorf("an artifact of the same scope refused: %v", err)
+	}
+}
+
+// TestAnswersSayHowFarTheyAreSettled: a prefix fold's answer read while its
+// cursor is unsettled (a delivery its settle probe has not confirmed yet)
+// carries the settled revision beside the cursor, in every kind of read;
+// once settled, no answer carries it.
+func TestAnswersSayHowFarTheyAreSettled(t *testing.T) {
+	h := &Host{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	f, err := newFold(FoldOptions{Name: "a", DataDir: filepath.Join(t.TempDir(), "a")}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.closeStore()
+	a := fold.Update{Key: "a", Value: []byte("one"), Rev: 9, Op: fold.OpPut}
+	if err := f.store.Commit(fold.Commit{Raw: []fold.Update{a}, Cursor: protocol.Cursor{Rev: 9, Unsettled: true, Settled: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Options{Folds: []httpapi.Fold{f}}))
+	defer srv.Close()
+	paths := []string{"/v1/folds/a/raw/a", "/v1/folds/a/raw/nope", "/v1/folds/a/raw?prefix=", "/v1/folds/a/raw?prefix=&format=ndjson"}
+	get := func(path string) string {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	for _, path := range paths {
+		if body := get(path); !strings.Contains(body, `"cursor":9`) || !strings.Contains(body, `"settled":4`) {
+			t.Errorf("GET %s with an unsettled cursor: %s, want cursor 9 and settled 4", path, body)
+		}
+	}
+	if st := f.Status(); st.Cursor != 9 || st.Settled != 4 {
+		t.Errorf("status: cursor %d settled %d, want 9 and 4", st.Cursor, st.Settled)
+	}
+	if err := f.store.Commit(fold.Commit{Cursor: protocol.Cursor{Rev: 9}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range paths {
+		if body := get(path); strings.Contains(body, `"settled"`) {
+			t.Errorf("GET %s with a settled cursor: %s, want no settled mark", path, body)
+		}
 	}
 }

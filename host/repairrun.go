@@ -44,7 +44,12 @@ func (f *Fold) repair(ctx context.Context, feed fold.Feed, plugin fold.Plugin, c
 		if !protocol.CursorlessStartNeedsRepair(mode, has, truth) {
 			return nil, nil
 		}
-		f.log.Warn("the store holds data but no cursor (a first commit that did not complete, or a store filled elsewhere): repairing before following")
+		if has {
+			f.log.Warn("the store holds data but no cursor (a first commit that did not complete, or a store filled elsewhere): repairing before following")
+		} else {
+			f.log.Info("a first start on a bucket whose listing is not the truth (its retention evicts current values): looking for an artifact to restore from before following",
+				"eviction", evictionOf(ret))
+		}
 	}
 	plan := protocol.PlanRepair(mode, truth)
 	switch plan {

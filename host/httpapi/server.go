@@ -299,27 +299,42 @@ func (s *server) getOne(sp space) http.HandlerFunc {
 type rawGetResponse struct {
 	Fold   string `json:"fold"`
 	Cursor uint64 `json:"cursor"`
-	RepairPending
+	Staleness
 	RawItem
 }
 
 type viewGetResponse struct {
 	Fold   string `json:"fold"`
 	Cursor uint64 `json:"cursor"`
-	RepairPending
+	Staleness
 	ViewItem
 }
 
+// Staleness qualifies the cursor an answer carries, when it needs it.
+//
 // RepairPending marks an answer read from a store a repair began on and
 // has not finished (a repair that failed or was cut short): some of its
 // data may be newer than the cursor beside it. Absent otherwise.
-type RepairPending struct {
-	RepairPending bool `json:"repair_pending,omitempty"`
+//
+// Settled is set on a prefix-scoped fold's answer read within about a
+// second of a delivery (its settle probe's interval): every update of the
+// scope up to Settled is in the answer, but between Settled and the cursor
+// the fold's filtered consumer may have been clamped past updates that
+// retention evicted (the probe finds out, and the fold repairs). Absent
+// when it equals the cursor.
+type Staleness struct {
+	RepairPending bool    `json:"repair_pending,omitempty"`
+	Settled       *uint64 `json:"settled,omitempty"`
 }
 
-func repairPendingOf(sn *fold.Snapshot) RepairPending {
+func stalenessOf(sn *fold.Snapshot) Staleness {
 	p, _ := sn.RepairPending() // a read error shows in the read itself
-	return RepairPending{p}
+	st := Staleness{RepairPending: p}
+	if c := sn.Cursor(); c.Unsettled {
+		settled := uint64(c.Settled)
+		st.Settled = &settled
+	}
+	return st
 }
 
 func (s *server) get(w http.ResponseWriter, f Fold, sp space, key string) {
@@ -329,7 +344,7 @@ func (s *server) get(w http.ResponseWriter, f Fold, sp space, key string) {
 	}
 	defer sn.Close()
 	cursor := uint64(sn.Cursor().Rev)
-	pending := repairPendingOf(sn)
+	pending := stalenessOf(sn)
 	var resp any
 	var found bool
 	var err error
@@ -352,7 +367,7 @@ func (s *server) get(w http.ResponseWriter, f Fold, sp space, key string) {
 			Error  string `json:"error"`
 			Fold   string `json:"fold"`
 			Cursor uint64 `json:"cursor"`
-			RepairPending
+			Staleness
 		}{fmt.Sprintf("key %q not found", key), f.Name(), cursor, pending})
 	default:
 		writeJSON(w, http.StatusOK, resp)
@@ -363,7 +378,7 @@ func (s *server) get(w http.ResponseWriter, f Fold, sp space, key string) {
 type rangeResponse struct {
 	Fold   string `json:"fold"`
 	Cursor uint64 `json:"cursor"`
-	RepairPending
+	Staleness
 	// Prefix follows the byte-string rule ([Bytes]): text when valid
 	// UTF-8, always base64.
 	Prefix    *string `json:"prefix,omitempty"`
@@ -447,7 +462,7 @@ func (s *server) collection(sp space) http.HandlerFunc {
 			return
 		}
 		defer sn.Close()
-		resp := rangeResponse{Fold: f.Name(), Cursor: uint64(sn.Cursor().Rev), RepairPending: repairPendingOf(sn), Limit: limit}
+		resp := rangeResponse{Fold: f.Name(), Cursor: uint64(sn.Cursor().Rev), Staleness: stalenessOf(sn), Limit: limit}
 		resp.Prefix, resp.PrefixB64 = Bytes([]byte(prefix))
 		var err error
 		var last []byte // the page's last key
@@ -555,7 +570,8 @@ func (s *server) streamNDJSON(w http.ResponseWriter, f Fold, sp space, prefix st
 			End    bool   `json:"end"`
 			Count  int    `json:"count"`
 			Cursor uint64 `json:"cursor"`
-		}{true, n, cur})
+			Staleness
+		}{true, n, cur, stalenessOf(sn)})
 	}
 	_ = bw.Flush()
 }
