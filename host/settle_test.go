@@ -14,6 +14,7 @@ import (
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/natsload"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -49,29 +50,17 @@ func TestLaggingPrefixFoldDetectsTheClamp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	val := strings.Repeat("x", 2048)
-	for i := range 20000 {
+	val := []byte(strings.Repeat("x", 2048))
+	natsload.Publish(t, js, 20000, func(i int) *nats.Msg {
 		key := fmt.Sprintf("route.%d", i%3000)
 		if i%2 == 1 {
 			key = fmt.Sprintf("other.%d", i%3000)
 		}
-		var err error
 		if i%10 == 9 { // a KV delete: a marker with the operation header
-			_, err = js.PublishMsgAsync(&nats.Msg{Subject: "$KV.rt." + key, Header: nats.Header{"KV-Operation": []string{"DEL"}}})
-		} else {
-			_, err = js.PublishAsync("$KV.rt."+key, []byte(val))
+			return &nats.Msg{Subject: "$KV.rt." + key, Header: nats.Header{"KV-Operation": []string{"DEL"}}}
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i%1000 == 999 {
-			select {
-			case <-js.PublishAsyncComplete():
-			case <-time.After(2 * time.Minute):
-				t.Fatal("burst not acknowledged within 2m")
-			}
-		}
-	}
+		return &nats.Msg{Subject: "$KV.rt." + key, Data: val}
+	})
 	release()
 
 	deadline := time.Now().Add(2 * time.Minute)

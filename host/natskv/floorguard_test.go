@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/internal/natsload"
 	"github.com/foldhost/foldhost/protocol"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -41,18 +43,9 @@ func TestFloorGuardTripsWhenRetentionOverrunsAStalledWatch(t *testing.T) {
 	// The burst, while nobody reads: 20 MB of distinct keys.
 	val := []byte(strings.Repeat("x", 2048))
 	const n = 10000
-	for i := 0; i < n; i++ {
-		if _, err := js.PublishAsync(fmt.Sprintf("$KV.overrun.k%d", i+1), val); err != nil {
-			t.Fatal(err)
-		}
-		if i%1000 == 999 { // stay under the client's outstanding-ack limit
-			select {
-			case <-js.PublishAsyncComplete():
-			case <-time.After(60 * time.Second):
-				t.Fatal("burst not acknowledged within 60s")
-			}
-		}
-	}
+	natsload.Publish(t, js, n, func(i int) *nats.Msg {
+		return &nats.Msg{Subject: fmt.Sprintf("$KV.overrun.k%d", i+1), Data: val}
+	})
 
 	frontier := protocol.Revision(1)
 	for ev := range w.Events() {

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/internal/natsload"
 	"github.com/foldhost/foldhost/protocol"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -68,22 +70,13 @@ func TestPrefixWatchClampIsCaught(t *testing.T) {
 	val := []byte(strings.Repeat("x", 2048))
 	const n = 10000
 	inScope := func(rev protocol.Revision) bool { return rev == 1 || (rev >= 2 && (rev-2)%2 == 0) }
-	for i := 0; i < n; i++ {
+	natsload.Publish(t, js, n, func(i int) *nats.Msg {
 		key := fmt.Sprintf("o.%d", i)
 		if i%2 == 0 {
 			key = fmt.Sprintf("k.%d", i)
 		}
-		if _, err := js.PublishAsync("$KV.clamp."+key, val); err != nil {
-			t.Fatal(err)
-		}
-		if i%1000 == 999 {
-			select {
-			case <-js.PublishAsyncComplete():
-			case <-time.After(60 * time.Second):
-				t.Fatal("burst not acknowledged within 60s")
-			}
-		}
-	}
+		return &nats.Msg{Subject: "$KV.clamp." + key, Data: val}
+	})
 
 	delivered := map[protocol.Revision]bool{1: true}
 	var high protocol.Revision = 1
