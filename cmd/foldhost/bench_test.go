@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,5 +84,31 @@ func TestBench(t *testing.T) {
 	code, out, errOut = runCLI(t, nil, "bench", "--nats", srv.ClientURL(), "--keys", "1000", "--rounds", "1", "--delta", "10", "--plugins", plugins)
 	if code != 0 || !strings.Contains(out, "VS RAW FOLD") || !strings.Contains(out, "resume / replay") || !strings.Contains(out, "bootstrap / replay") {
 		t.Errorf("bench table: exit %d: %s %s", code, out, errOut)
+	}
+}
+
+// TestBenchPrintsItsFiguresWhateverFails: a bench whose check did not
+// hold, or whose later phase failed, still prints every figure it measured
+// (it used to exit 1 with none of them: "40 swaps asked for, 41
+// accepted"), and still fails.
+func TestBenchPrintsItsFiguresWhateverFails(t *testing.T) {
+	res := &benchResult{Keys: 10, Rounds: 1, Server: "embedded",
+		Variants: []benchVariant{{Name: benchWatchAll, Seconds: []float64{1}, Rate: 10, VsWatchAll: 1}},
+		Swap:     &benchSwap{Swaps: 40, Accepted: 41, Modules: "a <-> b"},
+		Checks:   []string{"hot swap: 40 swaps asked for, 41 accepted"}}
+	for _, asJSON := range []bool{false, true} {
+		var out strings.Builder
+		err := printBench(&out, res, nil, asJSON)
+		if err == nil || !strings.Contains(err.Error(), "41 accepted") {
+			t.Errorf("json %v: err %v, want the failed check", asJSON, err)
+		}
+		if !strings.Contains(out.String(), benchWatchAll) || !strings.Contains(out.String(), "41") {
+			t.Errorf("json %v: the figures are not printed:\n%s", asJSON, out.String())
+		}
+	}
+	var out strings.Builder
+	phase := errors.New("bench: restart: boom")
+	if err := printBench(&out, res, phase, false); !errors.Is(err, phase) || !strings.Contains(out.String(), benchWatchAll) {
+		t.Errorf("a failed phase: %v, printed:\n%s", err, out.String())
 	}
 }

@@ -99,6 +99,28 @@ func (p *Plugin) Swap(m *Module) {
 	old.Close(context.Background())
 }
 
+// swapUnlessUpcoming swaps m in as Swap does, unless it is the module the
+// next batch runs already (the same bytes), and reports whether it did. The
+// look and the swap are one step: two reloads of one file at once (a file
+// watcher's and an operator's) swap it in, and count it, once
+// (TestConcurrentReloadsOfOneFileCountOneSwap).
+func (p *Plugin) swapUnlessUpcoming(m *Module) bool {
+	p.mu.Lock()
+	up := p.current
+	if p.next != nil {
+		up = p.next
+	}
+	if up != nil && up.SHA256 == m.SHA256 {
+		p.mu.Unlock()
+		return false
+	}
+	old := p.next
+	p.next = m
+	p.mu.Unlock()
+	old.Close(context.Background())
+	return true
+}
+
 // ReloadFailed records a refused reload: the old module keeps running.
 func (p *Plugin) ReloadFailed(err error) {
 	p.mu.Lock()

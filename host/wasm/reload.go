@@ -40,14 +40,13 @@ func (r *Runtime) ReloadFrom(ctx context.Context, p *Plugin, from string, load f
 			"name", name, "version", version)
 		return nil
 	}
-	if p.Upcoming().SHA256 == full {
+	if !p.swapUnlessUpcoming(m) {
 		m.Close(ctx)
 		return nil // the module the next batch runs: nothing to swap
 	}
 	// The verdict is reported once the module is where it will run from,
 	// so a reaction to it (a failed fold's retry) finds it there.
 	defer p.reloadAccepted(full)
-	p.Swap(m)
 	r.opts.Logger.Info("wasm: plugin reload accepted; swapping at the next batch", "from", from, "module", sha,
 		"name", name, "version", version)
 	return nil
