@@ -73,9 +73,10 @@ type Runner struct {
 // Hooks are a Runner's reports to its caller (the host's status and
 // readers).
 type Hooks struct {
-	// Begin runs as a repair starts working on the store; the func it
-	// returns runs once (the host pins the pre-repair state for readers in
-	// between). A successful repair calls it before End.
+	// Begin runs as a repair starts working on the store, and the func it
+	// returns when that work is over (the host pins the pre-repair state
+	// for readers in between); that func must allow a second call. A
+	// successful repair calls it before End.
 	Begin func(plan protocol.RepairPlan) (end func())
 	// End records how a repair ended: outcome "done", "refused", "failed",
 	// "cancelled" (ctx ended) or "skipped" (a cursorless start found no
