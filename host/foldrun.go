@@ -42,11 +42,11 @@ type Fold struct {
 	rb   rebuilds
 	dead deadLetters
 
-	repairMu    sync.Mutex
-	repairs     httpapi.RepairStatus
-	pinned      atomic.Pointer[fold.Snapshot] // the pre-repair state readers see while a repair runs
-	onRepair    func(repair.Progress)         // RepairStopped's progress, if set
-	sawEviction atomic.Bool                   // a retention reading showed eviction (the memo may still be uncommitted)
+	repairMu sync.Mutex
+	repairs  httpapi.RepairStatus
+	pinned   atomic.Pointer[fold.Snapshot] // the pre-repair state readers see while a repair runs
+	onRepair func(repair.Progress)         // RepairStopped's progress, if set
+	repairer *repair.Runner                // plans and runs the repairs (Start makes it: newRepairer)
 
 	loop   atomic.Pointer[fold.Loop]       // the live loop rounds run on
 	runCtx atomic.Pointer[context.Context] // the fold's context while it runs

@@ -129,6 +129,9 @@ func (h *Host) Start(ctx context.Context) (err error) {
 	if err := h.settleOrigins(ctx); err != nil {
 		return err
 	}
+	for _, f := range h.folds {
+		f.repairer = f.newRepairer()
+	}
 	phase("origins checked")
 	h.metrics.Track(h.httpFolds())
 	if h.o.Admin.NATS {

@@ -611,3 +611,145 @@ func updateStream(t *testing.T, url, name string, edit func(*jetstream.StreamCon
 		t.Fatal(err)
 	}
 }
+
+// TestRestoreScope: three folds of scope route.eu. on one node (X), each
+// offered, under its own key, the artifact of another node's fold (Y) of
+// another scope, once X's cursors expired on an evicting bucket: a narrower
+// scope (route.eu.par.), a disjoint one (route.us.) and a wider one
+// (route.). The narrower and the disjoint are refused before any download,
+// naming both scopes, and leave the fold as it was: taken, they would
+// delete the fold's keys they lack, which the bucket no longer lists (aged
+// out). The wider one restores the fold's scope only: the artifact's keys
+// outside route.eu. are not imported. Mutations caught (the source
+// mutation check, -repair.mutations.full): covers() testing the prefixes
+// the wrong way round (the narrower is taken and deletes route.eu.lon.a;
+// the wider is refused), covers() with the scopes swapped (the same), the
+// restore skipping the artifact check (the narrower and the disjoint are
+// taken).
+func TestRestoreScope(t *testing.T) {
+	url, b := repairServer(t, natskv.BucketConfig{History: 1, MaxAge: time.Hour})
+	store, err := dirstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	names := []string{"narrower", "disjoint", "wider"}
+	ours := []string{"route.eu."}
+	theirs := map[string][]string{"narrower": {"route.eu.par."}, "disjoint": {"route.us."}, "wider": {"route."}}
+	scope := func(node, name string) []string {
+		if node == "y" {
+			return theirs[name]
+		}
+		return ours
+	}
+	opts := func(node string) host.Options {
+		o := host.Options{
+			NATS:      host.NATSOptions{Conn: natskv.ConnOptions{URL: url, Name: node}},
+			Artifacts: host.ArtifactOptions{Store: store, Where: "dir", Holder: node, LeaseTTL: time.Minute},
+		}
+		for _, name := range names {
+			o.Folds = append(o.Folds, host.FoldOptions{Name: name, Bucket: "rt", Scope: scope(node, name), ArtifactKey: name,
+				DataDir: filepath.Join(base, node, name), Repair: protocol.RepairAuto})
+		}
+		return o
+	}
+	revs := map[string]uint64{}
+	write := func(v string, keys ...string) uint64 {
+		var last uint64
+		for _, k := range keys {
+			last = put(t, b, k, v)
+			revs[k] = last
+		}
+		return last
+	}
+	// caughtUp waits until each fold of r reached the last revision
+	// written in its scope (a fold's cursor moves with its scope's
+	// messages only).
+	caughtUp := func(r *running, node string) {
+		for _, name := range names {
+			var last uint64
+			for k, rev := range revs {
+				if (natskv.Scope{Prefixes: scope(node, name)}).Contains(k) {
+					last = max(last, rev)
+				}
+			}
+			waitCursor(t, r.h.Fold(name), last)
+		}
+	}
+	// Nothing ages out while X runs (max_age an hour): its cursors get no
+	// eviction memo, which would let an age-only gap resume unrepaired.
+	write("1", "route.eu.par.a", "route.eu.lon.a", "route.us.ny.a", "route.as.tyo.a")
+	x, y := startHost(t, opts("x")), startHost(t, opts("y"))
+	caughtUp(x, "x")
+	caughtUp(y, "y")
+	if err := x.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]map[string]kvEntry{}
+	for _, name := range names {
+		before[name] = foldOfDir(t, filepath.Join(base, "x", name))
+	}
+	// While X is down, Y follows new keys and values in and out of X's
+	// scope, and then everything ages out: X's cursors expire.
+	updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge, c.Duplicates = time.Second, time.Second })
+	last := write("2", "route.eu.par.a", "route.eu.par.b", "route.eu.lon.b", "route.us.ny.b", "route.as.tyo.b")
+	caughtUp(y, "y")
+	waitFor(t, func() bool {
+		ret, _, err := b.Retention(context.Background())
+		return err == nil && ret.Window.First > protocol.Revision(last)
+	})
+	// What follows lives an hour (which still evicts: the plan stays a
+	// restore). A write in each of Y's scopes makes its artifact one a
+	// resume can start from (its cursor at or after the first retained
+	// revision).
+	updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
+	last = write("3", "route.eu.par.c", "route.us.ny.c", "route.as.tyo.c")
+	caughtUp(y, "y")
+	exported := map[string]map[string]kvEntry{}
+	for _, name := range names {
+		f := y.h.Fold(name)
+		if _, err := f.Export(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+		exported[name] = foldOf(t, f)
+	}
+	if err := y.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	x = startHost(t, opts("x"))
+	for _, name := range []string{"narrower", "disjoint"} {
+		f := x.h.Fold(name)
+		var st httpapi.Status
+		waitFor(t, func() bool { st = f.Status(); return st.Repairs.Last != nil && st.Repairs.Running == nil })
+		if l := st.Repairs.Last; l.Plan != "restore" || l.Outcome != "refused" {
+			t.Errorf("%s: last repair %+v, want a refused restore", name, l)
+		} else {
+			st = waitState(t, f, httpapi.StateFailed)
+			want := fmt.Sprintf("its scope %q does not cover the fold's %q", theirs[name], ours)
+			if !strings.Contains(st.LastError, "repair refused") || !strings.Contains(st.LastError, want) {
+				t.Errorf("%s: last error %q, want a refusal saying %s", name, st.LastError, want)
+			}
+		}
+		sameEntries(t, name+": the fold after the refusal", foldOf(t, f), before[name])
+	}
+	f := x.h.Fold("wider")
+	var st httpapi.Status
+	waitFor(t, func() bool { st = f.Status(); return st.Repairs.Last != nil && st.Repairs.Running == nil })
+	if l := st.Repairs.Last; l.Plan != "restore" || l.Outcome != "done" || l.Cursor != last {
+		t.Errorf("wider: last repair %+v, want a restore done to %d", l, last)
+	}
+	want := map[string]kvEntry{}
+	for k, e := range exported["wider"] {
+		if strings.HasPrefix(k, "route.eu.") {
+			want[k] = e
+		}
+	}
+	if len(want) != 5 || len(exported["wider"]) != 11 {
+		t.Fatalf("setup: the wider artifact holds %v", exported["wider"])
+	}
+	sameEntries(t, "wider: the restored fold (the fold's scope only)", foldOf(t, f), want)
+	if err := x.stop(t); err == nil {
+		t.Error("Run returned nil with two folds refused")
+	}
+}

@@ -1,8 +1,6 @@
 package host
 
 import (
-	"context"
-	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -11,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/fold"
@@ -58,7 +55,7 @@ func TestReadsDuringARepairSeeThePreRepairState(t *testing.T) {
 	// state, and the half-repaired store says so in every answer, the
 	// status, and to an export.
 	unpin()
-	f.repairFailed(context.Background(), protocol.PlanKeyListingDiff, errors.New("listing cut"), repair.Result{})
+	f.repairEnded(protocol.PlanKeyListingDiff, "failed", errors.New("listing cut"), repair.Result{})
 	st := f.Status()
 	if st.State != httpapi.StateStarting || !st.Repairs.Pending || st.Repairs.Running != nil || st.Repairs.Last.Outcome != "failed" {
 		t.Errorf("status after a failed repair: state %s, repairs %+v", st.State, st.Repairs)
@@ -95,53 +92,6 @@ func TestReadsDuringARepairSeeThePreRepairState(t *testing.T) {
 	}
 	if st := f.Status(); st.Repairs.Running != nil || st.Repairs.Pending || len(st.Repairs.Counts) != 2 {
 		t.Errorf("status after the repair: %+v", st.Repairs)
-	}
-}
-
-// TestRestoreCheck: an artifact is refused, before any download, when it is
-// of another bucket, does not cover the fold's scope, does not record its
-// stream or records another incarnation, is not ahead of the fold, or
-// cannot be resumed from; a good one passes. Each case fails when its check
-// is removed.
-func TestRestoreCheck(t *testing.T) {
-	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	o := FoldOptions{Bucket: "rt", Scope: []string{"route."}}
-	origin := fold.NewOrigin("rt", o.Scope, created)
-	local := protocol.Cursor{Rev: 10}
-	ret := protocol.Retention{Window: protocol.Window{First: 30, Last: 50}}
-	good := func() artifact.Manifest {
-		c, _ := protocol.Cursor{Rev: 40}.MarshalBinary()
-		return artifact.Manifest{Bucket: "rt", Scope: nil, StreamCreated: created, Cursor: hex.EncodeToString(c)}
-	}
-	if err := restoreCheck(good(), o, origin, local, ret); err != nil {
-		t.Fatalf("a good artifact (whole bucket, ahead, resumable) refused: %v", err)
-	}
-	at := func(rev protocol.Revision) string {
-		c, _ := protocol.Cursor{Rev: rev}.MarshalBinary()
-		return hex.EncodeToString(c)
-	}
-	for _, c := range []struct {
-		name, want string
-		edit       func(*artifact.Manifest)
-	}{
-		{"another bucket", "bucket", func(m *artifact.Manifest) { m.Bucket = "other" }},
-		{"a scope not covering", "does not cover", func(m *artifact.Manifest) { m.Scope = []string{"host."} }},
-		{"no stream recorded", "does not record its stream", func(m *artifact.Manifest) { m.StreamCreated = time.Time{} }},
-		{"a previous incarnation", "another incarnation", func(m *artifact.Manifest) { m.StreamCreated = created.Add(-time.Hour) }},
-		{"not ahead", "not ahead", func(m *artifact.Manifest) { m.Cursor = at(10) }},
-		{"not resumable", "not sound", func(m *artifact.Manifest) { m.Cursor = at(20) }},
-		{"beyond the head", "not sound", func(m *artifact.Manifest) { m.Cursor = at(60) }},
-	} {
-		m := good()
-		c.edit(&m)
-		if err := restoreCheck(m, o, origin, local, ret); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v, want a refusal saying %q", c.name, err, c.want)
-		}
-	}
-	m := good()
-	m.Scope = []string{"route."}
-	if err := restoreCheck(m, o, origin, local, ret); err != nil {
-		t.Errorf("an artifact of the same scope refused: %v", err)
 	}
 }
 

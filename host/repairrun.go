@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/repair"
@@ -26,181 +23,50 @@ func RepairDir(dataDir string) string {
 	return filepath.Join(filepath.Dir(dataDir), "."+filepath.Base(dataDir)+".repair")
 }
 
+// newRepairer wires the fold's repair.Runner (the repair it runs when its
+// cursor expires: planning, memo, Verify, artifact checks) to its bucket,
+// store, artifact store and status. Start makes it once the plugin is
+// loaded and the origin settled; it keeps the eviction reading between
+// repairs.
+func (f *Fold) newRepairer() *repair.Runner {
+	return &repair.Runner{
+		Mode:   f.o.Repair,
+		Bucket: f.o.Bucket,
+		Scope:  f.o.Scope,
+		Stream: f.origin.StreamCreated,
+		Store:  f.store,
+		Retention: func(ctx context.Context) (protocol.Retention, error) {
+			ret, _, err := f.bucket.Retention(ctx)
+			if err == nil {
+				f.lastSeq.Store(uint64(ret.Last)) // the lag's head
+			}
+			return ret, err
+		},
+		Listed:         f.bucket.Listed,
+		Artifacts:      f.h.o.Artifacts.Store,
+		ArtifactKey:    f.o.ArtifactKey,
+		ArtifactsWhere: f.h.o.Artifacts.Where,
+		ScratchDir:     RepairDir(f.o.DataDir),
+		MaxBatch:       f.o.BatchSize,
+		Poison:         f.countedPoison(),
+		Hooks:          repair.Hooks{Begin: f.pinForRepair, End: f.repairEnded, Progress: f.repairProgress},
+		Logger:         f.log,
+	}
+}
+
 // repair is the fold's fold.FollowConfig.Repair: it runs on Follow's
 // goroutine, between loops, so it may commit to the store directly.
 func (f *Fold) repair(ctx context.Context, feed fold.Feed, plugin fold.Plugin, cause error) (fold.Source, error) {
 	defer f.pruneDeadLetters() // of a repair under on_plugin_error = "skip"
-	ret, err := f.retention(ctx, f.store.Commit)
-	if err != nil {
-		return nil, fmt.Errorf("planning the repair: %w", err)
-	}
-	mode := f.o.Repair
-	truth := protocol.ListingTruth(&ret, f.store.Cursor().EvictionSeen)
-	if cause == nil {
-		has, err := hasRawData(f.store)
-		if err != nil {
-			return nil, err
-		}
-		if !protocol.CursorlessStartNeedsRepair(mode, has, truth) {
-			return nil, nil
-		}
-		if has {
-			f.log.Warn("the store holds data but no cursor (a first commit that did not complete, or a store filled elsewhere): repairing before following")
-		} else {
-			f.log.Info("a first start on a bucket whose listing is not the truth (its retention evicts current values): looking for an artifact to restore from before following",
-				"eviction", evictionOf(ret))
-		}
-	}
-	plan := protocol.PlanRepair(mode, truth)
-	switch plan {
-	case protocol.PlanRefuse:
-		err := refusal(f.o.Repair, ret, f.store.Cursor(), cause)
-		f.endRepair(plan, "refused", err, repair.Result{})
-		return nil, err
-	case protocol.PlanRestore:
-		return f.restore(ctx, feed, plugin, ret, cause)
-	}
-	src, err := feed.Watch(ctx, protocol.Cursor{}) // a state-sync, on the fold's stream
-	if err != nil {
-		return nil, err
-	}
-	f.log.Warn("repair starting", "plan", plan.String(), "cursor", f.store.Cursor(), "retains", fmt.Sprintf("%d..%d", ret.First, ret.Last), "cause", errString(cause))
-	unpin := f.pinForRepair(plan)
-	res, err := repair.Relist(ctx, src, f.store, plugin, repair.Config{
-		Deletes:    plan == protocol.PlanKeyListingDiff,
-		Scope:      f.o.Scope,
-		ScratchDir: RepairDir(f.o.DataDir),
-		MaxBatch:   f.o.BatchSize,
-		Poison:     f.countedPoison(),
-		Verify: func(ctx context.Context) error {
-			if plan != protocol.PlanKeyListingDiff {
-				return nil
-			}
-			ret, err := f.retention(ctx, f.store.Commit)
-			if err != nil {
-				return fmt.Errorf("re-reading retention after the listing: %w", err)
-			}
-			if protocol.ListingTruth(&ret, f.store.Cursor().EvictionSeen) != protocol.TruthYes {
-				return refusal(f.o.Repair, ret, f.store.Cursor(), cause)
-			}
-			return nil
-		},
-		Progress: f.repairProgress,
-		Logger:   f.log,
-	})
-	unpin()
-	if err != nil {
-		src.Stop()
-		f.repairFailed(ctx, plan, err, res)
-		return nil, err
-	}
-	f.endRepair(plan, "done", nil, res)
-	f.log.Warn("repair done; following", "plan", plan.String(), "cursor", res.Cursor, "listed", res.Listed,
-		"folded", res.Folded, "deleted", res.Deleted, "unchanged", res.Unchanged, "took", res.Took.Round(time.Millisecond))
-	if res.Kept > 0 {
-		f.log.Warn("repair = \"none\": fold keys the bucket no longer lists were kept; keys deleted while the cursor was expired may persist", "kept", res.Kept)
-	}
-	f.state.Store(httpapi.StateFollowing)
-	f.ready.Store(true)
-	return src, nil
-}
-
-func errString(err error) string {
-	if err == nil {
-		return "a start without a cursor"
-	}
-	return err.Error()
-}
-
-// refusal explains a key-listing repair that cannot run.
-func refusal(mode protocol.RepairMode, ret protocol.Retention, cur protocol.Cursor, cause error) error {
-	err := fmt.Errorf("%w (repair = %q): %s, so a key missing from the bucket's listing may have aged out rather than been deleted, and a key-listing repair would delete it; "+
-		"set repair = \"auto\" or \"restore\" with an artifact store other nodes export to, and keep this data_dir (it holds values NATS no longer has)",
-		fold.ErrRepairRefused, mode, evictionWhy(ret, cur))
-	return withCause(err, cause)
-}
-
-func evictionWhy(ret protocol.Retention, cur protocol.Cursor) string {
-	var why []string
-	if ret.EvictsCurrentValues() {
-		why = append(why, "the bucket's retention evicts current values ("+evictionOf(ret)+")")
-	}
-	if cur.EvictionSeen {
-		why = append(why, "this fold has seen retention evict current values (the cursor's eviction memo, kept after eviction is switched off)")
-	}
-	if len(why) == 0 {
-		return "the bucket's retention could not be read"
-	}
-	return strings.Join(why, "; ")
-}
-
-func withCause(err, cause error) error {
-	if cause != nil {
-		return fmt.Errorf("%w: %w", err, cause)
-	}
-	return err
-}
-
-func evictionOf(r protocol.Retention) string {
-	var s []string
-	if r.MaxAge > 0 {
-		s = append(s, "max_age "+r.MaxAge.String())
-	}
-	if r.PerMessageTTL {
-		s = append(s, "per-message TTLs")
-	}
-	if r.DiscardOldLimit {
-		s = append(s, "a discard-old limit")
-	}
-	return strings.Join(s, ", ")
+	return f.repairer.Run(ctx, feed, plugin, cause)
 }
 
 // retention reads the stream's live retention, refreshes the lag's head,
 // and commits the eviction memo (through commit) the first time the
-// reading shows retention evicting current values.
+// reading shows retention evicting current values
+// (repair.Runner.ReadRetention).
 func (f *Fold) retention(ctx context.Context, commit func(fold.Commit) error) (protocol.Retention, error) {
-	ret, _, err := f.bucket.Retention(ctx)
-	if err != nil {
-		return ret, err
-	}
-	f.lastSeq.Store(uint64(ret.Last))
-	if err := f.noteEviction(ret, commit); err != nil {
-		return ret, err
-	}
-	return ret, nil
-}
-
-// noteEviction sets the cursor's eviction memo when ret shows eviction and
-// the memo is not set yet. Once set it is never cleared (the store refuses).
-//
-// A reading that shows eviction is remembered even when the commit cannot
-// be made (the loop stopped for an expiry): the repair that follows commits
-// the memo from it, even if eviction was switched off in between.
-func (f *Fold) noteEviction(ret protocol.Retention, commit func(fold.Commit) error) error {
-	cur := f.store.Cursor()
-	if ret.HasEvicted() {
-		f.sawEviction.Store(true)
-	}
-	if cur.EvictionSeen || !f.sawEviction.Load() {
-		return nil
-	}
-	cur.EvictionSeen = true
-	if err := commit(fold.Commit{Cursor: cur}); err != nil {
-		return fmt.Errorf("recording the eviction memo: %w", err)
-	}
-	f.log.Warn("retention has evicted current values of the bucket: this fold will never trust a key listing again (eviction memo set on the cursor)",
-		"eviction", evictionOf(ret), "first_retained", ret.First)
-	return nil
-}
-
-// hasRawData reports whether the store holds any raw entry.
-func hasRawData(r fold.Reader) (bool, error) {
-	errFound := errors.New("found")
-	err := r.RawKeys("", func([]byte) error { return errFound })
-	if errors.Is(err, errFound) {
-		return true, nil
-	}
-	return false, err
+	return f.repairer.ReadRetention(ctx, commit)
 }
 
 // pinForRepair marks the fold repairing and pins its pre-repair state for
@@ -242,25 +108,21 @@ func (f *Fold) repairProgress(p repair.Progress) {
 	}
 }
 
-// repairFailed records a repair that ended without completing: refused
-// (the fold stops), cancelled (shutdown), or failed (retried, unless the
-// error stops the fold: a plugin error, persistent commit failures).
-func (f *Fold) repairFailed(ctx context.Context, plan protocol.RepairPlan, err error, res repair.Result) {
-	outcome := "failed"
+// repairEnded is the repairs' Hooks.End: a repair that is done leaves the
+// fold following (a listing: its source is live) or hydrating (a restore:
+// the resume from the artifact's cursor starts), before the status says
+// it is done.
+func (f *Fold) repairEnded(plan protocol.RepairPlan, outcome string, err error, res repair.Result) {
 	switch {
-	case ctx.Err() != nil:
-		outcome = "cancelled"
-	case errors.Is(err, fold.ErrRepairRefused):
-		outcome = "refused"
-	case errors.Is(err, fold.ErrPlugin):
+	case outcome == "done" && plan == protocol.PlanRestore:
+		f.state.Store(httpapi.StateHydrating)
+	case outcome == "done":
+		f.state.Store(httpapi.StateFollowing)
+		f.ready.Store(true)
+	case outcome == "failed" && errors.Is(err, fold.ErrPlugin):
 		f.pluginErrs.Add(1)
 	}
 	f.endRepair(plan, outcome, err, res)
-	if outcome == "cancelled" {
-		f.log.Info("repair interrupted by shutdown; the next start finishes it", "plan", plan.String(), "folded", res.Folded)
-		return
-	}
-	f.log.Error("repair ended without completing", "plan", plan.String(), "outcome", outcome, "err", err)
 }
 
 // endRepair records an ended repair in the status and metrics.
@@ -297,164 +159,6 @@ func (f *Fold) repairStatus() httpapi.RepairStatus {
 		st.Last = &c
 	}
 	return st
-}
-
-// errNoRestoreSource: no artifact to restore from (none configured or none
-// published); a cursorless start then state-syncs instead.
-var errNoRestoreSource = errors.New("no artifact to restore from")
-
-// restore runs the artifact restore: the newest artifact of the fold's key,
-// checked (bucket, scope coverage, stream, protocol.RestoreAllowed) before
-// anything is downloaded, imported into the scratch dir, checked again, and
-// the difference folded through the plugin (repair.Restore). It returns
-// the watch that resumes from the artifact's cursor.
-func (f *Fold) restore(ctx context.Context, feed fold.Feed, plugin fold.Plugin, ret protocol.Retention, cause error) (fold.Source, error) {
-	const plan = protocol.PlanRestore
-	refuse := func(format string, args ...any) error {
-		err := withCause(fmt.Errorf("%w (repair = %q): "+format, append([]any{fold.ErrRepairRefused, f.o.Repair}, args...)...), cause)
-		f.endRepair(plan, "refused", err, repair.Result{})
-		return err
-	}
-	store := f.h.o.Artifacts.Store
-	if store == nil {
-		if cause == nil {
-			return f.noRestoreSource(ret, "no artifact store is configured")
-		}
-		return nil, refuse("%s and no artifact store is configured to restore from; keep this data_dir (it holds values NATS no longer has)", evictionWhy(ret, f.store.Cursor()))
-	}
-	key := f.o.ArtifactKey
-	local := f.store.Cursor()
-	check := func(m artifact.Manifest) error { return restoreCheck(m, f.o, f.origin, local, ret) }
-	scratch := RepairDir(f.o.DataDir)
-	if err := os.RemoveAll(scratch); err != nil {
-		return nil, fmt.Errorf("clearing the repair's scratch dir: %w", err)
-	}
-	if err := os.MkdirAll(scratch, 0o755); err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(scratch)
-	f.log.Warn("restore starting", "key", key, "store", f.h.o.Artifacts.Where, "cursor", local, "retains", fmt.Sprintf("%d..%d", ret.First, ret.Last), "cause", errString(cause))
-	unpin := f.pinForRepair(plan)
-	defer unpin()
-	var vetted error
-	dest := filepath.Join(scratch, "artifact")
-	m, err := artifact.Download(ctx, store, key, dest, artifact.DownloadOptions{Check: func(m artifact.Manifest) error {
-		vetted = check(m)
-		return vetted
-	}})
-	switch {
-	case errors.Is(err, artifact.ErrNoPointer):
-		if cause == nil {
-			unpin()
-			f.endRepair(plan, "skipped", nil, repair.Result{})
-			return f.noRestoreSource(ret, fmt.Sprintf("no artifact is published under key %q", key))
-		}
-		return nil, refuse("%s and no artifact is published under key %q in %s to restore from; keep this data_dir (it holds values NATS no longer has)",
-			evictionWhy(ret, local), key, f.h.o.Artifacts.Where)
-	case err != nil && vetted != nil:
-		return nil, refuse("the newest artifact under key %q cannot restore this fold: %v", key, vetted)
-	case err != nil:
-		f.endRepair(plan, "failed", err, repair.Result{})
-		return nil, fmt.Errorf("restore: %w", err) // transient: the next attempt downloads again
-	}
-	art, _, err := fold.Open(dest, fold.Options{Logger: f.log, MemTableSize: 4 << 20, CacheSize: 8 << 20})
-	if err != nil {
-		f.endRepair(plan, "failed", err, repair.Result{})
-		return nil, fmt.Errorf("restore: opening the imported artifact: %w", err)
-	}
-	defer art.Close()
-	if o, ok, err := art.Origin(); err != nil || !ok || o.Bucket != m.Bucket || !o.StreamCreated.Equal(m.StreamCreated) {
-		return nil, refuse("the imported artifact's store records origin %v (%t, %v), its manifest says %v", o, ok, err, m.Origin())
-	}
-	res, err := repair.Restore(ctx, f.store, art, plugin, repair.RestoreConfig{
-		Scope:    f.o.Scope,
-		MaxBatch: f.o.BatchSize,
-		Listed:   f.bucket.Listed,
-		Poison:   f.countedPoison(),
-		Verify: func(ctx context.Context, c protocol.Cursor) error {
-			ret, err := f.retention(ctx, f.store.Commit)
-			if err != nil {
-				return fmt.Errorf("re-reading retention before moving the cursor: %w", err)
-			}
-			if v := protocol.CheckCursorResume(c, ret.Window); v != protocol.ResumeOK {
-				return fmt.Errorf("%w: retention passed the artifact's cursor %d while it was folded in (the stream retains %d..%d: %s); the next attempt takes a newer artifact",
-					fold.ErrCursorExpired, c.Rev, ret.First, ret.Last, v)
-			}
-			return nil
-		},
-		Progress: f.repairProgress,
-		Logger:   f.log,
-	})
-	if err != nil {
-		f.repairFailed(ctx, plan, err, res)
-		return nil, err
-	}
-	f.endRepair(plan, "done", nil, res)
-	f.log.Warn("restore done; resuming from the artifact's cursor", "cursor", res.Cursor, "folded", res.Folded,
-		"deleted", res.Deleted, "unchanged", res.Unchanged, "took", res.Took.Round(time.Millisecond))
-	unpin()
-	f.state.Store(httpapi.StateHydrating)
-	return feed.Watch(ctx, f.store.Cursor())
-}
-
-// noRestoreSource lets a cursorless start state-sync when there is nothing
-// to restore from (the first node of a fleet): keys already evicted from
-// the bucket are then missing, and the log says so.
-func (f *Fold) noRestoreSource(ret protocol.Retention, why string) (fold.Source, error) {
-	f.log.Warn("starting without a cursor on a bucket whose listing is incomplete, and "+why+": values the bucket already evicted are not in the fold",
-		"eviction", evictionOf(ret))
-	return nil, nil
-}
-
-// covers reports whether an artifact of scope theirs holds every key of
-// scope ours (no prefixes: the whole bucket).
-func covers(theirs, ours []string) bool {
-	if len(theirs) == 0 {
-		return true
-	}
-	if len(ours) == 0 {
-		return false
-	}
-	for _, p := range ours {
-		if !slices.ContainsFunc(theirs, func(q string) bool { return strings.HasPrefix(p, q) }) {
-			return false
-		}
-	}
-	return true
-}
-
-// restoreCheck vets an artifact for restoring the fold o (whose store
-// records origin and cursor local) against the live retention ret, before
-// anything is downloaded: same bucket and stream, a scope covering the
-// fold's, protocol.RestoreAllowed.
-func restoreCheck(m artifact.Manifest, o FoldOptions, origin fold.Origin, local protocol.Cursor, ret protocol.Retention) error {
-	if m.Bucket != o.Bucket {
-		return fmt.Errorf("it folds bucket %q, the fold %q", m.Bucket, o.Bucket)
-	}
-	if !covers(m.Scope, o.Scope) {
-		return fmt.Errorf("its scope %s does not cover the fold's %s", scopeText(m.Scope), scopeText(o.Scope))
-	}
-	if m.StreamCreated.IsZero() {
-		return errors.New("it does not record its stream (an artifact of an older foldhost): it may be of a previous incarnation of the bucket")
-	}
-	if !m.StreamCreated.Equal(origin.StreamCreated) {
-		return fmt.Errorf("it is of another incarnation of the bucket (its stream was created at %s, the fold's at %s)",
-			m.StreamCreated.UTC().Format(time.RFC3339Nano), origin.StreamCreated.UTC().Format(time.RFC3339Nano))
-	}
-	c, err := m.DecodeCursor()
-	if err != nil {
-		return err
-	}
-	if !protocol.RestoreAhead(c.Rev, local.Rev) {
-		return fmt.Errorf("its cursor %d is not ahead of the fold's %d (a node never restores from its own exports: restore needs another node's newer one)", c.Rev, local.Rev)
-	}
-	if !protocol.RestoreAllowed(c.Rev, local.Rev, ret.Window) {
-		return fmt.Errorf("a resume from its cursor %d is not sound: the stream retains %d..%d (%s)", c.Rev, ret.First, ret.Last, protocol.CheckResume(c.Rev, ret.Window))
-	}
-	if v := protocol.CheckCursorResume(c, ret.Window); v != protocol.ResumeOK {
-		return fmt.Errorf("a resume from its cursor %v is not sound: the stream retains %d..%d past the revision its prefix watch had settled (%s)", c, ret.First, ret.Last, v)
-	}
-	return nil
 }
 
 // errOperator is the cause of a repair an operator asked for.

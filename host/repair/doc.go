@@ -3,6 +3,12 @@
 // CursorlessStartNeedsRepair). A repair runs between flushes, with the store
 // holding every delivered update, never concurrently with an apply.
 //
+// [Runner] is the repair a fold runs (the host's, and the simulation's in
+// package sim): it reads the live retention and records the cursor's
+// eviction memo, plans, and runs the plan: a refusal, [Relist], or a
+// restore from the newest artifact ([Runner.CheckArtifact], the download,
+// [Restore]).
+//
 // [Relist] is the key-listing repair: a state-sync of the fold's scope is
 // sorted on disk, merge-joined against the fold's raw keys, and the
 // difference folded through the plugin (synthetic deletes for keys the
@@ -10,4 +16,7 @@
 // it. [Restore] folds the difference between the fold and an imported
 // artifact through the plugin, per key as protocol.RestoreKey decides, and
 // moves the cursor to the artifact's in its last commit.
+//
+// The source-mutation check (mutation_test.go) breaks the Runner's guards
+// one at a time and requires the tests named for each to fail.
 package repair

@@ -1,10 +1,11 @@
-package repair_test
+package sim
 
 import (
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -14,39 +15,49 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/repair"
 	"github.com/foldhost/foldhost/protocol"
 )
 
 // The deterministic simulation of the real loop (fold.Follow, fold.Loop, the
-// store) and both cursor-expiry repairs (the key-listing diff, repair.Relist,
-// and the artifact restore, repair.Restore), driven by a simulated NATS KV
-// log (history 1: a write removes the key's previous message; delete markers
-// that get purged; eviction of the oldest messages, current values
-// included) and a fault-injecting store (a transient commit failure, or a
-// crash at commit N: every later commit fails and the process dies). Time
-// never moves (the loop's clock never fires), so batches close at MaxBatch,
-// at the Synced marker and at the source's end: a seed fixes the whole run.
+// store) and the host's own cursor-expiry repair, repair.Runner (what
+// host.Fold runs: the plan from retention, the eviction memo and the
+// artifact's availability; the key-listing diff, repair.Relist, with its
+// Verify; the artifact restore, repair.Restore, with the artifact checks
+// and its Verify), driven by a simulated NATS KV log (history 1: a write
+// removes the key's previous message; delete markers that get purged;
+// eviction of the oldest messages, current values included, switched on
+// and off by an operator) and a fault-injecting store (a transient commit
+// failure, or a crash at commit N: every later commit fails and the process
+// dies). Each run of the fold is a process start: a new Runner, which reads
+// retention first as the host's start does. Time never moves (the loop's
+// clock never fires), so batches close at MaxBatch, at the Synced marker
+// and at the source's end: a seed fixes the whole run.
 //
-// The artifacts are real stores: a second fold of the same simulated bucket
-// (another node, simPeer) follows it through fold.Follow, and now and then
-// publishes a Checkpoint of its store, opened as a store. When the fold's
-// cursor expired, the repair mirrors the host's plan: on an evicting bucket
-// (where the key listing is not the truth) a restore from an artifact that
-// protocol.RestoreAllowed accepts, or a refusal when there is none; where
-// the listing is the truth, the key-listing diff, or in some schedules a
-// restore. A new fold on an evicting bucket starts from an artifact too
-// (protocol.CursorlessStartNeedsRepair). The restore runs with the store's
-// faults, a Listed that fails, and writes (and evictions) landing while it
-// runs, before its Verify.
+// The artifacts are real: a second fold of the same simulated bucket
+// (another node, simPeer) follows it through fold.Follow and now and then
+// publishes itself (artifact.Export, artifact.Upload) to a real artifact
+// store (dirstore) under the fold's key, which the Runner reads, checks,
+// downloads and imports as the host does. In some schedules an artifact of
+// a previous incarnation of the bucket is published first (no restore may
+// take it). The Runner plans as in production: mode auto (on an evicting
+// bucket, or once the fold's memo says it evicted, a restore or a refusal;
+// elsewhere the key-listing diff), or in some runs mode restore. The
+// repairs run with the store's faults, a listing cut short, writes landing
+// mid-listing, a Listed that fails, writes (and evictions) landing while a
+// restore runs, before its Verify, and eviction switched on as a
+// key-listing repair starts listing.
 //
 // It asserts, after every run that ends without a crash: the fold equals
 // every write minus every real delete up to its cursor, with no repair mark
 // left; the views are the plugin over the fold; the cursor never moved back;
 // the plugin never saw a key move back nor a synthetic delete of a key the
 // listing had live (a relist's state-sync, or the restore's Listed answer
-// for that key). A refused repair must leave the fold as it was.
+// for that key); a finished restore left a cursor the bucket can resume
+// from. A refused repair must leave the fold as it was.
 //
 // One known gap is counted, not failed (checker.Apply; -repair.sim.strict
 // fails it): a restore after a key-listing repair that died midway, from an
@@ -428,39 +439,48 @@ func (s *simStore) Commit(c fold.Commit) error {
 
 // simPeer is another node's fold of the same simulated bucket: a real
 // store that follows it through fold.Follow, without faults, and publishes
-// artifacts (a Checkpoint of its store, which a restore opens as a store,
-// as the host opens an imported artifact). It never expires: it catches up
+// real artifacts (artifact.Export, artifact.Upload) to a real artifact store
+// (dirstore) under the fold's key, which the Runner's restore downloads,
+// checks and imports as the host's does. It never expires: it catches up
 // before every change to the log that could pass its cursor (an eviction,
 // a purge, a write that removes the first retained message), so it is
-// exact at every cursor it publishes. It keeps the last simArtifacts
-// artifacts.
+// exact at every cursor it publishes.
 type simPeer struct {
 	kv       *simKV
 	feed     *simFeed
 	store    *fold.Store
 	dir      string
 	maxBatch int
-	arts     []simArtifact
+	arts     *simArtifacts
 	err      error // the first failure (a bug of the simulation)
 }
 
-// simArtifact is a published artifact: a checkpoint of the peer's store
-// and its cursor.
-type simArtifact struct {
-	dir    string
-	cursor protocol.Cursor
-}
-
-const simArtifacts = 3
-
 var simStoreOpts = fold.Options{Logger: quiet, MemTableSize: 1 << 20, CacheSize: 1 << 20}
+
+// The simulated bucket's name, the creation time of its stream, and the
+// artifact key its folds publish under.
+const (
+	simBucket = "sim"
+	simKey    = "sim"
+)
+
+var simCreated = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func newSimPeer(kv *simKV, dir string, maxBatch int) (*simPeer, error) {
 	st, _, err := fold.Open(filepath.Join(dir, "peer"), simStoreOpts)
 	if err != nil {
 		return nil, err
 	}
-	return &simPeer{kv: kv, feed: &simFeed{kv: kv}, store: st, dir: dir, maxBatch: maxBatch}, nil
+	if err := st.SetOrigin(fold.NewOrigin(simBucket, nil, simCreated)); err != nil {
+		st.Close()
+		return nil, err
+	}
+	arts, err := newSimArtifacts(filepath.Join(dir, "artifacts"))
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return &simPeer{kv: kv, feed: &simFeed{kv: kv}, store: st, dir: dir, maxBatch: maxBatch, arts: arts}, nil
 }
 
 // catchUp folds the log up to its head into the peer.
@@ -472,7 +492,7 @@ func (p *simPeer) catchUp() {
 	if p.store.Cursor().Rev >= head {
 		return
 	}
-	_, err := fold.Follow(context.Background(), p.feed, p.store, simViews{}, fold.FollowConfig{
+	_, err := fold.Follow(context.Background(), p.feed, p.store, mirror{}, fold.FollowConfig{
 		Loop: fold.LoopConfig{MaxBatch: p.maxBatch, Window: simWindow, Clock: simClock{}, Logger: quiet},
 	})
 	switch {
@@ -483,53 +503,151 @@ func (p *simPeer) catchUp() {
 	}
 }
 
-// publish makes an artifact of the peer as it is now, unless it would be
-// of no use to a fold at cursor behind (not ahead of it: a restore only
-// moves forward) or the last one is already at this cursor: checkpoints
-// and opens are most of a schedule's cost.
+// publish publishes the peer as it is now, unless that would be of no use
+// to a fold at cursor behind (not ahead of it: a restore only moves
+// forward) or the last publication is already at this cursor.
 func (p *simPeer) publish(behind protocol.Revision) {
 	cur := p.store.Cursor()
-	if p.err != nil || cur.Rev <= behind || (len(p.arts) > 0 && p.arts[len(p.arts)-1].cursor.Rev == cur.Rev) {
+	if p.err != nil || cur.Rev <= behind || p.arts.last == cur.Rev {
 		return
 	}
-	dir := filepath.Join(p.dir, fmt.Sprintf("artifact%d", cur.Rev))
-	if err := p.store.Checkpoint(dir); err != nil {
-		p.err = err
-		return
-	}
-	p.arts = append(p.arts, simArtifact{dir, cur})
-	if len(p.arts) > simArtifacts {
-		p.err = os.RemoveAll(p.arts[0].dir)
-		p.arts = p.arts[1:]
-	}
+	p.err = p.arts.publish(p.store)
 }
 
-// cursors are the revisions marker purges must spare (simKV.purgeMarkers).
+// cursors are the revisions marker purges must spare (simKV.purgeMarkers):
+// the peer's, and its published artifact's.
 func (p *simPeer) cursors() []protocol.Revision {
 	if p == nil {
 		return nil
 	}
-	c := []protocol.Revision{p.store.Cursor().Rev}
-	for _, a := range p.arts {
-		c = append(c, a.cursor.Rev)
-	}
-	return c
+	return []protocol.Revision{p.store.Cursor().Rev, p.arts.last}
 }
 
-// simViews is the peer's plugin: the mirror's views, nothing recorded.
-type simViews struct{}
+// simArtifacts is a real artifact store (dirstore) whose publications are
+// made when they are read: a publication takes a checkpoint of the
+// publisher's store (cheap), and the newest one is exported and uploaded
+// (artifact.Export, artifact.Upload: an export opens, hashes and tars the
+// checkpoint, a few times the cost of the checkpoint) only when a restore
+// reads the pointer. Nothing reads the store between a publication and the
+// next change, and the pointer is monotone in the artifact's cursor, so a
+// reader sees the pointer that publishing every checkpoint at once would
+// have left.
+type simArtifacts struct {
+	store   *dirstore.Store
+	dir     string
+	pending string            // the newest checkpoint not uploaded yet, "" if none
+	last    protocol.Revision // the cursor of the newest publication
+	n       int
+}
 
-func (simViews) Apply(_ context.Context, batch []fold.Update, _ fold.Reader) (fold.Output, error) {
-	var out fold.Output
-	for _, u := range batch {
-		k := []byte("v/" + u.Key)
-		if u.Op == fold.OpPut {
-			out.Views = append(out.Views, fold.ViewMutation{Key: k, Op: fold.ViewPut, Value: u.Value})
-		} else {
-			out.Views = append(out.Views, fold.ViewMutation{Key: k, Op: fold.ViewDelete})
+func newSimArtifacts(dir string) (*simArtifacts, error) {
+	s, err := dirstore.New(filepath.Join(dir, "store"))
+	if err != nil {
+		return nil, err
+	}
+	return &simArtifacts{store: s, dir: dir}, nil
+}
+
+// publish publishes st as it is now (st must record its origin).
+func (a *simArtifacts) publish(st *fold.Store) error {
+	a.n++
+	dir := filepath.Join(a.dir, fmt.Sprintf("checkpoint%d", a.n))
+	if err := st.Checkpoint(dir); err != nil {
+		return err
+	}
+	if a.pending != "" {
+		if err := os.RemoveAll(a.pending); err != nil {
+			return err
 		}
 	}
-	return out, nil
+	a.pending, a.last = dir, st.Cursor().Rev
+	return nil
+}
+
+// flush exports and uploads the pending checkpoint.
+func (a *simArtifacts) flush(ctx context.Context) error {
+	if a.pending == "" {
+		return nil
+	}
+	dir := a.pending
+	a.pending = ""
+	defer os.RemoveAll(dir)
+	st, _, err := fold.Open(dir, simStoreOpts)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	stage := filepath.Join(a.dir, "stage")
+	if err := os.MkdirAll(stage, 0o755); err != nil {
+		return err
+	}
+	exported, _, err := artifact.Export(st, stage)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(exported)
+	_, err = artifact.Upload(ctx, a.store, simKey, exported)
+	return err
+}
+
+// pointerCursor is the cursor of the artifact the pointer names now.
+func (a *simArtifacts) pointerCursor(ctx context.Context) (protocol.Cursor, error) {
+	b, err := a.Pointer(ctx, simKey)
+	if err != nil {
+		return protocol.Cursor{}, err
+	}
+	return artifact.CandidateCursor(simKey, b)
+}
+
+func (a *simArtifacts) UploadPayload(ctx context.Context, key, dir string) ([]byte, error) {
+	return a.store.UploadPayload(ctx, key, dir)
+}
+
+func (a *simArtifacts) SwapPointer(ctx context.Context, key string, manifest []byte) (artifact.Outcome, error) {
+	return a.store.SwapPointer(ctx, key, manifest)
+}
+
+func (a *simArtifacts) Pointer(ctx context.Context, key string) ([]byte, error) {
+	if err := a.flush(ctx); err != nil {
+		return nil, fmt.Errorf("sim: publishing the pending artifact: %w", err)
+	}
+	return a.store.Pointer(ctx, key)
+}
+
+func (a *simArtifacts) OpenPayload(ctx context.Context, key string, manifest []byte) (io.ReadCloser, int64, error) {
+	return a.store.OpenPayload(ctx, key, manifest)
+}
+
+func (a *simArtifacts) Prune(ctx context.Context, key string, grace time.Duration, now time.Time) ([]string, error) {
+	return a.store.Prune(ctx, key, grace, now)
+}
+
+// publishForeign publishes, at cursor rev, an artifact of a previous
+// incarnation of the bucket (its stream created an hour earlier) holding
+// keys the simulation never writes: what a bucket deleted and made again
+// leaves behind under its folds' key, until this incarnation's artifacts
+// rank above it. No restore may take it.
+func (a *simArtifacts) publishForeign(rev protocol.Revision) error {
+	st, _, err := fold.Open(filepath.Join(a.dir, "foreign"), simStoreOpts)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.SetOrigin(fold.NewOrigin(simBucket, nil, simCreated.Add(-time.Hour))); err != nil {
+		return err
+	}
+	var raw []fold.Update
+	for i := range min(3, int(rev)) {
+		raw = append(raw, fold.Update{Key: fmt.Sprintf("x%d", i), Value: []byte("foreign"), Rev: protocol.Revision(i + 1), Op: fold.OpPut})
+	}
+	if err := st.Commit(fold.Commit{Raw: raw, Cursor: protocol.Cursor{Rev: rev}}); err != nil {
+		return err
+	}
+	if err := a.publish(st); err != nil {
+		return err
+	}
+	a.last = 0 // not this incarnation's: it spares no marker
+	return a.flush(context.Background())
 }
 
 // checker is the plugin of the simulation: the mirror view, plus the
@@ -599,7 +717,8 @@ func holds(r fold.Reader, key string) bool {
 }
 
 // mutation alters one step of the repair from the outside; the simulation
-// must catch each.
+// must catch each. (The source mutations of the Runner itself are in
+// host/repair/mutation_test.go.)
 type mutation struct {
 	name string
 	// target and plugin wrap the store and plugin the repair uses.
@@ -607,22 +726,30 @@ type mutation struct {
 	plugin func(fold.Plugin) fold.Plugin
 	// source wraps the listing's source.
 	source func(fold.Source) fold.Source
-	// trustListing runs the key-listing diff whatever the retention.
-	trustListing bool
-	// restoreTarget wraps the store a restore from an artifact at cursor
-	// art uses (after target).
-	restoreTarget func(t fold.Target, art protocol.Cursor) fold.Target
+	// retention alters every retention reading the Runner makes.
+	retention func(protocol.Retention) protocol.Retention
+	// restoreTarget wraps the store a restore uses (after target); r says
+	// whether one runs, and from which artifact.
+	restoreTarget func(t fold.Target, r *simRestoring) fold.Target
 	// listed wraps the restore's Listed.
 	listed func(listedFunc) listedFunc
 }
 
 type listedFunc = func(context.Context, string) (bool, error)
 
+// simRestoring is whether a restore runs (between its Hooks.Begin and the
+// end it returns), and the cursor of the artifact it takes.
+type simRestoring struct {
+	on  bool
+	art protocol.Cursor
+}
+
 type simRun struct {
 	seed     uint64
 	maxBatch int
 	evicting bool
 	peer     bool // artifacts are published: restores can run
+	foreign  bool // an artifact of a previous incarnation was published first
 	restores int  // restores that ran to their end
 	// resurrected: see checker.resurrected.
 	resurrected int
@@ -637,8 +764,27 @@ func (r *simRun) logf(format string, args ...any) {
 // per run, so a run that keeps repairing is stuck.
 const simMaxRepairs = 20
 
-// errNoArtifact: no published artifact can restore the fold now.
-var errNoArtifact = errors.New("sim: no artifact can restore the fold")
+// repairFeed is the feed a repair watches through: the state-syncs it
+// starts (a key-listing repair's listing) go through before, then wrap.
+type repairFeed struct {
+	*simFeed
+	before func()                        // runs before a state-sync reads the log
+	wrap   func(fold.Source) fold.Source // wraps a state-sync's source
+}
+
+func (f repairFeed) Watch(ctx context.Context, from protocol.Cursor) (fold.Source, error) {
+	if from.Rev != protocol.NoRevision {
+		return f.simFeed.Watch(ctx, from)
+	}
+	if f.before != nil {
+		f.before()
+	}
+	src, err := f.simFeed.Watch(ctx, from)
+	if err == nil && f.wrap != nil {
+		src = f.wrap(src)
+	}
+	return src, err
+}
 
 // simulate runs one seeded schedule and returns the first violation ("" if
 // none) and a trace.
@@ -664,6 +810,11 @@ func simulate(t *testing.T, seed uint64, mut *mutation) (violation string, run *
 			t.Fatal(err)
 		}
 		defer peer.store.Close()
+		if run.foreign = rng.IntN(6) == 0; run.foreign {
+			if err := peer.arts.publishForeign(protocol.Revision(1 + rng.IntN(8))); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	plugin := &checker{feed: feed, applied: map[string]protocol.Revision{}, deleted: map[string]bool{}}
 	defer func() { run.resurrected = plugin.resurrected }()
@@ -684,13 +835,14 @@ func simulate(t *testing.T, seed uint64, mut *mutation) (violation string, run *
 	evict := func(n int) {
 		// Not before the fold has a cursor: a value that ages out before
 		// any fold saw it is in no fold (nor artifact).
-		if run.evicting && st.Cursor().Rev > 0 {
+		if kv.evicting && st.Cursor().Rev > 0 {
 			peer.catchUp()
 			kv.evict(n)
 		}
 	}
 	prev := protocol.Cursor{}
-	restart := false // the last run crashed
+	restart := false     // the last run crashed
+	sawEviction := false // a start read retention showing eviction (and committed the memo)
 	rounds := 3 + rng.IntN(6)
 	for round := range rounds + 1 {
 		// The extra last round is a clean run: no writes, no fault; the
@@ -721,23 +873,28 @@ func simulate(t *testing.T, seed uint64, mut *mutation) (violation string, run *
 				evict(1 + rng.IntN(3))
 			}
 		}
+		// An operator switches eviction off (max_age removed) on a bucket
+		// that evicted: the listing is still not the truth (the values that
+		// aged out are gone from it), which only the fold's eviction memo
+		// remembers. Only once the fold has read the eviction (the memo
+		// records what the fold saw: a fold down while the bucket evicted
+		// and until eviction was switched off cannot know).
+		if kv.evicting && kv.evicted && sawEviction && rng.IntN(3) == 0 {
+			kv.mu.Lock()
+			kv.evicting = false
+			kv.mu.Unlock()
+			run.logf("eviction switched off")
+		}
 		if peer != nil && peer.err != nil {
 			return peer.err.Error(), run
 		}
 		// The run, with at most one fault.
 		ctx, cancel := context.WithCancel(context.Background())
 		target := &simStore{Store: st, crash: cancel, committed: plugin.commit}
-		fault := rng.IntN(8)
+		fault := rng.IntN(9)
 		if ret := kv.retention(); protocol.CheckResume(st.Cursor().Rev, ret.Window) == protocol.ResumeExpired {
-			// A repair will run: kill it midway more often, the more so
-			// when the next one can take an older artifact.
-			allowed := 0
-			if peer != nil {
-				for _, a := range peer.arts {
-					allowed += b2i(protocol.RestoreAllowed(a.cursor.Rev, st.Cursor().Rev, ret.Window))
-				}
-			}
-			if rng.IntN(6) < 2+b2i(allowed > 1) {
+			// A repair will run: kill it midway more often.
+			if rng.IntN(6) < 2 {
 				fault = 1
 			}
 		}
@@ -745,8 +902,10 @@ func simulate(t *testing.T, seed uint64, mut *mutation) (violation string, run *
 			fault = -1
 		}
 		// midRestore, if set, lands writes (and evictions) while a restore
-		// runs: at its listedAt-th Listed question, or in its Verify.
+		// runs: at its listedAt-th Listed question, or (0) once its first
+		// batch is committed, before its Verify.
 		var midRestore func()
+		var beforeListing func()
 		listedAt, listedFailAt := 0, 0
 		switch fault {
 		case 0:
@@ -768,7 +927,7 @@ func simulate(t *testing.T, seed uint64, mut *mutation) (violation string, run *
 				}
 			}
 		case 5:
-			listedAt = rng.IntN(3) // 0: in Verify
+			listedAt = rng.IntN(3) // 0: after the first batch
 			midRestore = func() {
 				midRestore = nil
 				for range 1 + rng.IntN(6) {
@@ -780,6 +939,15 @@ func simulate(t *testing.T, seed uint64, mut *mutation) (violation string, run *
 			}
 		case 6:
 			listedFailAt = 1 + rng.IntN(2)
+		case 7: // eviction switched on, and values aging out, as a key-listing repair starts listing
+			beforeListing = func() {
+				beforeListing = nil
+				kv.mu.Lock()
+				kv.evicting = true
+				kv.mu.Unlock()
+				evict(1 + rng.IntN(3))
+				run.logf("  eviction switched on as the listing starts")
+			}
 		}
 		feed.n = 0
 		var rt fold.Target = target
@@ -790,153 +958,115 @@ func simulate(t *testing.T, seed uint64, mut *mutation) (violation string, run *
 		if mut != nil && mut.plugin != nil {
 			rp = mut.plugin(plugin)
 		}
-		refused := false
-		var atRefusal map[string]entry
-		var curAtRefusal protocol.Cursor
-		refuse := func(why string) error {
-			refused, atRefusal, curAtRefusal = true, rawOf(t, st), st.Cursor()
-			return fmt.Errorf("%w: sim: %s", fold.ErrRepairRefused, why)
+		restoring := &simRestoring{}
+		target.committed = func() {
+			plugin.commit()
+			if restoring.on && listedAt == 0 && midRestore != nil {
+				midRestore() // after the restore's first batch, before its Verify
+			}
 		}
-		// restore mirrors the host's (host/repairrun.go): an artifact
-		// protocol.RestoreAllowed accepts, opened as a store, Listed asking
-		// the bucket, Verify re-reading retention, then the watch from the
-		// new cursor.
-		restore := func(ctx context.Context, ret protocol.Retention) (fold.Source, error) {
-			var arts []simArtifact
-			if peer != nil {
-				for _, a := range peer.arts {
-					if protocol.RestoreAllowed(a.cursor.Rev, st.Cursor().Rev, ret.Window) {
-						arts = append(arts, a)
-					}
+		if mut != nil && mut.restoreTarget != nil {
+			rt = mut.restoreTarget(rt, restoring)
+		}
+		asked, calls := map[string]bool{}, 0
+		var listed listedFunc = func(_ context.Context, key string) (bool, error) {
+			if calls++; calls == listedFailAt {
+				listedFailAt = 0 // one failure per run
+				return false, errors.New("sim: the bucket did not answer")
+			}
+			if calls == listedAt && midRestore != nil {
+				midRestore()
+			}
+			live := kv.live(key)
+			asked[key] = live
+			return live, nil
+		}
+		if mut != nil && mut.listed != nil {
+			listed = mut.listed(listed)
+		}
+		// The repair: the host's own (repair.Runner), a new one per run
+		// (a process start). The mode is auto, or restore in some runs
+		// where the published artifact can restore the fold.
+		mode := protocol.RepairAuto
+		if peer != nil && rng.IntN(2) == 0 && protocol.RestoreAllowed(peer.arts.last, st.Cursor().Rev, kv.retention().Window) {
+			mode = protocol.RepairRestore
+		}
+		var violation string
+		runner := &repair.Runner{
+			Mode:   mode,
+			Bucket: simBucket,
+			Stream: simCreated,
+			Store:  rt,
+			Retention: func(context.Context) (protocol.Retention, error) {
+				ret := kv.retention()
+				if mut != nil && mut.retention != nil {
+					ret = mut.retention(ret)
 				}
-			}
-			if len(arts) == 0 {
-				return nil, errNoArtifact
-			}
-			// The newest, as the host takes; after a repair that died
-			// midway, the oldest: the fold may hold entries newer than it
-			// (a dead key-listing repair's), which must not move back.
-			pick := arts[len(arts)-1]
-			if pending, _ := st.RepairPending(); pending {
-				pick = arts[0]
-			}
-			art, _, err := fold.Open(pick.dir, simStoreOpts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer art.Close()
-			if art.Cursor() != pick.cursor {
-				t.Fatalf("the artifact at %v opens at %v", pick.cursor, art.Cursor())
-			}
-			asked, calls := map[string]bool{}, 0
-			plugin.asked = asked
-			defer func() { plugin.asked = nil }()
-			var listed listedFunc = func(_ context.Context, key string) (bool, error) {
-				if calls++; calls == listedFailAt {
-					listedFailAt = 0 // one failure per run
-					return false, errors.New("sim: the bucket did not answer")
-				}
-				if calls == listedAt && midRestore != nil {
-					midRestore()
-				}
-				live := kv.live(key)
-				asked[key] = live
-				return live, nil
-			}
-			if mut != nil && mut.listed != nil {
-				listed = mut.listed(listed)
-			}
-			target := rt
-			if mut != nil && mut.restoreTarget != nil {
-				target = mut.restoreTarget(rt, art.Cursor())
-			}
-			res, err := repair.Restore(ctx, target, art, rp, repair.RestoreConfig{
-				MaxBatch: run.maxBatch,
-				Listed:   listed,
-				Verify: func(_ context.Context, c protocol.Cursor) error {
-					if listedAt == 0 && midRestore != nil {
-						midRestore()
+				return ret, nil
+			},
+			Listed:     func(ctx context.Context, key string) (bool, error) { return listed(ctx, key) },
+			ScratchDir: filepath.Join(dir, "scratch"),
+			MaxBatch:   run.maxBatch,
+			Logger:     quiet,
+			Hooks: repair.Hooks{
+				Begin: func(plan protocol.RepairPlan) func() {
+					if plan != protocol.PlanRestore || peer == nil {
+						return func() {}
 					}
-					ret := kv.retention()
-					if v := protocol.CheckResume(c.Rev, ret.Window); v != protocol.ResumeOK {
-						return fmt.Errorf("%w: sim: retention passed the artifact's cursor %d (%v): %v", fold.ErrCursorExpired, c.Rev, ret.Window, v)
+					c, err := peer.arts.pointerCursor(ctx)
+					if err != nil && !errors.Is(err, artifact.ErrNoPointer) {
+						t.Fatal(err)
 					}
-					return nil
+					clear(asked)
+					*restoring = simRestoring{on: true, art: c}
+					plugin.asked = asked
+					return func() {
+						*restoring = simRestoring{}
+						plugin.asked = nil
+					}
 				},
-				Logger: quiet,
-			})
-			run.logf("  restore from the artifact at %v: cursor %v, folded %d, deleted %d, kept %d, err %v", art.Cursor(), st.Cursor(), res.Folded, res.Deleted, res.Kept, err)
-			if err != nil {
-				return nil, err
+				End: func(plan protocol.RepairPlan, outcome string, err error, res repair.Result) {
+					run.logf("  %s %s: cursor %v, folded %d, deleted %d, kept %d, err %v", plan, outcome, st.Cursor(), res.Folded, res.Deleted, res.Kept, err)
+					if plan != protocol.PlanRestore || outcome != "done" {
+						return
+					}
+					run.restores++
+					// Verify's promise: a restore moves the cursor only to
+					// where the bucket can resume from.
+					if v := protocol.CheckResume(st.Cursor().Rev, kv.retention().Window); v != protocol.ResumeOK && violation == "" {
+						violation = fmt.Sprintf("a restore moved the cursor to %v, which the bucket (retaining %v) cannot resume from: %v", st.Cursor(), kv.retention().Window, v)
+					}
+				},
+			},
+		}
+		if peer != nil {
+			runner.Artifacts, runner.ArtifactKey = peer.arts, simKey
+		}
+		rfeed := repairFeed{simFeed: feed, before: func() {
+			if beforeListing != nil {
+				beforeListing()
 			}
-			run.restores++
-			return feed.Watch(ctx, st.Cursor())
+		}}
+		if mut != nil && mut.source != nil {
+			rfeed.wrap = mut.source
+		}
+		// The start reads retention first, as the host's does (the eviction
+		// memo, committed directly: no loop runs yet).
+		if ret, err := runner.ReadRetention(ctx, target.Commit); err != nil {
+			run.logf("  retention at start: %v", err)
+		} else if ret.HasEvicted() {
+			sawEviction = true // and the memo is committed
 		}
 		repairs := 0
+		var atRepair map[string]entry // the fold when the last repair began
+		var curAtRepair protocol.Cursor
 		hook := func(ctx context.Context, cause error) (fold.Source, error) {
 			if repairs++; repairs > simMaxRepairs {
 				cancel()
 				return nil, ctx.Err()
 			}
-			ret := kv.retention()
-			if cause == nil {
-				// A start without a cursor: as the host decides
-				// (protocol.CursorlessStartNeedsRepair). A fold that holds
-				// data without a cursor is a restore that died midway.
-				has := len(rawOf(t, st)) > 0
-				truth := protocol.ListingTruth(&ret, false)
-				if !protocol.CursorlessStartNeedsRepair(protocol.RepairAuto, has, truth) {
-					return nil, nil
-				}
-				if truth != protocol.TruthYes {
-					src, err := restore(ctx, ret)
-					if errors.Is(err, errNoArtifact) {
-						if !has {
-							return nil, nil // the fleet's first node: a state-sync
-						}
-						return nil, refuse("no artifact to finish the restore with")
-					}
-					return src, err
-				}
-			}
-			cur := st.Cursor()
-			if ret.HasEvicted() && !cur.EvictionSeen && cur.Rev.Known() {
-				cur.EvictionSeen = true
-				if err := target.Commit(fold.Commit{Cursor: cur}); err != nil {
-					return nil, err
-				}
-			}
-			truth := protocol.ListingTruth(&ret, st.Cursor().EvictionSeen)
-			if mut != nil && mut.trustListing {
-				truth = protocol.TruthYes
-			}
-			plan := protocol.PlanRepair(protocol.RepairAuto, truth)
-			pending, _ := st.RepairPending()
-			if plan == protocol.PlanKeyListingDiff && peer != nil && rng.IntN(4) < 2+b2i(pending) {
-				plan = protocol.PlanRestore // a fold whose repair is "restore"
-			}
-			if plan == protocol.PlanRestore {
-				src, err := restore(ctx, ret)
-				switch {
-				case !errors.Is(err, errNoArtifact):
-					return src, err
-				case truth != protocol.TruthYes:
-					return nil, refuse("the listing is not the truth, and no artifact can restore the fold")
-				}
-			}
-			src, err := feed.Watch(ctx, protocol.Cursor{})
-			if err != nil {
-				return nil, err
-			}
-			if mut != nil && mut.source != nil {
-				src = mut.source(src)
-			}
-			_, err = repair.Relist(ctx, src, rt, rp, repair.Config{Deletes: true, ScratchDir: filepath.Join(dir, "scratch"), MaxBatch: run.maxBatch, Logger: quiet})
-			if err != nil {
-				src.Stop()
-				return nil, err
-			}
-			return src, nil
+			atRepair, curAtRepair = rawOf(t, st), st.Cursor()
+			return runner.Run(ctx, rfeed, rp, cause)
 		}
 		before := st.Cursor()
 		_, ferr := fold.Follow(ctx, feed, target, plugin, fold.FollowConfig{
@@ -945,9 +1075,12 @@ func simulate(t *testing.T, seed uint64, mut *mutation) (violation string, run *
 		})
 		cancel()
 		feed.hook, feed.cutAt = nil, 0
-		run.logf("round %d: fault %d, log %d retained %v, cursor %v -> %v, err %v", round, fault, kv.last, kv.retention().Window, before, st.Cursor(), ferr)
+		run.logf("round %d: fault %d, mode %s, log %d retained %v, cursor %v -> %v, err %v", round, fault, mode, kv.last, kv.retention().Window, before, st.Cursor(), ferr)
 		if *simVerbose {
 			run.logf("  writes %v\n  retained %v", kv.writes, kv.retained)
+		}
+		if violation != "" {
+			return violation, run
 		}
 		if peer != nil && peer.err != nil {
 			return peer.err.Error(), run
@@ -962,8 +1095,8 @@ func simulate(t *testing.T, seed uint64, mut *mutation) (violation string, run *
 		if len(plugin.errs) > 0 {
 			return plugin.errs[0], run
 		}
-		if refused {
-			if got := rawOf(t, st); !maps.Equal(got, atRefusal) || st.Cursor() != curAtRefusal {
+		if errors.Is(ferr, fold.ErrRepairRefused) && !target.crashed {
+			if got := rawOf(t, st); !maps.Equal(got, atRepair) || st.Cursor().Rev != curAtRepair.Rev {
 				return "a refused repair changed the fold", run
 			}
 			return "", run // the fold stops here; an operator takes over
@@ -1092,9 +1225,12 @@ func TestSimulationCatchesEachMutation(t *testing.T) {
 			target: func(t fold.Target) fold.Target { return dropSyntheticTarget{t} }},
 		{name: "cursorMovesWithTheFirstBatch", target: func(t fold.Target) fold.Target { return &eagerCursor{Target: t} }},
 		{name: "incompleteListingTrusted", source: func(s fold.Source) fold.Source { return &trustingSource{Source: s, stop: make(chan struct{})} }},
-		{name: "listingTrustedOnAnEvictingBucket", trustListing: true},
-		{name: "restoreCursorMovesWithTheFirstBatch", restoreTarget: func(t fold.Target, art protocol.Cursor) fold.Target {
-			return &eagerRestoreCursor{Target: t, art: art}
+		{name: "evictionHiddenFromTheRepair", retention: func(r protocol.Retention) protocol.Retention {
+			r.MaxAge = 0
+			return r
+		}},
+		{name: "restoreCursorMovesWithTheFirstBatch", restoreTarget: func(t fold.Target, r *simRestoring) fold.Target {
+			return &eagerRestoreCursor{Target: t, r: r}
 		}},
 		{name: "restoreIgnoresTheListing", listed: func(l listedFunc) listedFunc {
 			return func(ctx context.Context, key string) (bool, error) {
@@ -1102,7 +1238,7 @@ func TestSimulationCatchesEachMutation(t *testing.T) {
 				return false, err
 			}
 		}},
-		{name: "restoreMovesKeysBack", restoreTarget: func(t fold.Target, _ protocol.Cursor) fold.Target { return oldestRevs{t} }},
+		{name: "restoreMovesKeysBack", restoreTarget: func(t fold.Target, r *simRestoring) fold.Target { return oldestRevs{t, r} }},
 	}
 	base := *simSeed
 	if base == 0 {
@@ -1171,12 +1307,12 @@ func (e *eagerCursor) Commit(c fold.Commit) error {
 // restore batch instead of the final commit.
 type eagerRestoreCursor struct {
 	fold.Target
-	art protocol.Cursor
+	r *simRestoring
 }
 
 func (e *eagerRestoreCursor) Commit(c fold.Commit) error {
-	if len(c.Raw) > 0 && c.Cursor == e.Target.Cursor() && c.Cursor.Rev < e.art.Rev {
-		next := e.art
+	if e.r.on && len(c.Raw) > 0 && c.Cursor == e.Target.Cursor() && c.Cursor.Rev < e.r.art.Rev {
+		next := e.r.art
 		next.EvictionSeen = next.EvictionSeen || c.Cursor.EvictionSeen
 		if !next.EvictionSeen {
 			next.MsgUnixNano = 0
@@ -1189,9 +1325,15 @@ func (e *eagerRestoreCursor) Commit(c fold.Commit) error {
 // oldestRevs shows the restore the fold's entries at the oldest revision,
 // so every entry the artifact also holds is taken from it: the "never move
 // a key back" half of protocol.RestoreKey bypassed.
-type oldestRevs struct{ fold.Target }
+type oldestRevs struct {
+	fold.Target
+	r *simRestoring
+}
 
 func (o oldestRevs) RawRange(prefix string, fn func([]byte, protocol.Revision, []byte) error) error {
+	if !o.r.on {
+		return o.Target.RawRange(prefix, fn)
+	}
 	return o.Target.RawRange(prefix, func(k []byte, _ protocol.Revision, v []byte) error { return fn(k, 1, v) })
 }
 
