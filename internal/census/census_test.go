@@ -91,7 +91,7 @@ var census = []input{
 		[]string{"host/repair: TestIncompleteListingDeletesNothing", "host/repair: TestVerifyRefusalWritesNothing", "host/repair: TestRelistCrashAtEveryCommitConverges"},
 		"its disk use grows with the bucket (values included); memory flatness is not measured yet"},
 	{"an artifact chosen for a restore", "bucket, covering scope, stream identity, strictly ahead and resumable before any download; the imported copy's origin re-checked; retention re-read before the cursor moves; payload verified as for a bootstrap",
-		[]string{"host: TestRestoreCheck", "host: TestRestoreFromANewerArtifact"}, ""},
+		[]string{"host/repair: TestCheckArtifact", "host: TestRestoreFromANewerArtifact"}, ""},
 	{"compiled-plugin cache directory", "trusted (wazero's own checksum)", nil, "a tampered cache is trusted"},
 	{"kv put value from stdin", "none", nil, "read whole (a CLI convenience; the server's max_payload refuses big ones)"},
 }
