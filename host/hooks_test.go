@@ -12,6 +12,16 @@ import (
 	"github.com/foldhost/foldhost/host/natskv"
 )
 
+// SetStoreOptions makes every fold's store open with the options fn
+// adjusts (a fault-injecting filesystem, a small disk reserve); diskPollEvery
+// replaces how often a fold failed on a full disk checks for space. The
+// returned func unsets both. Not safe while a host runs.
+func SetStoreOptions(fn func(fold string, o *fold.Options), diskPollEvery time.Duration) (unset func()) {
+	was := diskPoll
+	storeOptions, diskPoll = fn, diskPollEvery
+	return func() { storeOptions, diskPoll = nil, was }
+}
+
 // SetAfterReplay makes every view rebuild call fn between its replay and
 // its switch (a test holds the rebuild there while it writes or reloads);
 // fn should return when ctx ends. The returned func unsets it. Not safe

@@ -44,6 +44,17 @@ type Store struct {
 	snaps  map[*Snapshot]struct{}
 
 	lock *dirLock
+
+	// A full disk (diskspace.go): the guarded filesystem, the reserve every
+	// write leaves free, the serialization of writes behind the space
+	// check, and the error that broke the store (nil while it writes).
+	fs      *guardFS
+	reserve uint64
+	applyMu sync.Mutex
+	broken  atomic.Pointer[StoreBrokenError]
+	// wedged: pebble panicked on its commit path, possibly holding its
+	// commit lock, so closing it could block forever; Close leaves it.
+	wedged atomic.Bool
 }
 
 // Open opens (creating if needed) the store in dir and returns it with the
@@ -65,7 +76,9 @@ func Open(dir string, opts Options) (*Store, protocol.Cursor, error) {
 	}
 	s := &Store{dir: dir, opts: opts, write: pebble.NoSync, snaps: map[*Snapshot]struct{}{}, lock: lock}
 	s.stalls.log = opts.Logger
-	db, err := pebble.Open(dir, opts.pebbleOptions(s.stalls.listener()))
+	s.fs = &guardFS{FS: opts.FS, s: s}
+	s.reserve = opts.diskReserve()
+	db, err := pebble.Open(dir, opts.pebbleOptions(s.stalls.listener(), s.fs, s.onFatal))
 	if err != nil {
 		lock.release(true)
 		return nil, protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", dir, err)
@@ -132,7 +145,12 @@ func (s *Store) checkFormat() error {
 			Detail: "pebble database without a format marker (not a fold store)"}
 	}
 	marker := binary.BigEndian.AppendUint32(nil, FormatVersion)
-	if err := s.db.Set(metaFormatKey, marker, pebble.Sync); err != nil {
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.Set(metaFormatKey, marker, nil); err != nil {
+		return fmt.Errorf("fold: open %s: write format marker: %w", s.dir, err)
+	}
+	if err := s.apply(b, pebble.Sync); err != nil {
 		return fmt.Errorf("fold: open %s: write format marker: %w", s.dir, err)
 	}
 	return nil
@@ -159,16 +177,48 @@ func (s *Store) Close() error {
 	// Flushing the memtables now keeps the next Open from replaying the
 	// WALs and flushing them itself (the start's longest step after a
 	// clean stop: RATIONALE.md, "A clean stop flushes"). A failed flush
-	// loses nothing: the WALs still hold the data.
-	if err := s.db.Flush(); err != nil {
-		s.opts.Logger.Warn("fold: flush at close failed; the next open replays the log", "dir", s.dir, "err", err)
+	// loses nothing: the WALs still hold the data. A broken store, or one
+	// short of space, is not flushed: pebble panics on a log it cannot
+	// close and retries a failing flush without end.
+	switch {
+	case s.wedged.Load():
+		// pebble may hold its commit lock: its Close would block forever.
+		// Left open (its files stay locked for this process; a restart
+		// reopens the store from its log).
+		s.lock.release(false)
+		return fmt.Errorf("fold: close %s: left open: %w", s.dir, s.Broken())
+	case s.Broken() != nil:
+	case s.checkSpace(0) != nil:
+		s.opts.Logger.Warn("fold: not flushing at close, the disk is short of space; the next open replays the log", "dir", s.dir)
+	default:
+		if err := s.db.Flush(); err != nil {
+			s.opts.Logger.Warn("fold: flush at close failed; the next open replays the log", "dir", s.dir, "err", err)
+		}
 	}
-	errs = append(errs, s.db.Close())
+	if err := s.db.Close(); err != nil && s.Broken() == nil {
+		errs = append(errs, err) // a broken store's log error is reported already
+	}
 	s.lock.release(false)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("fold: close %s: %w", s.dir, err)
 	}
 	return nil
+}
+
+// onFatal takes pebble's fatal errors: the store is broken, not the
+// process. On a goroutine inside applyGuarded it panics for that recover
+// (pebble's commit path does not expect Fatalf to return); elsewhere (a
+// flush or compaction failing to record its result) it returns, and pebble
+// fails that job.
+func (s *Store) onFatal(msg string) {
+	cause := fmt.Errorf("pebble: %s", msg)
+	if w := s.fs.firstErr(); w != nil {
+		cause = fmt.Errorf("%v (first write error: %w)", cause, w)
+	}
+	s.breakWith(cause)
+	if inGuardedApply() {
+		panic(pebbleFatal{msg: msg})
+	}
 }
 
 // Dir is the directory the store was opened in.
