@@ -69,6 +69,12 @@ func newFold(o FoldOptions, h *Host) (*Fold, error) {
 	f.state = newStateCell(f.log)
 	f.sup.wake = make(chan struct{}, 1)
 	f.dead.stored.Store(-1) // counted on first demand
+	// A repair --reset killed mid-swap left its fresh store recorded:
+	// put in place before the data dir is opened (else an empty store
+	// would be made there).
+	if _, err := finishResetSwap(o.DataDir, f.log); err != nil {
+		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
+	}
 	so := fold.Options{Sync: o.Sync, Logger: f.log}
 	if storeOptions != nil {
 		storeOptions(o.Name, &so)

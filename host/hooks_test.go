@@ -22,6 +22,15 @@ func SetStoreOptions(fn func(fold string, o *fold.Options), diskPollEvery time.D
 	return func() { storeOptions, diskPoll = nil, was }
 }
 
+// SetResetStep makes every repair --reset swap call fn before each of its
+// steps (write-marker, move-old-aside, move-fresh-in, remove-marker); an
+// error stops the swap there, nothing undone, as a kill would. The returned
+// func unsets it. Not safe while a reset runs.
+func SetResetStep(fn func(step string) error) (unset func()) {
+	resetStep = fn
+	return func() { resetStep = nil }
+}
+
 // SetAfterReplay makes every view rebuild call fn between its replay and
 // its switch (a test holds the rebuild there while it writes or reloads);
 // fn should return when ctx ends. The returned func unsets it. Not safe
