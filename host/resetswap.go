@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+
+	"github.com/foldhost/foldhost/internal/files"
 )
 
 // The swap of `repair --reset` (ResetStopped) replaces a fold's data dir
@@ -95,7 +97,7 @@ func finishResetSwap(dataDir string, log *slog.Logger) (bool, error) {
 	dataDir = filepath.Clean(dataDir)
 	marker := resetMarker(dataDir)
 	_ = os.Remove(marker + ".tmp") // a marker never put in place: no swap began
-	b, err := os.ReadFile(marker)
+	b, err := files.ReadRegular(marker, 64<<10)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
@@ -168,7 +170,7 @@ func renameSynced(from, to string) error {
 	if err := os.Rename(from, to); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(to))
+	return files.SyncDir(filepath.Dir(to))
 }
 
 // removeSynced removes path and syncs its parent directory.
@@ -176,20 +178,5 @@ func removeSynced(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return files.SyncDir(filepath.Dir(path))
 }

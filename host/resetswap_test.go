@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/foldhost/foldhost/host"
@@ -101,5 +102,32 @@ func TestResetKilledAtEveryStep(t *testing.T) {
 				t.Errorf("the reset after: cursor %d (opened %d), want %d", res.Cursor, openedCursor(t, o), head)
 			}
 		})
+	}
+}
+
+// TestResetMarkerOfAnotherDirIsRefused: a swap marker that does not name
+// the fold's data dir, or does not parse, or records a state the swap
+// cannot leave (no store at all), makes the start fail naming the marker
+// instead of opening (or making) something else.
+func TestResetMarkerOfAnotherDirIsRefused(t *testing.T) {
+	url, _ := repairServer(t, natskv.BucketConfig{History: 1})
+	dir := filepath.Join(t.TempDir(), "fold")
+	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Logger: quiet,
+		Folds: []host.FoldOptions{{Name: "routes", Bucket: "rt", DataDir: dir}}}
+	marker := filepath.Join(filepath.Dir(dir), ".fold.reset-swap")
+	for _, content := range []string{
+		"not json",
+		`{"data":"/elsewhere","fresh":"/elsewhere.reset","kept":"/elsewhere.kept"}`,
+		`{"data":"` + dir + `","fresh":"` + dir + `.gone","kept":"` + dir + `.kept"}`, // neither store exists
+	} {
+		if err := os.WriteFile(marker, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := startErr(t, o); err == nil || !strings.Contains(err.Error(), "repair --reset") {
+			t.Errorf("start with the marker %s: %v, want a refusal naming the interrupted reset", content, err)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the refused start made the data dir: %v", err)
+		}
 	}
 }
