@@ -23,7 +23,12 @@ func (s *Store) Checkpoint(dir string) error {
 	// The WAL sync (what pebble.WithFlushedWAL does first) is a write on
 	// pebble's commit path: guarded like one. The copy then runs beside
 	// the commits, its own write errors (outside the store) returned.
-	if err := s.applyGuarded(0, func() error { return s.db.LogData(nil, pebble.Sync) }); err != nil {
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.LogData(nil, nil); err != nil {
+		return fmt.Errorf("fold: checkpoint %s: sync the log: %w", s.dir, err)
+	}
+	if err := s.apply(b, pebble.Sync); err != nil {
 		return fmt.Errorf("fold: checkpoint %s: sync the log: %w", s.dir, err)
 	}
 	if err := s.db.Checkpoint(dir); err != nil {

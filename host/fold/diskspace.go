@@ -141,29 +141,22 @@ func (s *Store) breakWith(cause error) error {
 }
 
 // pebbleFatal is what the store's pebble logger panics with when pebble
-// reports a fatal error on a goroutine inside [Store.applyGuarded], which
+// reports a fatal error on a goroutine inside [Store.apply], which
 // recovers it.
 type pebbleFatal struct{ msg string }
 
-// apply writes b through applyGuarded.
-func (s *Store) apply(b *pebble.Batch, opts *pebble.WriteOptions) error {
-	return s.applyGuarded(uint64(len(b.Repr())), func() error { return s.db.Apply(b, opts) })
-}
-
-// applyGuarded runs write, a pebble write of about size bytes, unless the
-// store is broken or short of space (returning why). A panic out of pebble (its fatal
-// error, or a panic on its commit path) breaks the store and returns as an
-// error; so does a log write error pebble met during write (its outcome is
-// unknown: the reopen decides). Writes are serialized: once the log's
-// error is recorded no later write reaches pebble, where it would panic
-// holding its commit lock.
-func (s *Store) applyGuarded(size uint64, write func() error) (err error) {
+// apply writes b (of Sync or NoSync opts) unless the store is broken or
+// short of space (returning why). A panic out of pebble (its fatal error,
+// or a panic on its commit path) breaks the store and returns as an error;
+// so does a log write error pebble met during the write (its outcome is
+// unknown: the reopen decides). Writes are serialized behind the checks.
+func (s *Store) apply(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	if e := s.Broken(); e != nil {
 		return e
 	}
-	if err := s.checkSpace(size); err != nil {
+	if err := s.checkSpace(uint64(len(b.Repr()))); err != nil {
 		return err
 	}
 	defer func() {
@@ -191,7 +184,7 @@ func (s *Store) applyGuarded(size uint64, write func() error) (err error) {
 		}
 		err = s.breakWith(cause)
 	}()
-	return write()
+	return s.db.Apply(b, opts)
 }
 
 // guardFS is the store's filesystem: the configured one, with every write
@@ -204,7 +197,7 @@ func (s *Store) applyGuarded(size uint64, write func() error) (err error) {
 // from then on every write of the log is dropped, reported as done: the
 // log on disk ends where the error struck, exactly as if the process had
 // died there, and what pebble holds in memory past it is never made
-// durable. The store refuses every later commit (applyGuarded), so what
+// durable. The store refuses every later commit (apply), so what
 // reopens is whole commits up to one: the log replayed to the tear, or a
 // memtable pebble flushed since (whole batches, in order).
 type guardFS struct {
@@ -380,7 +373,7 @@ func (droppedLogFile) Prefetch(int64, int64) error { return nil }
 func (droppedLogFile) Fd() uintptr                 { return vfs.InvalidFd }
 
 // inGuardedApply reports whether the calling goroutine runs inside
-// applyGuarded (its recover is on the stack). Only pebble's fatal path
+// apply (its recover is on the stack). Only pebble's fatal path
 // asks, so the stack walk costs nothing in normal operation.
 func inGuardedApply() bool {
 	pcs := make([]uintptr, 64)
@@ -388,7 +381,7 @@ func inGuardedApply() bool {
 	frames := runtime.CallersFrames(pcs[:n])
 	for {
 		fr, more := frames.Next()
-		if strings.HasSuffix(fr.Function, "fold.(*Store).applyGuarded") {
+		if strings.HasSuffix(fr.Function, "fold.(*Store).apply") {
 			return true
 		}
 		if !more {

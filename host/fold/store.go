@@ -206,7 +206,7 @@ func (s *Store) Close() error {
 }
 
 // onFatal takes pebble's fatal errors: the store is broken, not the
-// process. On a goroutine inside applyGuarded it panics for that recover
+// process. On a goroutine inside apply it panics for that recover
 // (pebble's commit path does not expect Fatalf to return); elsewhere (a
 // flush or compaction failing to record its result) it returns, and pebble
 // fails that job.
