@@ -2,7 +2,6 @@ package host_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -30,8 +29,9 @@ import (
 // OS's, with a disk of a settable free space under root. Every write of a
 // file under root takes from avail; a write larger than what is left fails
 // whole, nothing written, with ENOSPC as the OS reports it (an
-// *os.PathError). GetDiskUsage reports avail, or plenty while lie is set:
-// something else took the space between the store's check and its write.
+// *os.PathError); so does an allocation of more than is left.
+// GetDiskUsage reports avail, or plenty while lie is set: something else
+// took the space between the store's check and its write.
 type fullDiskFSFake struct {
 	vfs.FS
 	root  string
@@ -108,6 +108,14 @@ func (f *fullDiskFileFake) Write(p []byte) (int, error) {
 	return f.File.Write(p)
 }
 
+func (f *fullDiskFileFake) Preallocate(off, n int64) error {
+	if err := f.fs.take(f.name, int(n)); err != nil {
+		return err
+	}
+	f.fs.avail.Add(n) // allocated, not written: given back
+	return f.File.Preallocate(off, n)
+}
+
 func (f *fullDiskFileFake) WriteAt(p []byte, off int64) (int, error) {
 	if err := f.fs.take(f.name, len(p)); err != nil {
 		return 0, err
@@ -174,7 +182,7 @@ func openTestBucket(t *testing.T, nc *nats.Conn, name string) *natskv.Bucket {
 }
 
 // othersRun checks that fold b still folds and the API answers, naming a
-// as not ready.
+// (failed, or retrying) as not ready.
 func (d *diskHost) othersRun(t *testing.T, key string) {
 	t.Helper()
 	rev := put(t, d.b, key, "v")
@@ -182,7 +190,7 @@ func (d *diskHost) othersRun(t *testing.T, key string) {
 	if code, body := httpGet(t, d.web.URL+"/v1/folds/b/raw/"+key); code != http.StatusOK {
 		t.Errorf("GET fold b's %s while a is failed: %d %q", key, code, body)
 	}
-	if code, body := httpGet(t, d.web.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "fold a: failed") {
+	if code, body := httpGet(t, d.web.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "fold a: ") || strings.Contains(body, "fold b") {
 		t.Errorf("readyz with fold a failed: %d %q", code, body)
 	}
 }
@@ -249,17 +257,19 @@ func TestFullDiskFailsTheFoldNotTheProcess(t *testing.T) {
 // TestWriteErrorBreaksTheStoreNotTheProcess: fold a's filesystem reports
 // free space but fails every write with ENOSPC (something else took the
 // space after the check), so a commit's log write reaches pebble and
-// fails. The store is broken, not the process: fold a fails naming the
-// log file and the error, fold b keeps folding and the API answers, and
-// the host shuts down cleanly. Reopened with space free, a's store holds
-// its commits up to one, whole (the entries match the cursor, which is
-// between the last cursor before the fault and the last one the fold
-// reached), and the fold resumes from there. Without syncs (sync=false)
-// the log's unwritten tail is lost, as in a crash, and big commits make
-// pebble rotate its log. Before the store guarded its writes, pebble's
-// next commit after the failed log write panicked the process; with the
-// log's errors passed on to pebble, a rotation of the log (sync=false)
-// still does, unrecoverably (an unlock of an unlocked mutex).
+// fails. The store is broken, not the process: fold a fails naming its
+// store and the error, fold b keeps folding and the API answers. Once the
+// disk works again the store is reopened from its files: synced
+// (sync=true), reopened by hand while the fold is paused, it holds every
+// commit the fold reached and whole commits up to its cursor at most to
+// the last write; then resumed, the fold folds the rest. Without syncs
+// (sync=false) the log's unwritten tail is lost, as in a crash, big
+// commits make pebble rotate its log, and the fold reopens its store and
+// resumes by itself. Either way the store ends equal to the bucket, and
+// the host shuts down cleanly. Before the store guarded its writes,
+// pebble's next commit after the failed log write panicked the process;
+// with the log's errors passed on to pebble, a rotation of the log
+// (sync=false) still does, unrecoverably (an unlock of an unlocked mutex).
 func TestWriteErrorBreaksTheStoreNotTheProcess(t *testing.T) {
 	for _, sync := range []bool{false, true} {
 		t.Run(fmt.Sprint("sync=", sync), func(t *testing.T) { testWriteErrorBreaksTheStore(t, sync) })
@@ -287,65 +297,69 @@ func testWriteErrorBreaksTheStore(t *testing.T, sync bool) {
 		last = put(t, d.a, "big"+strconv.Itoa(i), big)
 	}
 	st := d.fa.Status()
-	for _, want := range []string{"store broken", filepath.Join(d.dir, "a"), ".log", "no space left on device"} {
+	for _, want := range []string{"store broken", filepath.Join(d.dir, "a"), "no space left on device"} {
 		if !strings.Contains(st.LastError, want) {
 			t.Errorf("fold a's last_error %q does not say %q", st.LastError, want)
 		}
 	}
 	reached := st.Cursor
-	d.othersRun(t, "x1")
-	// A retry does not write to the broken store.
-	if err := d.fa.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool { st := d.fa.Status(); return st.State == httpapi.StateFailed && st.Cursor == reached })
-	err := d.stop(t)
-	if !errors.Is(err, fold.ErrStoreBroken) && (err == nil || !strings.Contains(err.Error(), "store broken")) {
-		t.Errorf("Run of a host with a broken store returned %v", err)
-	}
-
-	// Reopened with the disk working: whole commits up to a cursor.
-	d.fake.lie.Store(false)
-	d.fake.avail.Store(1 << 40)
-	st2, cur, err := fold.Open(filepath.Join(d.dir, "a"), fold.Options{FS: d.fake, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Synced, everything the fold reached is there. The batch whose log
-	// write broke the store was refused, but pebble may have flushed its
-	// memtable since (whole batches): at most up to the last write.
-	// Without syncs, the log's tail since the last block written is lost,
-	// as in a crash.
-	low := uint64(0)
-	if sync {
-		low = reached
-	}
-	if uint64(cur.Rev) < low || uint64(cur.Rev) > last {
-		t.Errorf("reopened cursor %d, want between %d and %d (the last write)", cur.Rev, low, last)
-	}
 	if reached < before {
 		t.Errorf("the fold's cursor went from %d to %d", before, reached)
 	}
-	n := 0
-	err = st2.RawRange("", func(key []byte, r protocol.Revision, _ []byte) error {
+	d.othersRun(t, "x1")
+
+	if sync {
+		// Paused, the fold does not retry: the reopen is the test's.
+		if err := d.fa.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return d.fa.Status().State == httpapi.StatePaused })
+		d.fake.lie.Store(false)
+		d.fake.avail.Store(1 << 40)
+		st := d.fa.Store()
+		cur, err := st.Reopen()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The batch whose log write broke the store was refused, but
+		// pebble may have flushed its memtable since (whole batches).
+		if uint64(cur.Rev) < reached || uint64(cur.Rev) > last {
+			t.Errorf("reopened cursor %d, want between %d (the fold's, synced) and %d (the last write)", cur.Rev, reached, last)
+		}
+		sameAsBucketUpTo(t, st, uint64(cur.Rev))
+		if err := d.fa.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		d.fake.lie.Store(false)
+		d.fake.avail.Store(1 << 40)
+	}
+	waitFor(t, func() bool {
+		st := d.fa.Status()
+		return st.Cursor >= last && st.State == httpapi.StateFollowing
+	})
+	sameAsBucketUpTo(t, d.fa.Store(), last)
+	if err := d.stop(t); err != nil {
+		t.Errorf("the host whose store was reopened: Run returned %v", err)
+	}
+}
+
+// sameAsBucketUpTo checks that st holds exactly the keys of bucket a up to
+// revision rev: one key per revision (none deleted), none past its cursor.
+func sameAsBucketUpTo(t *testing.T, st *fold.Store, rev uint64) {
+	t.Helper()
+	n := uint64(0)
+	err := st.RawRange("", func(key []byte, r protocol.Revision, _ []byte) error {
 		n++
-		if r > cur.Rev {
-			t.Errorf("reopened store holds %s at revision %d, past its cursor %d", key, r, cur.Rev)
+		if uint64(r) > rev {
+			t.Errorf("the store holds %s at revision %d, past %d", key, r, rev)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if uint64(n) != uint64(cur.Rev) { // one key per revision, none deleted
-		t.Errorf("reopened store holds %d entries at cursor %d", n, cur.Rev)
-	}
-	if err := st2.Close(); err != nil {
-		t.Fatal(err)
-	}
-	d.start(t)
-	waitCursor(t, d.fa, last)
-	if err := d.stop(t); err != nil {
-		t.Errorf("the restarted host: Run returned %v", err)
+	if c := st.Cursor(); uint64(c.Rev) != rev || n != rev {
+		t.Errorf("the store holds %d entries at cursor %d, want %d at %d", n, c.Rev, rev, rev)
 	}
 }

@@ -229,8 +229,10 @@ func (f *Fold) run(ctx context.Context) error {
 
 	applier, feed := f.applier(), f.feed()
 	return f.supervise(ctx, func(ctx context.Context, rebuild string) (protocol.Cursor, error) {
-		if err := f.store.Broken(); err != nil {
-			return f.store.Cursor(), err // it takes no writes until reopened
+		if f.store.Broken() != nil { // a write error broke it: reopened from its files
+			if cur, err := f.store.Reopen(); err != nil {
+				return cur, err
+			}
 		}
 		if rebuild != "" {
 			err := f.rebuildBeforeFollowing(ctx, rebuild)
@@ -288,8 +290,10 @@ func hint(err error) string {
 		return "the fold's cursor is past the stream's last revision: the bucket was probably deleted and recreated; move the data_dir aside to re-fold from scratch"
 	case errors.Is(err, fold.ErrPlugin):
 		return "the plugin failed on a batch; nothing of it was committed; drop a fixed module in place (the fold retries with it), or fix the data and resume (SIGHUP)"
+	case errors.Is(err, fold.ErrStoreBroken) && errors.Is(err, fold.ErrDiskFull):
+		return "a write of the store failed for lack of space (see the error); its data on disk is whole up to a commit; free space and the fold reopens the store from its files and resumes by itself (checked every 10s), or resume it (SIGHUP)"
 	case errors.Is(err, fold.ErrStoreBroken):
-		return "a write of the store failed (see the error) and pebble cannot go on writing it; its data on disk is whole up to a commit; free space (or fix the disk) and restart foldhost, which reopens it from its log"
+		return "a write of the store failed (see the error); its data on disk is whole up to a commit; fix the disk and resume the fold (SIGHUP), which reopens the store from its files"
 	case errors.Is(err, fold.ErrDiskFull):
 		return "the store's filesystem is short of space (see the error: the path, the bytes needed and free); nothing of the batch was written; free space and the fold resumes by itself (checked every 10s), or resume it (SIGHUP)"
 	case errors.Is(err, fold.ErrCommitFailures):

@@ -223,7 +223,7 @@ func (f *Fold) supervise(ctx context.Context, attempt func(ctx context.Context, 
 			}
 			// A fold failed on a full disk also retries by itself once the
 			// space it needs is free again (checked every diskPoll).
-			if !paused && errors.Is(failure, fold.ErrDiskFull) && !errors.Is(failure, fold.ErrStoreBroken) {
+			if !paused && errors.Is(failure, fold.ErrDiskFull) { // a store broken by a full disk too
 				t := time.NewTimer(diskPoll)
 				select {
 				case <-ctx.Done():

@@ -36,7 +36,7 @@ var (
 	// reached pebble's log (or pebble reported a fatal error), after which
 	// pebble cannot go on writing. The store refuses every later write and
 	// serves reads as they were; its files on disk hold every commit up to
-	// some point, whole (as after a crash). Reopening it (a restart)
+	// some point, whole (as after a crash). [Store.Reopen] (or a restart)
 	// replays them.
 	ErrStoreBroken = errors.New("fold: store broken by a write error")
 )
@@ -70,7 +70,7 @@ type StoreBrokenError struct {
 }
 
 func (e *StoreBrokenError) Error() string {
-	return fmt.Sprintf("%v: store %s: %v (filesystem free: %d bytes, a write needs its size plus %d); it takes no more writes until reopened (restart foldhost once space is freed)",
+	return fmt.Sprintf("%v: store %s: %v (filesystem free: %d bytes, a write needs its size plus %d); it takes no more writes until reopened",
 		ErrStoreBroken, e.Dir, e.Err, e.Free, e.Need)
 }
 
@@ -112,6 +112,43 @@ func (s *Store) checkSpace(size uint64) error {
 		return &DiskFullError{Dir: s.dir, Free: du.AvailBytes, Need: need, Reserve: s.reserve}
 	}
 	return nil
+}
+
+// probeDisk tries the store's disk before a Reopen: a scratch file in the
+// store's directory gets the space the reopen's flush may write (the log
+// files' size, allocated), a block written and synced, and is removed.
+func (s *Store) probeDisk() (err error) {
+	fs := s.fs.FS
+	names, err := fs.List(s.dir)
+	if err != nil {
+		return err
+	}
+	var logBytes int64
+	for _, n := range names {
+		if strings.HasSuffix(n, ".log") {
+			if fi, err := fs.Stat(fs.PathJoin(s.dir, n)); err == nil {
+				logBytes += fi.Size()
+			}
+		}
+	}
+	path := fs.PathJoin(s.dir, "reopen-probe.tmp")
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		err = errors.Join(err, fs.Remove(path))
+	}()
+	if logBytes > 0 {
+		err = f.Preallocate(0, logBytes)
+	}
+	if err == nil {
+		_, err = f.Write(make([]byte, 4<<10))
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
 }
 
 // SpaceFree reports whether the store's filesystem has room for a small
@@ -206,6 +243,13 @@ type guardFS struct {
 	mu sync.Mutex
 	// first is the first write error of the store's own files.
 	first error
+}
+
+// reset forgets the recorded error (a Reopen).
+func (g *guardFS) reset() {
+	g.mu.Lock()
+	g.first = nil
+	g.mu.Unlock()
 }
 
 func (g *guardFS) firstErr() error {

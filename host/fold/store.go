@@ -55,6 +55,11 @@ type Store struct {
 	// wedged: pebble panicked on its commit path, possibly holding its
 	// commit lock, so closing it could block forever; Close leaves it.
 	wedged atomic.Bool
+
+	// lifeMu orders Close and Reopen; closed is set by Close. s.db is nil
+	// while a Reopen has it closed (or failed to open it).
+	lifeMu sync.Mutex
+	closed bool
 }
 
 // Open opens (creating if needed) the store in dir and returns it with the
@@ -160,8 +165,26 @@ func (s *Store) checkFormat() error {
 // pebble. Every later operation returns ErrClosed, and so does a second
 // Close. Close must not be called from inside a range callback.
 func (s *Store) Close() error {
-	if !s.gate.close() {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	if s.closed {
 		return ErrClosed
+	}
+	s.closed = true
+	s.gate.close() // false when a failed Reopen left it closed (no pebble open)
+	err := s.shutPebble()
+	s.lock.release(false)
+	if err != nil {
+		return fmt.Errorf("fold: close %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// shutPebble releases the open Snapshots and closes pebble, if open; the
+// gate is closed and s.lifeMu held.
+func (s *Store) shutPebble() error {
+	if s.db == nil {
+		return nil
 	}
 	s.snapMu.Lock()
 	var errs []error
@@ -185,8 +208,7 @@ func (s *Store) Close() error {
 		// pebble may hold its commit lock: its Close would block forever.
 		// Left open (its files stay locked for this process; a restart
 		// reopens the store from its log).
-		s.lock.release(false)
-		return fmt.Errorf("fold: close %s: left open: %w", s.dir, s.Broken())
+		return fmt.Errorf("left open: %w", s.Broken())
 	case s.Broken() != nil:
 	case s.checkSpace(0) != nil:
 		s.opts.Logger.Warn("fold: not flushing at close, the disk is short of space; the next open replays the log", "dir", s.dir)
@@ -198,11 +220,73 @@ func (s *Store) Close() error {
 	if err := s.db.Close(); err != nil && s.Broken() == nil {
 		errs = append(errs, err) // a broken store's log error is reported already
 	}
-	s.lock.release(false)
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("fold: close %s: %w", s.dir, err)
+	s.db = nil
+	return errors.Join(errs...)
+}
+
+// Reopen reopens a broken store ([ErrStoreBroken]) from its files: pebble
+// is closed, unflushed, and opened again, replaying its log to where the
+// write error struck, as after a crash. It returns the recovered cursor,
+// which may be below the one Cursor reported before (the commits whose log
+// writes were dropped are gone, each whole). Meanwhile every operation
+// fails with ErrClosed; open Snapshots are released. The store must have
+// the free space a write needs ([Store.SpaceFree]). A store that is not
+// broken is left as it is; one whose pebble panicked on its commit path
+// cannot be reopened by this process. A failed reopen leaves the store
+// broken (by that failure), closed to reads, to be reopened again.
+func (s *Store) Reopen() (protocol.Cursor, error) {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	switch {
+	case s.closed:
+		return protocol.Cursor{}, ErrClosed
+	case s.Broken() == nil:
+		return s.Cursor(), nil
+	case s.wedged.Load():
+		return s.Cursor(), fmt.Errorf("fold: reopen %s: pebble panicked on its commit path and may hold its locks; restart the process: %w", s.dir, s.Broken())
 	}
-	return nil
+	if err := s.SpaceFree(); err != nil {
+		return s.Cursor(), fmt.Errorf("fold: reopen %s: %w", s.dir, err)
+	}
+	// pebble's open flushes the log it replays and retries a failing flush
+	// without end: it would hang. So the disk is tried first.
+	if err := s.probeDisk(); err != nil { // still broken: by the disk's error now
+		e := &StoreBrokenError{Dir: s.dir, Err: fmt.Errorf("reopen: the disk still fails: %w", err), Need: s.reserve}
+		if du, err := s.fs.FS.GetDiskUsage(s.dir); err == nil {
+			e.Free = du.AvailBytes
+		}
+		return s.Cursor(), e
+	}
+	s.gate.close() // waits for the operations in flight
+	if err := s.shutPebble(); err != nil {
+		s.opts.Logger.Warn("fold: closing the broken store before its reopen", "dir", s.dir, "err", err)
+	}
+	s.broken.Store(nil) // the new pebble's log writes are kept
+	s.fs.reset()
+	s.shadow.Store(nil)
+	s.snapMu.Lock()
+	s.snaps = map[*Snapshot]struct{}{}
+	s.snapMu.Unlock()
+	fail := func(err error) (protocol.Cursor, error) {
+		err = fmt.Errorf("fold: reopen %s: %w", s.dir, err)
+		s.breakWith(err)
+		return s.Cursor(), s.Broken()
+	}
+	db, err := pebble.Open(s.dir, s.opts.pebbleOptions(s.stalls.listener(), s.fs, s.onFatal))
+	if err != nil {
+		return fail(err)
+	}
+	s.db = db
+	cur, err := s.recover()
+	if err != nil {
+		_ = db.Close()
+		s.db = nil
+		return fail(err)
+	}
+	s.cursor.Store(&cur)
+	s.gate.open()
+	s.opts.Logger.Warn("fold: the broken store reopened from its files", "dir", s.dir, "cursor", cur.Rev)
+	return cur, s.Broken() // broken again, by the reopen's own writes
 }
 
 // onFatal takes pebble's fatal errors: the store is broken, not the
