@@ -71,7 +71,7 @@ var census = []input{
 	{"a killed bootstrap's leftovers", "cleared by every command that opens the fold", []string{"host: TestKilledBootstrapLeftoversAreCleared"}, ""},
 	{"the store's filesystem (free space, write errors)", "every store write checks the free space against its size plus the reserve (fold.Options.DiskReserve) and is refused, nothing written, the fold failed until space is back; a log write error breaks that store (its writes refused, the log dropped from there), never the process",
 		[]string{"host/fold: TestEveryWriteChecksSpace", "host: TestFullDiskFailsTheFoldNotTheProcess", "host: TestWriteErrorBreaksTheStoreNotTheProcess"},
-		"a manifest write error (pebble's own flush or compaction) is only logged as pebble's fatal; a broken store needs a restart to write again; the repair's scratch store has the space check but not the guard"},
+		"a manifest write error (pebble's own flush or compaction) is only logged as pebble's fatal; pebble's open (at start or a reopen) retries a failing flush without end, so a disk that fails again right after the reopen's probe hangs that fold; the repair's scratch store has the space check but not the guard"},
 	{"a killed repair --reset's swap marker", "a regular file of at most 64 KiB, JSON naming the fold's data dir; every command that opens the fold completes the recorded swap (forward) first; a state the swap cannot leave is refused, naming the marker",
 		[]string{"host: TestResetKilledAtEveryStep", "host: TestResetMarkerOfAnotherDirIsRefused"}, ""},
 	{"HTTP requests", "clean paths only, methods (405), parameter allow-list without repeats, limit 1..10000, JSON answers",
