@@ -79,6 +79,13 @@ func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions)
 		return BootstrapResult{}, fmt.Errorf("another bootstrap of fold %s is running: %w", f.Name, err)
 	}
 	defer lk.Unlock()
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if _, err := finishResetSwap(f.DataDir, log); err != nil { // a killed repair --reset
+		return BootstrapResult{}, fmt.Errorf("fold %s: %w", f.Name, err)
+	}
 	clearStaleImports(f.DataDir)
 	// A store that folded nothing (what a first run against an empty
 	// bucket leaves) is replaced, but only once an artifact to replace it

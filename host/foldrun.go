@@ -69,7 +69,17 @@ func newFold(o FoldOptions, h *Host) (*Fold, error) {
 	f.state = newStateCell(f.log)
 	f.sup.wake = make(chan struct{}, 1)
 	f.dead.stored.Store(-1) // counted on first demand
-	st, _, err := fold.Open(o.DataDir, fold.Options{Sync: o.Sync, Logger: f.log})
+	// A repair --reset killed mid-swap left its fresh store recorded:
+	// put in place before the data dir is opened (else an empty store
+	// would be made there).
+	if _, err := finishResetSwap(o.DataDir, f.log); err != nil {
+		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
+	}
+	so := fold.Options{Sync: o.Sync, Logger: f.log}
+	if storeOptions != nil {
+		storeOptions(o.Name, &so)
+	}
+	st, _, err := fold.Open(o.DataDir, so)
 	if err != nil {
 		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
 	}
@@ -87,6 +97,10 @@ func newFold(o FoldOptions, h *Host) (*Fold, error) {
 	}
 	return f, nil
 }
+
+// storeOptions, when set (tests only: SetStoreOptions), adjusts the
+// options each fold's store is opened with.
+var storeOptions func(fold string, o *fold.Options)
 
 func (f *Fold) closeStore() {
 	if err := f.store.Close(); err != nil && !errors.Is(err, fold.ErrClosed) {
@@ -216,6 +230,11 @@ func (f *Fold) run(ctx context.Context) error {
 
 	applier, feed := f.applier(), f.feed()
 	return f.supervise(ctx, func(ctx context.Context, rebuild string) (protocol.Cursor, error) {
+		if f.store.Broken() != nil { // a write error broke it: reopened from its files
+			if cur, err := f.store.Reopen(); err != nil {
+				return cur, err
+			}
+		}
 		if rebuild != "" {
 			err := f.rebuildBeforeFollowing(ctx, rebuild)
 			f.sup.mu.Lock()
@@ -272,6 +291,12 @@ func hint(err error) string {
 		return "the fold's cursor is past the stream's last revision: the bucket was probably deleted and recreated; move the data_dir aside to re-fold from scratch"
 	case errors.Is(err, fold.ErrPlugin):
 		return "the plugin failed on a batch; nothing of it was committed; drop a fixed module in place (the fold retries with it), or fix the data and resume (SIGHUP)"
+	case errors.Is(err, fold.ErrStoreBroken) && errors.Is(err, fold.ErrDiskFull):
+		return "a write of the store failed for lack of space (see the error); its data on disk is whole up to a commit; free space and the fold reopens the store from its files and resumes by itself (checked every 10s), or resume it (SIGHUP)"
+	case errors.Is(err, fold.ErrStoreBroken):
+		return "a write of the store failed (see the error); its data on disk is whole up to a commit; fix the disk and resume the fold (SIGHUP), which reopens the store from its files"
+	case errors.Is(err, fold.ErrDiskFull):
+		return "the store's filesystem is short of space (see the error: the path, the bytes needed and free); nothing of the batch was written; free space and the fold resumes by itself (checked every 10s), or resume it (SIGHUP)"
 	case errors.Is(err, fold.ErrCommitFailures):
 		return "the store kept refusing commits (disk full? permissions?); fix the disk and resume (SIGHUP)"
 	case errors.Is(err, fold.ErrCorrupt):

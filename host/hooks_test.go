@@ -12,6 +12,25 @@ import (
 	"github.com/foldhost/foldhost/host/natskv"
 )
 
+// SetStoreOptions makes every fold's store open with the options fn
+// adjusts (a fault-injecting filesystem, a small disk reserve); diskPollEvery
+// replaces how often a fold failed on a full disk checks for space. The
+// returned func unsets both. Not safe while a host runs.
+func SetStoreOptions(fn func(fold string, o *fold.Options), diskPollEvery time.Duration) (unset func()) {
+	was := diskPoll
+	storeOptions, diskPoll = fn, diskPollEvery
+	return func() { storeOptions, diskPoll = nil, was }
+}
+
+// SetResetStep makes every repair --reset swap call fn before each of its
+// steps (write-marker, move-old-aside, move-fresh-in, remove-marker); an
+// error stops the swap there, nothing undone, as a kill would. The returned
+// func unsets it. Not safe while a reset runs.
+func SetResetStep(fn func(step string) error) (unset func()) {
+	resetStep = fn
+	return func() { resetStep = nil }
+}
+
 // SetAfterReplay makes every view rebuild call fn between its replay and
 // its switch (a test holds the rebuild there while it writes or reloads);
 // fn should return when ctx ends. The returned func unsets it. Not safe

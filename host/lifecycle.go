@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/protocol"
@@ -66,6 +67,10 @@ func (c *stateCell) setLocked(to httpapi.State) {
 	// Logged under the lock: two transitions never log out of order.
 	c.log.Info("fold state", "from", string(from), "to", string(to))
 }
+
+// diskPoll is how often a fold failed on a full disk checks whether the
+// space it needs is free again.
+var diskPoll = 10 * time.Second
 
 // supervisor is what a fold's run loop takes orders from: an operator's
 // pause and resume, and the retry of a failed fold that a fixed plugin or
@@ -215,6 +220,24 @@ func (f *Fold) supervise(ctx context.Context, attempt func(ctx context.Context, 
 				f.state.Store(httpapi.StatePaused)
 			} else {
 				f.state.Store(httpapi.StateFailed)
+			}
+			// A fold failed on a full disk also retries by itself once the
+			// space it needs is free again (checked every diskPoll).
+			if !paused && errors.Is(failure, fold.ErrDiskFull) { // a store broken by a full disk too
+				t := time.NewTimer(diskPoll)
+				select {
+				case <-ctx.Done():
+				case <-s.wake:
+				case <-t.C:
+					if err := f.store.SpaceFree(); err == nil {
+						f.log.Info("retrying the fold failed on a full disk: its space is free again")
+						s.mu.Lock()
+						s.retry = true
+						s.mu.Unlock()
+					}
+				}
+				t.Stop()
+				continue
 			}
 			select {
 			case <-ctx.Done():

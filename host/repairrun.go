@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -234,11 +235,18 @@ func ResetStopped(ctx context.Context, o Options, name string, progress func(htt
 		return ResetResult{}, fmt.Errorf("fold %s: DataDir %q is not an absolute path", name, fo.DataDir)
 	}
 	dataDir := filepath.Clean(fo.DataDir)
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if _, err := finishResetSwap(dataDir, log); err != nil { // an earlier reset killed mid-swap
+		return ResetResult{}, fmt.Errorf("fold %s: %w", name, err)
+	}
 	old, _, err := fold.Open(dataDir, fold.Options{Logger: o.Logger})
 	if err != nil {
 		return ResetResult{}, fmt.Errorf("fold %s: %w", name, err) // held by a running fold: ErrLocked
 	}
-	fresh := filepath.Join(filepath.Dir(dataDir), "."+filepath.Base(dataDir)+".reset")
+	fresh := resetFreshDir(dataDir)
 	if err := os.RemoveAll(fresh); err != nil {
 		old.Close()
 		return ResetResult{}, err
@@ -281,14 +289,16 @@ func ResetStopped(ctx context.Context, o Options, name string, progress func(htt
 		return res, fmt.Errorf("fold %s: refolding into a fresh store: %w (the old store is untouched)", name, err)
 	}
 	res.Kept = dataDir + ".replaced-" + time.Now().UTC().Format("20060102T150405Z")
+	for i := 2; exists(res.Kept); i++ { // two resets in one second
+		res.Kept = fmt.Sprintf("%s.replaced-%s-%d", dataDir, time.Now().UTC().Format("20060102T150405Z"), i)
+	}
 	if err := old.Close(); err != nil {
 		return res, err
 	}
-	if err := os.Rename(dataDir, res.Kept); err != nil {
-		return res, fmt.Errorf("fold %s: moving the old store aside: %w (the fresh one is in %s)", name, err, fresh)
-	}
-	if err := os.Rename(fresh, dataDir); err != nil {
-		return res, fmt.Errorf("fold %s: swapping the fresh store in: %w (the old one is in %s, the fresh one in %s)", name, err, res.Kept, fresh)
+	// Crash-safe (resetswap.go): a kill from here on leaves the swap
+	// recorded, and the next open of the fold completes it.
+	if err := swapResetStore(resetSwap{Data: dataDir, Fresh: fresh, Kept: res.Kept}); err != nil {
+		return res, fmt.Errorf("fold %s: %w", name, err)
 	}
 	res.Took = time.Since(start)
 	return res, nil

@@ -170,7 +170,7 @@ func (s *Store) Commit(c Commit) error {
 		s.viewMu.Lock()
 		defer s.viewMu.Unlock()
 	}
-	if err := s.db.Apply(b, s.write); err != nil {
+	if err := s.apply(b, s.write); err != nil {
 		return fmt.Errorf("fold: commit at cursor %v: %w", c.Cursor, err)
 	}
 	next := c.Cursor

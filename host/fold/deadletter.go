@@ -97,7 +97,7 @@ func (s *Store) PruneDeadLetters(max int, maxAge time.Duration) (left int, err e
 		return 0, err
 	}
 	if drop > 0 {
-		if err := s.db.Apply(b, s.write); err != nil {
+		if err := s.apply(b, s.write); err != nil {
 			return 0, fmt.Errorf("fold: prune dead letters: %w", err)
 		}
 	}

@@ -95,6 +95,7 @@ func transient(err error) bool {
 	for _, fatal := range []error{
 		ErrCursorExpired, ErrCursorBeyondHead, ErrStreamReplaced, ErrRepairRefused, // need a repair, not a retry
 		ErrPlugin, ErrCommitFailures, ErrCursorRegression, ErrClosed, ErrInvalidCommit,
+		ErrDiskFull, ErrStoreBroken, // the fold fails; its supervisor waits for space
 	} {
 		if errors.Is(err, fatal) {
 			return false

@@ -29,6 +29,10 @@ func (g *gate) enter() bool {
 
 func (g *gate) exit() { g.active.Add(-1) }
 
+// open lets operations in again after close (a Store's Reopen, which
+// replaced what they use while none ran).
+func (g *gate) open() { g.closed.Store(false) }
+
 // close marks the gate closed and waits until no operation is in flight. It
 // reports false if the gate was already closed. An operation that enter
 // admitted incremented active before close set closed, so close sees it.

@@ -375,6 +375,12 @@ func (l *Loop) commitPart(part []Update, out Output, dead []DeadLetter, start ti
 		if errors.Is(err, ErrCursorRegression) || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidCommit) {
 			return false, err // broken invariant or no store: retrying cannot help
 		}
+		if errors.Is(err, ErrDiskFull) || errors.Is(err, ErrStoreBroken) {
+			// Nothing of the batch was written (a broken store: nothing
+			// more will be); retrying before space is freed cannot help,
+			// and the fold's supervisor waits for it (host/lifecycle.go).
+			return false, err
+		}
 		l.failures++
 		if l.failures >= l.cfg.MaxCommitFailures {
 			return false, fmt.Errorf("%w (%d): last: %w", ErrCommitFailures, l.failures, err)

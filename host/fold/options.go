@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Defaults for [Options]. See RATIONALE.md for the measurements behind them.
@@ -48,6 +49,18 @@ type Options struct {
 	// at Error. Default slog.Default().
 	Logger *slog.Logger
 
+	// DiskReserve is the free space, in bytes, every write leaves on the
+	// store's filesystem: a write that would leave less is refused with a
+	// [*DiskFullError], nothing written (see [ErrDiskFull]). Default 0 is
+	// MemTableSize times the memtables the write path may queue (4): what
+	// pebble may still have to write to flush what it accepted. Negative:
+	// no reserve (only the write's own size is checked).
+	DiskReserve int64
+
+	// FS is the filesystem pebble uses; nil is the operating system's.
+	// Tests inject faults through it (a disk that fills up).
+	FS vfs.FS
+
 	// untuned opens with pebble's own defaults instead of the tuning below;
 	// only the benchmarks use it, to measure what the tuning buys.
 	untuned bool
@@ -68,15 +81,24 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
 	return o
 }
 
-// pebbleOptions builds pebble's options from o (already defaulted).
-func (o Options) pebbleOptions(events *pebble.EventListener) *pebble.Options {
+// memTableStopWrites is how many memtables the write path may queue
+// before pebble stalls commits (MemTableStopWritesThreshold).
+const memTableStopWrites = 4
+
+// pebbleOptions builds pebble's options from o (already defaulted), on the
+// filesystem fs, with fatal the store's handler of pebble's fatal errors.
+func (o Options) pebbleOptions(events *pebble.EventListener, fs vfs.FS, fatal func(string)) *pebble.Options {
 	po := &pebble.Options{
 		FormatMajorVersion: pebbleFormat,
-		Logger:             slogLogger{o.Logger},
+		Logger:             slogLogger{l: o.Logger, fatal: fatal},
 		EventListener:      events,
+		FS:                 fs,
 	}
 	if o.untuned {
 		po.EnsureDefaults()
@@ -90,7 +112,7 @@ func (o Options) pebbleOptions(events *pebble.EventListener) *pebble.Options {
 	// on this write path, so they keep pebble's defaults.
 	po.CacheSize = o.CacheSize
 	po.MemTableSize = o.MemTableSize
-	po.MemTableStopWritesThreshold = 4
+	po.MemTableStopWritesThreshold = memTableStopWrites
 	// A second compaction may run when L0 or compaction debt builds up
 	// (pebble's heuristics); the reference machine has 2 cores.
 	po.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
@@ -98,8 +120,12 @@ func (o Options) pebbleOptions(events *pebble.EventListener) *pebble.Options {
 	return po
 }
 
-// slogLogger adapts *slog.Logger to pebble.Logger.
-type slogLogger struct{ l *slog.Logger }
+// slogLogger adapts *slog.Logger to pebble.Logger. fatal, when set, takes
+// pebble's fatal errors (a store's: see Store.onFatal).
+type slogLogger struct {
+	l     *slog.Logger
+	fatal func(string)
+}
 
 func (s slogLogger) logf(level slog.Level, format string, args []any) {
 	if s.l.Enabled(context.Background(), level) {
@@ -110,14 +136,19 @@ func (s slogLogger) logf(level slog.Level, format string, args []any) {
 func (s slogLogger) Infof(format string, args ...any)  { s.logf(slog.LevelDebug, format, args) }
 func (s slogLogger) Errorf(format string, args ...any) { s.logf(slog.LevelError, format, args) }
 
-// Fatalf is called by pebble on unrecoverable internal errors; pebble does
-// not expect it to return.
+// Fatalf is called by pebble on unrecoverable errors, a failed log or
+// manifest write among them. A store's handler breaks the store instead of
+// the process (Store.onFatal); without one, it panics.
 func (s slogLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	s.l.Error("pebble fatal: " + msg)
+	if s.fatal != nil {
+		s.fatal(msg)
+		return
+	}
 	panic("fold: pebble fatal: " + msg)
 }
 
 // PebbleLogger is l as a pebble.Logger, as the store logs pebble's lines
 // (info at debug level), for pebble databases beside the store's.
-func PebbleLogger(l *slog.Logger) pebble.Logger { return slogLogger{l} }
+func PebbleLogger(l *slog.Logger) pebble.Logger { return slogLogger{l: l} }

@@ -121,7 +121,12 @@ func (s *Store) SetOrigin(o Origin) error {
 	if err != nil {
 		return fmt.Errorf("fold: encode origin: %w", err)
 	}
-	if err := s.db.Set(metaOriginKey, b, pebble.Sync); err != nil {
+	batch := s.db.NewBatch()
+	defer batch.Close()
+	if err := batch.Set(metaOriginKey, b, nil); err != nil {
+		return fmt.Errorf("fold: record origin in %s: %w", s.dir, err)
+	}
+	if err := s.apply(batch, pebble.Sync); err != nil {
 		return fmt.Errorf("fold: record origin in %s: %w", s.dir, err)
 	}
 	return nil

@@ -42,7 +42,12 @@ func readViewSpace(r pebble.Reader) (byte, error) {
 // dropView deletes every key of the view keyspace space.
 func (s *Store) dropView(space byte) error {
 	lower, upper := prefixBounds(space, "")
-	if err := s.db.DeleteRange(lower, upper, s.write); err != nil {
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(lower, upper, nil); err != nil {
+		return fmt.Errorf("clear view keyspace %c: %w", space, err)
+	}
+	if err := s.apply(b, s.write); err != nil {
 		return fmt.Errorf("clear view keyspace %c: %w", space, err)
 	}
 	return nil
@@ -121,7 +126,7 @@ func (sh *Shadow) Write(views []ViewMutation, dead ...DeadLetter) error {
 	if err := putDeadLetters(b, dead); err != nil {
 		return fmt.Errorf("fold: shadow write: %w", err)
 	}
-	if err := s.db.Apply(b, s.write); err != nil {
+	if err := s.apply(b, s.write); err != nil {
 		return fmt.Errorf("fold: shadow write: %w", err)
 	}
 	return nil

@@ -44,6 +44,22 @@ type Store struct {
 	snaps  map[*Snapshot]struct{}
 
 	lock *dirLock
+
+	// A full disk (diskspace.go): the guarded filesystem, the reserve every
+	// write leaves free, the serialization of writes behind the space
+	// check, and the error that broke the store (nil while it writes).
+	fs      *guardFS
+	reserve uint64
+	applyMu sync.Mutex
+	broken  atomic.Pointer[StoreBrokenError]
+	// wedged: pebble panicked on its commit path, possibly holding its
+	// commit lock, so closing it could block forever; Close leaves it.
+	wedged atomic.Bool
+
+	// lifeMu orders Close and Reopen; closed is set by Close. s.db is nil
+	// while a Reopen has it closed (or failed to open it).
+	lifeMu sync.Mutex
+	closed bool
 }
 
 // Open opens (creating if needed) the store in dir and returns it with the
@@ -65,7 +81,9 @@ func Open(dir string, opts Options) (*Store, protocol.Cursor, error) {
 	}
 	s := &Store{dir: dir, opts: opts, write: pebble.NoSync, snaps: map[*Snapshot]struct{}{}, lock: lock}
 	s.stalls.log = opts.Logger
-	db, err := pebble.Open(dir, opts.pebbleOptions(s.stalls.listener()))
+	s.fs = &guardFS{FS: opts.FS, s: s}
+	s.reserve = opts.diskReserve()
+	db, err := pebble.Open(dir, opts.pebbleOptions(s.stalls.listener(), s.fs, s.onFatal))
 	if err != nil {
 		lock.release(true)
 		return nil, protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", dir, err)
@@ -132,7 +150,12 @@ func (s *Store) checkFormat() error {
 			Detail: "pebble database without a format marker (not a fold store)"}
 	}
 	marker := binary.BigEndian.AppendUint32(nil, FormatVersion)
-	if err := s.db.Set(metaFormatKey, marker, pebble.Sync); err != nil {
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.Set(metaFormatKey, marker, nil); err != nil {
+		return fmt.Errorf("fold: open %s: write format marker: %w", s.dir, err)
+	}
+	if err := s.apply(b, pebble.Sync); err != nil {
 		return fmt.Errorf("fold: open %s: write format marker: %w", s.dir, err)
 	}
 	return nil
@@ -142,8 +165,26 @@ func (s *Store) checkFormat() error {
 // pebble. Every later operation returns ErrClosed, and so does a second
 // Close. Close must not be called from inside a range callback.
 func (s *Store) Close() error {
-	if !s.gate.close() {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	if s.closed {
 		return ErrClosed
+	}
+	s.closed = true
+	s.gate.close() // false when a failed Reopen left it closed (no pebble open)
+	err := s.shutPebble()
+	s.lock.release(false)
+	if err != nil {
+		return fmt.Errorf("fold: close %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// shutPebble releases the open Snapshots and closes pebble, if open; the
+// gate is closed and s.lifeMu held.
+func (s *Store) shutPebble() error {
+	if s.db == nil {
+		return nil
 	}
 	s.snapMu.Lock()
 	var errs []error
@@ -159,16 +200,109 @@ func (s *Store) Close() error {
 	// Flushing the memtables now keeps the next Open from replaying the
 	// WALs and flushing them itself (the start's longest step after a
 	// clean stop: RATIONALE.md, "A clean stop flushes"). A failed flush
-	// loses nothing: the WALs still hold the data.
-	if err := s.db.Flush(); err != nil {
-		s.opts.Logger.Warn("fold: flush at close failed; the next open replays the log", "dir", s.dir, "err", err)
+	// loses nothing: the WALs still hold the data. A broken store, or one
+	// short of space, is not flushed: pebble panics on a log it cannot
+	// close and retries a failing flush without end.
+	switch {
+	case s.wedged.Load():
+		// pebble may hold its commit lock: its Close would block forever.
+		// Left open (its files stay locked for this process; a restart
+		// reopens the store from its log).
+		return fmt.Errorf("left open: %w", s.Broken())
+	case s.Broken() != nil:
+	case s.checkSpace(0) != nil:
+		s.opts.Logger.Warn("fold: not flushing at close, the disk is short of space; the next open replays the log", "dir", s.dir)
+	default:
+		if err := s.db.Flush(); err != nil {
+			s.opts.Logger.Warn("fold: flush at close failed; the next open replays the log", "dir", s.dir, "err", err)
+		}
 	}
-	errs = append(errs, s.db.Close())
-	s.lock.release(false)
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("fold: close %s: %w", s.dir, err)
+	if err := s.db.Close(); err != nil && s.Broken() == nil {
+		errs = append(errs, err) // a broken store's log error is reported already
 	}
-	return nil
+	s.db = nil
+	return errors.Join(errs...)
+}
+
+// Reopen reopens a broken store ([ErrStoreBroken]) from its files: pebble
+// is closed, unflushed, and opened again, replaying its log to where the
+// write error struck, as after a crash. It returns the recovered cursor,
+// which may be below the one Cursor reported before (the commits whose log
+// writes were dropped are gone, each whole). Meanwhile every operation
+// fails with ErrClosed; open Snapshots are released. The store must have
+// the free space a write needs ([Store.SpaceFree]). A store that is not
+// broken is left as it is; one whose pebble panicked on its commit path
+// cannot be reopened by this process. A failed reopen leaves the store
+// broken (by that failure), closed to reads, to be reopened again.
+func (s *Store) Reopen() (protocol.Cursor, error) {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	switch {
+	case s.closed:
+		return protocol.Cursor{}, ErrClosed
+	case s.Broken() == nil:
+		return s.Cursor(), nil
+	case s.wedged.Load():
+		return s.Cursor(), fmt.Errorf("fold: reopen %s: pebble panicked on its commit path and may hold its locks; restart the process: %w", s.dir, s.Broken())
+	}
+	if err := s.SpaceFree(); err != nil {
+		return s.Cursor(), fmt.Errorf("fold: reopen %s: %w", s.dir, err)
+	}
+	// pebble's open flushes the log it replays and retries a failing flush
+	// without end: it would hang. So the disk is tried first.
+	if err := s.probeDisk(); err != nil { // still broken: by the disk's error now
+		e := &StoreBrokenError{Dir: s.dir, Err: fmt.Errorf("reopen: the disk still fails: %w", err), Need: s.reserve}
+		if du, err := s.fs.FS.GetDiskUsage(s.dir); err == nil {
+			e.Free = du.AvailBytes
+		}
+		return s.Cursor(), e
+	}
+	s.gate.close() // waits for the operations in flight
+	if err := s.shutPebble(); err != nil {
+		s.opts.Logger.Warn("fold: closing the broken store before its reopen", "dir", s.dir, "err", err)
+	}
+	s.broken.Store(nil) // the new pebble's log writes are kept
+	s.fs.reset()
+	s.shadow.Store(nil)
+	s.snapMu.Lock()
+	s.snaps = map[*Snapshot]struct{}{}
+	s.snapMu.Unlock()
+	fail := func(err error) (protocol.Cursor, error) {
+		err = fmt.Errorf("fold: reopen %s: %w", s.dir, err)
+		s.breakWith(err)
+		return s.Cursor(), s.Broken()
+	}
+	db, err := pebble.Open(s.dir, s.opts.pebbleOptions(s.stalls.listener(), s.fs, s.onFatal))
+	if err != nil {
+		return fail(err)
+	}
+	s.db = db
+	cur, err := s.recover()
+	if err != nil {
+		_ = db.Close()
+		s.db = nil
+		return fail(err)
+	}
+	s.cursor.Store(&cur)
+	s.gate.open()
+	s.opts.Logger.Warn("fold: the broken store reopened from its files", "dir", s.dir, "cursor", cur.Rev)
+	return cur, s.Broken() // broken again, by the reopen's own writes
+}
+
+// onFatal takes pebble's fatal errors: the store is broken, not the
+// process. On a goroutine inside apply it panics for that recover
+// (pebble's commit path does not expect Fatalf to return); elsewhere (a
+// flush or compaction failing to record its result) it returns, and pebble
+// fails that job.
+func (s *Store) onFatal(msg string) {
+	cause := fmt.Errorf("pebble: %s", msg)
+	if w := s.fs.firstErr(); w != nil {
+		cause = fmt.Errorf("%v (first write error: %w)", cause, w)
+	}
+	s.breakWith(cause)
+	if inGuardedApply() {
+		panic(pebbleFatal{msg: msg})
+	}
 }
 
 // Dir is the directory the store was opened in.

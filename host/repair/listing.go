@@ -76,11 +76,31 @@ func (l *listing) flush() error {
 	if l.n == 0 {
 		return nil
 	}
+	if err := l.checkSpace(); err != nil {
+		return fmt.Errorf("repair: scratch store: %w", err)
+	}
 	if err := l.db.Apply(l.batch, pebble.NoSync); err != nil {
 		return fmt.Errorf("repair: scratch store: %w", err)
 	}
 	l.batch.Reset()
 	l.n = 0
+	return nil
+}
+
+// listingReserve is the free space every write to the scratch store
+// leaves: the memtables it may hold unflushed (pebble's default of two).
+// Like the fold's store (fold.ErrDiskFull), it refuses a write that would
+// leave less, rather than let pebble's writes fail on a full disk.
+const listingReserve = 2 * listingMemTable
+
+func (l *listing) checkSpace() error {
+	du, err := vfs.Default.GetDiskUsage(l.dir)
+	if err != nil {
+		return nil // unknown: pebble's own errors are left
+	}
+	if need := uint64(l.batch.Len()) + listingReserve; du.AvailBytes < need {
+		return &fold.DiskFullError{Dir: l.dir, Free: du.AvailBytes, Need: need, Reserve: listingReserve}
+	}
 	return nil
 }
 

@@ -389,6 +389,9 @@ func (r *job) commit(ctx context.Context, c fold.Commit) error {
 		if err = r.store.Commit(c); err == nil {
 			return nil
 		}
+		if errors.Is(err, fold.ErrDiskFull) || errors.Is(err, fold.ErrStoreBroken) {
+			return err // nothing written; retrying before space is freed cannot help
+		}
 		if attempt == commitAttempts || errors.Is(err, fold.ErrCursorRegression) ||
 			errors.Is(err, fold.ErrClosed) || errors.Is(err, fold.ErrInvalidCommit) {
 			return fmt.Errorf("%w during a repair (%d attempts): %w", fold.ErrCommitFailures, attempt, err)
