@@ -129,6 +129,12 @@ type FoldOptions struct {
 	Repair protocol.RepairMode
 	// Sync fsyncs every commit.
 	Sync bool
+	// DiskReserve is the free space, in bytes, every store write leaves on
+	// the fold's filesystem (fold.Options.DiskReserve): a write that would
+	// leave less fails the fold with a full-disk error, nothing written.
+	// 0 takes the store's default (256 MiB, what pebble may still need
+	// to flush its memtables); negative: none.
+	DiskReserve int64
 	// CreateBucket applies when the bucket does not exist yet; its Name is
 	// Bucket's.
 	CreateBucket natskv.BucketConfig

@@ -162,6 +162,9 @@ type FoldConfig struct {
 	// Repair is the cursor-expiry repair mode; default auto.
 	Repair protocol.RepairMode
 	Sync   bool
+	// DiskReserveMB: free space every store write leaves (0: the store's
+	// default; -1: none).
+	DiskReserveMB int64
 	// CreateBucket applies only when the bucket does not exist yet.
 	CreateBucket natskv.BucketConfig
 }
@@ -376,6 +379,10 @@ func extractFold(f *table) FoldConfig {
 		}
 	}
 	f.boolean("sync", &fc.Sync)
+	if f.integer("disk_reserve_mb", &fc.DiskReserveMB) && (fc.DiskReserveMB < -1 || fc.DiskReserveMB > 1<<20) {
+		f.problem("disk_reserve_mb", "must be -1 (none), 0 (the default: 256) or up to %d, got %d", 1<<20, fc.DiskReserveMB)
+		fc.DiskReserveMB = 0
+	}
 
 	cb := f.sub("create_bucket")
 	var history, maxBytes, replicas int64

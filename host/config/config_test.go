@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -645,5 +646,35 @@ func TestLoadBoundsTheFile(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatalf("Load(%s) blocked", filepath.Base(path))
 		}
+	}
+}
+
+// disk_reserve_mb reaches the fold's store in bytes: -1 is none, 0 the
+// store's default; anything below -1 is refused.
+func TestConfigDiskReserve(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want int64
+	}{
+		{"", 0},
+		{"disk_reserve_mb = 0", 0},
+		{"disk_reserve_mb = 16", 16 << 20},
+		{"disk_reserve_mb = -1", -1},
+	} {
+		cfg, err := parseIn(t, t.TempDir(), "[nats]\nurl = \"embedded\"\n[[fold]]\nname = \"a\"\n"+c.text+"\n", noEnv)
+		if err != nil {
+			t.Fatalf("%q: %v", c.text, err)
+		}
+		o, err := cfg.HostOptions(slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := o.Folds[0].DiskReserve; got != c.want {
+			t.Errorf("%q: DiskReserve %d, want %d", c.text, got, c.want)
+		}
+	}
+	_, err := parseIn(t, t.TempDir(), "[nats]\nurl = \"embedded\"\n[[fold]]\nname = \"a\"\ndisk_reserve_mb = -2\n", noEnv)
+	if ps := problemsOf(t, err); len(ps) != 1 || ps[0].Key != "fold[0].disk_reserve_mb" {
+		t.Errorf("disk_reserve_mb = -2: %v", err)
 	}
 }

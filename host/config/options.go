@@ -59,7 +59,7 @@ func (c *Config) HostOptions(log *slog.Logger) (host.Options, error) {
 			OnPluginError: f.OnPluginError, DeadLetterMax: f.DeadLetterMax, DeadLetterMaxAge: f.DeadLetterMaxAge,
 			DataDir: f.DataDir, BatchWindow: f.BatchWindow, BatchSize: f.BatchSize, Buffer: f.Buffer,
 			ExportInterval: f.ExportInterval, ArtifactKey: f.ArtifactKey,
-			Repair: f.Repair, Sync: f.Sync, CreateBucket: f.CreateBucket,
+			Repair: f.Repair, Sync: f.Sync, DiskReserve: diskReserve(f.DiskReserveMB), CreateBucket: f.CreateBucket,
 		})
 	}
 	return o, nil
@@ -143,4 +143,12 @@ func ClientConn(cfg *Config, url string, getenv Getenv) (o natskv.ConnOptions, e
 		return o, embedded, fmt.Errorf("%s and %s are both set: set at most one", EnvNATSCreds, EnvNATSCredsFile)
 	}
 	return o, embedded, nil
+}
+
+// diskReserve is a fold's disk_reserve_mb in bytes for host.FoldOptions.
+func diskReserve(mb int64) int64 {
+	if mb < 0 {
+		return -1
+	}
+	return mb << 20
 }
