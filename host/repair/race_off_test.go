@@ -1,0 +1,5 @@
+//go:build !race
+
+package repair_test
+
+const raceEnabled = false
