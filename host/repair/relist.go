@@ -317,41 +317,65 @@ func (r *job) listAll(ctx context.Context, src fold.Source, indexed <-chan error
 			continue
 		case ev, ok = <-events:
 		}
-		if !ok {
-			err := src.Err()
-			if err == nil {
-				err = errors.New("the watch stopped")
+		// Take what the source already buffered with single-channel
+		// receives, as the fold's loop does: the three-channel select per
+		// entry cost as much as the matching. The select (cancellation,
+		// the index) still runs at least once per listDrain entries.
+		for n := 1; ; n++ {
+			if !ok {
+				err := src.Err()
+				if err == nil {
+					err = errors.New("the watch stopped")
+				}
+				return fmt.Errorf("%w (%d entries listed): %w", ErrIncompleteListing, r.prog.Listed, err)
 			}
-			return fmt.Errorf("%w (%d entries listed): %w", ErrIncompleteListing, r.prog.Listed, err)
-		}
-		if ev.Synced {
-			if indexed != nil {
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case err := <-indexed:
-					if err := ready(err); err != nil {
-						return err
+			if ev.Synced {
+				if indexed != nil {
+					select {
+					case <-ctx.Done():
+						return ctx.Err()
+					case err := <-indexed:
+						if err := ready(err); err != nil {
+							return err
+						}
 					}
 				}
+				return r.endMatch(ctx)
 			}
-			return r.endMatch(ctx)
-		}
-		if ev.Rev > r.high {
-			r.high, r.highTime = ev.Rev, ev.Time
-		}
-		r.prog.Listed++
-		var err error
-		if indexed != nil {
-			err = r.early.add(ev.Update)
-		} else {
-			err = r.match(ev.Update)
-		}
-		if err != nil {
-			return err
+			if err := r.take(ev.Update, indexed == nil); err != nil {
+				return err
+			}
+			if n == listDrain {
+				break
+			}
+			var more bool
+			select {
+			case ev, ok = <-events:
+				more = true
+			default:
+			}
+			if !more {
+				break
+			}
 		}
 		r.report(false)
 	}
+}
+
+// listDrain bounds the entries listAll takes between two looks at
+// cancellation and the index.
+const listDrain = 256
+
+// take counts one listed entry and matches it (indexed) or spools it.
+func (r *job) take(u fold.Update, indexed bool) error {
+	if u.Rev > r.high {
+		r.high, r.highTime = u.Rev, u.Time
+	}
+	r.prog.Listed++
+	if !indexed {
+		return r.early.add(u)
+	}
+	return r.match(u)
 }
 
 // inScope reports whether key is under one of the scope's prefixes.
