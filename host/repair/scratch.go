@@ -547,7 +547,6 @@ type spool struct {
 	path string
 	f    *os.File
 	w    *bufio.Writer
-	n    int
 }
 
 func (s *spool) add(u fold.Update) error {
@@ -558,7 +557,6 @@ func (s *spool) add(u fold.Update) error {
 		}
 		s.f, s.w = f, bufio.NewWriterSize(f, runWriteBuf)
 	}
-	s.n++
 	if err := writeEntry(s.w, u.Key, u.Rev, u.Op, u.Time, u.Value); err != nil {
 		return fmt.Errorf("repair: scratch: writing %s: %w", s.path, err)
 	}
@@ -574,7 +572,7 @@ func (s *spool) replay(fn func(fold.Update) error) error {
 	if cerr := s.f.Close(); err == nil {
 		err = cerr
 	}
-	s.f, s.w, s.n = nil, nil, 0
+	s.f, s.w = nil, nil
 	if err != nil {
 		return fmt.Errorf("repair: scratch: writing %s: %w", s.path, err)
 	}
