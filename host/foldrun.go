@@ -85,7 +85,7 @@ func newFold(o FoldOptions, h *Host) (*Fold, error) {
 	}
 	f.store = st
 	clearStaleImportsIfIdle(o.DataDir)
-	// A repair's scratch store is left only by a process that died
+	// A repair's scratch dir is left only by a process that died
 	// mid-repair (the store's lock, now held, keeps every other out).
 	if err := os.RemoveAll(RepairDir(o.DataDir)); err != nil {
 		st.Close()

@@ -19,9 +19,10 @@ to NATS (starting the embedded server of an embedded config), checks the
 store's origin, reads the bucket's retention and plans the repair as a
 running fold would:
 
-  relist   the key-listing repair: the bucket's listing, sorted on disk,
-           diffed against the fold, the difference folded through the
-           plugin (keys the bucket no longer lists are deleted); refused
+  relist   the key-listing repair: the bucket's listing, matched as it
+           comes against the fold's entries sorted on disk, the
+           difference folded through the plugin (keys the bucket no
+           longer lists are deleted); refused
            where the listing is not the truth (max_age, per-message TTLs,
            discard-old limits, or the fold saw eviction once).
   restore  from the newest artifact under the fold's artifact_key, if it

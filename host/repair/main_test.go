@@ -11,8 +11,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(killEnvMode) != "" {
 		killChild() // a child of TestKilledRepairsConverge
 	}
-	if os.Getenv(memEnvNATS) != "" {
-		memNATSChild() // the NATS server of TestRepairMemoryIsFlat
+	if os.Getenv(scaleEnvNATS) != "" {
+		scaleNATSChild() // the NATS server of TestRepairScaling
 	}
 	os.Exit(leakcheck.Run(m))
 }

@@ -3,10 +3,15 @@ package repair
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
@@ -28,8 +33,9 @@ type Config struct {
 	// Scope lists the key prefixes the fold covers (none: the whole
 	// bucket). Only fold keys in scope are diffed.
 	Scope []string
-	// ScratchDir holds the sorted listing while the repair runs. It is
-	// removed first and after; it must not be inside the fold's pebble
+	// ScratchDir holds the repair's sorted scratch files (the fold's
+	// entries by revision, the unmatched ones by key) while it runs. It
+	// is removed first and after; it must not be inside the fold's pebble
 	// directory.
 	ScratchDir string
 	// MaxBatch is how many updates go to the plugin per apply; default
@@ -81,19 +87,27 @@ const (
 //
 // In order:
 //
-//  1. List: every entry the state-sync delivers before Synced goes into a
-//     key-sorted scratch store (bounded memory). A listing whose source
-//     ends before Synced is incomplete ([ErrIncompleteListing]): nothing is
-//     written, because an absent key proves nothing.
+//  1. List and match: while the state-sync delivers, the fold's raw
+//     entries in scope are sorted by revision on disk (indexFold, beside
+//     the listing), and each listed entry, in the revision order the
+//     state-sync delivers in, is matched against them as it comes: a fold
+//     entry of its key at its revision is the same write (unchanged), a
+//     fold entry passed over unmatched, and a listed entry the fold does
+//     not hold, are kept aside in key-sorted scratch files. So the work
+//     after the listing is the difference, not the fold. Memory is
+//     bounded whatever the bucket's size (see [sorter]). A listing whose
+//     source ends before Synced is incomplete ([ErrIncompleteListing]):
+//     nothing is written, because an absent key proves nothing.
 //  2. Verify (Config.Verify), still before any write.
-//  3. Diff and fold, in key order, per scope prefix: a merge-join of the
-//     fold's raw keys against the listing. A listed value the fold lacks,
-//     or holds at an older revision, is folded as a put; a listed delete
-//     marker as a delete; a fold key the listing lacks as a synthetic
-//     delete (revision 0) when Config.Deletes. Updates go through the
-//     plugin in batches and commit under the UNCHANGED cursor, so a crash
-//     mid-way leaves a store whose cursor still names the expired position:
-//     the restart repairs again, and finds the finished part unchanged.
+//  3. Diff and fold, in key order: a merge-join of the unmatched fold
+//     entries with the unmatched listed ones. A listed value the fold
+//     lacks, or holds at an older revision, is folded as a put; a listed
+//     delete marker of a key the fold holds as a delete; a fold key the
+//     listing lacks as a synthetic delete (revision 0) when
+//     Config.Deletes. Updates go through the plugin in batches and commit
+//     under the UNCHANGED cursor, so a crash mid-way leaves a store whose
+//     cursor still names the expired position: the restart repairs again,
+//     and finds the finished part unchanged.
 //  4. Move the cursor, alone, in the final commit: to the highest of the
 //     old cursor, the stream head when the state-sync started, and every
 //     listed revision. The state-sync reflects every revision up to there,
@@ -109,11 +123,21 @@ func Relist(ctx context.Context, src fold.Source, store fold.Target, plugin fold
 		return Result{}, err
 	}
 	defer func() {
-		if cerr := r.list.close(); cerr != nil {
-			r.log.Warn("repair: removing the scratch store failed", "dir", cfg.ScratchDir, "err", cerr)
+		if cerr := r.close(); cerr != nil {
+			r.log.Warn("repair: removing the scratch dir failed", "dir", cfg.ScratchDir, "err", cerr)
 		}
 	}()
-	if err := r.listAll(ctx, src); err != nil {
+	// The fold is indexed by revision while the state-sync delivers, so
+	// each listed entry is matched as it comes (RATIONALE.md, "The
+	// listing is matched by revision as it comes").
+	ictx, cancel := context.WithCancel(ctx)
+	indexed := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { indexed <- r.indexFold(ictx) })
+	err = r.listAll(ctx, src, indexed)
+	cancel()
+	wg.Wait()
+	if err != nil {
 		return r.result(), err
 	}
 	if cfg.Verify != nil {
@@ -123,10 +147,8 @@ func Relist(ctx context.Context, src fold.Source, store fold.Target, plugin fold
 	}
 	r.prog.Phase = "folding"
 	r.report(true)
-	for _, p := range inKeyOrder(cfg.Scope) {
-		if err := r.diff(ctx, p); err != nil {
-			return r.result(), err
-		}
+	if err := r.diff(ctx); err != nil {
+		return r.result(), err
 	}
 	if err := r.flush(ctx); err != nil {
 		return r.result(), err
@@ -171,7 +193,6 @@ type job struct {
 	plugin   fold.Plugin
 	cfg      Config
 	log      *slog.Logger
-	list     *listing
 	start    time.Time
 	prog     Progress
 	lastRep  time.Time
@@ -179,6 +200,20 @@ type job struct {
 	high     protocol.Revision // the highest listed revision
 	highTime int64
 	pending  []fold.Update
+
+	// byRev is the fold's entries in scope by revision (key: the
+	// revision, 8 bytes big-endian, then the fold key), written by
+	// indexFold; revs reads it back, in step with the listing.
+	byRev *sorter
+	revs  *merger
+	// early holds what the state-sync delivered before byRev was ready.
+	early spool
+	// unmatched: fold entries the listing does not hold at their
+	// revision (each key at its fold revision, no value); changed: listed
+	// entries the fold does not hold at their revision, and delete
+	// markers of keys the fold holds. Both sorted by key; diff merges
+	// them.
+	unmatched, changed *sorter
 }
 
 func newRelist(store fold.Target, plugin fold.Plugin, cfg Config) (*job, error) {
@@ -191,13 +226,32 @@ func newRelist(store fold.Target, plugin fold.Plugin, cfg Config) (*job, error) 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	l, err := openListing(cfg.ScratchDir)
-	if err != nil {
-		return nil, err
+	if err := os.RemoveAll(cfg.ScratchDir); err != nil {
+		return nil, fmt.Errorf("repair: clearing scratch dir: %w", err)
+	}
+	if err := os.MkdirAll(cfg.ScratchDir, 0o755); err != nil {
+		return nil, fmt.Errorf("repair: scratch dir: %w", err)
 	}
 	now := time.Now()
-	return &job{store: store, plugin: plugin, cfg: cfg, log: cfg.Logger, list: l, start: now,
-		prog: Progress{Phase: "listing", StartedAt: now.UTC().Format(time.RFC3339)}}, nil
+	return &job{store: store, plugin: plugin, cfg: cfg, log: cfg.Logger, start: now,
+		prog:      Progress{Phase: "listing", StartedAt: now.UTC().Format(time.RFC3339)},
+		byRev:     newSorter(filepath.Join(cfg.ScratchDir, "by-revision")),
+		early:     spool{path: filepath.Join(cfg.ScratchDir, "early")},
+		unmatched: newSorter(filepath.Join(cfg.ScratchDir, "unmatched")),
+		changed:   newSorter(filepath.Join(cfg.ScratchDir, "changed")),
+	}, nil
+}
+
+// close releases the scratch memory and removes the scratch dir.
+func (r *job) close() error {
+	if r.revs != nil {
+		r.revs.close()
+	}
+	r.early.close()
+	r.byRev.release()
+	r.unmatched.release()
+	r.changed.release()
+	return os.RemoveAll(r.cfg.ScratchDir)
 }
 
 func (r *job) result() Result { return Result{Progress: r.prog, Took: time.Since(r.start)} }
@@ -213,10 +267,44 @@ func (r *job) report(force bool) {
 	}
 }
 
-// listAll drains src into the listing until its Synced marker.
-func (r *job) listAll(ctx context.Context, src fold.Source) error {
+// indexFold sorts the fold's entries in scope by revision into byRev.
+// It runs beside listAll, on its own goroutine: it alone touches byRev
+// until it returns.
+func (r *job) indexFold(ctx context.Context) error {
+	var rk []byte
+	n := 0
+	for _, p := range inKeyOrder(r.cfg.Scope) {
+		err := r.store.RawRange(p, func(key []byte, rev protocol.Revision, _ []byte) error {
+			if n++; n%4096 == 0 && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			rk = append(binary.BigEndian.AppendUint64(rk[:0], uint64(rev)), key...)
+			return sortAdd(r.byRev, rk, rev, fold.OpPut, 0, nil)
+		})
+		if err != nil {
+			return fmt.Errorf("repair: indexing the fold: %w", err)
+		}
+	}
+	return nil
+}
+
+// listAll drains src until its Synced marker, matching each listed entry
+// against the fold (match) once indexed (indexFold's result) says the
+// fold's index is ready, and keeping the entries that come before in the
+// early spool.
+func (r *job) listAll(ctx context.Context, src fold.Source, indexed <-chan error) error {
 	if h, ok := src.(interface{ HeadAtStart() protocol.Revision }); ok {
 		r.head = h.HeadAtStart()
+	}
+	ready := func(err error) error {
+		indexed = nil
+		if err != nil {
+			return err
+		}
+		if r.revs, err = r.byRev.iter(); err != nil {
+			return err
+		}
+		return r.early.replay(r.match)
 	}
 	events := src.Events()
 	for {
@@ -225,110 +313,215 @@ func (r *job) listAll(ctx context.Context, src fold.Source) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case err := <-indexed:
+			if err := ready(err); err != nil {
+				return err
+			}
+			continue
 		case ev, ok = <-events:
 		}
-		if !ok {
-			err := src.Err()
-			if err == nil {
-				err = errors.New("the watch stopped")
+		// Take what the source already buffered with single-channel
+		// receives, as the fold's loop does: the three-channel select per
+		// entry cost as much as the matching. The select (cancellation,
+		// the index) still runs at least once per listDrain entries.
+		for n := 1; ; n++ {
+			if !ok {
+				err := src.Err()
+				if err == nil {
+					err = errors.New("the watch stopped")
+				}
+				return fmt.Errorf("%w (%d entries listed): %w", ErrIncompleteListing, r.prog.Listed, err)
 			}
-			return fmt.Errorf("%w (%d entries listed): %w", ErrIncompleteListing, r.prog.Listed, err)
+			if ev.Synced {
+				if indexed != nil {
+					select {
+					case <-ctx.Done():
+						return ctx.Err()
+					case err := <-indexed:
+						if err := ready(err); err != nil {
+							return err
+						}
+					}
+				}
+				return r.endMatch(ctx)
+			}
+			if err := r.take(ev.Update, indexed == nil); err != nil {
+				return err
+			}
+			if n == listDrain {
+				break
+			}
+			var more bool
+			select {
+			case ev, ok = <-events:
+				more = true
+			default:
+			}
+			if !more {
+				break
+			}
 		}
-		if ev.Synced {
-			return r.list.flush()
-		}
-		if ev.Rev > r.high {
-			r.high, r.highTime = ev.Rev, ev.Time
-		}
-		if err := r.list.add(ev.Update); err != nil {
-			return err
-		}
-		r.prog.Listed++
 		r.report(false)
 	}
 }
 
-// diff merge-joins the fold's raw keys under prefix with the listing's.
-func (r *job) diff(ctx context.Context, prefix string) error {
-	it, err := r.list.iter(prefix)
-	if err != nil {
-		return fmt.Errorf("repair: scratch store: %w", err)
+// listDrain bounds the entries listAll takes between two looks at
+// cancellation and the index.
+const listDrain = 256
+
+// take counts one listed entry and matches it (indexed) or spools it.
+func (r *job) take(u fold.Update, indexed bool) error {
+	if u.Rev > r.high {
+		r.high, r.highTime = u.Rev, u.Time
 	}
-	defer it.Close()
-	valid := it.First()
-	// takeListed folds listed entries up to (excluding) key; nil: all.
-	takeListed := func(key []byte) error {
-		for ; valid && (key == nil || bytes.Compare(it.Key(), key) < 0); valid = it.Next() {
-			u, err := r.listed(it)
-			if err != nil {
-				return err
-			}
-			r.prog.Diffed++
-			if u.Op != fold.OpPut {
-				r.prog.Unchanged++ // a delete marker of a key the fold does not hold
-				continue
-			}
-			if err := r.add(ctx, u); err != nil {
-				return err
-			}
+	r.prog.Listed++
+	if !indexed {
+		return r.early.add(u)
+	}
+	return r.match(u)
+}
+
+// inScope reports whether key is under one of the scope's prefixes.
+func (r *job) inScope(key string) bool {
+	if len(r.cfg.Scope) == 0 {
+		return true
+	}
+	for _, p := range r.cfg.Scope {
+		if strings.HasPrefix(key, p) {
+			return true
 		}
-		return it.Error()
 	}
-	err = r.store.RawRange(prefix, func(key []byte, rev protocol.Revision, _ []byte) error {
-		if err := takeListed(key); err != nil {
+	return false
+}
+
+// match takes one listed entry, in revision order. A fold entry of its key
+// at its revision is the same write: unchanged. The other fold entries
+// indexed up to its revision are ones the listing does not hold at their
+// revision: unmatched (their key may still be listed later, at a newer
+// revision). A listed entry the fold does not hold is a change, except a
+// delete marker of a key the fold does not hold at all (unchanged too).
+func (r *job) match(u fold.Update) error {
+	if !r.inScope(u.Key) {
+		return nil // the watch lists only the scope
+	}
+	if !u.Op.Valid() {
+		return fmt.Errorf("repair: listed entry %q: op %v", u.Key, u.Op)
+	}
+	matched := false
+	for ; r.revs.valid(); r.revs.next() {
+		e := r.revs.entry()
+		if e.Rev > u.Rev {
+			break
+		}
+		key := e.Key[8:]
+		if e.Rev == u.Rev && u.Op == fold.OpPut && string(key) == u.Key {
+			matched = true
+			continue
+		}
+		if err := sortAdd(r.unmatched, key, e.Rev, fold.OpPut, 0, nil); err != nil {
 			return err
 		}
-		if r.prog.Diffed++; r.prog.Diffed%4096 == 0 && ctx.Err() != nil {
-			return ctx.Err() // a long run of unchanged keys still honours shutdown
-		}
-		if valid && bytes.Equal(it.Key(), key) {
-			u, err := r.listed(it)
-			if err != nil {
-				return err
-			}
-			valid = it.Next()
-			switch {
-			case u.Op == fold.OpPut && u.Rev == rev:
-				r.prog.Unchanged++
-				return nil
-			case u.Rev < rev:
-				// The fold holds a newer write than the bucket's latest:
-				// they do not share a history.
-				return fmt.Errorf("%w: repair: key %q: the fold holds revision %d, the bucket lists %d", fold.ErrStreamReplaced, key, rev, u.Rev)
-			}
-			return r.add(ctx, u)
-		}
-		if !r.cfg.Deletes {
-			r.prog.Kept++
+	}
+	if err := r.revs.err(); err != nil {
+		return err
+	}
+	if matched {
+		r.prog.Diffed++
+		r.prog.Unchanged++
+		return nil
+	}
+	if u.Op != fold.OpPut {
+		held, ok, err := r.store.Get(u.Key)
+		switch {
+		case err != nil:
+			return fmt.Errorf("repair: reading the fold: %w", err)
+		case !ok:
+			r.prog.Diffed++
+			r.prog.Unchanged++ // a delete marker of a key the fold does not hold
 			return nil
+		case held.Rev > u.Rev:
+			return fmt.Errorf("%w: repair: key %q: the fold holds revision %d, the bucket lists a delete at %d", fold.ErrStreamReplaced, u.Key, held.Rev, u.Rev)
 		}
-		return r.add(ctx, fold.Update{Key: string(key), Op: fold.OpDelete, Rev: protocol.NoRevision})
-	})
+	}
+	return sortAdd(r.changed, u.Key, u.Rev, u.Op, u.Time, u.Value)
+}
+
+// endMatch ends the listing: the fold entries above every listed revision
+// are unmatched too.
+func (r *job) endMatch(ctx context.Context) error {
+	for n := 1; r.revs.valid(); r.revs.next() {
+		if n++; n%4096 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		e := r.revs.entry()
+		if err := sortAdd(r.unmatched, e.Key[8:], e.Rev, fold.OpPut, 0, nil); err != nil {
+			return err
+		}
+	}
+	if err := r.revs.err(); err != nil {
+		return err
+	}
+	r.revs.close()
+	r.revs = nil
+	r.byRev.release()
+	return nil
+}
+
+// diff merge-joins the unmatched fold entries with the changed listed
+// ones, in key order: a key in both is folded at its listed entry (which
+// must be newer); a changed key alone likewise (the fold lacks it, or
+// holds it at an older revision it was matched at before a restarted
+// state-sync listed it again); an unmatched key alone is not listed at
+// all: a synthetic delete when Config.Deletes, else kept.
+func (r *job) diff(ctx context.Context) error {
+	fi, err := r.unmatched.iter()
 	if err != nil {
 		return err
 	}
-	return takeListed(nil)
-}
-
-// listed decodes the iterator's entry, its value copied (the pending batch
-// outlives the iterator position).
-func (r *job) listed(it interface {
-	Key() []byte
-	ValueAndErr() ([]byte, error)
-}) (fold.Update, error) {
-	v, err := it.ValueAndErr()
+	defer fi.close()
+	li, err := r.changed.iter()
 	if err != nil {
-		return fold.Update{}, fmt.Errorf("repair: scratch store: %w", err)
+		return err
 	}
-	u, err := decodeEntry(it.Key(), v)
-	if err != nil {
-		return u, err
+	defer li.close()
+	for fi.valid() || li.valid() {
+		if r.prog.Diffed++; r.prog.Diffed%4096 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var c int
+		switch {
+		case !fi.valid():
+			c = 1
+		case !li.valid():
+			c = -1
+		default:
+			c = bytes.Compare(fi.entry().Key, li.entry().Key)
+		}
+		if c < 0 {
+			key := fi.entry().Key
+			if !r.cfg.Deletes {
+				r.prog.Kept++
+			} else if err := r.add(ctx, fold.Update{Key: string(key), Op: fold.OpDelete, Rev: protocol.NoRevision}); err != nil {
+				return err
+			}
+			fi.next()
+			continue
+		}
+		l := li.entry()
+		if c == 0 {
+			if f := fi.entry(); l.Rev < f.Rev {
+				// The fold holds a newer write than the bucket's latest:
+				// they do not share a history.
+				return fmt.Errorf("%w: repair: key %q: the fold holds revision %d, the bucket lists %d", fold.ErrStreamReplaced, l.Key, f.Rev, l.Rev)
+			}
+			fi.next()
+		}
+		if err := r.add(ctx, l.update()); err != nil {
+			return err
+		}
+		li.next()
 	}
-	if !u.Op.Valid() {
-		return u, fmt.Errorf("repair: scratch entry %q: op %v", u.Key, u.Op)
-	}
-	u.Value = bytes.Clone(u.Value)
-	return u, nil
+	return errors.Join(fi.err(), li.err())
 }
 
 // add queues one repair update and folds the batch once it is full.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -599,5 +600,87 @@ func TestVerifyRefusalWritesNothing(t *testing.T) {
 	_ = st.RawKeys("", func([]byte) error { n++; return nil })
 	if n != 10 || st.Cursor().Rev != 1 {
 		t.Fatalf("a refused repair changed the fold: %d keys, cursor %v", n, st.Cursor())
+	}
+}
+
+// resyncSourceFake is a fault-injecting source: a state-sync that was cut
+// by a reconnect and started over, as the natskv watcher does (it skips
+// the revisions it delivered and hands on the rest), so a key written
+// between the two deliveries comes twice, at its old revision and at its
+// new one. It delivers its events, then the Synced marker.
+type resyncSourceFake struct {
+	ch   chan fold.Event
+	head protocol.Revision
+}
+
+func newResyncSourceFake(head protocol.Revision, updates ...fold.Update) *resyncSourceFake {
+	s := &resyncSourceFake{ch: make(chan fold.Event, len(updates)+1), head: head}
+	for _, u := range updates {
+		s.ch <- fold.Event{Update: u}
+	}
+	s.ch <- fold.Event{Synced: true}
+	return s
+}
+
+func (s *resyncSourceFake) Events() <-chan fold.Event      { return s.ch }
+func (s *resyncSourceFake) Stop()                          {}
+func (s *resyncSourceFake) Err() error                     { return nil }
+func (s *resyncSourceFake) HeadAtStart() protocol.Revision { return s.head }
+
+// TestRelistedKeyTakesItsNewestEntry: a key the listing delivers twice (a
+// state-sync started over after a reconnect) is repaired to its newest
+// entry, whatever the first delivery matched: k1 and k2, unchanged at
+// first, are deleted by the markers that come after; k3, changed twice,
+// ends at its last value; k4 is new. The plugin sees each key once, in
+// key order. Mutations caught: a listed delete marker taken as unchanged
+// when the fold holds no entry at its revision (k1, k2 stay); a sorted
+// chunk that yields every entry of a key instead of its newest (the
+// plugin sees k3 twice). Across spilled runs the newest entry is
+// TestSorterMatchesModel's.
+func TestRelistedKeyTakesItsNewestEntry(t *testing.T) {
+	st, _, err := fold.Open(filepath.Join(t.TempDir(), "fold"), fold.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p := &mirror{}
+	raw := []fold.Update{
+		{Key: "k1", Value: []byte("a"), Rev: 1, Op: fold.OpPut},
+		{Key: "k2", Value: []byte("b"), Rev: 2, Op: fold.OpPut},
+		{Key: "k3", Value: []byte("c"), Rev: 3, Op: fold.OpPut},
+	}
+	out, _ := p.Apply(t.Context(), raw, st)
+	if err := st.Commit(fold.Commit{Raw: raw, Views: out.Views, Cursor: protocol.Cursor{Rev: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	seen := p.count()
+	src := newResyncSourceFake(10,
+		fold.Update{Key: "k1", Value: []byte("a"), Rev: 1, Op: fold.OpPut},
+		fold.Update{Key: "k2", Value: []byte("b"), Rev: 2, Op: fold.OpPut},
+		fold.Update{Key: "k3", Value: []byte("c2"), Rev: 5, Op: fold.OpPut},
+		// The state-sync started over here.
+		fold.Update{Key: "k1", Rev: 7, Op: fold.OpDelete},
+		fold.Update{Key: "k3", Value: []byte("c3"), Rev: 8, Op: fold.OpPut},
+		fold.Update{Key: "k4", Value: []byte("d"), Rev: 9, Op: fold.OpPut},
+		fold.Update{Key: "k2", Rev: 10, Op: fold.OpPurge},
+	)
+	res, err := repair.Relist(t.Context(), src, st, p, repair.Config{Deletes: true, ScratchDir: filepath.Join(t.TempDir(), "s"), MaxBatch: 3, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFold(t, st, map[string]entry{"k3": {8, "c3"}, "k4": {9, "d"}})
+	var got []string
+	for _, u := range p.since(seen) {
+		got = append(got, fmt.Sprintf("%s:%v@%d", u.Key, u.Op, u.Rev))
+	}
+	want := []string{
+		fmt.Sprintf("k1:%v@7", fold.OpDelete), fmt.Sprintf("k2:%v@10", fold.OpPurge),
+		fmt.Sprintf("k3:%v@8", fold.OpPut), fmt.Sprintf("k4:%v@9", fold.OpPut),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the plugin saw %v, want %v", got, want)
+	}
+	if st.Cursor().Rev != 10 || res.Deleted != 0 || res.Folded != 4 {
+		t.Errorf("cursor %v, figures %+v: want cursor 10, 4 folded, no synthetic delete", st.Cursor(), res.Progress)
 	}
 }
