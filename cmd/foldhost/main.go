@@ -251,7 +251,13 @@ func (c *cli) parseConfig(fs *flag.FlagSet, configPath *string, args []string) (
 	if len(pos) > 0 {
 		return nil, usagef("unexpected argument %q", pos[0])
 	}
-	cfg, err := config.Load(*configPath, c.getenv)
+	return c.loadConfig(*configPath)
+}
+
+// loadConfig loads and validates the config file at path; its
+// shutdown_grace bounds the command's shutdown from then on.
+func (c *cli) loadConfig(path string) (*config.Config, error) {
+	cfg, err := config.Load(path, c.getenv)
 	if err == nil {
 		c.grace.Store(int64(cfg.ShutdownGrace))
 	}
