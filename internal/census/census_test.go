@@ -51,7 +51,7 @@ var census = []input{
 		[]string{"host/wasm: TestLimitsArePluginErrors", "host: TestHostilePluginsStayWithinMemory"}, ""},
 	{"guest info", "length-checked decode; name and version at most 256 bytes", []string{"abi: FuzzDecodeInfo", "abi: TestDecodeInfoBoundsItsFields"}, ""},
 	{"guest log lines", "cut to 4 KiB; a runtime passes 100 at once, then 50 a second, and counts what it drops", []string{"host/wasm: TestGuestLogIsBounded"}, ""},
-	{"guest stdout/stderr", "a 2 KiB tail is kept; a larger write is never copied whole", []string{"host/wasm: TestStderrTailIsBounded"}, ""},
+	{"guest stdout/stderr", "a 2 KiB tail is kept; a larger write is never copied whole; logged a line at a time, each cut to 4 KiB (at most 4 KiB of a line held), within the guest log lines' rate limit", []string{"host/wasm: TestStderrTailIsBounded", "host/wasm: TestGuestOutputReachesTheLog"}, ""},
 	{"KV entries", "commit validation (no empty key, no cursor regression); the floor guard and resume check on revisions",
 		[]string{"host/fold: TestCommitValidationIsAtomic", "host/fold: TestCommitRefusesCursorRegression", "host/natskv: TestFloorGuardTripsWhenRetentionOverrunsAStalledWatch"},
 		"value size is the server's max_payload; batch bytes are not capped (batch_size counts updates)"},
