@@ -181,6 +181,14 @@ func (f *Fold) setErr(err error) {
 	f.lastErr.Store(&s)
 }
 
+// clearErr: the fold recovered (it committed a batch, or caught up), so
+// the error it had is history (the log keeps it).
+func (f *Fold) clearErr() {
+	if f.lastErr.Load() != nil {
+		f.lastErr.Store(nil)
+	}
+}
+
 // run folds until ctx is done, then flushes the pending batch. A watch
 // that fails leaves the fold failed (served at its cursor, its head still
 // polled) until a retry (supervise); run returns the failure the fold was
@@ -290,6 +298,7 @@ func (f *Fold) poisonHook() func(fold.Update, error) fold.DeadLetter {
 }
 
 func (f *Fold) onApplied(a fold.Applied) {
+	f.clearErr()
 	if a.DeadLettered > 0 {
 		f.dead.skipped.Add(uint64(a.DeadLettered))
 		f.dead.pending.Store(true)
@@ -308,6 +317,7 @@ func (f *Fold) onApplied(a fold.Applied) {
 }
 
 func (f *Fold) onSynced(c protocol.Cursor, start time.Time) {
+	f.clearErr()
 	if f.ready.Swap(true) {
 		return // a re-armed watch synced again
 	}
