@@ -101,7 +101,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"inspect", "--data", dir, "cursor"}, "not a pebble directory"},
 		{[]string{"inspect", "--data", filepath.Join(dir, "nope"), "cursor"}, "no such directory"},
 		{[]string{"kv", "get", "k"}, "--bucket NAME"},
-		{[]string{"kv", "--bucket", "b", "put"}, "wrong number of arguments for put"},
+		{[]string{"kv", "--bucket", "b", "put", "k", "v", "w"}, "wrong number of arguments for put"},
 		{[]string{"kv", "--bucket", "b", "--raw", "put", "k", "v"}, "--raw applies to get only"},
 		{[]string{"kv", "--bucket", "a.b", "get", "k"}, "not a valid bucket name"},
 	} {

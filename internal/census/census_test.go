@@ -94,6 +94,8 @@ var census = []input{
 		[]string{"host: TestRestoreCheck", "host: TestRestoreFromANewerArtifact"}, ""},
 	{"compiled-plugin cache directory", "trusted (wazero's own checksum)", nil, "a tampered cache is trusted"},
 	{"kv put value from stdin", "none", nil, "read whole (a CLI convenience; the server's max_payload refuses big ones)"},
+	{"kv put lines from stdin (no KEY)", "read a line at a time, each at most the server's max payload x 4/3 + 64 KiB (a value in base64 in JSON); the first bad line stops it, named",
+		[]string{"cmd/foldhost: TestKVPutLines"}, ""},
 }
 
 // TestCensus: every test the census names exists in the directory it
