@@ -208,7 +208,7 @@ func (f *Fold) run(ctx context.Context) error {
 		mode = "state-sync"
 	}
 	f.log.Info("fold starting", "bucket", f.o.Bucket, "scope", natskv.Scope{Prefixes: f.o.Scope}.String(),
-		"mode", mode, "cursor", cur.Rev, "stream_head", f.headAtStart.Load(), "data_dir", f.o.DataDir)
+		"mode", mode, "cursor", uint64(cur.Rev), "stream_head", f.headAtStart.Load(), "data_dir", f.o.DataDir)
 	start := time.Now()
 	bg, stopBG := context.WithCancel(ctx)
 	var bgWG sync.WaitGroup
@@ -322,8 +322,8 @@ func (f *Fold) onSynced(c protocol.Cursor, start time.Time) {
 		return // a re-armed watch synced again
 	}
 	f.state.CompareAndSwap(httpapi.StateHydrating, httpapi.StateFollowing)
-	f.log.Info("fold caught up", "cursor", c.Rev, "head_at_start", f.headAtStart.Load(),
-		"delivered", f.delivered.Load(), "took", time.Since(start).Round(time.Millisecond))
+	f.log.Info("fold caught up", "cursor", uint64(c.Rev), "head_at_start", f.headAtStart.Load(),
+		"delivered", f.delivered.Load(), "took", time.Since(start).Round(time.Millisecond).String())
 }
 
 // pollHead keeps the stream's last revision fresh for the lag.
@@ -372,7 +372,7 @@ func (f *Fold) logProgress(ctx context.Context, start time.Time) {
 			d := f.delivered.Load()
 			elapsed := time.Since(start)
 			args := []any{"cursor", cur, "head_at_start", head, "delivered", d,
-				"rate_per_s", int(float64(d) / elapsed.Seconds()), "elapsed", elapsed.Round(time.Second)}
+				"rate_per_s", int(float64(d) / elapsed.Seconds()), "elapsed", elapsed.Round(time.Second).String()}
 			if head > 0 {
 				args = append(args, "percent", fmt.Sprintf("%.1f", 100*float64(min(cur, head))/float64(head)))
 			}

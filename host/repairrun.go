@@ -64,7 +64,7 @@ func (f *Fold) repair(ctx context.Context, feed fold.Feed, plugin fold.Plugin, c
 	if err != nil {
 		return nil, err
 	}
-	f.log.Warn("repair starting", "plan", plan.String(), "cursor", f.store.Cursor(), "retains", fmt.Sprintf("%d..%d", ret.First, ret.Last), "cause", errString(cause))
+	f.log.Warn("repair starting", "plan", plan.String(), "cursor", uint64(f.store.Cursor().Rev), "retains", fmt.Sprintf("%d..%d", ret.First, ret.Last), "cause", errString(cause))
 	unpin := f.pinForRepair(plan)
 	res, err := repair.Relist(ctx, src, f.store, plugin, repair.Config{
 		Deletes:    plan == protocol.PlanKeyListingDiff,
@@ -96,7 +96,7 @@ func (f *Fold) repair(ctx context.Context, feed fold.Feed, plugin fold.Plugin, c
 	}
 	f.endRepair(plan, "done", nil, res)
 	f.log.Warn("repair done; following", "plan", plan.String(), "cursor", res.Cursor, "listed", res.Listed,
-		"folded", res.Folded, "deleted", res.Deleted, "unchanged", res.Unchanged, "took", res.Took.Round(time.Millisecond))
+		"folded", res.Folded, "deleted", res.Deleted, "unchanged", res.Unchanged, "took", res.Took.Round(time.Millisecond).String())
 	if res.Kept > 0 {
 		f.log.Warn("repair = \"none\": fold keys the bucket no longer lists were kept; keys deleted while the cursor was expired may persist", "kept", res.Kept)
 	}
@@ -333,7 +333,7 @@ func (f *Fold) restore(ctx context.Context, feed fold.Feed, plugin fold.Plugin, 
 		return nil, err
 	}
 	defer os.RemoveAll(scratch)
-	f.log.Warn("restore starting", "key", key, "store", f.h.o.Artifacts.Where, "cursor", local, "retains", fmt.Sprintf("%d..%d", ret.First, ret.Last), "cause", errString(cause))
+	f.log.Warn("restore starting", "key", key, "store", f.h.o.Artifacts.Where, "cursor", uint64(local.Rev), "retains", fmt.Sprintf("%d..%d", ret.First, ret.Last), "cause", errString(cause))
 	unpin := f.pinForRepair(plan)
 	defer unpin()
 	var vetted error
@@ -391,7 +391,7 @@ func (f *Fold) restore(ctx context.Context, feed fold.Feed, plugin fold.Plugin, 
 	}
 	f.endRepair(plan, "done", nil, res)
 	f.log.Warn("restore done; resuming from the artifact's cursor", "cursor", res.Cursor, "folded", res.Folded,
-		"deleted", res.Deleted, "unchanged", res.Unchanged, "took", res.Took.Round(time.Millisecond))
+		"deleted", res.Deleted, "unchanged", res.Unchanged, "took", res.Took.Round(time.Millisecond).String())
 	unpin()
 	f.state.Store(httpapi.StateHydrating)
 	return feed.Watch(ctx, f.store.Cursor())

@@ -593,7 +593,7 @@ func (s *server) streamNDJSON(w http.ResponseWriter, f Fold, sp space, prefix st
 		err = sn.ViewRange([]byte(prefix), func(k, v []byte) error { return item(NewViewItem(k, v)) })
 	}
 	if err != nil {
-		s.log.Warn("http: ndjson stream cut", "fold", f.Name(), "after", n, "err", err)
+		s.log.Warn("http: ndjson stream cut", "fold", f.Name(), "items_sent", n, "err", err)
 		_ = enc.Encode(struct {
 			Error string `json:"error"`
 			Count int    `json:"count"`
