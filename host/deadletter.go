@@ -37,7 +37,7 @@ func (f *Fold) poison(u fold.Update, err error) fold.DeadLetter {
 	msg := deadLetterError(err)
 	var sha string
 	if f.plugin != nil {
-		sha = f.plugin.Status().Module.SHA256
+		sha = f.plugin.Running().SHA256 // the module that failed, not one a reload swapped in since
 	}
 	// Counted once committed (onApplied): a failed commit isolates again.
 	f.log.Warn("plugin failed on one update; skipping it: its raw entry is committed, its view effect is not (dead letter)",

@@ -208,7 +208,7 @@ func (f *Fold) settleNow(ctx context.Context, t fold.Target) error {
 	}
 	ret, now, err := f.bucket.Retention(ctx)
 	if err != nil {
-		f.log.Warn("export: could not read retention to settle the cursor; exporting it unsettled", "cursor", c, "err", err)
+		f.log.Warn("export: could not read retention to settle the cursor; exporting it unsettled", "cursor", uint64(c.Rev), "err", err)
 		return nil
 	}
 	s, ok := protocol.SettleDelivered(c.Settled, c.Rev, ret, 0, now.UnixNano())
@@ -353,7 +353,7 @@ func (f *Fold) exportEvery(ctx context.Context) {
 			f.log.Debug("export round skipped: another node holds the lease", "key", f.o.ArtifactKey, "holder", res.LeaseHolder)
 		case err == nil:
 			f.log.Info("export round done", "key", f.o.ArtifactKey, "outcome", res.Outcome, "cursor", res.Cursor,
-				"took", time.Duration(res.TookMS)*time.Millisecond)
+				"took", (time.Duration(res.TookMS) * time.Millisecond).String())
 		}
 	}
 }

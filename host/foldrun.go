@@ -195,6 +195,14 @@ func (f *Fold) setErr(err error) {
 	f.lastErr.Store(&s)
 }
 
+// clearErr: the fold recovered (it committed a batch, or caught up), so
+// the error it had is history (the log keeps it).
+func (f *Fold) clearErr() {
+	if f.lastErr.Load() != nil {
+		f.lastErr.Store(nil)
+	}
+}
+
 // run folds until ctx is done, then flushes the pending batch. A watch
 // that fails leaves the fold failed (served at its cursor, its head still
 // polled) until a retry (supervise); run returns the failure the fold was
@@ -214,7 +222,7 @@ func (f *Fold) run(ctx context.Context) error {
 		mode = "state-sync"
 	}
 	f.log.Info("fold starting", "bucket", f.o.Bucket, "scope", natskv.Scope{Prefixes: f.o.Scope}.String(),
-		"mode", mode, "cursor", cur.Rev, "stream_head", f.headAtStart.Load(), "data_dir", f.o.DataDir)
+		"mode", mode, "cursor", uint64(cur.Rev), "stream_head", f.headAtStart.Load(), "data_dir", f.o.DataDir)
 	start := time.Now()
 	bg, stopBG := context.WithCancel(ctx)
 	var bgWG sync.WaitGroup
@@ -315,6 +323,7 @@ func (f *Fold) poisonHook() func(fold.Update, error) fold.DeadLetter {
 }
 
 func (f *Fold) onApplied(a fold.Applied) {
+	f.clearErr()
 	if a.DeadLettered > 0 {
 		f.dead.skipped.Add(uint64(a.DeadLettered))
 		f.dead.pending.Store(true)
@@ -333,12 +342,13 @@ func (f *Fold) onApplied(a fold.Applied) {
 }
 
 func (f *Fold) onSynced(c protocol.Cursor, start time.Time) {
+	f.clearErr()
 	if f.ready.Swap(true) {
 		return // a re-armed watch synced again
 	}
 	f.state.CompareAndSwap(httpapi.StateHydrating, httpapi.StateFollowing)
-	f.log.Info("fold caught up", "cursor", c.Rev, "head_at_start", f.headAtStart.Load(),
-		"delivered", f.delivered.Load(), "took", time.Since(start).Round(time.Millisecond))
+	f.log.Info("fold caught up", "cursor", uint64(c.Rev), "head_at_start", f.headAtStart.Load(),
+		"delivered", f.delivered.Load(), "took", time.Since(start).Round(time.Millisecond).String())
 }
 
 // pollHead keeps the stream's last revision fresh for the lag.
@@ -387,7 +397,7 @@ func (f *Fold) logProgress(ctx context.Context, start time.Time) {
 			d := f.delivered.Load()
 			elapsed := time.Since(start)
 			args := []any{"cursor", cur, "head_at_start", head, "delivered", d,
-				"rate_per_s", int(float64(d) / elapsed.Seconds()), "elapsed", elapsed.Round(time.Second)}
+				"rate_per_s", int(float64(d) / elapsed.Seconds()), "elapsed", elapsed.Round(time.Second).String()}
 			if head > 0 {
 				args = append(args, "percent", fmt.Sprintf("%.1f", 100*float64(min(cur, head))/float64(head)))
 			}

@@ -73,7 +73,7 @@ func (h *Host) Start(ctx context.Context) (err error) {
 	t0, last := time.Now(), time.Now()
 	phase := func(name string) {
 		now := time.Now()
-		h.log.Debug("start phase done", "phase", name, "took", now.Sub(last).Round(time.Microsecond), "since_start", now.Sub(t0).Round(time.Microsecond))
+		h.log.Debug("start phase done", "phase", name, "took", now.Sub(last).Round(time.Microsecond).String(), "since_start", now.Sub(t0).Round(time.Microsecond).String())
 		last = now
 	}
 	h.folds = make([]*Fold, len(h.o.Folds))
@@ -115,7 +115,7 @@ func (h *Host) Start(ctx context.Context) (err error) {
 	h.exp = newExporter(h.o.Artifacts, h.nc, h.o.NATS.RequestTimeout, h.log)
 	if h.exp != nil {
 		h.log.Info("artifact store", "store", h.o.Artifacts.Where, "lease_bucket", h.o.Artifacts.LeaseBucket,
-			"lease_ttl", h.o.Artifacts.LeaseTTL, "holder", h.o.Artifacts.Holder)
+			"lease_ttl", h.o.Artifacts.LeaseTTL.String(), "holder", h.o.Artifacts.Holder)
 	}
 	h.metrics = httpapi.NewMetrics()
 	for _, f := range h.folds {

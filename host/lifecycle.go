@@ -246,7 +246,7 @@ func (f *Fold) supervise(ctx context.Context, attempt func(ctx context.Context, 
 			continue
 		}
 		if failure != nil {
-			f.log.Warn("fold resuming from its cursor", "cursor", f.store.Cursor().Rev, "after", failure)
+			f.log.Warn("fold resuming from its cursor", "cursor", uint64(f.store.Cursor().Rev), "after", failure)
 			failure = nil
 		}
 		f.state.Store(httpapi.StateHydrating)
@@ -260,7 +260,7 @@ func (f *Fold) supervise(ctx context.Context, attempt func(ctx context.Context, 
 		s.restart = false
 		s.mu.Unlock()
 		if restart && errors.Is(err, context.Canceled) && ctx.Err() == nil {
-			f.log.Info("restarting the fold's attempt for a reloaded module", "cursor", cur.Rev)
+			f.log.Info("restarting the fold's attempt for a reloaded module", "cursor", uint64(cur.Rev))
 			f.loop.Store(nil)
 			f.ready.Store(false)
 			continue
@@ -275,9 +275,9 @@ func (f *Fold) supervise(ctx context.Context, attempt func(ctx context.Context, 
 			f.setErr(err)
 			f.state.Store(httpapi.StateFailed)
 			f.log.Error("fold stopped on an error; its store is still served at its cursor, and it retries on a fixed plugin, a reload (SIGHUP) or an admin resume",
-				"cursor", cur.Rev, "err", err, "hint", hint(err))
+				"cursor", uint64(cur.Rev), "err", err, "hint", hint(err))
 		} else if paused {
-			f.log.Info("fold paused", "cursor", cur.Rev)
+			f.log.Info("fold paused", "cursor", uint64(cur.Rev))
 		}
 	}
 	if failure != nil {
@@ -285,6 +285,6 @@ func (f *Fold) supervise(ctx context.Context, attempt func(ctx context.Context, 
 		return failure
 	}
 	f.state.Store(httpapi.StateStopped)
-	f.log.Info("fold stopped", "cursor", f.store.Cursor().Rev, "delivered_since_start", f.delivered.Load())
+	f.log.Info("fold stopped", "cursor", uint64(f.store.Cursor().Rev), "delivered_since_start", f.delivered.Load())
 	return nil
 }

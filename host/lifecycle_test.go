@@ -200,3 +200,58 @@ func grepLines(s string, subs ...string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestStatusFollowsReloadsAndRecovery: the status names the module the
+// fold folds with as soon as it is settled, without waiting for a write:
+// after an accepted reload of the same view schema, after a live rebuild
+// for another one, and after a fold that failed recovers; and last_error
+// is cleared once the fold recovered. (Both showed the old module, and
+// last_error the old error, until the next write.)
+func TestStatusFollowsReloadsAndRecovery(t *testing.T) {
+	url, b := natsServer(t)
+	dir := t.TempDir()
+	pluginFile := filepath.Join(dir, "plugin.wasm")
+	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview1")))
+	r := startHost(t, host.Options{
+		NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: pluginFile, DataDir: filepath.Join(dir, "a")}},
+	})
+	f := r.h.Fold("routes")
+	waitCursor(t, f, put(t, b, "k1", "v1"))
+	waitFor(t, func() bool { return f.Status().Ready })
+	running := func(name, version string) func() bool {
+		return func() bool {
+			p := f.Status().Plugin
+			return p.Name == name && p.Version == version
+		}
+	}
+
+	// The same view schema: a swap, named before any write.
+	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "example-router", "router-c")))
+	waitFor(t, func() bool { rl := f.Status().Plugin.LastReload; return rl != nil && rl.Outcome == "accepted" })
+	if !running("example-router", "1.0.0")() {
+		t.Errorf("after an accepted reload the status names %+v, want example-router 1.0.0", f.Status().Plugin.PluginIdentity)
+	}
+
+	// Another view schema: a live rebuild, whose module is named once it
+	// switched in.
+	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview2")))
+	waitFor(t, func() bool { st := f.Status(); return st.Rebuild != nil && st.Rebuild.Last != nil })
+	if st := f.Status(); st.Rebuild.Last.Outcome != "done" || !running("testdata-keyview", "1.2")() {
+		t.Errorf("after a live rebuild (%+v) the status names %+v, want testdata-keyview 1.2", st.Rebuild.Last, st.Plugin.PluginIdentity)
+	}
+
+	// keyview2 traps on "trap2": the fold fails, and says why.
+	put(t, b, "k2", "trap2")
+	waitFor(t, func() bool { return f.Status().State == httpapi.StateFailed })
+	if e := f.Status().LastError; e == "" {
+		t.Fatal("a failed fold without last_error")
+	}
+	// keyview1 folds it: the fold rebuilds its views, follows again, and
+	// the error it recovered from is gone.
+	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview1")))
+	waitFor(t, func() bool { return f.Status().State == httpapi.StateFollowing })
+	if st := f.Status(); st.LastError != "" || !running("testdata-keyview", "1.1")() {
+		t.Errorf("a fold that recovered: last_error %q, plugin %+v (want none, testdata-keyview 1.1)", st.LastError, st.Plugin.PluginIdentity)
+	}
+}

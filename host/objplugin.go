@@ -79,7 +79,7 @@ func (s *objectSource) fetch(ctx context.Context) (pluginobj.Module, error) {
 func (s *objectSource) await(ctx context.Context) error {
 	return pluginobj.Await(ctx, s.js, s.ref, time.Second, func() {
 		s.f.log.Warn("waiting for the plugin module to be pushed; the fold starts once it is",
-			"from", s.ref, "push", "foldhost plugin push FILE --fold "+s.f.o.Name)
+			"from", s.ref.String(), "push", "foldhost plugin push FILE --fold "+s.f.o.Name)
 	})
 }
 
@@ -100,18 +100,18 @@ func (s *objectSource) watch(ctx context.Context, p *plugin) {
 			if d, err := jetstream.DecodeObjectDigest(info.Digest); err == nil && hex.EncodeToString(d) == p.Upcoming().SHA256 {
 				return false // the module this node runs (or is about to)
 			}
-			s.f.log.Info("plugin object changed; loading it", "from", s.ref, "digest", info.Digest, "size", info.Size)
+			s.f.log.Info("plugin object changed; loading it", "from", s.ref.String(), "digest", info.Digest, "size", info.Size)
 			m, err := s.fetch(ctx)
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return false // shutting down
 			case err != nil && !pluginobj.Verdict(err):
 				// Not a verdict on the module: looked at again next poll.
-				s.f.log.Warn("could not download the plugin object; retried at the next look", "from", s.ref, "err", err, "next_in", objectPoll)
+				s.f.log.Warn("could not download the plugin object; retried at the next look", "from", s.ref.String(), "err", err, "next_in", objectPoll.String())
 				return true
 			case err != nil:
 				p.ReloadFailed(err)
-				s.f.log.Error("plugin object refused; the running module stays", "from", s.ref, "err", err)
+				s.f.log.Error("plugin object refused; the running module stays", "from", s.ref.String(), "err", err)
 				return false
 			}
 			_ = p.rt.ReloadFrom(ctx, p.Plugin, s.ref.String(), func(ctx context.Context) (*wasm.Module, error) {
@@ -119,7 +119,7 @@ func (s *objectSource) watch(ctx context.Context, p *plugin) {
 			})
 			return false
 		}, func() {
-			s.f.log.Warn("plugin object deleted; the running module stays", "from", s.ref)
+			s.f.log.Warn("plugin object deleted; the running module stays", "from", s.ref.String())
 		})
 	})
 	t := time.NewTicker(objectPoll)

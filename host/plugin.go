@@ -97,13 +97,13 @@ func (f *Fold) loadPlugin(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fold %s: %w", f.o.Name, err)
 	}
-	f.log.Info("loading plugin", "from", src)
+	f.log.Info("loading plugin", "from", src.String())
 	m, err := src.load(ctx, rt)
 	if err != nil {
 		rt.Close(context.Background())
 		return fmt.Errorf("fold %s: load plugin: %w", f.o.Name, err)
 	}
-	f.log.Info("plugin loaded", "from", src, "name", m.Info.Name, "version", m.Info.Version, "sha256", m.SHA256)
+	f.log.Info("plugin loaded", "from", src.String(), "name", m.Info.Name, "version", m.Info.Version, "sha256", m.SHA256)
 	wctx, cancel := context.WithCancel(context.Background())
 	p := &plugin{Plugin: rt.NewPlugin(m), rt: rt, src: src, stopWatch: cancel, watched: make(chan struct{})}
 	go func() {

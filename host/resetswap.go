@@ -127,7 +127,7 @@ func finishResetSwap(dataDir string, log *slog.Logger) (bool, error) {
 	if err := removeSynced(marker); err != nil {
 		return false, fmt.Errorf("completing an interrupted repair --reset: %w", err)
 	}
-	log.Warn("completed an interrupted repair --reset: the fresh store is in place, the replaced one kept aside", "data_dir", sw.Data, "kept", sw.Kept)
+	log.Warn("completed an interrupted repair --reset: the fresh store is in place, the replaced one kept aside", "data_dir", sw.Data, "replaced_kept_as", sw.Kept)
 	return true, nil
 }
 

@@ -137,7 +137,7 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, st artifa
 	res := RoundResult{Outcome: out, Cursor: cursor}
 	if out != artifact.Published {
 		_ = abandon(nil)
-		log.Info("export round superseded by a newer artifact", "key", cfg.Key, "cursor", cursor)
+		log.Info("export round superseded by a newer artifact", "key", cfg.Key, "cursor", uint64(cursor.Rev))
 		return res, nil
 	}
 	if guard != nil {
@@ -149,6 +149,6 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, st artifa
 	if err != nil {
 		log.Warn("export round: prune failed; stale payloads linger until the next round", "key", cfg.Key, "err", err)
 	}
-	log.Info("export round published", "key", cfg.Key, "cursor", cursor, "pruned", len(res.Pruned))
+	log.Info("export round published", "key", cfg.Key, "cursor", uint64(cursor.Rev), "pruned", len(res.Pruned))
 	return res, nil
 }

@@ -31,16 +31,25 @@ func cmdAdmin(c *cli, args []string) error {
 	configPath := fs.String("config", "config.toml", "config `file`")
 	name := fs.String("fold", "", "the fold `name` (may be omitted when the config has one fold)")
 	key := fs.String("key", "", "replay: only the dead letters of `key`")
-	var action string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		action, args = args[0], args[1:]
-	}
-	cfg, err := c.parseConfig(fs, configPath, args)
+	// The action is the one positional argument, wherever it stands among
+	// the flags (as for every command).
+	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
+	var action string
+	if len(pos) > 0 {
+		action = pos[0]
+	}
 	if !slices.Contains(adminActions, action) {
 		return usagef("want an action: %s (got %q)", strings.Join(adminActions, ", "), action)
+	}
+	if len(pos) > 1 {
+		return usagef("unexpected argument %q", pos[1])
+	}
+	cfg, err := c.loadConfig(*configPath)
+	if err != nil {
+		return err
 	}
 	if *key != "" && action != "replay" {
 		return usagef("--key goes with replay only")

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -351,4 +352,43 @@ func itemsOf(t *testing.T, body string) string {
 		t.Fatalf("not a range answer: %v: %.300s", err, body)
 	}
 	return string(r.Items)
+}
+
+// TestArtifactsCommand: `foldhost artifacts` lists what the config's store
+// holds: nothing at first, then each key's payloads with the published one
+// and its cursor (text and JSON), and a key asked for that holds nothing.
+// (There was no way to see a store's artifacts but its files.)
+func TestArtifactsCommand(t *testing.T) {
+	dir := t.TempDir()
+	store := makeStore(t)
+	cfg := writeConfig(t, dir, fmt.Sprintf("[nats]\nurl = \"nats://127.0.0.1:1\"\n[[fold]]\nname = \"routes\"\ndata_dir = %q\n", store))
+	if code, out, errOut := runCLI(t, nil, "artifacts", "--config", cfg); code != exitOK || !strings.Contains(out, "no artifacts in") {
+		t.Fatalf("an empty store: exit %d: %s %s", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, nil, "export", "--config", cfg, "--force"); code != exitOK {
+		t.Fatalf("export: exit %d: %s %s", code, out, errOut)
+	}
+	code, out, errOut := runCLI(t, nil, "artifacts", "--config", cfg)
+	if code != exitOK || !regexp.MustCompile(`(?m)^routes +[0-9a-f]{16}\.tar +4 +[0-9.]+ KiB +\S+ +published$`).MatchString(out) {
+		t.Fatalf("artifacts: exit %d:\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, nil, "artifacts", "--config", cfg, "--json")
+	var ls struct {
+		Store string
+		Keys  []struct {
+			Key       string
+			Published *struct{ Cursor uint64 }
+			Payloads  []struct {
+				Name      string
+				Published bool
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &ls); code != exitOK || err != nil || len(ls.Keys) != 1 || ls.Keys[0].Key != "routes" ||
+		ls.Keys[0].Published == nil || ls.Keys[0].Published.Cursor != 4 || len(ls.Keys[0].Payloads) != 1 || !ls.Keys[0].Payloads[0].Published {
+		t.Fatalf("artifacts --json: exit %d, %v:\n%s", code, err, out)
+	}
+	if code, out, _ := runCLI(t, nil, "artifacts", "--config", cfg, "--key", "other"); code != exitOK || !strings.Contains(out, "other  (nothing published)") {
+		t.Errorf("artifacts --key of an empty key: exit %d:\n%s", code, out)
+	}
 }

@@ -101,7 +101,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"inspect", "--data", dir, "cursor"}, "not a pebble directory"},
 		{[]string{"inspect", "--data", filepath.Join(dir, "nope"), "cursor"}, "no such directory"},
 		{[]string{"kv", "get", "k"}, "--bucket NAME"},
-		{[]string{"kv", "--bucket", "b", "put"}, "wrong number of arguments for put"},
+		{[]string{"kv", "--bucket", "b", "put", "k", "v", "w"}, "wrong number of arguments for put"},
 		{[]string{"kv", "--bucket", "b", "--raw", "put", "k", "v"}, "--raw applies to get only"},
 		{[]string{"kv", "--bucket", "a.b", "get", "k"}, "not a valid bucket name"},
 	} {
@@ -583,3 +583,29 @@ type quietPebble struct{}
 func (quietPebble) Infof(string, ...any)         {}
 func (quietPebble) Errorf(string, ...any)        {}
 func (quietPebble) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
+
+// TestFlagsBeforeArguments: every command that takes arguments answers the
+// same whether its flags come before or after them, as the README says
+// (`admin --config X --fold Y pause` was refused as "unexpected argument").
+func TestFlagsBeforeArguments(t *testing.T) {
+	dir := t.TempDir()
+	// Nothing listens at the HTTP address: admin gets as far as calling it.
+	cfg := writeConfig(t, dir, fmt.Sprintf("[http]\naddr = %q\n[[fold]]\nname = \"a\"\n", freeAddr(t)))
+	missing := filepath.Join(dir, "missing.wasm")
+	for _, tc := range []struct {
+		after, before []string
+		want          string
+	}{
+		{[]string{"admin", "pause", "--config", cfg, "--fold", "a"}, []string{"admin", "--config", cfg, "--fold", "a", "pause"}, "connect"},
+		{[]string{"admin", "replay", "--key", "k", "--config", cfg}, []string{"admin", "--key", "k", "--config", cfg, "replay"}, "connect"},
+		{[]string{"inspect", "cursor", "--data", dir}, []string{"inspect", "--data", dir, "cursor"}, "not a pebble directory"},
+		{[]string{"kv", "get", "k", "--bucket", "a.b"}, []string{"kv", "--bucket", "a.b", "get", "k"}, "not a valid bucket name"},
+		{[]string{"plugin", "push", missing, "--to", "nats-object://b/n"}, []string{"plugin", "--to", "nats-object://b/n", "push", missing}, "missing.wasm"},
+	} {
+		codeA, _, errA := runCLI(t, nil, tc.after...)
+		codeB, _, errB := runCLI(t, nil, tc.before...)
+		if codeA != codeB || errA != errB || !strings.Contains(errB, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q\n%v: exit %d, stderr %q\nwant the same, naming %q", tc.after, codeA, errA, tc.before, codeB, errB, tc.want)
+		}
+	}
+}

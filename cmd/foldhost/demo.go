@@ -31,8 +31,9 @@ restarts, and shows that the restart received only the delta. Then it
 exports the fold as an artifact to a local artifact store, writes another
 delta, bootstraps a second fold (a new node) from the artifact, and shows
 that it received only that delta and ends identical to the first. Nothing
-outside --dir is touched; without --dir a temporary directory is used and
-removed at the end.
+outside --dir is touched; --dir is made when missing, and must not hold an
+earlier demo; without --dir a temporary directory is used and removed at
+the end.
 
 The plugin defaults to the first build found under
 plugins/example-router/build/ (scripts/build-plugins makes them, in the
@@ -62,10 +63,30 @@ func cmdDemo(c *cli, args []string) error {
 		}
 		defer os.RemoveAll(tmp)
 		*dir = tmp
+	} else if err := demoDir(*dir); err != nil {
+		return err
 	}
 	d.dir = *dir
 	return d.run(c.ctx, *pluginPath)
 }
+
+// demoDir makes --dir, parents included, or checks that an existing one
+// holds no earlier demo (whose stream and folds would not add up to this
+// run's figures: the tour stops halfway, on its second fold).
+func demoDir(dir string) error {
+	for _, name := range demoEntries {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			return usagef("--dir %s holds an earlier demo's %s: give a new directory, or remove this one first", dir, name)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("demo: --dir: %w", err)
+	}
+	return nil
+}
+
+// demoEntries are what a demo leaves in its directory.
+var demoEntries = []string{"nats", "fold", "fold-b", "artifacts", "wasm-cache"}
 
 type demo struct {
 	out         io.Writer

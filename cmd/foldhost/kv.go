@@ -21,6 +21,10 @@ alone. Prints JSON on stdout (watch: one JSON object per line).
 
   put KEY [VALUE]   write VALUE (read from stdin when omitted); creates the
                     bucket if missing (with the fold's create_bucket settings)
+  put               write many keys, one per line of stdin: KEY=VALUE (split
+                    at the first "="), or NDJSON {"key":…,"value":…} (or
+                    key_b64, value_b64; "op":"delete" deletes), as kv watch
+                    and the HTTP API's listings print them; prints the count
   get KEY           read the current value (--raw: the bytes only); exit 3
                     when the key does not exist
   del KEY           delete the key (--purge: also drop its history)
@@ -37,7 +41,7 @@ The bucket: --bucket NAME; else the bucket of --fold NAME, or of the only
 fold in the config.`
 
 func cmdKV(c *cli, args []string) error {
-	fs := c.flagSet("kv", "kv [flags] put KEY [VALUE]\nkv [flags] get KEY\nkv [flags] del KEY\nkv [flags] watch [PREFIX]", kvAbout)
+	fs := c.flagSet("kv", "kv [flags] put KEY [VALUE]\nkv [flags] put < LINES\nkv [flags] get KEY\nkv [flags] del KEY\nkv [flags] watch [PREFIX]", kvAbout)
 	configPath := fs.String("config", "", "config `file` (server, credentials, bucket)")
 	natsURL := fs.String("nats", "", "NATS server `url` (overrides the config)")
 	bucketName := fs.String("bucket", "", "bucket `name`")
@@ -55,7 +59,7 @@ func cmdKV(c *cli, args []string) error {
 	}
 	action, rest := pos[0], pos[1:]
 	switch {
-	case action == "put" && (len(rest) == 1 || len(rest) == 2):
+	case action == "put" && len(rest) <= 2: // none: lines on stdin
 	case (action == "get" || action == "del") && len(rest) == 1:
 	case action == "watch" && len(rest) <= 1:
 	case action == "put", action == "get", action == "del", action == "watch":
@@ -91,6 +95,9 @@ func cmdKV(c *cli, args []string) error {
 
 	ctx := c.ctx
 	w := c.stdout
+	if action == "put" && len(rest) == 0 {
+		return c.kvPutLines(ctx, nc, bcfg, *timeout)
+	}
 	switch action {
 	case "put":
 		var value []byte

@@ -54,6 +54,7 @@ func commands() []command {
 		{"kv", "put, get, delete and watch keys of a NATS KV bucket", cmdKV},
 		{"demo", "a self-contained tour on embedded defaults (embedded NATS, example plugin)", cmdDemo},
 		{"export", "export folds as artifacts to the artifact store now", cmdExport},
+		{"artifacts", "list the artifacts an artifact store holds, and which are published", cmdArtifacts},
 		{"bootstrap", "fill an empty fold from the newest published artifact", cmdBootstrap},
 		{"repair", "repair a stopped fold now (key listing or artifact restore)", cmdRepair},
 		{"admin", "pause, resume, reload, rebuild or replay dead letters of a running fold", cmdAdmin},
@@ -251,7 +252,13 @@ func (c *cli) parseConfig(fs *flag.FlagSet, configPath *string, args []string) (
 	if len(pos) > 0 {
 		return nil, usagef("unexpected argument %q", pos[0])
 	}
-	cfg, err := config.Load(*configPath, c.getenv)
+	return c.loadConfig(*configPath)
+}
+
+// loadConfig loads and validates the config file at path; its
+// shutdown_grace bounds the command's shutdown from then on.
+func (c *cli) loadConfig(path string) (*config.Config, error) {
+	cfg, err := config.Load(path, c.getenv)
 	if err == nil {
 		c.grace.Store(int64(cfg.ShutdownGrace))
 	}

@@ -132,3 +132,26 @@ func TestDemoOutsideTheRepository(t *testing.T) {
 		t.Errorf("demo output:\n%s", s)
 	}
 }
+
+// TestDemoDir: `demo --dir DIR` makes DIR when it is missing (outside the
+// repository it failed with "no such file or directory", writing its
+// plugin there, though the demo's own hint suggests it), its closing hint reads the kept fold, and a second run in the same
+// DIR is refused up front (it stopped halfway, on its second fold).
+func TestDemoDir(t *testing.T) {
+	t.Chdir(t.TempDir()) // outside the repository: the demo writes the C build it carries into DIR
+	dir := filepath.Join(t.TempDir(), "new", "demo")
+	code, out, errOut := runCLI(t, nil, "demo", "--dir", dir, "--keys", "500", "--delta", "20")
+	if code != exitOK || !strings.Contains(out, "both folds hold identical raw entries and views") {
+		t.Fatalf("demo --dir of a missing directory: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	hint := "foldhost inspect --data " + filepath.Join(dir, "fold") + " view get host/h00042"
+	if !strings.Contains(out, hint) {
+		t.Fatalf("the demo's closing hint lacks %q:\n%s", hint, out)
+	}
+	if code, out, errOut := runCLI(t, nil, strings.Fields(strings.TrimPrefix(hint, "foldhost "))...); code != exitOK || !strings.Contains(out, `"key": "host/h00042"`) {
+		t.Errorf("the hint %q: exit %d: %s %s", hint, code, out, errOut)
+	}
+	if code, _, errOut := runCLI(t, nil, "demo", "--dir", dir, "--keys", "500", "--delta", "20"); code != exitUsage || !strings.Contains(errOut, "earlier demo") {
+		t.Errorf("a second demo in the same --dir: exit %d: %s", code, errOut)
+	}
+}

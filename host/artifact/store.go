@@ -49,6 +49,125 @@ type Store interface {
 	// once idle for [MinAbandonedAge]. A payload another pruner deleted
 	// meanwhile is not an error.
 	Prune(ctx context.Context, key string, grace time.Duration, now time.Time) ([]string, error)
+	// Keys returns the keys that have a pointer, sorted.
+	Keys(ctx context.Context) ([]string, error)
+	// Payloads returns key's stored payloads, sorted by name: none when
+	// the key has none. An upload in progress, or what a killed one left,
+	// is not a payload.
+	Payloads(ctx context.Context, key string) ([]PayloadInfo, error)
+}
+
+// PayloadInfo describes one stored payload.
+type PayloadInfo struct {
+	// Name is "<address>.tar" ([Address] of the manifest inside).
+	Name string `json:"name"`
+	Size int64  `json:"size"`
+	// Modified is its last write: its upload, or a later upload of the
+	// same bytes (which restarts its prune grace).
+	Modified time.Time `json:"modified"`
+}
+
+// Listing is what a store holds under one key ([List]).
+type Listing struct {
+	Key string `json:"key"`
+	// Published describes the pointer's artifact; nil when the pointer is
+	// corrupt (PointerError says how: the next export replaces it).
+	Published    *PublishedArtifact `json:"published,omitempty"`
+	PointerError string             `json:"pointer_error,omitempty"`
+	// Payloads are the key's payloads, sorted by name; at most one is the
+	// published one, the others wait for Prune (or were uploaded by a
+	// round that lost the pointer swap).
+	Payloads []ListedPayload `json:"payloads"`
+}
+
+// PublishedArtifact describes a key's published artifact, from its
+// manifest.
+type PublishedArtifact struct {
+	// Cursor is the revision the artifact is consistent with.
+	Cursor uint64 `json:"cursor"`
+	// Payload is the payload's name; Size its size in bytes (0 when the
+	// payload is missing, which Missing says).
+	Payload string `json:"payload"`
+	Size    int64  `json:"size"`
+	Missing bool   `json:"missing,omitempty"`
+	// At is the payload's last write (about when it was exported).
+	At     time.Time `json:"at,omitzero"`
+	Bucket string    `json:"bucket"`
+	Scope  []string  `json:"scope"`
+	// Files and DataBytes count the store files the artifact holds.
+	Files     int   `json:"files"`
+	DataBytes int64 `json:"data_bytes"`
+}
+
+// ListedPayload is one payload of a [Listing].
+type ListedPayload struct {
+	PayloadInfo
+	// Published: the pointer names it.
+	Published bool `json:"published,omitempty"`
+}
+
+// List lists the store's keys (only those of keys, when given; a key
+// without a pointer or payloads is listed empty): each key's published
+// artifact, read from its pointer, and its payloads.
+func List(ctx context.Context, s Store, keys ...string) ([]Listing, error) {
+	if len(keys) == 0 {
+		var err error
+		if keys, err = s.Keys(ctx); err != nil {
+			return nil, fmt.Errorf("artifact: list keys: %w", err)
+		}
+	}
+	out := make([]Listing, 0, len(keys))
+	for _, key := range keys {
+		l := Listing{Key: key, Payloads: []ListedPayload{}}
+		pays, err := s.Payloads(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("artifact: list %s: %w", key, err)
+		}
+		ptr, err := s.Pointer(ctx, key)
+		switch {
+		case errors.Is(err, ErrNoPointer):
+		case err != nil:
+			return nil, fmt.Errorf("artifact: list %s: %w", key, err)
+		default:
+			l.Published, err = published(ptr)
+			if err != nil {
+				l.PointerError = err.Error()
+			}
+		}
+		for _, p := range pays {
+			lp := ListedPayload{PayloadInfo: p}
+			if l.Published != nil && p.Name == l.Published.Payload {
+				lp.Published = true
+				l.Published.Size, l.Published.At = p.Size, p.Modified
+			}
+			l.Payloads = append(l.Payloads, lp)
+		}
+		if l.Published != nil && l.Published.Size == 0 && l.Published.At.IsZero() {
+			l.Published.Missing = true
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// published describes the artifact of pointer bytes b.
+func published(b []byte) (*PublishedArtifact, error) {
+	m, err := ParseManifest(b)
+	if err != nil {
+		return nil, err
+	}
+	c, err := m.DecodeCursor()
+	if err != nil {
+		return nil, err
+	}
+	p := &PublishedArtifact{Cursor: uint64(c.Rev), Payload: Address(b) + ".tar", Bucket: m.Bucket, Scope: m.Scope, Files: len(m.Files)}
+	if p.Scope == nil {
+		p.Scope = []string{}
+	}
+	for _, f := range m.Files {
+		p.DataBytes += f.Size
+	}
+	return p, nil
 }
 
 // MinAbandonedAge is the idle time after which Prune takes an upload's

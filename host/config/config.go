@@ -565,6 +565,9 @@ func (c *Config) validate(ps *problems) {
 			}
 		}
 	} else {
+		if err := natskv.CheckURL(n.URL); err != nil {
+			ps.add("nats.url", "%v", err)
+		}
 		if n.Creds != "" && n.CredsFile != "" {
 			ps.add("nats.creds_file", "nats.creds and nats.creds_file are both set: set at most one")
 		}

@@ -678,3 +678,18 @@ func TestConfigDiskReserve(t *testing.T) {
 		t.Errorf("disk_reserve_mb = -2: %v", err)
 	}
 }
+
+// TestConfigRefusesANonNATSURL: nats.url with an http:// (or any non-NATS)
+// scheme is a config problem, from the file or the environment; it was
+// accepted and dialled as a NATS server.
+func TestConfigRefusesANonNATSURL(t *testing.T) {
+	dir := t.TempDir()
+	_, err := parseIn(t, dir, "[nats]\nurl = \"http://127.0.0.1:8080\"\n[[fold]]\nname = \"a\"\n", noEnv)
+	if ps := problemsOf(t, err); len(ps) != 1 || ps[0].Line != 2 || !strings.Contains(ps[0].String(), "nats.url") || !strings.Contains(ps[0].String(), "is not a NATS scheme") {
+		t.Errorf("an http:// nats.url: %v", err)
+	}
+	_, err = parseIn(t, dir, "[[fold]]\nname = \"a\"\n", envOf(map[string]string{EnvNATSURL: "http://127.0.0.1:8080"}))
+	if ps := problemsOf(t, err); len(ps) != 1 || ps[0].Env != EnvNATSURL {
+		t.Errorf("an http:// $FOLDHOST_NATS_URL: %v", err)
+	}
+}

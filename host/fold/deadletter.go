@@ -1,10 +1,12 @@
 package fold
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -17,12 +19,57 @@ import (
 // Dead letters live in their own keyspace, keyed by revision, committed in
 // the batch that skipped them.
 type DeadLetter struct {
-	Key    string    `json:"key"`
+	Key    string    `json:"key"`      // in JSON: key and key_b64 (MarshalJSON)
 	Rev    uint64    `json:"revision"` // the update's (a number in JSON, not protocol.Revision's text)
 	Op     string    `json:"op"`
 	Error  string    `json:"error"`
 	Plugin string    `json:"plugin"` // sha256 of the module that failed
 	At     time.Time `json:"at"`
+}
+
+// deadLetterJSON is a DeadLetter's JSON, in the store and in answers: the
+// key follows the byte-string rule of the HTTP API (key: the text, absent
+// when the key is not valid UTF-8; key_b64: always, the exact bytes), so a
+// key of any bytes survives (encoding/json would turn its invalid bytes
+// into U+FFFD, and a replay would then read another key).
+type deadLetterJSON struct {
+	Key    *string   `json:"key,omitempty"`
+	KeyB64 string    `json:"key_b64,omitempty"`
+	Rev    uint64    `json:"revision"`
+	Op     string    `json:"op"`
+	Error  string    `json:"error"`
+	Plugin string    `json:"plugin"`
+	At     time.Time `json:"at"`
+}
+
+// MarshalJSON writes key and key_b64 (deadLetterJSON).
+func (d DeadLetter) MarshalJSON() ([]byte, error) {
+	j := deadLetterJSON{KeyB64: base64.StdEncoding.EncodeToString([]byte(d.Key)), Rev: d.Rev, Op: d.Op, Error: d.Error, Plugin: d.Plugin, At: d.At}
+	if utf8.ValidString(d.Key) {
+		j.Key = &d.Key
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads key_b64 when present, else key (dead letters stored
+// before key_b64 existed).
+func (d *DeadLetter) UnmarshalJSON(b []byte) error {
+	var j deadLetterJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*d = DeadLetter{Rev: j.Rev, Op: j.Op, Error: j.Error, Plugin: j.Plugin, At: j.At}
+	switch {
+	case j.KeyB64 != "":
+		k, err := base64.StdEncoding.DecodeString(j.KeyB64)
+		if err != nil {
+			return fmt.Errorf("dead letter key_b64: %w", err)
+		}
+		d.Key = string(k)
+	case j.Key != nil:
+		d.Key = *j.Key
+	}
+	return nil
 }
 
 // deadKey is the pebble key of the dead letter of revision rev.

@@ -30,7 +30,7 @@ func (t *stallTracker) listener() *pebble.EventListener {
 			if s := t.start.Swap(0); s != 0 {
 				d := time.Duration(time.Now().UnixNano() - s)
 				t.nanos.Add(int64(d))
-				t.log.Warn("fold: pebble write stall ended", "duration", d)
+				t.log.Warn("fold: pebble write stall ended", "duration", d.Round(time.Millisecond).String())
 			}
 		},
 		BackgroundError: func(err error) {

@@ -70,14 +70,14 @@ func Follow(ctx context.Context, feed Feed, store Target, plugin Plugin, cfg Fol
 			return store.Cursor(), nil
 		}
 		if cfg.Repair != nil && errors.Is(err, ErrCursorExpired) && !errors.Is(err, ErrRepairRefused) {
-			logger(cfg.Loop).Warn("fold: cursor expired; repairing", "cursor", store.Cursor(), "err", err)
+			logger(cfg.Loop).Warn("fold: cursor expired; repairing", "cursor", uint64(store.Cursor().Rev), "err", err)
 			cause = err
 			continue
 		}
 		if !transient(err) {
 			return store.Cursor(), err
 		}
-		logger(cfg.Loop).Warn("fold: watch ended; re-arming", "cursor", store.Cursor(), "in", backoff, "err", err)
+		logger(cfg.Loop).Warn("fold: watch ended; re-arming", "cursor", uint64(store.Cursor().Rev), "in", backoff.String(), "err", err)
 		t := clock.NewTimer()
 		t.Reset(backoff)
 		select {

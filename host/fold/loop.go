@@ -342,7 +342,7 @@ func (l *Loop) commitSettled() error {
 		if errors.Is(err, ErrCursorRegression) || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidCommit) {
 			return err
 		}
-		l.cfg.Logger.Warn("fold: committing a settled cursor failed; the next commit carries it", "cursor", cursor, "err", err)
+		l.cfg.Logger.Warn("fold: committing a settled cursor failed; the next commit carries it", "cursor", uint64(cursor.Rev), "err", err)
 	}
 	return nil
 }

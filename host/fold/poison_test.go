@@ -2,6 +2,7 @@ package fold
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -221,5 +222,43 @@ func TestPruneDeadLettersHoldsNone(t *testing.T) {
 		return nil
 	}); err != nil || first != n-9 {
 		t.Fatalf("oldest kept: %d (%v), want %d", first, err, n-9)
+	}
+}
+
+// TestDeadLetterKeysKeepTheirBytes: a dead letter's key survives the store
+// and its JSON whatever its bytes (key_b64 beside key, key left out when
+// not UTF-8), and one stored before key_b64 existed still reads. (The key
+// "k\xff" came back as "k\uFFFD": a replay by it read another key.)
+func TestDeadLetterKeysKeepTheirBytes(t *testing.T) {
+	st, _, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	keys := []string{"k\xff", "route.a", "\xfe\xff", "é"}
+	var dls []DeadLetter
+	for i, k := range keys {
+		dls = append(dls, DeadLetter{Key: k, Rev: uint64(i + 1), Op: "put", Error: "e", At: time.Unix(1, 0).UTC()})
+	}
+	if err := st.Commit(Commit{Cursor: protocol.Cursor{Rev: protocol.Revision(len(keys))}, DeadLetters: dls}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	if err := st.DeadLetters(func(d DeadLetter) error { got = append(got, d.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", keys) {
+		t.Fatalf("stored keys %q, read back %q", keys, got)
+	}
+	b, err := json.Marshal(dls[0])
+	if err != nil || !strings.Contains(string(b), `"key_b64":"a/8="`) || strings.Contains(string(b), `"key":`) {
+		t.Fatalf("a non-UTF-8 key's JSON: %s (%v)", b, err)
+	}
+	if b, _ := json.Marshal(dls[1]); !strings.Contains(string(b), `"key":"route.a","key_b64":"cm91dGUuYQ=="`) {
+		t.Fatalf("a text key's JSON: %s", b)
+	}
+	var old DeadLetter
+	if err := json.Unmarshal([]byte(`{"key":"route.b","revision":9,"op":"put","error":"x","plugin":"p","at":"2026-01-01T00:00:00Z"}`), &old); err != nil || old.Key != "route.b" || old.Rev != 9 {
+		t.Fatalf("a dead letter stored before key_b64: %+v, %v", old, err)
 	}
 }

@@ -285,7 +285,7 @@ func (s *Store) Reopen() (protocol.Cursor, error) {
 	}
 	s.cursor.Store(&cur)
 	s.gate.open()
-	s.opts.Logger.Warn("fold: the broken store reopened from its files", "dir", s.dir, "cursor", cur.Rev)
+	s.opts.Logger.Warn("fold: the broken store reopened from its files", "dir", s.dir, "cursor", uint64(cur.Rev))
 	return cur, s.Broken() // broken again, by the reopen's own writes
 }
 

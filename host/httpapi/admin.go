@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/foldhost/foldhost/host/fold"
@@ -63,13 +64,18 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 	}{f.Name(), len(items), items})
 }
 
-// replay serves POST /v1/folds/{name}/deadletter/replay[?key=K].
+// replay serves POST /v1/folds/{name}/deadletter/replay[?key=K|?key_b64=B].
 func (s *server) replay(w http.ResponseWriter, r *http.Request) {
-	f, q, how, ok := s.adminFold(w, r, "key")
+	f, q, how, ok := s.adminFold(w, r, "key", "key_b64")
 	if !ok {
 		return
 	}
-	if q.Has("key") && q.Get("key") == "" {
+	key, hasKey, err := bytesParam(q, "key")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if hasKey && key == "" {
 		writeError(w, http.StatusBadRequest, "empty key")
 		return
 	}
@@ -78,7 +84,7 @@ func (s *server) replay(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, "fold %q keeps no dead letters", f.Name())
 		return
 	}
-	res, err := d.ReplayDeadLetters(r.Context(), q.Get("key"))
+	res, err := d.ReplayDeadLetters(r.Context(), key)
 	s.audit(r, how, "deadletter replay", f.Name(), err)
 	if !writeAdminError(w, err, false) {
 		writeJSON(w, http.StatusOK, res)
@@ -125,20 +131,20 @@ var (
 )
 
 // adminFold resolves an admin request's fold, checks that its query holds
-// at most param (once), and admits the caller, answering itself (404, 400,
-// 403) when any of it fails.
-func (s *server) adminFold(w http.ResponseWriter, r *http.Request, param string) (Fold, url.Values, string, bool) {
+// only params (each once), and admits the caller, answering itself (404,
+// 400, 403) when any of it fails.
+func (s *server) adminFold(w http.ResponseWriter, r *http.Request, params ...string) (Fold, url.Values, string, bool) {
 	f := s.fold(w, r)
 	if f == nil {
 		return nil, nil, "", false
 	}
 	q := r.URL.Query()
 	for k, vals := range q {
-		if k != param {
-			if param == "" {
+		if !slices.Contains(params, k) {
+			if len(params) == 0 {
 				writeError(w, http.StatusBadRequest, "this endpoint takes no query parameters")
 			} else {
-				writeError(w, http.StatusBadRequest, "unknown parameter %q (want %s)", k, param)
+				writeError(w, http.StatusBadRequest, "unknown parameter %q (want %s)", k, strings.Join(params, " or "))
 			}
 			return nil, nil, "", false
 		}
@@ -193,7 +199,7 @@ func loopbackListener(r *http.Request) bool {
 // reload.
 func (s *server) control(action string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		f, _, how, ok := s.adminFold(w, r, "")
+		f, _, how, ok := s.adminFold(w, r)
 		if !ok {
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"path"
 	"slices"
 	"strconv"
@@ -62,13 +63,17 @@ type Options struct {
 //	GET /v1/folds/{name}/deadletter       the updates the plugin failed on and the fold skipped ([DeadLetterer])
 //	POST /v1/folds/{name}/deadletter/replay[?key=K]  fold them again through the plugin
 //
+// Every key and prefix parameter has a base64 twin (key_b64, prefix_b64:
+// DecodeB64) for bytes a URL cannot carry as text; every key an answer
+// holds is in key_b64, so a listed key always reads back.
+//
 // Every POST is an admin action: refused (403) unless it bears the
 // configured admin token, or, with none configured, came in on a loopback
 // listener; each one is logged with its caller.
 //
 // Unknown folds and keys are 404, bad parameters 400, a store that is
-// closing 503; error bodies are {"error": "..."} (plus "cursor" for a
-// missing key: the position at which it was absent).
+// closing 503; error bodies are {"error": "..."} (plus the key and the
+// "cursor" for a missing key: the position at which it was absent).
 func NewHandler(o Options) http.Handler {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -131,7 +136,7 @@ func NewHandler(o Options) http.Handler {
 			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(ReadWriteTimeout))
 		}
 		if p := r.URL.Path; p != "" && path.Clean(p) != strings.TrimSuffix(p, "/") && p != "/" {
-			writeError(w, http.StatusBadRequest, "path %q is not clean: read keys holding \"//\", \".\" or \"..\" segments with ?key=", p)
+			writeError(w, http.StatusBadRequest, "path %q is not clean: read keys holding \"//\", \".\" or \"..\" segments with ?key= or ?key_b64=", p)
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -363,12 +368,16 @@ func (s *server) get(w http.ResponseWriter, f Fold, sp space, key string) {
 	case err != nil:
 		s.storeError(w, f, err)
 	case !found:
-		writeJSON(w, http.StatusNotFound, struct {
-			Error  string `json:"error"`
-			Fold   string `json:"fold"`
-			Cursor uint64 `json:"cursor"`
+		miss := struct {
+			Error  string  `json:"error"`
+			Fold   string  `json:"fold"`
+			Key    *string `json:"key,omitempty"`
+			KeyB64 string  `json:"key_b64"`
+			Cursor uint64  `json:"cursor"`
 			Staleness
-		}{fmt.Sprintf("key %q not found", key), f.Name(), cursor, pending})
+		}{Error: fmt.Sprintf("key %q not found", key), Fold: f.Name(), Cursor: cursor, Staleness: pending}
+		miss.Key, miss.KeyB64 = Bytes([]byte(key))
+		writeJSON(w, http.StatusNotFound, miss)
 	default:
 		writeJSON(w, http.StatusOK, resp)
 	}
@@ -405,9 +414,9 @@ func (s *server) collection(sp space) http.HandlerFunc {
 		q := r.URL.Query()
 		for name, vals := range q {
 			switch name {
-			case "prefix", "limit", "key", "next", "format":
+			case "prefix", "prefix_b64", "limit", "key", "key_b64", "next", "format":
 			default:
-				writeError(w, http.StatusBadRequest, "unknown query parameter %q (want prefix, limit and next, or key, or format)", name)
+				writeError(w, http.StatusBadRequest, "unknown query parameter %q (want prefix or prefix_b64, limit and next, or key or key_b64, or format)", name)
 				return
 			}
 			if len(vals) > 1 {
@@ -415,16 +424,26 @@ func (s *server) collection(sp space) http.HandlerFunc {
 				return
 			}
 		}
-		if q.Has("key") {
-			if q.Has("prefix") || q.Has("limit") || q.Has("next") || q.Has("format") {
+		key, hasKey, err := bytesParam(q, "key")
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		prefix, hasPrefix, err := bytesParam(q, "prefix")
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		if hasKey {
+			if hasPrefix || q.Has("limit") || q.Has("next") || q.Has("format") {
 				writeError(w, http.StatusBadRequest, "key reads one entry: it does not combine with prefix, limit, next or format")
 				return
 			}
-			if q.Get("key") == "" {
+			if key == "" {
 				writeError(w, http.StatusBadRequest, "empty key")
 				return
 			}
-			s.get(w, f, sp, q.Get("key"))
+			s.get(w, f, sp, key)
 			return
 		}
 		if q.Has("format") {
@@ -436,7 +455,7 @@ func (s *server) collection(sp space) http.HandlerFunc {
 				writeError(w, http.StatusBadRequest, "format=ndjson streams the whole range: it does not combine with limit or next")
 				return
 			}
-			s.streamNDJSON(w, f, sp, q.Get("prefix"))
+			s.streamNDJSON(w, f, sp, prefix)
 			return
 		}
 		limit := DefaultLimit
@@ -448,10 +467,8 @@ func (s *server) collection(sp space) http.HandlerFunc {
 			}
 			limit = n
 		}
-		prefix := q.Get("prefix")
 		var after []byte
 		if q.Has("next") {
-			var err error
 			if after, err = base64.RawURLEncoding.DecodeString(q.Get("next")); err != nil || len(after) == 0 {
 				writeError(w, http.StatusBadRequest, "next must be the token a truncated range answered, got %q", q.Get("next"))
 				return
@@ -464,7 +481,6 @@ func (s *server) collection(sp space) http.HandlerFunc {
 		defer sn.Close()
 		resp := rangeResponse{Fold: f.Name(), Cursor: uint64(sn.Cursor().Rev), Staleness: stalenessOf(sn), Limit: limit}
 		resp.Prefix, resp.PrefixB64 = Bytes([]byte(prefix))
-		var err error
 		var last []byte // the page's last key
 		if sp == rawSpace {
 			items := make([]RawItem, 0, min(limit, 64))
@@ -500,6 +516,23 @@ func (s *server) collection(sp space) http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, resp)
 	}
+}
+
+// bytesParam reads the byte-string parameter name of q, given as text
+// (?name=) or in base64 (?name_b64=), not both.
+func bytesParam(q url.Values, name string) (v string, has bool, err error) {
+	b64 := name + "_b64"
+	switch {
+	case q.Has(name) && q.Has(b64):
+		return "", false, fmt.Errorf("give %s or %s, not both", name, b64)
+	case q.Has(b64):
+		b, err := DecodeB64(q.Get(b64))
+		if err != nil {
+			return "", false, fmt.Errorf("%s is not base64: %q", b64, q.Get(b64))
+		}
+		return string(b), true, nil
+	}
+	return q.Get(name), q.Has(name), nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -560,7 +593,7 @@ func (s *server) streamNDJSON(w http.ResponseWriter, f Fold, sp space, prefix st
 		err = sn.ViewRange([]byte(prefix), func(k, v []byte) error { return item(NewViewItem(k, v)) })
 	}
 	if err != nil {
-		s.log.Warn("http: ndjson stream cut", "fold", f.Name(), "after", n, "err", err)
+		s.log.Warn("http: ndjson stream cut", "fold", f.Name(), "items_sent", n, "err", err)
 		_ = enc.Encode(struct {
 			Error string `json:"error"`
 			Count int    `json:"count"`

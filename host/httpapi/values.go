@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/base64"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/foldhost/foldhost/protocol"
@@ -19,10 +20,14 @@ func Bytes(b []byte) (text *string, b64 string) {
 	return text, base64.StdEncoding.EncodeToString(b)
 }
 
-// RawItem is one raw fold entry: a NATS key (always text: NATS restricts
-// keys to printable ASCII), the revision that wrote it, and its value.
+// RawItem is one raw fold entry: its key (a NATS key: printable ASCII when
+// written through a KV client, but any bytes a publisher put in a subject),
+// the revision that wrote it, and its value. The key follows the
+// byte-string rule ([Bytes]) too, so every key round-trips: key_b64 is the
+// exact key, which every read path takes back (?key_b64=).
 type RawItem struct {
-	Key      string  `json:"key"`
+	Key      *string `json:"key,omitempty"`
+	KeyB64   string  `json:"key_b64"`
 	Revision uint64  `json:"revision"`
 	Value    *string `json:"value,omitempty"`
 	ValueB64 string  `json:"value_b64"`
@@ -30,7 +35,8 @@ type RawItem struct {
 
 // NewRawItem copies a raw entry into a RawItem.
 func NewRawItem(key []byte, rev protocol.Revision, value []byte) RawItem {
-	it := RawItem{Key: string(key), Revision: uint64(rev)}
+	it := RawItem{Revision: uint64(rev)}
+	it.Key, it.KeyB64 = Bytes(key)
 	it.Value, it.ValueB64 = Bytes(value)
 	return it
 }
@@ -50,4 +56,20 @@ func NewViewItem(key, value []byte) ViewItem {
 	it.Key, it.KeyB64 = Bytes(key)
 	it.Value, it.ValueB64 = Bytes(value)
 	return it
+}
+
+// DecodeB64 decodes a base64 parameter (?key_b64=, ?prefix_b64=): the
+// standard alphabet that answers use, or the URL-safe one, padded or not.
+// A space is read as "+": a query string's decoding turns an unescaped "+"
+// into one, and base64 has no spaces.
+func DecodeB64(s string) ([]byte, error) {
+	s = strings.ReplaceAll(s, " ", "+")
+	var err error
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		var b []byte
+		if b, err = enc.DecodeString(s); err == nil {
+			return b, nil
+		}
+	}
+	return nil, err
 }

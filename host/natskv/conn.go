@@ -34,14 +34,44 @@ type ConnOptions struct {
 	Health *Health
 }
 
+// CheckURL checks a NATS server URL, or a comma-separated list of them:
+// each one is host:port or has a scheme the client dials (nats, tls, ws,
+// wss). The client takes any other scheme for nats:// and dials its host
+// and port, so an http:// URL (often foldhost's own HTTP API) would be
+// dialled as a NATS server and fail obscurely, or hang.
+func CheckURL(urls string) error {
+	n := 0
+	for _, u := range strings.Split(urls, ",") {
+		u = strings.TrimSpace(u)
+		if u == "" {
+			continue
+		}
+		n++
+		scheme, _, ok := strings.Cut(u, "://")
+		if !ok {
+			continue // host:port: the client adds nats://
+		}
+		switch strings.ToLower(scheme) {
+		case "nats", "tls", "ws", "wss":
+			continue
+		}
+		return fmt.Errorf("URL %q: %q is not a NATS scheme (want nats://, tls://, ws:// or wss://): "+
+			"the NATS URL is a NATS server's client port, e.g. nats://127.0.0.1:4222, not an HTTP address", u, scheme+"://")
+	}
+	if n == 0 {
+		return errors.New("no URL")
+	}
+	return nil
+}
+
 // MaxSecretFileSize bounds a creds or TLS file.
 const MaxSecretFileSize = 1 << 20
 
 // Connect dials NATS. The connection reconnects forever (a fold outlives
 // server restarts); every later request is bounded by its own timeout.
 func Connect(o ConnOptions) (*nats.Conn, error) {
-	if o.URL == "" {
-		return nil, errors.New("natskv: connect: no URL")
+	if err := CheckURL(o.URL); err != nil {
+		return nil, fmt.Errorf("natskv: connect: %w", err)
 	}
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		return nil, errors.New("natskv: connect: TLS client certificate needs both CertFile and KeyFile")

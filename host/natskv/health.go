@@ -116,7 +116,7 @@ func (h *Health) options() []nats.Option {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			prev, st := h.set(ConnConnected, nc.ConnectedUrl(), nil)
-			h.log().Info("NATS connection restored", "url", st.URL, "outage", st.Since.Sub(prev.Since).Round(time.Millisecond))
+			h.log().Info("NATS connection restored", "url", st.URL, "outage", st.Since.Sub(prev.Since).Round(time.Millisecond).String())
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) { h.set(ConnClosed, "", nil) }),
 	}

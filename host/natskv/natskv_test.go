@@ -3,6 +3,8 @@ package natskv
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -398,5 +400,32 @@ func TestOpenExistingDoesNotCreate(t *testing.T) {
 	}
 	if _, err := OpenExisting(t.Context(), nc, "nope", 5*time.Second); !errors.Is(err, ErrNoBucket) {
 		t.Fatalf("the failed lookup created the bucket: err = %v", err)
+	}
+}
+
+// TestConnectRefusesNonNATSURLs: a URL whose scheme the client does not
+// speak is refused at once, naming it; the client took any scheme for
+// nats:// (an http:// URL, often foldhost's own HTTP API, was dialled as a
+// NATS server and timed out).
+func TestConnectRefusesNonNATSURLs(t *testing.T) {
+	web := httptest.NewServer(http.NotFoundHandler())
+	defer web.Close()
+	for _, u := range []string{web.URL, "nats://127.0.0.1:1, " + web.URL, "https://nats.example:4222", "file:///tmp/x"} {
+		start := time.Now()
+		_, err := Connect(ConnOptions{URL: u, Timeout: 10 * time.Second})
+		if err == nil || !strings.Contains(err.Error(), "is not a NATS scheme") {
+			t.Errorf("%s: err = %v, want a refusal of the scheme", u, err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("%s: refused after %v: it dialled", u, took)
+		}
+	}
+	for _, u := range []string{"nats://a:1", "NATS://a:1", "tls://a:1", "ws://a:1", "wss://a:1", "a:4222", " nats://a:1 , b:2 "} {
+		if err := CheckURL(u); err != nil {
+			t.Errorf("%q: %v", u, err)
+		}
+	}
+	if err := CheckURL(" , "); err == nil {
+		t.Error("a list of no URL accepted")
 	}
 }

@@ -43,7 +43,7 @@ func (r *Runner) restore(ctx context.Context, feed fold.Feed, plugin fold.Plugin
 		return nil, err
 	}
 	defer os.RemoveAll(r.ScratchDir)
-	r.log().Warn("restore starting", "key", key, "store", r.ArtifactsWhere, "cursor", local, "retains", fmt.Sprintf("%d..%d", ret.First, ret.Last), "cause", causeText(cause))
+	r.log().Warn("restore starting", "key", key, "store", r.ArtifactsWhere, "cursor", uint64(local.Rev), "retains", fmt.Sprintf("%d..%d", ret.First, ret.Last), "cause", causeText(cause))
 	end := r.begin(plan)
 	defer end()
 	var vetted error
@@ -102,7 +102,7 @@ func (r *Runner) restore(ctx context.Context, feed fold.Feed, plugin fold.Plugin
 	end()
 	r.end(plan, "done", nil, res)
 	r.log().Warn("restore done; resuming from the artifact's cursor", "cursor", res.Cursor, "folded", res.Folded,
-		"deleted", res.Deleted, "unchanged", res.Unchanged, "took", res.Took.Round(time.Millisecond))
+		"deleted", res.Deleted, "unchanged", res.Unchanged, "took", res.Took.Round(time.Millisecond).String())
 	return feed.Watch(ctx, r.Store.Cursor())
 }
 

@@ -589,7 +589,7 @@ func (r *job) commit(ctx context.Context, c fold.Commit) error {
 			errors.Is(err, fold.ErrClosed) || errors.Is(err, fold.ErrInvalidCommit) {
 			return fmt.Errorf("%w during a repair (%d attempts): %w", fold.ErrCommitFailures, attempt, err)
 		}
-		r.log.Warn("repair: commit failed; retrying", "attempt", attempt, "in", wait, "err", err)
+		r.log.Warn("repair: commit failed; retrying", "attempt", attempt, "in", wait.String(), "err", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -153,7 +153,7 @@ func (r *Runner) relist(ctx context.Context, feed fold.Feed, plugin fold.Plugin,
 	if err != nil {
 		return nil, err
 	}
-	r.log().Warn("repair starting", "plan", plan.String(), "cursor", r.Store.Cursor(), "retains", fmt.Sprintf("%d..%d", ret.First, ret.Last), "cause", causeText(cause))
+	r.log().Warn("repair starting", "plan", plan.String(), "cursor", uint64(r.Store.Cursor().Rev), "retains", fmt.Sprintf("%d..%d", ret.First, ret.Last), "cause", causeText(cause))
 	end := r.begin(plan)
 	res, err := Relist(ctx, src, r.Store, plugin, Config{
 		Deletes:    plan == protocol.PlanKeyListingDiff,
@@ -185,7 +185,7 @@ func (r *Runner) relist(ctx context.Context, feed fold.Feed, plugin fold.Plugin,
 	}
 	r.end(plan, "done", nil, res)
 	r.log().Warn("repair done; following", "plan", plan.String(), "cursor", res.Cursor, "listed", res.Listed,
-		"folded", res.Folded, "deleted", res.Deleted, "unchanged", res.Unchanged, "took", res.Took.Round(time.Millisecond))
+		"folded", res.Folded, "deleted", res.Deleted, "unchanged", res.Unchanged, "took", res.Took.Round(time.Millisecond).String())
 	if res.Kept > 0 {
 		r.log().Warn("repair = \"none\": fold keys the bucket no longer lists were kept; keys deleted while the cursor was expired may persist", "kept", res.Kept)
 	}

@@ -1,6 +1,7 @@
 package wasm
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"sync"
@@ -51,22 +52,90 @@ func (l *logLimiter) take() (ok bool, dropped int) {
 
 // logGuest passes one guest log line on, cut and rate-limited.
 func (st *callState) logGuest(ctx context.Context, level slog.Level, msg []byte) {
-	if !st.logger.Enabled(ctx, level) {
+	passLine(ctx, st.logger, st.logs, level, msg, len(msg), "plugin", st.module)
+}
+
+// passLine logs one guest line (msg: its first bytes, of full bytes in
+// all), cut to MaxLogLine and rate-limited by logs, with attrs.
+func passLine(ctx context.Context, logger *slog.Logger, logs *logLimiter, level slog.Level, msg []byte, full int, attrs ...any) {
+	if !logger.Enabled(ctx, level) {
 		return // a level the host does not print costs no budget
 	}
-	ok, dropped := st.logs.take()
+	ok, dropped := logs.take()
 	if !ok {
 		return
 	}
-	attrs := []any{"plugin", st.module}
 	if len(msg) > MaxLogLine {
-		attrs = append(attrs, "cut_from_bytes", len(msg))
-		msg = cutRunes(msg[:MaxLogLine])
+		msg = msg[:MaxLogLine]
+	}
+	if full > len(msg) {
+		attrs = append(attrs, "cut_from_bytes", full)
+		msg = cutRunes(msg)
 	}
 	if dropped > 0 {
 		attrs = append(attrs, "dropped_before", dropped)
 	}
-	st.logger.Log(ctx, level, string(msg), attrs...)
+	logger.Log(ctx, level, string(msg), attrs...)
+}
+
+// guestOutput is one instance's stdout or stderr (WASI fds 1 and 2): each
+// line reaches the host log as the SDK's log lines do (cut to MaxLogLine,
+// sharing their rate limit), stdout at INFO and stderr at WARN, and every
+// byte goes to the tail that the instance's errors carry. A line is passed
+// on at its newline, or when the instance closes.
+type guestOutput struct {
+	tail   *tail
+	logger *slog.Logger
+	logs   *logLimiter
+	module string
+	stream string
+	level  slog.Level
+
+	mu   sync.Mutex
+	line []byte // the current line's first MaxLogLine bytes
+	full int    // the current line's length so far
+}
+
+func (o *guestOutput) Write(p []byte) (int, error) {
+	n := len(p)
+	_, _ = o.tail.Write(p)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		chunk := p
+		if i >= 0 {
+			chunk = p[:i]
+		}
+		if room := MaxLogLine - len(o.line); room > 0 {
+			o.line = append(o.line, chunk[:min(room, len(chunk))]...)
+		}
+		o.full += len(chunk)
+		if i < 0 {
+			break
+		}
+		o.emit()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+// flush passes on a last line that had no newline.
+func (o *guestOutput) flush() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.emit()
+}
+
+func (o *guestOutput) emit() {
+	line, full := bytes.TrimSuffix(o.line, []byte("\r")), o.full
+	if len(line) < len(o.line) {
+		full--
+	}
+	if full > 0 { // blank lines are not logged
+		passLine(context.Background(), o.logger, o.logs, o.level, line, full, "plugin", o.module, "stream", o.stream)
+	}
+	o.line, o.full = o.line[:0], 0
 }
 
 // cutRunes drops the incomplete rune, if any, that a cut left at the end

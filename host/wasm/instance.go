@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -20,7 +21,8 @@ type instance struct {
 	m                *Module
 	alloc, apply, gc api.Function
 	stack            [1]uint64
-	stderr           *tail
+	stderr           *tail // stdout and stderr's last bytes, for errors
+	outputs          [2]*guestOutput
 	batches          int
 	memLimit         uint32
 	marker, info     api.Function
@@ -59,10 +61,12 @@ func (r *Runtime) instantiate(ctx context.Context, m *Module) (*instance, error)
 		return nil, errors.New("the module was closed (a Plugin owns its Module: load one per Plugin)")
 	}
 	errTail := &tail{}
+	out := &guestOutput{tail: errTail, logger: r.opts.Logger, logs: r.logs, module: m.Short(), stream: "stdout", level: slog.LevelInfo}
+	errOut := &guestOutput{tail: errTail, logger: r.opts.Logger, logs: r.logs, module: m.Short(), stream: "stderr", level: slog.LevelWarn}
 	cfg := wazero.NewModuleConfig().
 		WithName(""). // anonymous: any number of instances
-		WithStderr(errTail).
-		WithStdout(errTail)
+		WithStderr(errOut).
+		WithStdout(out)
 	if _, ok := m.compiled.ExportedFunctions()[abi.ExportInitialize]; ok {
 		cfg = cfg.WithStartFunctions(abi.ExportInitialize)
 	} else {
@@ -70,6 +74,8 @@ func (r *Runtime) instantiate(ctx context.Context, m *Module) (*instance, error)
 	}
 	mod, err := r.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, r.memory), m.compiled, cfg)
 	if err != nil {
+		out.flush()
+		errOut.flush()
 		if s := errTail.String(); s != "" {
 			err = fmt.Errorf("%w; stderr: %s", err, s)
 		}
@@ -84,11 +90,17 @@ func (r *Runtime) instantiate(ctx context.Context, m *Module) (*instance, error)
 		marker:   mod.ExportedFunction(abi.Marker),
 		info:     mod.ExportedFunction(abi.ExportInfo),
 		stderr:   errTail,
+		outputs:  [2]*guestOutput{out, errOut},
 		memLimit: r.opts.MemoryLimitPages,
 	}, nil
 }
 
-func (in *instance) close(ctx context.Context) { _ = in.mod.Close(ctx) }
+func (in *instance) close(ctx context.Context) {
+	_ = in.mod.Close(ctx)
+	for _, o := range in.outputs {
+		o.flush()
+	}
+}
 
 // call runs fn with the instance's reusable stack; the result is stack[0].
 func (in *instance) call(ctx context.Context, fn api.Function, arg uint64) (uint64, error) {

@@ -36,6 +36,7 @@ var _ fold.Plugin = (*Plugin)(nil)
 
 // Status is what operators see of a plugin.
 type Status struct {
+	// Module is the module the next batch runs (swapped in or current).
 	Module       fold.PluginIdentity
 	Path         string
 	Loaded       time.Time
@@ -91,10 +92,16 @@ func (p *Plugin) Status() Status {
 // finishes on the old one, which is then released. m must come from
 // Runtime.Load (validated); the Plugin owns it from now on. A module
 // swapped in but not yet used is released when another replaces it.
+//
+// The status names m from now on: the fold runs nothing else from here (a
+// fold with nothing to fold would otherwise name the old module until its
+// next write).
 func (p *Plugin) Swap(m *Module) {
 	p.mu.Lock()
 	old := p.next
 	p.next = m
+	p.status.Module = m.Identity()
+	p.status.Path = m.Path
 	p.mu.Unlock()
 	old.Close(context.Background())
 }
@@ -152,6 +159,18 @@ func (p *Plugin) Upcoming() fold.PluginIdentity {
 	defer p.mu.Unlock()
 	if p.next != nil {
 		return p.next.Identity()
+	}
+	return p.current.Identity()
+}
+
+// Running is the identity of the module batches run now (Upcoming's
+// module takes over at the next batch boundary): the one a failed batch
+// failed on.
+func (p *Plugin) Running() fold.PluginIdentity {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.current == nil {
+		return fold.PluginIdentity{}
 	}
 	return p.current.Identity()
 }

@@ -59,8 +59,12 @@ func TestHotReload(t *testing.T) {
 		defer p.mu.Unlock()
 		return p.next != nil
 	})
-	if p.Status().Module.SHA256 != m.SHA256 {
+	if p.current.SHA256 != m.SHA256 {
 		t.Fatal("swapped before a batch boundary")
+	}
+	// The status names the module the next batch runs, before it runs.
+	if st := p.Status(); st.Module.SHA256 == m.SHA256 || st.Module.SHA256 != ModuleHash(other) {
+		t.Fatalf("an accepted reload not named by the status before the next batch: %+v", st.Module)
 	}
 	apply()
 	if st := p.Status(); st.Module.SHA256 == m.SHA256 || st.ReloadFailed ||

@@ -302,6 +302,16 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 		}
 		return fail("no %s export: not a foldhost plugin (or built without the SDK)", abi.Marker)
 	}
+	if _, start := exports["_start"]; start {
+		if _, init := exports[abi.ExportInitialize]; !init {
+			// A command runs its main at _start and is done; a plugin is a
+			// reactor. Go's default build mode makes a command whose exports
+			// trap until _start ran ("call _start first"): say the fix.
+			return fail("exports _start and no %s: a WASI command module, but a plugin must be a reactor "+
+				"(a Go plugin built without -buildmode=c-shared: build it with "+
+				"GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared; C: clang -mexec-model=reactor)", abi.ExportInitialize)
+		}
+	}
 	for _, want := range []struct {
 		name    string
 		params  []api.ValueType

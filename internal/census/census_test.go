@@ -51,7 +51,7 @@ var census = []input{
 		[]string{"host/wasm: TestLimitsArePluginErrors", "host: TestHostilePluginsStayWithinMemory"}, ""},
 	{"guest info", "length-checked decode; name and version at most 256 bytes", []string{"abi: FuzzDecodeInfo", "abi: TestDecodeInfoBoundsItsFields"}, ""},
 	{"guest log lines", "cut to 4 KiB; a runtime passes 100 at once, then 50 a second, and counts what it drops", []string{"host/wasm: TestGuestLogIsBounded"}, ""},
-	{"guest stdout/stderr", "a 2 KiB tail is kept; a larger write is never copied whole", []string{"host/wasm: TestStderrTailIsBounded"}, ""},
+	{"guest stdout/stderr", "a 2 KiB tail is kept; a larger write is never copied whole; logged a line at a time, each cut to 4 KiB (at most 4 KiB of a line held), within the guest log lines' rate limit", []string{"host/wasm: TestStderrTailIsBounded", "host/wasm: TestGuestOutputReachesTheLog"}, ""},
 	{"KV entries", "commit validation (no empty key, no cursor regression); the floor guard and resume check on revisions",
 		[]string{"host/fold: TestCommitValidationIsAtomic", "host/fold: TestCommitRefusesCursorRegression", "host/natskv: TestFloorGuardTripsWhenRetentionOverrunsAStalledWatch"},
 		"value size is the server's max_payload; batch bytes are not capped (batch_size counts updates)"},
@@ -68,6 +68,9 @@ var census = []input{
 	{"payload tar entries", "regular files under data/ only, no duplicates, every size and BLAKE3 as the manifest says, origin and cursor re-checked",
 		[]string{"host/artifact: TestImportRefusesBadInput", "host/artifact: FuzzImport"}, ""},
 	{"manifest", "strict JSON (unknown fields refused), schema, formats, sorted clean paths", []string{"host/artifact: FuzzParseManifest", "host/artifact: TestManifestCanonical"}, ""},
+	{"artifact store listing (foldhost artifacts)", "keys and payloads read a directory or S3 list pages (per-request timeout, --timeout for the whole); each pointer read as a pointer is (16 MiB)",
+		[]string{"host/artifact/dirstore: TestContract", "host/artifact/s3store: TestContract", "cmd/foldhost: TestArtifactsCommand"},
+		"the listing holds one entry per key and payload in memory, however many the store has (a CLI command over a store that prune keeps small)"},
 	{"S3 answers", "a missing bucket or refused credentials is ErrStoreRefused, no answer is ErrTransport", []string{"host/artifact/s3store: TestS3ErrorsAreTyped"},
 		"the prune's ranged tail read has no byte limit beyond the range"},
 	{"fold store directory", "locked per directory process-wide and across processes; format marker; origin record",
@@ -99,6 +102,8 @@ var census = []input{
 		[]string{"host/repair: TestCheckArtifact", "host: TestRestoreFromANewerArtifact"}, ""},
 	{"compiled-plugin cache directory", "trusted (wazero's own checksum)", nil, "a tampered cache is trusted"},
 	{"kv put value from stdin", "none", nil, "read whole (a CLI convenience; the server's max_payload refuses big ones)"},
+	{"kv put lines from stdin (no KEY)", "read a line at a time, each at most the server's max payload x 4/3 + 64 KiB (a value in base64 in JSON); the first bad line stops it, named",
+		[]string{"cmd/foldhost: TestKVPutLines"}, ""},
 }
 
 // TestCensus: every test the census names exists in the directory it

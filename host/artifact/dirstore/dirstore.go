@@ -306,6 +306,53 @@ func (l *Store) Prune(ctx context.Context, key string, grace time.Duration, now 
 	return deleted, nil
 }
 
+// Keys returns the keys that have a pointer (<key>.manifest.json), sorted.
+func (l *Store) Keys(_ context.Context) ([]string, error) {
+	entries, err := os.ReadDir(l.root)
+	if err != nil {
+		return nil, fmt.Errorf("artifact: list keys: %w", err)
+	}
+	var keys []string
+	for _, e := range entries {
+		key, ok := strings.CutSuffix(e.Name(), ".manifest.json")
+		if ok && e.Type().IsRegular() && artifact.CheckKey(key) == nil {
+			keys = append(keys, key) // ReadDir sorts by name, so keys are sorted
+		}
+	}
+	return keys, nil
+}
+
+// Payloads returns key's payloads (<key>.payloads/<address>.tar), sorted by
+// name; an upload's temp file is not one.
+func (l *Store) Payloads(_ context.Context, key string) ([]artifact.PayloadInfo, error) {
+	if err := artifact.CheckKey(key); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(l.payloadDir(key))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("artifact: list payloads: %w", err)
+	}
+	var out []artifact.PayloadInfo
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".tar") {
+			continue
+		}
+		info, err := e.Info()
+		if errors.Is(err, os.ErrNotExist) {
+			continue // pruned meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("artifact: list payloads: %w", err)
+		}
+		out = append(out, artifact.PayloadInfo{Name: name, Size: info.Size(), Modified: info.ModTime().UTC()})
+	}
+	return out, nil
+}
+
 // removeStaleTemps removes the temp files in dir whose names start with
 // prefix and that were last written before cutoff: what an upload or a
 // pointer swap killed mid-way left behind (a live one keeps writing its

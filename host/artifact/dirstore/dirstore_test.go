@@ -151,7 +151,7 @@ func TestContract(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			Payloads: func(t *testing.T, key string) []string { return storetest.ListDir(t, l.payloadDir(key)) },
+			PayloadNames: func(t *testing.T, key string) []string { return storetest.ListDir(t, l.payloadDir(key)) },
 			AbandonUpload: func(t *testing.T, key string) {
 				if err := os.MkdirAll(l.payloadDir(key), 0o755); err != nil {
 					t.Fatal(err)

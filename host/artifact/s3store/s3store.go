@@ -618,6 +618,61 @@ func (s *Store) Prune(ctx context.Context, key string, grace time.Duration, now 
 	return deleted, s.abortStaleUploads(ctx, prefix, stale)
 }
 
+// Keys returns the keys that have a pointer (<prefix>/<key>.manifest.json),
+// sorted.
+func (s *Store) Keys(ctx context.Context) (_ []string, err error) {
+	defer func() { err = classify(ctx, err) }()
+	prefix := s.object("")
+	delim := "/"
+	var keys []string
+	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &prefix, Delimiter: &delim})
+	for pages.HasMorePages() {
+		lctx, cancel := s.op(ctx)
+		page, err := pages.NextPage(lctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("artifact: list keys: %w", err)
+		}
+		for _, o := range page.Contents {
+			key, ok := strings.CutSuffix(strings.TrimPrefix(aws.ToString(o.Key), prefix), ".manifest.json")
+			if ok && artifact.CheckKey(key) == nil {
+				keys = append(keys, key)
+			}
+		}
+	}
+	slices.Sort(keys) // S3 lists in byte order already; not every server does
+	return keys, nil
+}
+
+// Payloads returns key's payloads (<key>.payloads/<address>.tar), sorted by
+// name; a multipart upload in progress is not an object yet.
+func (s *Store) Payloads(ctx context.Context, key string) (_ []artifact.PayloadInfo, err error) {
+	defer func() { err = classify(ctx, err) }()
+	if err := artifact.CheckKey(key); err != nil {
+		return nil, err
+	}
+	prefix := s.payloadPrefix(key)
+	var out []artifact.PayloadInfo
+	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &prefix})
+	for pages.HasMorePages() {
+		lctx, cancel := s.op(ctx)
+		page, err := pages.NextPage(lctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("artifact: list payloads: %w", err)
+		}
+		for _, o := range page.Contents {
+			name := strings.TrimPrefix(aws.ToString(o.Key), prefix)
+			if strings.Contains(name, "/") || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".tar") {
+				continue
+			}
+			out = append(out, artifact.PayloadInfo{Name: name, Size: aws.ToInt64(o.Size), Modified: aws.ToTime(o.LastModified).UTC()})
+		}
+	}
+	slices.SortFunc(out, func(a, b artifact.PayloadInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
 // abortStaleUploads aborts the multipart uploads under prefix idle since
 // before cutoff (initiated before it, and no part uploaded after it): what
 // an upload killed mid-way (a crashed node) left behind, which S3 would

@@ -92,7 +92,7 @@ func s3Harness(t *testing.T, s *Store) storetest.Harness {
 		PutPayload: func(t *testing.T, key, name string, b []byte) {
 			s.testPut(t, s.payloadKey(key, strings.TrimSuffix(name, ".tar")), b)
 		},
-		Payloads: func(t *testing.T, key string) []string { return s.testList(t, s.payloadPrefix(key)) },
+		PayloadNames: func(t *testing.T, key string) []string { return s.testList(t, s.payloadPrefix(key)) },
 		AbandonUpload: func(t *testing.T, key string) {
 			obj := s.payloadKey(key, "0123456789abcdef")
 			up, err := s.client.CreateMultipartUpload(t.Context(), &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: &obj})

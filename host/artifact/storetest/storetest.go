@@ -27,8 +27,8 @@ type Harness struct {
 	PutPointer func(t *testing.T, key string, b []byte)
 	// PutPayload writes b as key's payload named name, bypassing checks.
 	PutPayload func(t *testing.T, key, name string, b []byte)
-	// Payloads lists key's payload names.
-	Payloads func(t *testing.T, key string) []string
+	// PayloadNames lists key's payload names, bypassing the store.
+	PayloadNames func(t *testing.T, key string) []string
 	// AbandonUpload leaves what an upload killed mid-way leaves behind
 	// (a temp file, an open multipart upload); Leftovers counts it.
 	AbandonUpload func(t *testing.T, key string)
@@ -50,6 +50,91 @@ func Run(t *testing.T, newT func(t *testing.T) Harness) {
 	t.Run("CancelledDownloadLeavesDest", func(t *testing.T) { contractCancelledDownload(t, newT(t)) })
 	t.Run("PruneCollectsAbandonedUploads", func(t *testing.T) { contractAbandonedUploads(t, newT(t)) })
 	t.Run("ConcurrentPruneIsIdempotent", func(t *testing.T) { contractConcurrentPrune(t, newT(t)) })
+	t.Run("List", func(t *testing.T) { contractList(t, newT(t)) })
+}
+
+// contractList: Keys lists the keys with a pointer, corrupt ones included;
+// Payloads lists a key's payloads as they are stored, with their sizes, and
+// not what an upload left; List says which payload is published and what
+// its manifest holds, and that a corrupt pointer is corrupt.
+func contractList(t *testing.T, h Harness) {
+	ctx := t.Context()
+	if keys, err := h.Keys(ctx); err != nil || len(keys) != 0 {
+		t.Fatalf("an empty store's keys: %q, %v", keys, err)
+	}
+	if ls, err := artifact.List(ctx, h); err != nil || len(ls) != 0 {
+		t.Fatalf("an empty store's listing: %+v, %v", ls, err)
+	}
+	st := OpenStore(t)
+	a := ExportAt(t, st, 10, []string{"route."})
+	b := ExportAt(t, st, 10, []string{"route."})
+	for _, u := range []struct {
+		key string
+		a   Artifact
+	}{{"f", a}, {"f", b}, {"g", a}} {
+		if _, err := artifact.Upload(ctx, h, u.key, u.a.Dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.AbandonUpload(t, "f")
+	h.PutPointer(t, "h", []byte("{not a manifest"))
+	keys, err := h.Keys(ctx)
+	if err != nil || !slices.Equal(keys, []string{"f", "g", "h"}) {
+		t.Fatalf("keys %q, %v; want f g h", keys, err)
+	}
+	pays, err := h.Payloads(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range pays {
+		names = append(names, p.Name)
+		if p.Size <= 0 || p.Modified.IsZero() || time.Since(p.Modified) > time.Hour {
+			t.Errorf("payload %+v: want its size and a recent last write", p)
+		}
+	}
+	var want []string // the stored names, without the abandoned upload's
+	for _, n := range h.PayloadNames(t, "f") {
+		if n == a.Addr+".tar" || n == b.Addr+".tar" {
+			want = append(want, n)
+		}
+	}
+	if !slices.Equal(names, want) || len(names) != 2 {
+		t.Fatalf("payloads of f %q, stored %q (want the two uploads, not the abandoned one)", names, want)
+	}
+	ls, err := artifact.List(ctx, h)
+	if err != nil || len(ls) != 3 {
+		t.Fatalf("listing: %+v, %v", ls, err)
+	}
+	f, g, hh := ls[0], ls[1], ls[2]
+	if p := f.Published; p == nil || p.Cursor != uint64(b.Cursor.Rev) || p.Payload != b.Addr+".tar" || p.Size == 0 || p.Missing ||
+		!slices.Equal(p.Scope, []string{"route."}) || p.Files == 0 || p.DataBytes == 0 {
+		t.Errorf("f's published artifact: %+v, want cursor %d in %s.tar", p, b.Cursor.Rev, b.Addr)
+	}
+	published := 0
+	for _, p := range f.Payloads {
+		if p.Published {
+			published++
+			if p.Name != b.Addr+".tar" {
+				t.Errorf("payload %s marked published", p.Name)
+			}
+		}
+	}
+	if published != 1 || len(f.Payloads) != 2 {
+		t.Errorf("f's payloads: %+v", f.Payloads)
+	}
+	if g.Key != "g" || g.Published == nil || g.Published.Cursor != uint64(a.Cursor.Rev) || len(g.Payloads) != 1 {
+		t.Errorf("g: %+v", g)
+	}
+	if hh.Key != "h" || hh.Published != nil || hh.PointerError == "" || len(hh.Payloads) != 0 {
+		t.Errorf("a corrupt pointer's listing: %+v", hh)
+	}
+	if ls, err := artifact.List(ctx, h, "nope"); err != nil || len(ls) != 1 || ls[0].Published != nil || len(ls[0].Payloads) != 0 {
+		t.Errorf("an unknown key's listing: %+v, %v", ls, err)
+	}
+	if _, err := h.Payloads(ctx, "../f"); err == nil {
+		t.Error("Payloads of a bad key")
+	}
 }
 
 // PointerRank is the rank of key's pointer in tr, which must parse.
@@ -79,7 +164,7 @@ func contractRoundTrip(t *testing.T, h Harness) {
 	if err != nil || out != artifact.Published {
 		t.Fatalf("upload: %v %v", out, err)
 	}
-	if got := h.Payloads(t, "f"); !slices.Equal(got, []string{a.Addr + ".tar"}) {
+	if got := h.PayloadNames(t, "f"); !slices.Equal(got, []string{a.Addr + ".tar"}) {
 		t.Fatalf("payload layout: %v, want %s.tar", got, a.Addr)
 	}
 	if b, err := h.Pointer(t.Context(), "f"); err != nil || string(b) != string(ReadManifest(t, a.Dir)) {
@@ -324,7 +409,7 @@ func contractPrune(t *testing.T, h Harness) {
 	if !slices.Equal(del, want) {
 		t.Fatalf("pruned %v, want %v", del, want)
 	}
-	left := h.Payloads(t, "f")
+	left := h.PayloadNames(t, "f")
 	for _, keep := range []string{young.Addr + ".tar", target.Addr + ".tar", sameRank.Addr + ".tar", above.Addr + ".tar", junk} {
 		if !slices.Contains(left, keep) {
 			t.Fatalf("pruned %s; left %v", keep, left)
@@ -461,7 +546,7 @@ func contractConcurrentPrune(t *testing.T, h Harness) {
 	if errs[0] != nil || errs[1] != nil {
 		t.Fatalf("concurrent prunes: %v / %v", errs[0], errs[1])
 	}
-	left := h.Payloads(t, "f")
+	left := h.PayloadNames(t, "f")
 	if !slices.Equal(left, []string{target.Addr + ".tar"}) {
 		t.Fatalf("left %v, want only the target", left)
 	}

@@ -622,6 +622,12 @@ func (a *simArtifacts) Prune(ctx context.Context, key string, grace time.Duratio
 	return a.store.Prune(ctx, key, grace, now)
 }
 
+func (a *simArtifacts) Keys(ctx context.Context) ([]string, error) { return a.store.Keys(ctx) }
+
+func (a *simArtifacts) Payloads(ctx context.Context, key string) ([]artifact.PayloadInfo, error) {
+	return a.store.Payloads(ctx, key)
+}
+
 // publishForeign publishes, at cursor rev, an artifact of a previous
 // incarnation of the bucket (its stream created an hour earlier) holding
 // keys the simulation never writes: what a bucket deleted and made again

@@ -8,6 +8,8 @@
  *   r/<k>      read view key <k>; put got/<i>/<k> = "1"+value or "0"
  *   raw/<k>    read raw key <k>; put rawgot/<i>/<k> = "<rev>:"+value or "0"
  *   log        log the value at info level
+ *   stdout     write the value to stdout as it is (C probe only)
+ *   stderr     write the value to stderr as it is (C probe only)
  *   fail       fail the batch with the value as message (in apply)
  *   parsefail  fail the batch with the value as message (in parse)
  *   reject...  rejected by parse
@@ -15,6 +17,7 @@
  *
  * <i> is the record's index in the batch's accepted records. */
 #include <string.h>
+#include <unistd.h>
 
 #include "foldhost.h"
 
@@ -114,6 +117,8 @@ static int apply(struct rec *rs, uint32_t n) {
 			}
 		} else if (is(r->key, "log")) {
 			fh_log(FH_LOG_INFO, r->value.ptr, r->value.len);
+		} else if (is(r->key, "stdout") || is(r->key, "stderr")) {
+			write(is(r->key, "stdout") ? 1 : 2, r->value.ptr, r->value.len);
 		} else if (is(r->key, "fail")) {
 			return fh_fail_bytes(r->value.ptr, r->value.len);
 		}
