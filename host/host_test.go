@@ -211,6 +211,17 @@ func waitState(t testing.TB, f *host.Fold, want httpapi.State) httpapi.Status {
 	}
 }
 
+// loopbackAPI serves h on a loopback listener, with the server's Addr set
+// to it as ListenAndServe would (the HTTP API admits token-less admin POSTs
+// only when the listener is known to be loopback).
+func loopbackAPI(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Addr = srv.Listener.Addr().String()
+	srv.Start()
+	return srv
+}
+
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)

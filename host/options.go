@@ -39,8 +39,9 @@ type Options struct {
 	// Admin configures the admin service over NATS (off by default).
 	Admin AdminOptions
 	// AdminToken, if set, is the bearer token the HTTP API's admin
-	// actions (POSTs) must carry; unset, they are served on a loopback
-	// listener only (httpapi.Options.AdminToken). The CLI reads it from
+	// actions (POSTs) must carry; unset, they are served on a
+	// loopback-only listener, one whose http.Server.Addr is a loopback
+	// address (httpapi.Options.AdminToken). The CLI reads it from
 	// the environment (AdminTokenEnv), never from the config file.
 	AdminToken string
 	// Logger receives the host's log; default slog.Default().
