@@ -40,6 +40,10 @@ type Host struct {
 	health  natskv.Health // the connection's state, for status and readiness
 	exp     *exporter
 
+	// The NATS account the host's connection is in ("" with the reason
+	// when the server did not say), for the admin service's caller check.
+	adminAccount, adminAccountErr string
+
 	closers []func() // undone in reverse by Close
 	started bool
 	ran     bool
