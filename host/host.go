@@ -123,9 +123,22 @@ func (h *Host) Start(ctx context.Context) (err error) {
 	}
 	h.metrics = httpapi.NewMetrics()
 	for _, f := range h.folds {
-		b, err := natskv.OpenBucket(ctx, h.nc, f.o.CreateBucket, natskv.Options{RequestTimeout: h.o.NATS.RequestTimeout})
+		b, err := natskv.OpenBucket(ctx, h.nc, f.o.CreateBucket, natskv.Options{RequestTimeout: h.o.NATS.RequestTimeout, NoCreate: f.o.NoCreateBucket})
+		if errors.Is(err, natskv.ErrNoBucket) {
+			return fmt.Errorf("fold %s: %w, and create_bucket = false: create it, or correct the fold's bucket name", f.o.Name, err)
+		}
 		if err != nil {
 			return fmt.Errorf("fold %s: %w", f.o.Name, err)
+		}
+		if b.Created() {
+			c := f.o.CreateBucket
+			storage := "file"
+			if c.Memory {
+				storage = "memory"
+			}
+			f.log.Warn("the bucket did not exist: created it, empty (a misspelled bucket name? create_bucket = false refuses a missing bucket)",
+				"bucket", c.Name, "history", c.History, "max_age", c.MaxAge, "max_bytes", c.MaxBytes,
+				"replicas", c.Replicas, "storage", storage, "limit_marker_ttl", c.LimitMarkerTTL)
 		}
 		f.bucket = b
 	}

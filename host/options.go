@@ -131,8 +131,12 @@ type FoldOptions struct {
 	// Sync fsyncs every commit.
 	Sync bool
 	// CreateBucket applies when the bucket does not exist yet; its Name is
-	// Bucket's.
+	// Bucket's. The creation is logged at WARN with these settings (a
+	// misspelled bucket name is a new, empty bucket).
 	CreateBucket natskv.BucketConfig
+	// NoCreateBucket refuses a bucket that does not exist (the start
+	// fails, naming it) instead of creating it.
+	NoCreateBucket bool
 	// Adopt accepts a store whose recorded origin (bucket, scope, stream)
 	// differs from this fold's, and records this fold's in its place: a
 	// deliberate, one-time step (a stream restored under a new identity, a
