@@ -25,8 +25,10 @@ import (
 //
 // The life of a Host: New (checks the options, starts nothing), Start
 // (opens every store, loads every plugin, starts or connects to NATS,
-// opens the buckets: a failure undoes what was done), Run (folds until its
-// context ends: each fold flushes its pending batch), Close (releases
+// opens the buckets: a failure undoes what was done; a fold whose plugin
+// object has not been pushed is left waiting, not a failure), Run (folds
+// until its context ends: each fold flushes its pending batch; a waiting
+// fold starts once its module loads), Close (releases
 // everything, waiting for every goroutine the host started). Start and Run
 // honour their contexts; Close may be called at any point after New.
 type Host struct {
@@ -310,11 +312,19 @@ func (h *Host) ReloadPlugins(ctx context.Context) error {
 // Reload validates the fold's plugin file again and swaps it in at the
 // next batch boundary if it changed (a file that fails validation is
 // refused: the error); a failed fold is retried from its cursor either way
-// (the operator fixed what stopped it, or wants to see it fail again).
+// (the operator fixed what stopped it, or wants to see it fail again). A
+// fold waiting for its plugin object looks for it at once.
 func (f *Fold) Reload(ctx context.Context) error {
+	if f.waitFor != nil && f.plug() == nil {
+		select {
+		case f.waitKick <- struct{}{}:
+		default:
+		}
+		return nil
+	}
 	var err error
-	if f.plugin != nil {
-		if err = f.plugin.reload(ctx); err != nil {
+	if f.plug() != nil {
+		if err = f.plug().reload(ctx); err != nil {
 			err = fmt.Errorf("fold %s: %w", f.o.Name, err)
 		}
 	}
