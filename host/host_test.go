@@ -139,7 +139,7 @@ func TestShutdownWithCallsInFlight(t *testing.T) {
 		last = put(t, b, fmt.Sprintf("route.h%d", i), fmt.Sprintf(`{"upstreams":[{"addr":"10.0.0.%d:80"}]}`, i))
 	}
 	waitCursor(t, r.h.Fold("routes"), last)
-	srv := httptest.NewServer(r.h.Handler())
+	srv := loopbackAPI(t, r.h.Handler())
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	client := &http.Client{}
