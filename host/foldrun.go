@@ -147,8 +147,10 @@ func (f *Fold) Status() httpapi.Status {
 	if last > st.Cursor {
 		st.Lag = last - st.Cursor
 	}
-	if f.plug() != nil {
-		st.Plugin = f.plug().status()
+	if p := f.plug(); p != nil {
+		st.Plugin = p.status()
+	} else {
+		st.Plugin.Source = f.o.Plugin // a fold waiting for its module says which
 	}
 	d, rej := f.delivered.Load(), f.rejected.Load()
 	st.Counters = httpapi.Counters{

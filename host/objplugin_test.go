@@ -300,8 +300,8 @@ func TestPluginObjectAwaited(t *testing.T) {
 	waitCursor(t, raw, rev) // the other fold runs
 	st := f.Status()
 	want := "waiting for its plugin module nats-object://plugins/router to be pushed (foldhost plugin push FILE --fold routes)"
-	if st.State != httpapi.StateWaiting || st.Ready || !strings.Contains(st.Reason, want) {
-		t.Fatalf("the waiting fold: state %s, ready %v, reason %q", st.State, st.Ready, st.Reason)
+	if st.State != httpapi.StateWaiting || st.Ready || !strings.Contains(st.Reason, want) || st.Plugin.Source != ref.String() {
+		t.Fatalf("the waiting fold: state %s, ready %v, reason %q, plugin source %q", st.State, st.Ready, st.Reason, st.Plugin.Source)
 	}
 	if code, body := httpGet(t, web.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "fold routes: "+want) || strings.Contains(body, "fold raw") {
 		t.Errorf("readyz with a waiting fold: %d %q", code, body)

@@ -152,7 +152,7 @@ func (f *Fold) setWaiting(why string) { f.waitReason.Store(&why) }
 // next look. It returns ctx's error if ctx ends first.
 func (f *Fold) awaitPlugin(ctx context.Context) error {
 	src := f.waitFor
-	refused, lastErr := "", "" // the digest refused last; the last lookup error logged
+	refused, lastErr := "", "" // the digest refused last; the last lookup or download error logged
 	t := time.NewTicker(objectAwaitPoll)
 	defer t.Stop()
 	for {
@@ -169,7 +169,10 @@ func (f *Fold) awaitPlugin(ctx context.Context) error {
 			case ctx.Err() != nil:
 				return ctx.Err()
 			case errors.Is(err, wasm.ErrModuleUnavailable):
-				f.log.Warn("could not download the plugin object; looking again", "from", src.ref, "err", err)
+				if err.Error() != lastErr {
+					lastErr = err.Error()
+					f.log.Warn("could not download the plugin object; looking again", "from", src.ref, "err", err, "every", objectAwaitPoll)
+				}
 			default:
 				refused = info.Digest
 				f.setErr(err)
