@@ -36,8 +36,8 @@ func deadLetterError(err error) string {
 func (f *Fold) poison(u fold.Update, err error) fold.DeadLetter {
 	msg := deadLetterError(err)
 	var sha string
-	if f.plugin != nil {
-		sha = f.plugin.Running().SHA256 // the module that failed, not one a reload swapped in since
+	if p := f.plug(); p != nil {
+		sha = p.Running().SHA256 // the module that failed, not one a reload swapped in since
 	}
 	// Counted once committed (onApplied): a failed commit isolates again.
 	f.log.Warn("plugin failed on one update; skipping it: its raw entry is committed, its view effect is not (dead letter)",
@@ -103,8 +103,8 @@ func (f *Fold) DeadLetters() ([]fold.DeadLetter, error) {
 // with the new error. Needs a following fold.
 func (f *Fold) ReplayDeadLetters(ctx context.Context, key string) (httpapi.ReplayResult, error) {
 	var res httpapi.ReplayResult
-	if f.plugin == nil {
-		return res, fmt.Errorf("fold %s folds raw entries only: %w", f.o.Name, httpapi.ErrNoViews)
+	if f.plug() == nil {
+		return res, f.noPlugin()
 	}
 	if st := f.state.Load(); st != httpapi.StateFollowing {
 		return res, fmt.Errorf("fold %s is %s: %w", f.o.Name, st, httpapi.ErrNotFollowing)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,7 +70,7 @@ func TestPoisonRecordsAreSkipped(t *testing.T) {
 	if got := foldViews(t, f); !maps.Equal(got, want) {
 		t.Errorf("views: %d entries, want %d%s", len(got), len(want), diffSample(got, want))
 	}
-	web := httptest.NewServer(r.h.Handler())
+	web := loopbackAPI(t, r.h.Handler())
 	defer web.Close()
 	var list struct {
 		Count int

@@ -27,8 +27,14 @@ type Fold struct {
 	log    *slog.Logger
 	store  *fold.Store
 	bucket *natskv.Bucket
-	plugin *plugin     // nil: a raw-only fold
-	origin fold.Origin // what the store folds: checked against the config at Start
+	plugin atomic.Pointer[plugin] // nil: a raw-only fold, or one waiting for its module (waitFor)
+	origin fold.Origin            // what the store folds: checked against the config at Start
+
+	// A fold whose object-store module was not pushed at the start waits
+	// for it in Run (awaitPlugin): waitFor is set at Start, never after.
+	waitFor    *objectSource
+	waitReason atomic.Pointer[string] // why it waits (its status's reason)
+	waitKick   chan struct{}          // cap 1: look for the module now
 
 	state                 *stateCell
 	sup                   supervisor
@@ -53,6 +59,11 @@ type Fold struct {
 	export exportState
 }
 
+// plug is the fold's plugin: nil for a raw-only fold, and for one whose
+// module (from a NATS object store) is not loaded yet (waitFor). It is set
+// once, never unset.
+func (f *Fold) plug() *plugin { return f.plugin.Load() }
+
 var (
 	_ httpapi.Fold         = (*Fold)(nil)
 	_ httpapi.Exporter     = (*Fold)(nil)
@@ -68,6 +79,7 @@ func newFold(o FoldOptions, h *Host) (*Fold, error) {
 	f := &Fold{o: o, h: h, log: h.log.With("fold", o.Name)}
 	f.state = newStateCell(f.log)
 	f.sup.wake = make(chan struct{}, 1)
+	f.waitKick = make(chan struct{}, 1)
 	f.dead.stored.Store(-1) // counted on first demand
 	// A repair --reset killed mid-swap left its fresh store recorded:
 	// put in place before the data dir is opened (else an empty store
@@ -149,8 +161,10 @@ func (f *Fold) Status() httpapi.Status {
 	if last > st.Cursor {
 		st.Lag = last - st.Cursor
 	}
-	if f.plugin != nil {
-		st.Plugin = f.plugin.status()
+	if p := f.plug(); p != nil {
+		st.Plugin = p.status()
+	} else {
+		st.Plugin.Source = f.o.Plugin // a fold waiting for its module says which
 	}
 	d, rej := f.delivered.Load(), f.rejected.Load()
 	st.Counters = httpapi.Counters{
@@ -177,6 +191,11 @@ func (f *Fold) Status() httpapi.Status {
 			st.Reason = fmt.Sprintf("hydrating: cursor %d, stream head at start %d", st.Cursor, st.HeadAtStart)
 		case httpapi.StateFailed:
 			st.Reason = "failed: " + st.LastError
+		case httpapi.StateWaiting:
+			st.Reason = "waiting"
+			if p := f.waitReason.Load(); p != nil {
+				st.Reason = *p
+			}
 		case httpapi.StateRepairing:
 			st.Reason = "repairing an expired cursor: reads answer from the fold as it was before the repair"
 		case httpapi.StateRebuilding:
@@ -209,6 +228,15 @@ func (f *Fold) clearErr() {
 // in when ctx ended, nil if none. Every goroutine it starts is done when
 // it returns; the store stays open.
 func (f *Fold) run(ctx context.Context) error {
+	if f.waitFor != nil {
+		// Its module was not pushed at the start: the fold starts once
+		// it loads, or never (stopped) if the host stops first.
+		if err := f.awaitPlugin(ctx); err != nil {
+			f.state.Store(httpapi.StateStopped)
+			f.log.Info("fold stopped while waiting for its plugin module", "from", f.waitFor.ref)
+			return nil
+		}
+	}
 	// No loop runs yet: the eviction memo may be committed directly.
 	if ret, err := f.retention(ctx, f.store.Commit); err != nil {
 		f.log.Warn("could not read the stream's retention; the watch will retry", "err", err)
@@ -278,8 +306,8 @@ func (f *Fold) run(ctx context.Context) error {
 // applier is what applies the fold's batches: its plugin, or nothing for a
 // raw-only fold.
 func (f *Fold) applier() fold.Plugin {
-	if f.plugin != nil {
-		return recording{f: f, inner: f.plugin}
+	if f.plug() != nil {
+		return recording{f: f, inner: f.plug()}
 	}
 	return fold.NopPlugin
 }
@@ -316,7 +344,7 @@ func hint(err error) string {
 // poisonHook is the loop's Poison for on_plugin_error = "skip", nil
 // otherwise (a plugin error stops the fold).
 func (f *Fold) poisonHook() func(fold.Update, error) fold.DeadLetter {
-	if f.o.OnPluginError != PluginErrorSkip || f.plugin == nil {
+	if f.o.OnPluginError != PluginErrorSkip || f.plug() == nil {
 		return nil
 	}
 	return f.poison

@@ -25,8 +25,10 @@ import (
 //
 // The life of a Host: New (checks the options, starts nothing), Start
 // (opens every store, loads every plugin, starts or connects to NATS,
-// opens the buckets: a failure undoes what was done), Run (folds until its
-// context ends: each fold flushes its pending batch), Close (releases
+// opens the buckets: a failure undoes what was done; a fold whose plugin
+// object has not been pushed is left waiting, not a failure), Run (folds
+// until its context ends: each fold flushes its pending batch; a waiting
+// fold starts once its module loads), Close (releases
 // everything, waiting for every goroutine the host started). Start and Run
 // honour their contexts; Close may be called at any point after New.
 type Host struct {
@@ -39,6 +41,10 @@ type Host struct {
 	nc      *nats.Conn
 	health  natskv.Health // the connection's state, for status and readiness
 	exp     *exporter
+
+	// The NATS account the host's connection is in ("" with the reason
+	// when the server did not say), for the admin service's caller check.
+	adminAccount, adminAccountErr string
 
 	closers []func() // undone in reverse by Close
 	started bool
@@ -119,9 +125,22 @@ func (h *Host) Start(ctx context.Context) (err error) {
 	}
 	h.metrics = httpapi.NewMetrics()
 	for _, f := range h.folds {
-		b, err := natskv.OpenBucket(ctx, h.nc, f.o.CreateBucket, natskv.Options{RequestTimeout: h.o.NATS.RequestTimeout})
+		b, err := natskv.OpenBucket(ctx, h.nc, f.o.CreateBucket, natskv.Options{RequestTimeout: h.o.NATS.RequestTimeout, NoCreate: f.o.NoCreateBucket})
+		if errors.Is(err, natskv.ErrNoBucket) {
+			return fmt.Errorf("fold %s: %w, and create_bucket = false: create it, or correct the fold's bucket name", f.o.Name, err)
+		}
 		if err != nil {
 			return fmt.Errorf("fold %s: %w", f.o.Name, err)
+		}
+		if b.Created() {
+			c := f.o.CreateBucket
+			storage := "file"
+			if c.Memory {
+				storage = "memory"
+			}
+			f.log.Warn("the bucket did not exist: created it, empty (a misspelled bucket name? create_bucket = false refuses a missing bucket)",
+				"bucket", c.Name, "history", c.History, "max_age", c.MaxAge, "max_bytes", c.MaxBytes,
+				"replicas", c.Replicas, "storage", storage, "limit_marker_ttl", c.LimitMarkerTTL)
 		}
 		f.bucket = b
 	}
@@ -296,11 +315,19 @@ func (h *Host) ReloadPlugins(ctx context.Context) error {
 // Reload validates the fold's plugin file again and swaps it in at the
 // next batch boundary if it changed (a file that fails validation is
 // refused: the error); a failed fold is retried from its cursor either way
-// (the operator fixed what stopped it, or wants to see it fail again).
+// (the operator fixed what stopped it, or wants to see it fail again). A
+// fold waiting for its plugin object looks for it at once.
 func (f *Fold) Reload(ctx context.Context) error {
+	if f.waitFor != nil && f.plug() == nil {
+		select {
+		case f.waitKick <- struct{}{}:
+		default:
+		}
+		return nil
+	}
 	var err error
-	if f.plugin != nil {
-		if err = f.plugin.reload(ctx); err != nil {
+	if f.plug() != nil {
+		if err = f.plug().reload(ctx); err != nil {
 			err = fmt.Errorf("fold %s: %w", f.o.Name, err)
 		}
 	}

@@ -139,7 +139,7 @@ func TestShutdownWithCallsInFlight(t *testing.T) {
 		last = put(t, b, fmt.Sprintf("route.h%d", i), fmt.Sprintf(`{"upstreams":[{"addr":"10.0.0.%d:80"}]}`, i))
 	}
 	waitCursor(t, r.h.Fold("routes"), last)
-	srv := httptest.NewServer(r.h.Handler())
+	srv := loopbackAPI(t, r.h.Handler())
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	client := &http.Client{}
@@ -209,6 +209,17 @@ func waitState(t testing.TB, f *host.Fold, want httpapi.State) httpapi.Status {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// loopbackAPI serves h on a loopback listener, with the server's Addr set
+// to it as ListenAndServe would (the HTTP API admits token-less admin POSTs
+// only when the listener is known to be loopback).
+func loopbackAPI(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Addr = srv.Listener.Addr().String()
+	srv.Start()
+	return srv
 }
 
 func waitFor(t testing.TB, cond func() bool) {

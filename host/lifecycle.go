@@ -208,7 +208,7 @@ func (f *Fold) supervise(ctx context.Context, attempt func(ctx context.Context, 
 		if run {
 			actx, s.cancel = context.WithCancel(ctx)
 			if s.pending != nil {
-				f.plugin.Swap(s.pending)
+				f.plug().Swap(s.pending)
 				s.pending = nil
 			}
 			rebuild = f.needsRebuild()

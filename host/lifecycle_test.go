@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,7 +72,7 @@ func TestFailedFoldLifecycle(t *testing.T) {
 		Folds:            []host.FoldOptions{{Name: "routes", Plugin: pluginFile, DataDir: filepath.Join(dir, "a")}},
 	})
 	f := r.h.Fold("routes")
-	web := httptest.NewServer(r.h.Handler())
+	web := loopbackAPI(t, r.h.Handler())
 	defer web.Close()
 	state := func(want httpapi.State) func() bool {
 		return func() bool { return f.Status().State == want }

@@ -24,8 +24,10 @@ type AdminOptions struct {
 	// default Artifacts.Holder, else "node". NATS subject tokens only.
 	Node string
 	// AllowAnonymous serves mutating actions to requests that carry no
-	// caller identity (see the README's "Admin over NATS"). Off, they are
-	// refused: the caller's identity comes from the transport only.
+	// caller identity the NATS server vouches for (see callerOf and the
+	// README's "Admin over NATS"): none at all, or a Nats-Request-Info
+	// header the host cannot tell from one a client wrote. Off, they are
+	// refused (403), and the refusal is logged with its reason.
 	AllowAnonymous bool
 }
 
@@ -40,9 +42,11 @@ type adminRequest struct {
 	Key   string `json:"key,omitempty"`   // replay (of dead letters)
 }
 
-// callerInfo is the part of the server's Nats-Request-Info header the
-// audit needs: set by the server on a request that crossed a service
-// import with share: true, never taken from a request field.
+// callerInfo is the part of the Nats-Request-Info header the audit needs:
+// the server sets it on a request that crossed an account's service
+// import (account always; user, client name and host with share: true),
+// replacing any header of that name the client wrote. Within one account
+// the server sets nothing and the header is whatever the client wrote.
 type callerInfo struct {
 	Account string `json:"acc"`
 	User    string `json:"user"`
@@ -53,10 +57,85 @@ type callerInfo struct {
 // requestInfoHeader is the header the NATS server stamps (server.ClientInfoHdr).
 const requestInfoHeader = "Nats-Request-Info"
 
+// globalAccount is the NATS server's account for clients of a server
+// without accounts (with or without authentication). It cannot export,
+// so no request reaches it across an import: every Nats-Request-Info
+// header there is a client's.
+const globalAccount = "$G"
+
+// userInfoSubject answers a client with its own user and account (every
+// account imports it from the system account).
+const userInfoSubject = "$SYS.REQ.USER.INFO"
+
+// ownAccount asks the server which account the host's connection is in,
+// "" with the reason when it cannot tell (no system account, an old
+// server, a timeout).
+func (h *Host) ownAccount() (string, string) {
+	msg, err := h.nc.Request(userInfoSubject, nil, h.o.NATS.RequestTimeout)
+	if err != nil {
+		return "", fmt.Sprintf("%s: %v", userInfoSubject, err)
+	}
+	var resp struct {
+		Data struct {
+			Account string `json:"account"`
+		} `json:"data"`
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return "", fmt.Sprintf("%s: unreadable answer: %v", userInfoSubject, err)
+	}
+	if resp.Error != nil {
+		return "", fmt.Sprintf("%s: error %d %s", userInfoSubject, resp.Error.Code, resp.Error.Description)
+	}
+	if resp.Data.Account == "" {
+		return "", userInfoSubject + ": no account in the answer"
+	}
+	return resp.Data.Account, ""
+}
+
+// callerOf reads a request's caller identity and whether it is the NATS
+// server's word; when it is not, why says so (for the refusal, or the
+// audit of an anonymous action). The header is trusted only when the
+// server must have written it: the host's account is known and not the
+// global one, and the header names another account (a request from
+// another account reaches the host only across an import, where the
+// server replaces the header). A header naming the host's own account, or
+// any header in the global account, is a client's. RATIONALE.md, "Who
+// may act over NATS".
+func (h *Host) callerOf(hdr map[string][]string) (who callerInfo, trusted bool, why string) {
+	raw := ""
+	if v := hdr[requestInfoHeader]; len(v) > 0 {
+		raw = v[0]
+	}
+	switch {
+	case raw == "":
+		return who, false, "the request carries no caller identity (no " + requestInfoHeader + " header)"
+	case json.Unmarshal([]byte(raw), &who) != nil || who.Account == "":
+		return callerInfo{}, false, "the " + requestInfoHeader + " header names no account"
+	case h.adminAccount == "":
+		return who, false, "the host could not learn its own NATS account (" + h.adminAccountErr + "), so it cannot tell the server's " + requestInfoHeader + " from a client's"
+	case h.adminAccount == globalAccount:
+		return who, false, "the host's NATS account is the global one (a server without accounts): the server stamps no identity there, so the " + requestInfoHeader + " header is the client's own"
+	case who.Account == h.adminAccount:
+		return who, false, "the " + requestInfoHeader + " header names the host's own account " + strconv.Quote(who.Account) + ": the server stamps no identity within an account, so it is the client's own"
+	}
+	return who, true, ""
+}
+
 // serveAdmin starts the admin service; the returned func stops it.
 func (h *Host) serveAdmin(ctx context.Context) (func(), error) {
 	o := h.o.Admin
 	node := o.Node
+	h.adminAccount, h.adminAccountErr = h.ownAccount()
+	switch {
+	case h.adminAccount == "":
+		h.log.Warn("admin service: could not learn the host's NATS account; no caller identity is trusted (mutating actions need allow_anonymous)", "err", h.adminAccountErr)
+	case h.adminAccount == globalAccount:
+		h.log.Info("admin service: the host's NATS account is the global one (a server without accounts): no request carries an identity the server vouches for (mutating actions need allow_anonymous)")
+	}
 	svc, err := micro.AddService(h.nc, micro.Config{
 		Name:        "foldhost",
 		Version:     "0.1.0",
@@ -117,7 +196,7 @@ func (h *Host) serveAdmin(ctx context.Context) (func(), error) {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("admin service: endpoint folds: %w", err)
 	}
-	h.log.Info("admin service on NATS", "subject", o.Subject+"."+node+".>", "allow_anonymous", o.AllowAnonymous)
+	h.log.Info("admin service on NATS", "subject", o.Subject+"."+node+".>", "account", h.adminAccount, "allow_anonymous", o.AllowAnonymous)
 	return func() { _ = svc.Stop() }, nil
 }
 
@@ -139,20 +218,30 @@ func (h *Host) adminRequest(ctx context.Context, r micro.Request, action string,
 		_ = r.Error("404", fmt.Sprintf("no fold %q on this node", req.Fold), nil)
 		return
 	}
-	var who callerInfo
-	if raw := r.Headers().Get(requestInfoHeader); raw != "" {
-		_ = json.Unmarshal([]byte(raw), &who)
-	}
+	var args []any // the audit's: the action and how the caller was admitted
 	if mutating {
-		if who.Account == "" && !h.o.Admin.AllowAnonymous {
-			h.log.Warn("admin action refused: the request carries no caller identity", "action", action, "fold", req.Fold, "subject", r.Subject())
-			_ = r.Error("403", "admin actions need a caller identity from the NATS server (a service import with share: true), or allow_anonymous", nil)
+		who, trusted, why := h.callerOf(r.Headers())
+		args = []any{"action", action, "fold", f.o.Name, "via", "nats"}
+		switch {
+		case trusted:
+			args = append(args, "admitted_by", "server_identity", "account", who.Account, "user", who.User, "client", who.Name)
+		case !h.o.Admin.AllowAnonymous:
+			refused := append(args[:len(args):len(args)], "subject", r.Subject(), "reason", why)
+			if who.Account != "" {
+				refused = append(refused, "claimed_account", who.Account, "claimed_user", who.User)
+			}
+			h.log.Warn("admin action refused: no caller identity the NATS server vouches for", refused...)
+			_ = r.Error("403", "admin actions need a caller identity stamped by the NATS server (a request from another account, through a service import with share: true), or allow_anonymous: "+why, nil)
 			return
+		default:
+			args = append(args, "admitted_by", "allow_anonymous", "untrusted", why)
+			if who.Account != "" {
+				args = append(args, "claimed_account", who.Account, "claimed_user", who.User)
+			}
 		}
 	}
 	res, err := do(ctx, f, req)
 	if mutating {
-		args := []any{"action", action, "fold", f.o.Name, "via", "nats", "account", who.Account, "user", who.User, "client", who.Name}
 		if err != nil {
 			h.log.Warn("admin action failed", append(args, "err", err)...)
 		} else {

@@ -75,12 +75,16 @@ func (s *objectSource) fetch(ctx context.Context) (pluginobj.Module, error) {
 	return pluginobj.Fetch(ctx, s.js, s.ref, max, wasm.ModuleHash)
 }
 
-// await waits until the object exists.
-func (s *objectSource) await(ctx context.Context) error {
-	return pluginobj.Await(ctx, s.js, s.ref, time.Second, func() {
-		s.f.log.Warn("waiting for the plugin module to be pushed; the fold starts once it is",
-			"from", s.ref.String(), "push", "foldhost plugin push FILE --fold "+s.f.o.Name)
-	})
+// info is the object's info as it is now (pluginobj.Missing: not pushed,
+// or deleted).
+func (s *objectSource) info(ctx context.Context) (*jetstream.ObjectInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.f.h.o.NATS.RequestTimeout)
+	defer cancel()
+	obs, err := s.js.ObjectStore(ctx, s.ref.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	return obs.GetInfo(ctx, s.ref.Name)
 }
 
 func (s *objectSource) reloaded() {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/pluginobj"
 	"github.com/foldhost/foldhost/host/wasm"
@@ -254,42 +256,123 @@ func chunklessMeta(t *testing.T, js jetstream.JetStream, ref pluginobj.Ref, body
 	return "$O." + ref.Bucket + ".C." + id
 }
 
-// TestPluginObjectAwaited: a node started before the first module was
-// pushed waits for it (saying so), then folds with it.
+// TestPluginObjectAwaited: a fold whose plugin object has not been pushed
+// does not hold up the host: Start returns, the other fold follows, and the
+// HTTP API answers; the waiting fold is in state waiting with the reason,
+// not ready (/readyz 503 naming it, the state gauge), refuses pause and
+// rebuild (409). A version the runtime refuses keeps it waiting, saying
+// so; the next valid version starts it, and it folds with it. Mutation
+// caught: the start waiting for the object (it did: the whole process hung
+// until a push, the HTTP API never listening).
 func TestPluginObjectAwaited(t *testing.T) {
 	url, b := natsServer(t)
 	js := objectJS(t, url)
 	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
 	logs := &syncbuf.Buffer{}
+	dir := t.TempDir()
 	h, err := host.New(host.Options{
 		NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		Folds:  []host.FoldOptions{{Name: "routes", Plugin: ref.String(), DataDir: filepath.Join(t.TempDir(), "a")}},
+		Folds: []host.FoldOptions{
+			{Name: "routes", Plugin: ref.String(), DataDir: filepath.Join(dir, "a")},
+			{Name: "raw", Bucket: "routes", DataDir: filepath.Join(dir, "b")},
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	started := make(chan error, 1)
-	go func() { started <- h.Start(context.Background()) }()
-	waitFor(t, func() bool { return strings.Contains(logs.String(), "waiting for the plugin module to be pushed") })
-	select {
-	case err := <-started:
-		t.Fatalf("the start returned before a module was pushed: %v", err)
-	default:
+	defer h.Close()
+	// Bounded only against a hang: the start touches the object once.
+	sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+	defer scancel()
+	if err := h.Start(sctx); err != nil {
+		t.Fatalf("the start with a plugin object not pushed yet: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	web := loopbackAPI(t, h.Handler())
+	defer web.Close()
+
+	f, raw := h.Fold("routes"), h.Fold("raw")
+	rev := put(t, b, "k", "v")
+	waitCursor(t, raw, rev) // the other fold runs
+	st := f.Status()
+	want := "waiting for its plugin module nats-object://plugins/router to be pushed (foldhost plugin push FILE --fold routes)"
+	if st.State != httpapi.StateWaiting || st.Ready || !strings.Contains(st.Reason, want) || st.Plugin.Source != ref.String() {
+		t.Fatalf("the waiting fold: state %s, ready %v, reason %q, plugin source %q", st.State, st.Ready, st.Reason, st.Plugin.Source)
+	}
+	if code, body := httpGet(t, web.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "fold routes: "+want) || strings.Contains(body, "fold raw") {
+		t.Errorf("readyz with a waiting fold: %d %q", code, body)
+	}
+	if _, m := httpGet(t, web.URL+"/metrics"); !strings.Contains(m, `foldhost_fold_state{fold="routes",state="waiting"} 1`) ||
+		!strings.Contains(m, `foldhost_fold_state{fold="raw",state="following"} 1`) {
+		t.Errorf("state gauges:\n%s", grepLines(m, "foldhost_fold_state"))
+	}
+	for path, code := range map[string]int{"pause": 409, "resume": 409, "rebuild": 409, "reload": 200} {
+		resp, err := http.Post(web.URL+"/v1/folds/routes/"+path, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != code {
+			t.Errorf("POST %s on a waiting fold: %d, want %d", path, resp.StatusCode, code)
+		}
+	}
+
+	// A version that fails validation: refused, still waiting.
+	if _, err := pluginobj.Push(context.Background(), js, ref, []byte("not a wasm module"), "bad"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Contains(f.Status().Reason, "was refused") })
+	if st := f.Status(); st.State != httpapi.StateWaiting || st.Ready {
+		t.Fatalf("after a refused version: state %s, ready %v", st.State, st.Ready)
 	}
 	v1 := push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
-	if err := <-started; err != nil {
+	waitCursor(t, f, rev)
+	waitFor(t, func() bool { return f.Status().Ready })
+	if st := f.Status().Plugin; st.SHA256 != v1 {
+		t.Fatalf("runs %.12s, want %.12s", st.SHA256, v1)
+	}
+	if v := foldViews(t, f)["s1/k"]; v != "v" {
+		t.Errorf("view of k = %q", v)
+	}
+	if code, body := httpGet(t, web.URL+"/readyz"); code != http.StatusOK {
+		t.Errorf("readyz once the module loaded: %d %q", code, body)
+	}
+	if l := logs.String(); !strings.Contains(l, "the plugin module has not been pushed: the fold waits for it, the rest of the host starts") {
+		t.Errorf("no log line at the start:\n%s", grepLines(l, "plugin"))
+	}
+}
+
+// TestPluginObjectAwaitedStops: a host stopped while a fold still waits
+// for its module stops cleanly (the fold is stopped, Run returns nil).
+func TestPluginObjectAwaitedStops(t *testing.T) {
+	url, _ := natsServer(t)
+	h, err := host.New(host.Options{
+		NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Logger: quiet,
+		Folds:  []host.FoldOptions{{Name: "routes", Plugin: "nats-object://plugins/router", DataDir: filepath.Join(t.TempDir(), "a")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx) }()
-	defer func() { cancel(); <-done; h.Close() }()
 	f := h.Fold("routes")
-	rev := put(t, b, "k", "v")
-	waitCursor(t, f, rev)
-	if st := f.Status().Plugin; st.SHA256 != v1 {
-		t.Fatalf("runs %.12s, want %.12s", st.SHA256, v1)
+	waitFor(t, func() bool { return f.Status().State == httpapi.StateWaiting })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if st := f.Status().State; st != httpapi.StateStopped {
+		t.Errorf("state after the stop: %s", st)
 	}
 }
 

@@ -39,8 +39,9 @@ type Options struct {
 	// Admin configures the admin service over NATS (off by default).
 	Admin AdminOptions
 	// AdminToken, if set, is the bearer token the HTTP API's admin
-	// actions (POSTs) must carry; unset, they are served on a loopback
-	// listener only (httpapi.Options.AdminToken). The CLI reads it from
+	// actions (POSTs) must carry; unset, they are served on a
+	// loopback-only listener, one whose http.Server.Addr is a loopback
+	// address (httpapi.Options.AdminToken). The CLI reads it from
 	// the environment (AdminTokenEnv), never from the config file.
 	AdminToken string
 	// Logger receives the host's log; default slog.Default().
@@ -136,8 +137,12 @@ type FoldOptions struct {
 	// to flush its memtables); negative: none.
 	DiskReserve int64
 	// CreateBucket applies when the bucket does not exist yet; its Name is
-	// Bucket's.
+	// Bucket's. The creation is logged at WARN with these settings (a
+	// misspelled bucket name is a new, empty bucket).
 	CreateBucket natskv.BucketConfig
+	// NoCreateBucket refuses a bucket that does not exist (the start
+	// fails, naming it) instead of creating it.
+	NoCreateBucket bool
 	// Adopt accepts a store whose recorded origin (bucket, scope, stream)
 	// differs from this fold's, and records this fold's in its place: a
 	// deliberate, one-time step (a stream restored under a new identity, a

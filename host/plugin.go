@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -58,7 +59,10 @@ func (f *Fold) usesObjectStore() bool { return pluginobj.IsRef(f.o.Plugin) }
 // running one (the refusal is logged and shown in the status). No plugin:
 // a raw-only fold. Loading honours ctx (a signal during the start ends a
 // trial run in progress). An object-store module needs the host's NATS
-// connection.
+// connection; one that has not been pushed yet leaves the fold waiting
+// (waitFor set, state waiting), and Run waits for it (awaitPlugin) while
+// the rest of the host starts and runs: a node may start before the first
+// module was pushed (with the embedded server, it must).
 func (f *Fold) loadPlugin(ctx context.Context) error {
 	if f.o.Plugin == "" {
 		f.log.Debug("raw-only fold: no plugin configured")
@@ -70,13 +74,23 @@ func (f *Fold) loadPlugin(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("fold %s: %w", f.o.Name, err)
 		}
-		// A node may start before the first module was pushed (with the
-		// embedded server, it must): it waits for it.
-		if err := os.await(ctx); err != nil {
-			return fmt.Errorf("fold %s: %w", f.o.Name, err)
+		if _, err := os.info(ctx); pluginobj.Missing(err) {
+			f.waitFor = os
+			f.setWaiting(fmt.Sprintf("waiting for its plugin module %s to be pushed (foldhost plugin push FILE --fold %s); the fold starts once it is", os.ref, f.o.Name))
+			f.state.Store(httpapi.StateWaiting)
+			f.log.Warn("the plugin module has not been pushed: the fold waits for it, the rest of the host starts",
+				"from", os.ref, "push", "foldhost plugin push FILE --fold "+f.o.Name)
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("fold %s: plugin %s: %w", f.o.Name, os.ref, err)
 		}
 		src = os
 	}
+	return f.startPlugin(ctx, src)
+}
+
+// startPlugin loads the module src holds now and starts watching src.
+func (f *Fold) startPlugin(ctx context.Context, src pluginSource) error {
 	rt, err := wasm.NewRuntime(context.Background(), wasm.Options{
 		CacheDir:         f.h.o.PluginCacheDir,
 		Logger:           f.log,
@@ -110,8 +124,72 @@ func (f *Fold) loadPlugin(ctx context.Context) error {
 		defer close(p.watched)
 		src.watch(wctx, p)
 	}()
-	f.plugin = p
+	f.plugin.Store(p)
 	return nil
+}
+
+// noPlugin is the error of an action that needs the fold's plugin when it
+// has none: a raw-only fold has no views; one waiting for its module does
+// not follow yet (both 409).
+func (f *Fold) noPlugin() error {
+	if f.waitFor == nil {
+		return fmt.Errorf("fold %s folds raw entries only: %w", f.o.Name, httpapi.ErrNoViews)
+	}
+	return fmt.Errorf("fold %s is %s, waiting for its plugin module: %w", f.o.Name, f.state.Load(), httpapi.ErrNotFollowing)
+}
+
+// objectAwaitPoll is how often a waiting fold looks for its plugin object.
+var objectAwaitPoll = time.Second
+
+// setWaiting records why the fold waits (its status's reason).
+func (f *Fold) setWaiting(why string) { f.waitReason.Store(&why) }
+
+// awaitPlugin waits, for a fold whose object-store module was missing at
+// the start (waitFor), until a version of it loads: it looks at the object
+// every objectAwaitPoll, and at once on a reload (waitKick). A version the
+// runtime refuses leaves the fold waiting for the next one pushed (its
+// reason says so); one that cannot be downloaded is tried again at the
+// next look. It returns ctx's error if ctx ends first.
+func (f *Fold) awaitPlugin(ctx context.Context) error {
+	src := f.waitFor
+	refused, lastErr := "", "" // the digest refused last; the last lookup or download error logged
+	t := time.NewTicker(objectAwaitPoll)
+	defer t.Stop()
+	for {
+		info, err := src.info(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err == nil && info.Digest != refused:
+			err := f.startPlugin(ctx, src)
+			switch {
+			case err == nil:
+				f.log.Info("the plugin module is loaded: the fold starts", "from", src.ref)
+				return nil
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case errors.Is(err, wasm.ErrModuleUnavailable):
+				if err.Error() != lastErr {
+					lastErr = err.Error()
+					f.log.Warn("could not download the plugin object; looking again", "from", src.ref, "err", err, "every", objectAwaitPoll)
+				}
+			default:
+				refused = info.Digest
+				f.setErr(err)
+				f.setWaiting(fmt.Sprintf("its plugin module %s (digest %s) was refused: %v; waiting for another version to be pushed", src.ref, info.Digest, err))
+				f.log.Error("plugin object refused; the fold waits for another version", "from", src.ref, "digest", info.Digest, "err", err)
+			}
+		case err != nil && !pluginobj.Missing(err) && err.Error() != lastErr:
+			lastErr = err.Error()
+			f.log.Warn("could not look at the plugin object; looking again", "from", src.ref, "err", err, "every", objectAwaitPoll)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		case <-f.waitKick:
+		}
+	}
 }
 
 // reload validates the plugin's module again and swaps it in at the next
@@ -140,7 +218,7 @@ func shortSHA(sha string) string { return sha[:min(len(sha), 12)] }
 // closePlugin stops the watch (a reload in flight uses the runtime), then
 // releases the plugin and its runtime. Called once the fold stopped.
 func (f *Fold) closePlugin() {
-	p := f.plugin
+	p := f.plug()
 	if p == nil {
 		return
 	}

@@ -136,8 +136,8 @@ func (f *Fold) rebuildEnds(outcome string, p fold.RebuildProgress, err error) {
 		f.rb.last = r
 	}
 	f.rb.mu.Unlock()
-	if f.plugin != nil {
-		f.plugin.src.reloaded() // the node's record says how it ended
+	if f.plug() != nil {
+		f.plug().src.reloaded() // the node's record says how it ended
 	}
 	args := []any{"outcome", outcome, "replayed", p.Replayed, "caught_up", p.CaughtUp, "dead_lettered", p.DeadLettered}
 	if r != nil {
@@ -178,10 +178,10 @@ func anyRawKey(r fold.Reader) (bool, error) {
 // folds on ("" when they need not be). Its caller holds f.sup.mu (the
 // plugin's upcoming module does not change under it; see offerModule).
 func (f *Fold) needsRebuild() string {
-	if f.plugin == nil {
+	if f.plug() == nil {
 		return ""
 	}
-	up := f.plugin.Upcoming()
+	up := f.plug().Upcoming()
 	stored, ok, err := f.storedIdentity()
 	switch {
 	case !ok && err != nil:
@@ -209,9 +209,9 @@ func (f *Fold) needsRebuild() string {
 // when needsRebuild said so.
 func (f *Fold) rebuildBeforeFollowing(ctx context.Context, why string) error {
 	f.state.Store(httpapi.StateRebuilding)
-	id := f.plugin.Upcoming()
+	id := f.plug().Upcoming()
 	f.rebuildBegins(why, id.SHA256, false)
-	p, err := f.rebuildInto(ctx, f.plugin, id, nil, nil)
+	p, err := f.rebuildInto(ctx, f.plug(), id, nil, nil)
 	if err != nil {
 		outcome := "failed"
 		if ctx.Err() != nil {
@@ -378,7 +378,7 @@ func (f *Fold) takeModule(m *wasm.Module, force string) bool {
 		}
 	}
 	if f.sup.cancel == nil || f.runCtx.Load() == nil {
-		f.plugin.Swap(m)
+		f.plug().Swap(m)
 		return true
 	}
 	ctx, cancel := context.WithCancel(*f.runCtx.Load())
@@ -420,12 +420,12 @@ func (f *Fold) rebuildLive(ctx context.Context, m *wasm.Module, why string) {
 		why = fmt.Sprintf("a reload brought view schema %d (%s %s)", m.Identity().ViewSchema, m.Info.Name, m.Info.Version)
 	}
 	f.rebuildBegins(why, m.SHA256, true)
-	p := f.plugin.rt.NewPlugin(m)
+	p := f.plug().rt.NewPlugin(m)
 	handed := false
 	prog, err := f.rebuildInto(ctx, p, m.Identity(), f.onLoop, func() {
 		// On the loop, right after the switch: the live fold's next
 		// batch runs m, on the new views.
-		f.plugin.Swap(p.Release(context.Background()))
+		f.plug().Swap(p.Release(context.Background()))
 		handed = true
 	})
 	switch {
@@ -434,7 +434,7 @@ func (f *Fold) rebuildLive(ctx context.Context, m *wasm.Module, why string) {
 	case errors.Is(err, errNoAttempt):
 		f.sup.mu.Lock()
 		if f.sup.cancel == nil {
-			f.plugin.Swap(p.Release(context.Background()))
+			f.plug().Swap(p.Release(context.Background()))
 			handed = true
 		}
 		f.sup.mu.Unlock()
@@ -459,16 +459,16 @@ func (f *Fold) rebuildLive(ctx context.Context, m *wasm.Module, why string) {
 // schema (an operator's request: a view a plugin bug corrupted). The fold
 // must be following; a module that fails validation is refused (the error).
 func (f *Fold) Rebuild(ctx context.Context) error {
-	if f.plugin == nil {
-		return fmt.Errorf("fold %s folds raw entries only: %w", f.o.Name, httpapi.ErrNoViews)
+	if f.plug() == nil {
+		return f.noPlugin()
 	}
 	if st := f.state.Load(); st != httpapi.StateFollowing {
 		return fmt.Errorf("fold %s is %s: %w", f.o.Name, st, httpapi.ErrNotFollowing)
 	}
-	m, err := f.plugin.src.load(ctx, f.plugin.rt)
+	m, err := f.plug().src.load(ctx, f.plug().rt)
 	if err != nil {
 		if ctx.Err() == nil {
-			f.plugin.ReloadFailed(err)
+			f.plug().ReloadFailed(err)
 		}
 		return fmt.Errorf("fold %s: %w", f.o.Name, err)
 	}

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -325,7 +324,7 @@ func TestRequestedRebuild(t *testing.T) {
 		Cursor: f.Store().Cursor()}); err != nil {
 		t.Fatal(err)
 	}
-	web := httptest.NewServer(r.h.Handler())
+	web := loopbackAPI(t, r.h.Handler())
 	defer web.Close()
 	post := func(path string) int {
 		resp, err := http.Post(web.URL+path, "", nil)

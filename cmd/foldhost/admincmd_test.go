@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -53,5 +56,62 @@ func TestAdminCommand(t *testing.T) {
 	}
 	if code, _, errOut := runCLI(t, env, "admin", "explode", "--config", cfg); code != 2 {
 		t.Errorf("an unknown action: exit %d: %s", code, errOut)
+	}
+}
+
+// TestAdminOnAWildcardListener: with [http] addr on 0.0.0.0, a POST from
+// this machine (to 127.0.0.1, a loopback connection) is refused without the
+// admin token, as the start-up warning says, and served with it. Mutations
+// caught: the listener's address not consulted (the token-less POST acts);
+// the server's Addr not set to it (the refusal names an unknown listener).
+func TestAdminOnAWildcardListener(t *testing.T) {
+	for _, token := range []string{"", "s3cret"} {
+		t.Run("token="+token, func(t *testing.T) {
+			dir := t.TempDir()
+			_, port, _ := net.SplitHostPort(freeAddr(t))
+			cfgText := fmt.Sprintf("[nats]\nembedded_listen = \"127.0.0.1:0\"\n[http]\naddr = \"0.0.0.0:%s\"\n[[fold]]\nname = \"routes\"\n", port)
+			env := map[string]string{}
+			if token != "" {
+				env["FOLDHOST_ADMIN_TOKEN"] = token
+			}
+			d := runInProcessEnv(t, dir, cfgText, env)
+			if !strings.Contains(d.errb.String(), "the HTTP API listens beyond loopback") {
+				t.Errorf("no start-up warning:\n%s", d.errb.String())
+			}
+			local := "http://127.0.0.1:" + port
+			waitFor(t, time.Minute, "the fold ready", func() (bool, string) {
+				st := foldStatusOf(t, local, "routes")
+				return st["ready"] == true, fmt.Sprint(st["state"])
+			})
+			post := func(auth string) (int, string) {
+				req, _ := http.NewRequest(http.MethodPost, local+"/v1/folds/routes/pause", nil)
+				if auth != "" {
+					req.Header.Set("Authorization", "Bearer "+auth)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(b)
+			}
+			want := "beyond loopback" // the refusal says why
+			if token != "" {
+				want = "needs the admin token"
+			}
+			if code, body := post(""); code != http.StatusForbidden || !strings.Contains(body, want) {
+				t.Errorf("a token-less POST from 127.0.0.1 to a 0.0.0.0 listener: %d %s", code, body)
+			}
+			if st := foldStatusOf(t, local, "routes"); st["state"] != "following" {
+				t.Fatalf("the refused pause acted: %v", st["state"])
+			}
+			if token == "" {
+				return
+			}
+			if code, body := post(token); code != http.StatusOK {
+				t.Errorf("a POST with the token: %d %s", code, body)
+			}
+		})
 	}
 }

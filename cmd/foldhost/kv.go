@@ -20,7 +20,8 @@ const kvAbout = `Writes and reads a NATS KV bucket, so test data can be made wit
 alone. Prints JSON on stdout (watch: one JSON object per line).
 
   put KEY [VALUE]   write VALUE (read from stdin when omitted); creates the
-                    bucket if missing (with the fold's create_bucket settings)
+                    bucket if missing (with the fold's create_bucket settings,
+                    saying so on stderr; not when it is create_bucket = false)
   put               write many keys, one per line of stdin: KEY=VALUE (split
                     at the first "="), or NDJSON {"key":…,"value":…} (or
                     key_b64, value_b64; "op":"delete" deletes), as kv watch
@@ -83,7 +84,7 @@ func cmdKV(c *cli, args []string) error {
 			return err
 		}
 	}
-	bcfg, err := kvBucket(cfg, *bucketName, *foldName)
+	bcfg, noCreate, err := kvBucket(cfg, *bucketName, *foldName)
 	if err != nil {
 		return err
 	}
@@ -96,7 +97,7 @@ func cmdKV(c *cli, args []string) error {
 	ctx := c.ctx
 	w := c.stdout
 	if action == "put" && len(rest) == 0 {
-		return c.kvPutLines(ctx, nc, bcfg, *timeout)
+		return c.kvPutLines(ctx, nc, bcfg, *timeout, noCreate)
 	}
 	switch action {
 	case "put":
@@ -106,7 +107,7 @@ func cmdKV(c *cli, args []string) error {
 		} else if value, err = io.ReadAll(c.stdin); err != nil {
 			return fmt.Errorf("read value from stdin: %w", err)
 		}
-		b, err := natskv.OpenBucket(ctx, nc, bcfg, natskv.Options{RequestTimeout: *timeout})
+		b, err := c.openPutBucket(ctx, nc, bcfg, *timeout, noCreate)
 		if err != nil {
 			return err
 		}
@@ -224,32 +225,50 @@ func kvWatch(ctx context.Context, c *cli, kv jetstream.KeyValue, bucket, prefix 
 	}
 }
 
-// kvBucket picks the bucket (and how to create it) from the flags and the
-// config.
-func kvBucket(cfg *config.Config, bucket, foldName string) (natskv.BucketConfig, error) {
+// kvBucket picks the bucket (how to create it, and whether its fold's
+// create_bucket = false forbids that) from the flags and the config.
+// openPutBucket opens the bucket a put writes to: created when missing
+// (saying so on stderr, with the settings), unless noCreate (its fold's
+// create_bucket = false).
+func (c *cli) openPutBucket(ctx context.Context, nc *nats.Conn, bcfg natskv.BucketConfig, timeout time.Duration, noCreate bool) (*natskv.Bucket, error) {
+	b, err := natskv.OpenBucket(ctx, nc, bcfg, natskv.Options{RequestTimeout: timeout, NoCreate: noCreate})
+	if errors.Is(err, natskv.ErrNoBucket) {
+		return nil, fmt.Errorf("bucket %q does not exist, and its fold's create_bucket = false: put creates it neither", bcfg.Name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if b.Created() {
+		fmt.Fprintf(c.stderr, "foldhost kv: bucket %q did not exist: created it (history %d, max_age %v, max_bytes %d, replicas %d, memory %v, limit_marker_ttl %v)\n",
+			bcfg.Name, bcfg.History, bcfg.MaxAge, bcfg.MaxBytes, bcfg.Replicas, bcfg.Memory, bcfg.LimitMarkerTTL)
+	}
+	return b, nil
+}
+
+func kvBucket(cfg *config.Config, bucket, foldName string) (natskv.BucketConfig, bool, error) {
 	switch {
 	case bucket != "" && foldName != "":
-		return natskv.BucketConfig{}, usagef("--bucket and --fold are exclusive")
+		return natskv.BucketConfig{}, false, usagef("--bucket and --fold are exclusive")
 	case bucket != "":
 		if !config.ValidBucket(bucket) {
-			return natskv.BucketConfig{}, usagef("%q is not a valid bucket name (A-Z a-z 0-9 _ -)", bucket)
+			return natskv.BucketConfig{}, false, usagef("%q is not a valid bucket name (A-Z a-z 0-9 _ -)", bucket)
 		}
 		if cfg != nil {
 			for _, f := range cfg.Folds {
 				if f.Bucket == bucket {
-					return f.CreateBucket, nil
+					return f.CreateBucket, f.NoCreateBucket, nil
 				}
 			}
 		}
-		return natskv.BucketConfig{Name: bucket}, nil
+		return natskv.BucketConfig{Name: bucket, History: 1, Replicas: 1}, false, nil
 	case cfg == nil:
-		return natskv.BucketConfig{}, usagef("name the bucket with --bucket NAME (or --config FILE [--fold NAME])")
+		return natskv.BucketConfig{}, false, usagef("name the bucket with --bucket NAME (or --config FILE [--fold NAME])")
 	}
 	f, err := pickFold(cfg, foldName)
 	if err != nil {
-		return natskv.BucketConfig{}, err
+		return natskv.BucketConfig{}, false, err
 	}
-	return f.CreateBucket, nil
+	return f.CreateBucket, f.NoCreateBucket, nil
 }
 
 // existingBucket opens a bucket without creating it.

@@ -24,8 +24,8 @@ import (
 // "op" of delete or purge deletes the key, and a stream's closing
 // {"end":true,…} line is skipped. Empty lines are skipped. The first line
 // that fails stops it, named with its number.
-func (c *cli) kvPutLines(ctx context.Context, nc *nats.Conn, bcfg natskv.BucketConfig, timeout time.Duration) error {
-	b, err := natskv.OpenBucket(ctx, nc, bcfg, natskv.Options{RequestTimeout: timeout})
+func (c *cli) kvPutLines(ctx context.Context, nc *nats.Conn, bcfg natskv.BucketConfig, timeout time.Duration, noCreate bool) error {
+	b, err := c.openPutBucket(ctx, nc, bcfg, timeout, noCreate)
 	if err != nil {
 		return err
 	}

@@ -17,10 +17,11 @@ import (
 )
 
 // TestPluginPushAndList: with the embedded server, a daemon whose fold
-// loads its module from the object store waits for the first push;
-// `foldhost plugin push` refuses a file that is no plugin (nothing pushed)
-// and uploads one that is; the fold starts with it, and `foldhost plugins`
-// lists what the node runs.
+// loads its module from the object store serves its HTTP API while the
+// fold waits for the first push (waiting, /readyz 503 naming it, /healthz
+// 200); `foldhost plugin push` refuses a file that is no plugin (nothing
+// pushed) and uploads one that is; the fold starts with it, and `foldhost
+// plugins` lists what the node runs.
 func TestPluginPushAndList(t *testing.T) {
 	dir := t.TempDir()
 	natsAddr := freeAddr(t)
@@ -39,8 +40,18 @@ plugin_max_mb = 1
 	cfg := dir + "/config.toml"
 	waitFor(t, time.Minute, "the daemon waiting for a module", func() (bool, string) {
 		s := d.errb.String()
-		return strings.Contains(s, "waiting for the plugin module to be pushed"), s
+		return strings.Contains(s, "the plugin module has not been pushed: the fold waits for it"), s
 	})
+	d.waitAddrs(t, true) // the HTTP API listens meanwhile
+	if st := foldStatusOf(t, d.base, "routes"); st["state"] != "waiting" {
+		t.Errorf("the fold before the push: %v", st["state"])
+	}
+	if code, body, err := httpGet(d.base + "/readyz"); err != nil || code != 503 || !strings.Contains(body, "fold routes: waiting for its plugin module") {
+		t.Errorf("readyz before the push: %d %q %v", code, body, err)
+	}
+	if code, _, err := httpGet(d.base + "/healthz"); err != nil || code != 200 {
+		t.Errorf("healthz before the push: %d %v", code, err)
+	}
 	if code, out, errOut := runCLI(t, nil, "plugin", "push", builtPlugin(t, "testdata", "noexport"), "--config", cfg); code != 1 || !strings.Contains(errOut, "nothing pushed") {
 		t.Fatalf("push of a module that is no plugin: exit %d: %s %s", code, out, errOut)
 	}
@@ -64,7 +75,6 @@ plugin_max_mb = 1
 	if err := json.Unmarshal([]byte(out), &pushed); err != nil || pushed.Object != "nats-object://plugins/router" || len(pushed.SHA256) != 64 {
 		t.Fatalf("plugin push printed %s (%v)", out, err)
 	}
-	d.waitAddrs(t, true)
 	waitFor(t, time.Minute, "the fold following", func() (bool, string) {
 		st := foldStatusOf(t, d.base, "routes")
 		return st["state"] == "following", fmt.Sprint(st["state"])

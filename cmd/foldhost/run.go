@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -49,9 +48,10 @@ validates, on SIGHUP, or on POST /v1/folds/NAME/resume. If it is still
 failed at shutdown, 'run' exits with code 1.
 
 POSTs to the HTTP API (export, pause, resume, reload, rebuild) are admin actions,
-logged with their caller: served on a loopback [http] addr only, unless the
-environment sets FOLDHOST_ADMIN_TOKEN, which every POST must then bear
-("Authorization: Bearer TOKEN").`
+logged with their caller: served on a loopback [http] addr only (127.0.0.1,
+::1, localhost; not 0.0.0.0 or ::, even to a client on this machine),
+unless the environment sets FOLDHOST_ADMIN_TOKEN, which every POST must then
+bear ("Authorization: Bearer TOKEN").`
 
 func cmdRun(c *cli, args []string) error {
 	fs := c.flagSet("run", "run [--config FILE] [--adopt FOLD]...", runAbout)
@@ -91,7 +91,7 @@ func cmdRun(c *cli, args []string) error {
 	if url := h.EmbeddedURL(); url != "" {
 		fmt.Fprintf(c.stdout, "foldhost: embedded NATS server listening on %s (JetStream in %s)\n", url, cfg.NATS.EmbeddedDir)
 	}
-	stopHTTP, err := serveHTTP(cfg.HTTP.Addr, h.Handler(), log, c.stdout)
+	stopHTTP, err := serveHTTP(cfg.HTTP.Addr, h.Handler(), opts.AdminToken != "", log, c.stdout)
 	if err != nil {
 		return err
 	}
@@ -122,14 +122,16 @@ func newLogger(lc config.LogConfig, w io.Writer) *slog.Logger {
 }
 
 // serveHTTP binds addr, prints the URL, and serves h until the returned
-// function is called.
-func serveHTTP(addr string, h http.Handler, log *slog.Logger, stdout io.Writer) (func(), error) {
+// function is called. The server's Addr is the listener's bound address:
+// the HTTP API admits admin actions without a token only when it is
+// loopback (a wildcard listener accepts loopback connections too).
+func serveHTTP(addr string, h http.Handler, withToken bool, log *slog.Logger, stdout io.Writer) (func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("http: %w", err)
 	}
 	if lh, _, _ := net.SplitHostPort(addr); !isLoopbackHost(lh) {
-		if v, _ := os.LookupEnv(host.AdminTokenEnv); strings.TrimSpace(v) == "" {
+		if !withToken {
 			log.Warn("the HTTP API listens beyond loopback: its reads are open to every client, its admin actions (POST) refused until "+host.AdminTokenEnv+" is set", "addr", addr)
 		} else {
 			log.Warn("the HTTP API listens beyond loopback: its reads are open to every client, its admin actions (POST) need the admin token", "addr", addr)
@@ -138,7 +140,7 @@ func serveHTTP(addr string, h http.Handler, log *slog.Logger, stdout io.Writer) 
 	// No Read or WriteTimeout: an export through POST runs as long as its
 	// round (a ReadTimeout would also cancel its request's context), and
 	// no endpoint reads a body; httpapi bounds the writes of reads itself.
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	done := make(chan struct{})
 	go func() {

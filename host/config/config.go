@@ -167,6 +167,9 @@ type FoldConfig struct {
 	DiskReserveMB int64
 	// CreateBucket applies only when the bucket does not exist yet.
 	CreateBucket natskv.BucketConfig
+	// NoCreateBucket (create_bucket = false) refuses a bucket that does
+	// not exist instead of creating it.
+	NoCreateBucket bool
 }
 
 // Defaults the file's own keys have (the rest are the libraries').
@@ -384,7 +387,18 @@ func extractFold(f *table) FoldConfig {
 		fc.DiskReserveMB = 0
 	}
 
-	cb := f.sub("create_bucket")
+	// create_bucket is a table of settings, or false: never create.
+	var cb *table
+	switch v, _ := f.get("create_bucket"); v := v.(type) {
+	case bool:
+		fc.NoCreateBucket = !v
+		cb = &table{path: f.key("create_bucket"), m: map[string]any{}, ps: f.ps}
+	case nil, map[string]any:
+		cb = f.sub("create_bucket")
+	default:
+		f.problem("create_bucket", "want false (never create the bucket), true, or a table [fold.create_bucket] of settings, got %s", tomlType(v))
+		cb = &table{path: f.key("create_bucket"), m: map[string]any{}, ps: f.ps}
+	}
 	var history, maxBytes, replicas int64
 	var storage string
 	if cb.integer("history", &history) {
@@ -717,7 +731,7 @@ func (c *Config) validate(ps *problems) {
 	first := map[string]int{}
 	for i, f := range c.Folds {
 		if j, ok := first[f.Bucket]; ok {
-			if c.Folds[j].CreateBucket != f.CreateBucket {
+			if c.Folds[j].CreateBucket != f.CreateBucket || c.Folds[j].NoCreateBucket != f.NoCreateBucket {
 				ps.add("fold["+strconv.Itoa(i)+"].create_bucket", "differs from fold[%d], which uses the same bucket %q", j, f.Bucket)
 			}
 			continue

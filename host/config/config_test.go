@@ -65,6 +65,30 @@ func TestExampleConfigParsesAndValidates(t *testing.T) {
 	}
 }
 
+// TestCreateBucketFalse: create_bucket = false refuses a missing bucket
+// (host.FoldOptions.NoCreateBucket); true, or a table, creates it (the
+// default). Mutation caught: the boolean form read as a table (refused).
+func TestCreateBucketFalse(t *testing.T) {
+	for text, want := range map[string]bool{
+		"[[fold]]\nname = \"a\"\ncreate_bucket = false\n":             true,
+		"[[fold]]\nname = \"a\"\ncreate_bucket = true\n":              false,
+		"[[fold]]\nname = \"a\"\n":                                    false,
+		"[[fold]]\nname = \"a\"\n[fold.create_bucket]\nhistory = 2\n": false,
+	} {
+		cfg, err := parseIn(t, t.TempDir(), text, noEnv)
+		if err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		opts, err := cfg.HostOptions(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := opts.Folds[0].NoCreateBucket; got != want || cfg.Folds[0].NoCreateBucket != want {
+			t.Errorf("%q: NoCreateBucket = %v, want %v", text, got, want)
+		}
+	}
+}
+
 func TestConfigDefaults(t *testing.T) {
 	dir := t.TempDir()
 	cfg, err := parseIn(t, dir, "[[fold]]\nname = \"a\"\n", noEnv)
@@ -407,6 +431,8 @@ func TestConfigStructureErrors(t *testing.T) {
 		{"half a client cert", "[nats]\nurl = \"nats://x\"\ntls_cert_file = \"/etc/passwd\"\n[[fold]]\nname = \"a\"\n", "set both or neither"},
 		{"window too long", "[[fold]]\nname = \"a\"\nbatch_window = \"2m\"\n", "at most 1m0s"},
 		{"short marker ttl", "[[fold]]\nname = \"a\"\n[fold.create_bucket]\nlimit_marker_ttl = \"10ms\"\n", "at least 1s"},
+		{"create_bucket a string", "[[fold]]\nname = \"a\"\ncreate_bucket = \"no\"\n", "create_bucket: want false (never create the bucket), true, or a table"},
+		{"create_bucket false disagrees", "[[fold]]\nname = \"a\"\nbucket = \"x\"\ncreate_bucket = false\n[[fold]]\nname = \"b\"\nbucket = \"x\"\n", "differs from fold[0]"},
 		{"plugin memory", "[[fold]]\nname = \"a\"\nplugin_memory_mb = 0\n", "plugin_memory_mb: must be between 1 and 4096"},
 		{"plugin retries", "[[fold]]\nname = \"a\"\nplugin_retries = -1\n", "plugin_retries: must be between 0 and 100"},
 		{"plugin output", "[[fold]]\nname = \"a\"\nplugin_max_output_mb = 0\n", "plugin_max_output_mb: must be between 1 and 1024"},

@@ -3,6 +3,7 @@ package fold
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,12 @@ import (
 // one nested in or around it, whatever the path's spelling: symlinks and
 // relative paths are resolved first).
 var ErrLocked = errors.New("fold: store in use")
+
+// ErrNested: the store's directory lies inside another store's, or holds
+// one (a directory with a LockFile), whichever process has it open, if
+// any: one store's files are never another's (a reset of the outer store
+// moves its whole directory aside).
+var ErrNested = errors.New("fold: store nested in another")
 
 // LockFile is the lock an open Store holds in its directory, beside
 // pebble's own files (pebble ignores files it does not know, and a
@@ -38,8 +45,9 @@ type dirLock struct {
 
 // lockDir claims dir for one Store: in this process first (no other Store
 // may have it, or a directory inside or around it), then across processes
-// (the lock file). It is taken before pebble opens the directory, so a
-// refused open leaves nothing behind (pebble's own failed open leaks a
+// (the lock file, then no store's lock file in a directory above or below
+// it: see checkNesting). It is taken before pebble opens the directory, so
+// a refused open leaves nothing behind (pebble's own failed open leaks a
 // goroutine).
 func lockDir(dir string) (*dirLock, error) {
 	abs, err := filepath.Abs(dir)
@@ -72,8 +80,58 @@ func lockDir(dir string) (*dirLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fold: open %s: %w", dir, err)
 	}
+	l := &dirLock{real: real, file: f, created: os.IsNotExist(statErr)}
+	// Checked with the lock held: two processes opening nested stores at
+	// once each see the other's lock file, and both refuse.
+	if err := checkNesting(real); err != nil {
+		if l.created {
+			_ = os.Remove(path)
+		}
+		f.Unlock()
+		return nil, fmt.Errorf("%w: %s: %w", ErrLocked, dir, err)
+	}
 	open.dirs[real] = true
-	return &dirLock{real: real, file: f, created: os.IsNotExist(statErr)}, nil
+	return l, nil
+}
+
+// checkNesting refuses a store directory (real: resolved) that lies inside
+// another store's, or holds one: a LockFile in any directory above it, up
+// to the root, or in any directory below it. A lock file marks a store
+// whether or not a process has it open now (a stopped store nested in a
+// live one is as broken at its next start). Each directory's own listing is
+// all the walk reads; symlinks are not followed, and a subdirectory that
+// cannot be read is passed over.
+func checkNesting(real string) error {
+	for d := filepath.Dir(real); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(filepath.Join(d, LockFile)); err == nil {
+			return fmt.Errorf("%w: it lies inside %s, a store's directory (%s marks it; another foldhost may have it open): choose a data dir outside every store", ErrNested, d, LockFile)
+		}
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	found := ""
+	_ = filepath.WalkDir(real, func(p string, e fs.DirEntry, err error) error {
+		switch {
+		case err != nil && e != nil && e.IsDir():
+			return fs.SkipDir
+		case err != nil:
+			return nil
+		case p == real:
+			return nil
+		case e.IsDir():
+			if _, err := os.Lstat(filepath.Join(p, LockFile)); err == nil {
+				found = p
+				return fs.SkipAll
+			}
+			return nil
+		}
+		return nil
+	})
+	if found != "" {
+		return fmt.Errorf("%w: it holds %s, a store's directory (%s marks it; another foldhost may have it open): choose a data dir outside every store", ErrNested, found, LockFile)
+	}
+	return nil
 }
 
 // release gives the directory up. With tidy set (an open that failed) a

@@ -54,7 +54,10 @@ func TestOpenRefusesAStoreInUse(t *testing.T) {
 const lockChildEnv = "FOLDHOST_FOLD_LOCK_CHILD"
 
 // TestOpenRefusesAStoreAnotherProcessHas: the lock file excludes other
-// processes, and dies with its holder.
+// processes, and dies with its holder; a directory inside the other
+// process's live store is refused too (its registry of open stores is not
+// this process's; the lock file above says so). Mutation caught: the
+// nesting check removed (the inner store opens inside the live one).
 func TestOpenRefusesAStoreAnotherProcessHas(t *testing.T) {
 	if dir := os.Getenv(lockChildEnv); dir != "" {
 		s, _, err := Open(dir, Options{})
@@ -86,6 +89,16 @@ func TestOpenRefusesAStoreAnotherProcessHas(t *testing.T) {
 	if _, _, err := Open(dir, Options{}); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "another process") {
 		t.Errorf("while another process has it: %v, want ErrLocked naming another process", err)
 	}
+	inner := filepath.Join(dir, "inner")
+	if s, _, err := Open(inner, Options{}); !errors.Is(err, ErrNested) || !strings.Contains(err.Error(), "lies inside "+dir) {
+		if err == nil {
+			s.Close()
+		}
+		t.Errorf("inside another process's live store: %v, want ErrNested naming %s", err, dir)
+	}
+	if _, err := os.Lstat(filepath.Join(inner, LockFile)); !os.IsNotExist(err) {
+		t.Errorf("the refused open left its lock file: %v", err)
+	}
 	// Killed, not closed: the kernel releases the lock.
 	_ = cmd.Process.Kill()
 	stdin.Close()
@@ -95,6 +108,48 @@ func TestOpenRefusesAStoreAnotherProcessHas(t *testing.T) {
 	s, _, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatalf("after the holder died: %v", err)
+	}
+	s.Close()
+}
+
+// TestOpenRefusesNestedStores: a store whose directory lies inside a
+// stopped store's (its lock file stays), or holds one at any depth, is
+// refused naming the other; a sibling is not. Mutations caught: the
+// ancestor or the descendant walk removed.
+func TestOpenRefusesNestedStores(t *testing.T) {
+	root := t.TempDir()
+	outer := filepath.Join(root, "outer")
+	s, _, err := Open(outer, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	deep := filepath.Join(outer, "a", "b")
+	if s, _, err := Open(deep, Options{}); !errors.Is(err, ErrNested) || !strings.Contains(err.Error(), "lies inside "+outer) {
+		if err == nil {
+			s.Close()
+		}
+		t.Errorf("inside a stopped store: %v, want ErrNested", err)
+	}
+
+	other := filepath.Join(root, "other")
+	s, _, err = Open(filepath.Join(other, "x", "y"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s, _, err := Open(other, Options{}); !errors.Is(err, ErrNested) || !strings.Contains(err.Error(), "holds "+filepath.Join(other, "x", "y")) {
+		if err == nil {
+			s.Close()
+		}
+		t.Errorf("around a stopped store: %v, want ErrNested", err)
+	}
+	if _, err := os.Lstat(filepath.Join(other, LockFile)); !os.IsNotExist(err) {
+		t.Errorf("the refused open left its lock file: %v", err)
+	}
+	s, _, err = Open(filepath.Join(root, "sibling"), Options{})
+	if err != nil {
+		t.Fatalf("a sibling of stores: %v", err)
 	}
 	s.Close()
 }

@@ -161,7 +161,7 @@ func (s *server) adminFold(w http.ResponseWriter, r *http.Request, params ...str
 // itself when not, and how the caller was admitted ("token" or
 // "loopback") for the audit log. With an admin token configured only a
 // request bearing it is admitted; without one, only a request that came in
-// on a loopback listener (an operator on the machine).
+// on a loopback-only listener (an operator on the machine).
 func (s *server) admitted(w http.ResponseWriter, r *http.Request) (string, bool) {
 	if s.adminToken != "" {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -172,24 +172,48 @@ func (s *server) admitted(w http.ResponseWriter, r *http.Request) (string, bool)
 		writeError(w, http.StatusForbidden, "this action needs the admin token: send 'Authorization: Bearer <token>'")
 		return "", false
 	}
-	if loopbackListener(r) {
+	why := notLoopback(r)
+	if why == "" {
 		return "loopback", true
 	}
-	s.log.Warn("admin action refused: the listener is not loopback and no admin token is configured", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
-	writeError(w, http.StatusForbidden, "admin actions are served on a loopback listener only, unless an admin token is configured (FOLDHOST_ADMIN_TOKEN)")
+	s.log.Warn("admin action refused: no admin token is configured and "+why, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+	writeError(w, http.StatusForbidden, "admin actions are served on a loopback-only listener, unless an admin token is configured (FOLDHOST_ADMIN_TOKEN): %s", why)
 	return "", false
 }
 
-// loopbackListener: the request arrived on a loopback address of this
-// host (the listener's own address, never a client-supplied header).
-func loopbackListener(r *http.Request) bool {
-	a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if !ok {
-		return false
+// notLoopback says why r did not come in on a loopback-only listener, ""
+// when it did. The connection's local address alone cannot tell: a
+// listener on 0.0.0.0 or :: also accepts connections to 127.0.0.1, whose
+// local address is then loopback. So the listener's bound address decides
+// (the *http.Server's Addr: ListenAndServe sets it; a caller of Serve sets
+// it to the listener's address, or admin actions need the token), and the
+// connection's local address must be loopback too (an Addr that claims
+// loopback for a wider listener still admits no remote peer). Neither is
+// ever taken from a client-supplied header.
+func notLoopback(r *http.Request) string {
+	srv, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
+	if srv == nil || srv.Addr == "" {
+		return "the listener's address is unknown (http.Server.Addr is empty: set it to the listener's address)"
 	}
-	host, _, err := net.SplitHostPort(a.String())
+	if !loopbackHostPort(srv.Addr) {
+		return "the listener binds " + srv.Addr + ", beyond loopback"
+	}
+	a, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if a == nil || !loopbackHostPort(a.String()) {
+		return "the connection did not arrive on a loopback address"
+	}
+	return ""
+}
+
+// loopbackHostPort: hostport's host is a loopback IP or "localhost" (an
+// empty or unspecified host binds every interface).
+func loopbackHostPort(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
 	if err != nil {
 		return false
+	}
+	if host == "localhost" {
+		return true
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()

@@ -123,7 +123,7 @@ var (
 	repairsDesc = prometheus.NewDesc("foldhost_fold_repairs_total",
 		"Cursor-expiry repairs this process ran, by plan (key-listing-diff, relist-only, refuse, restore) and outcome (done, failed, refused).", []string{"fold", "plan", "outcome"}, nil)
 	stateDesc = prometheus.NewDesc("foldhost_fold_state",
-		"1 for the state the fold is in (starting, hydrating, following, repairing, rebuilding, paused, draining, failed, stopped), 0 for the others.", []string{"fold", "state"}, nil)
+		"1 for the state the fold is in (starting, waiting, hydrating, following, repairing, rebuilding, paused, draining, failed, stopped), 0 for the others.", []string{"fold", "state"}, nil)
 	reloadsDesc = prometheus.NewDesc("foldhost_fold_plugin_reloads_total",
 		"Plugin reload verdicts since start, by outcome (accepted, refused).", []string{"fold", "outcome"}, nil)
 	repairingDesc = prometheus.NewDesc("foldhost_fold_repairing",
@@ -148,7 +148,7 @@ func (c *foldCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // States lists every State, in the order of a fold's life.
-var States = []State{StateStarting, StateHydrating, StateFollowing, StateRepairing,
+var States = []State{StateStarting, StateWaiting, StateHydrating, StateFollowing, StateRepairing,
 	StateRebuilding, StatePaused, StateDraining, StateFailed, StateStopped}
 
 func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {

@@ -38,8 +38,12 @@ type Options struct {
 	// slog.Default().
 	Logger *slog.Logger
 	// AdminToken, if set, is the bearer token every POST (an admin
-	// action) must carry; unset, POSTs are served only on a loopback
-	// listener.
+	// action) must carry; unset, POSTs are served only on a loopback-only
+	// listener: the *http.Server's Addr is a loopback address (as
+	// ListenAndServe sets it; a caller of Serve sets Addr to its
+	// listener's address) and so is the connection's local address. A
+	// listener on 0.0.0.0 or :: is not loopback-only, though a connection
+	// to 127.0.0.1 through it has a loopback local address.
 	AdminToken string
 }
 
@@ -68,8 +72,9 @@ type Options struct {
 // holds is in key_b64, so a listed key always reads back.
 //
 // Every POST is an admin action: refused (403) unless it bears the
-// configured admin token, or, with none configured, came in on a loopback
-// listener; each one is logged with its caller.
+// configured admin token, or, with none configured, came in on a
+// loopback-only listener (Options.AdminToken); each one is logged with its
+// caller, and each refusal with its reason.
 //
 // Unknown folds and keys are 404, bad parameters 400, a store that is
 // closing 503; error bodies are {"error": "..."} (plus the key and the

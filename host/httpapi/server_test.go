@@ -453,10 +453,21 @@ func (f *exportingFold) Export(_ context.Context, force bool) (any, error) {
 	return map[string]any{"outcome": "published", "force": force}, f.err
 }
 
+// loopbackAPI serves h on a loopback listener, with the server's Addr set
+// to it as ListenAndServe would (the HTTP API admits token-less admin POSTs
+// only when the listener is known to be loopback).
+func loopbackAPI(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Addr = srv.Listener.Addr().String()
+	srv.Start()
+	return srv
+}
+
 func TestExportEndpoint(t *testing.T) {
 	plain := openFold(t, "plain")
 	ex := &exportingFold{testFold: openFold(t, "ex")}
-	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Options{Folds: []httpapi.Fold{plain, ex}}))
+	srv := loopbackAPI(t, httpapi.NewHandler(httpapi.Options{Folds: []httpapi.Fold{plain, ex}}))
 	t.Cleanup(srv.Close)
 	post := func(path string) (int, string) {
 		t.Helper()

@@ -34,6 +34,12 @@ type State string
 const (
 	// StateStarting: the store is open, the watch has not started yet.
 	StateStarting State = "starting"
+	// StateWaiting: the fold cannot start yet, and the rest of the host
+	// runs without it: its plugin module (a nats-object:// reference) has
+	// not been pushed, or the version there was refused (Reason says
+	// which). It starts once a module loads; not ready meanwhile, its
+	// store served as it was.
+	StateWaiting State = "waiting"
 	// StateHydrating: watching, not yet caught up with the stream head
 	// seen at start (a state-sync's initial values or a resume's backlog).
 	StateHydrating State = "hydrating"

@@ -55,6 +55,9 @@ type Options struct {
 	// (protocol.Cursor.Unsettled), so a crash in between is caught at the
 	// next start.
 	SettleInterval time.Duration
+	// NoCreate makes OpenBucket refuse a bucket that does not exist
+	// (ErrNoBucket) instead of creating it.
+	NoCreate bool
 }
 
 // DefaultSettleInterval is Options.SettleInterval's default: three requests
@@ -71,13 +74,15 @@ type Bucket struct {
 	stream  string
 	opts    Options
 	connURL string
+	created bool // OpenBucket created it
 }
 
 // ErrBucketConfig is returned for an invalid BucketConfig.
 var ErrBucketConfig = errors.New("natskv: invalid bucket config")
 
 // OpenBucket opens the bucket named by cfg, creating it from cfg if it does
-// not exist.
+// not exist (Created says so), or refusing it (ErrNoBucket) with
+// o.NoCreate.
 func OpenBucket(ctx context.Context, nc *nats.Conn, cfg BucketConfig, o Options) (*Bucket, error) {
 	if cfg.Name == "" {
 		return nil, fmt.Errorf("%w: no name", ErrBucketConfig)
@@ -100,7 +105,11 @@ func OpenBucket(ctx context.Context, nc *nats.Conn, cfg BucketConfig, o Options)
 	defer cancel()
 	kv, err := js.KeyValue(rctx, cfg.Name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		if o.NoCreate {
+			return nil, fmt.Errorf("%w: %q", ErrNoBucket, cfg.Name)
+		}
 		kv, err = js.CreateKeyValue(rctx, toKVConfig(cfg))
+		b.created = err == nil
 		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			kv, err = js.KeyValue(rctx, cfg.Name) // lost a creation race: use the winner's
 		}
@@ -161,6 +170,9 @@ func (b *Bucket) reqCtx(ctx context.Context) (context.Context, context.CancelFun
 
 // Name is the bucket's name.
 func (b *Bucket) Name() string { return b.name }
+
+// Created reports whether OpenBucket created the bucket (it did not exist).
+func (b *Bucket) Created() bool { return b.created }
 
 // KV exposes the underlying bucket for plain reads and writes (CLI helpers,
 // tests). Callers bound their own requests.

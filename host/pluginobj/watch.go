@@ -3,7 +3,6 @@ package pluginobj
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -94,30 +93,4 @@ func Watch(ctx context.Context, js jetstream.JetStream, r Ref, poll time.Duratio
 func Missing(err error) bool {
 	return errors.Is(err, jetstream.ErrObjectNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) ||
 		errors.Is(err, jetstream.ErrStreamNotFound)
-}
-
-// Await returns once r's object exists, looking every poll; waiting is
-// called once, before the first wait. Errors other than "missing" end it.
-func Await(ctx context.Context, js jetstream.JetStream, r Ref, poll time.Duration, waiting func()) error {
-	for first := true; ; first = false {
-		obs, err := js.ObjectStore(ctx, r.Bucket)
-		if err == nil {
-			_, err = obs.GetInfo(ctx, r.Name)
-		}
-		switch {
-		case err == nil:
-			return nil
-		case !Missing(err):
-			return fmt.Errorf("plugin %s: %w", r, err)
-		case first && waiting != nil:
-			waiting()
-		}
-		t := time.NewTimer(poll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("plugin %s: waiting for the object: %w", r, ctx.Err())
-		case <-t.C:
-		}
-	}
 }
