@@ -96,33 +96,31 @@ func (p *Plugin) Status() Status {
 // The status names m from now on: the fold runs nothing else from here (a
 // fold with nothing to fold would otherwise name the old module until its
 // next write).
-func (p *Plugin) Swap(m *Module) {
-	p.mu.Lock()
-	old := p.next
-	p.next = m
-	p.status.Module = m.Identity()
-	p.status.Path = m.Path
-	p.mu.Unlock()
-	old.Close(context.Background())
-}
+func (p *Plugin) Swap(m *Module) { p.swap(m, false) }
 
 // swapUnlessUpcoming swaps m in as Swap does, unless it is the module the
 // next batch runs already (the same bytes), and reports whether it did. The
 // look and the swap are one step: two reloads of one file at once (a file
 // watcher's and an operator's) swap it in, and count it, once
 // (TestConcurrentReloadsOfOneFileCountOneSwap).
-func (p *Plugin) swapUnlessUpcoming(m *Module) bool {
+func (p *Plugin) swapUnlessUpcoming(m *Module) bool { return p.swap(m, true) }
+
+// swap makes m the next batch's module and names it in the status, unless
+// (with unlessUpcoming) it is that module already.
+func (p *Plugin) swap(m *Module, unlessUpcoming bool) bool {
 	p.mu.Lock()
 	up := p.current
 	if p.next != nil {
 		up = p.next
 	}
-	if up != nil && up.SHA256 == m.SHA256 {
+	if unlessUpcoming && up != nil && up.SHA256 == m.SHA256 {
 		p.mu.Unlock()
 		return false
 	}
 	old := p.next
 	p.next = m
+	p.status.Module = m.Identity()
+	p.status.Path = m.Path
 	p.mu.Unlock()
 	old.Close(context.Background())
 	return true
