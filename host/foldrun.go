@@ -233,7 +233,7 @@ func (f *Fold) run(ctx context.Context) error {
 		// it loads, or never (stopped) if the host stops first.
 		if err := f.awaitPlugin(ctx); err != nil {
 			f.state.Store(httpapi.StateStopped)
-			f.log.Info("fold stopped while waiting for its plugin module", "from", f.waitFor.ref)
+			f.log.Info("fold stopped while waiting for its plugin module", "from", f.waitFor.ref.String())
 			return nil
 		}
 	}

@@ -139,8 +139,8 @@ func (h *Host) Start(ctx context.Context) (err error) {
 				storage = "memory"
 			}
 			f.log.Warn("the bucket did not exist: created it, empty (a misspelled bucket name? create_bucket = false refuses a missing bucket)",
-				"bucket", c.Name, "history", c.History, "max_age", c.MaxAge, "max_bytes", c.MaxBytes,
-				"replicas", c.Replicas, "storage", storage, "limit_marker_ttl", c.LimitMarkerTTL)
+				"bucket", c.Name, "history", c.History, "max_age", c.MaxAge.String(), "max_bytes", c.MaxBytes,
+				"replicas", c.Replicas, "storage", storage, "limit_marker_ttl", c.LimitMarkerTTL.String())
 		}
 		f.bucket = b
 	}

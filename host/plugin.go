@@ -79,7 +79,7 @@ func (f *Fold) loadPlugin(ctx context.Context) error {
 			f.setWaiting(fmt.Sprintf("waiting for its plugin module %s to be pushed (foldhost plugin push FILE --fold %s); the fold starts once it is", os.ref, f.o.Name))
 			f.state.Store(httpapi.StateWaiting)
 			f.log.Warn("the plugin module has not been pushed: the fold waits for it, the rest of the host starts",
-				"from", os.ref, "push", "foldhost plugin push FILE --fold "+f.o.Name)
+				"from", os.ref.String(), "push", "foldhost plugin push FILE --fold "+f.o.Name)
 			return nil
 		} else if err != nil {
 			return fmt.Errorf("fold %s: plugin %s: %w", f.o.Name, os.ref, err)
@@ -164,24 +164,24 @@ func (f *Fold) awaitPlugin(ctx context.Context) error {
 			err := f.startPlugin(ctx, src)
 			switch {
 			case err == nil:
-				f.log.Info("the plugin module is loaded: the fold starts", "from", src.ref)
+				f.log.Info("the plugin module is loaded: the fold starts", "from", src.ref.String())
 				return nil
 			case ctx.Err() != nil:
 				return ctx.Err()
 			case errors.Is(err, wasm.ErrModuleUnavailable):
 				if err.Error() != lastErr {
 					lastErr = err.Error()
-					f.log.Warn("could not download the plugin object; looking again", "from", src.ref, "err", err, "every", objectAwaitPoll)
+					f.log.Warn("could not download the plugin object; looking again", "from", src.ref.String(), "err", err, "every", objectAwaitPoll.String())
 				}
 			default:
 				refused = info.Digest
 				f.setErr(err)
 				f.setWaiting(fmt.Sprintf("its plugin module %s (digest %s) was refused: %v; waiting for another version to be pushed", src.ref, info.Digest, err))
-				f.log.Error("plugin object refused; the fold waits for another version", "from", src.ref, "digest", info.Digest, "err", err)
+				f.log.Error("plugin object refused; the fold waits for another version", "from", src.ref.String(), "digest", info.Digest, "err", err)
 			}
 		case err != nil && !pluginobj.Missing(err) && err.Error() != lastErr:
 			lastErr = err.Error()
-			f.log.Warn("could not look at the plugin object; looking again", "from", src.ref, "err", err, "every", objectAwaitPoll)
+			f.log.Warn("could not look at the plugin object; looking again", "from", src.ref.String(), "err", err, "every", objectAwaitPoll.String())
 		}
 		select {
 		case <-ctx.Done():
