@@ -11,7 +11,8 @@ import "errors"
 // Version.
 const (
 	Major = 1
-	Minor = 0
+	// Minor 1: an ok output may carry effects (StatusOKEffects).
+	Minor = 1
 	// MarkerPrefix + major is the name of the version-marker export.
 	MarkerPrefix = "foldhost_abi_v"
 	Marker       = "foldhost_abi_v1"
@@ -49,6 +50,9 @@ const (
 const (
 	StatusOK    uint32 = 0
 	StatusError uint32 = 1
+	// StatusOKEffects is an ok output followed by effects (minor 1); a
+	// plugin without effects sends StatusOK, as a minor-0 plugin did.
+	StatusOKEffects uint32 = 2
 )
 
 // Read spaces.

@@ -103,6 +103,87 @@ func TestOutputRoundTrip(t *testing.T) {
 	}
 }
 
+func TestOutputEffectsRoundTrip(t *testing.T) {
+	var w OutputWriter
+	w.Reset()
+	w.Put([]byte("host/a"), []byte("e"))
+	noEffects := append([]byte(nil), w.Bytes()...)
+	if le.Uint32(noEffects) != StatusOK {
+		t.Fatalf("an output without effects has status %d, want 0 (a minor-0 record)", le.Uint32(noEffects))
+	}
+	// The writer goes on after Bytes: an effect turns it into status 2.
+	w.Emit([]byte("route.changed"), []Header{{[]byte("Route-Op"), []byte("put")}, {[]byte("X"), nil}}, []byte("a\ne"))
+	w.Emit([]byte("b"), nil, nil)
+	out := w.Bytes()
+	if le.Uint32(out) != StatusOKEffects || !bytes.HasPrefix(out[4:], noEffects[4:]) {
+		t.Fatalf("status %d; mutations changed: %x", le.Uint32(out), out)
+	}
+	if again := w.Bytes(); !bytes.Equal(again, out) {
+		t.Fatalf("a second Bytes differs: %x vs %x", again, out)
+	}
+	var muts, effs []string
+	_, err := DecodeOutputEffects(out, -1, func(op byte, k, v []byte) error {
+		muts = append(muts, fmt.Sprintf("%d:%s=%s", op, k, v))
+		return nil
+	}, func(e *Effect) error {
+		s := string(e.Subject) + "|"
+		for _, h := range e.Headers {
+			s += string(h.Name) + ":" + string(h.Value) + ";"
+		}
+		effs = append(effs, s+"|"+string(e.Payload))
+		return nil
+	})
+	if err != nil || fmt.Sprint(muts) != "[1:host/a=e]" || fmt.Sprintf("%q", effs) != `["route.changed|Route-Op:put;X:;|a\ne" "b||"]` {
+		t.Fatalf("err %v muts %v effects %q", err, muts, effs)
+	}
+	// The plain decoder validates and drops them.
+	if _, err := DecodeOutput(out, func(byte, []byte, []byte) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	stop := errors.New("stop")
+	if _, err := DecodeOutputEffects(out, -1, func(byte, []byte, []byte) error { return nil }, func(*Effect) error { return stop }); err != stop {
+		t.Fatalf("effect callback error not returned: %v", err)
+	}
+
+	bad := func(subject string, h []Header) []byte {
+		var w OutputWriter
+		w.Reset()
+		w.Emit([]byte(subject), h, []byte("p"))
+		return w.Bytes()
+	}
+	hdr := func(n, v string) []Header { return []Header{{[]byte(n), []byte(v)}} }
+	for name, b := range map[string][]byte{
+		"status 2, no effects":   {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		"status 2, no section":   {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		"empty subject":          bad("", nil),
+		"empty token":            bad("a..b", nil),
+		"leading dot":            bad(".a", nil),
+		"trailing dot":           bad("a.", nil),
+		"star":                   bad("a.*", nil),
+		"gt":                     bad("a.>", nil),
+		"space":                  bad("a b", nil),
+		"tab":                    bad("a\tb", nil),
+		"long subject":           bad(strings.Repeat("a", MaxSubjectBytes+1), nil),
+		"empty header name":      bad("a", hdr("", "v")),
+		"colon in name":          bad("a", hdr("A:B", "v")),
+		"space in name":          bad("a", hdr("A B", "v")),
+		"reserved Nats-":         bad("a", hdr("nats-msg-id", "x")),
+		"reserved Foldhost-":     bad("a", hdr("FOLDHOST-x", "x")),
+		"CR in value":            bad("a", hdr("A", "x\ry")),
+		"LF in value":            bad("a", hdr("A", "x\ny")),
+		"leading space in value": bad("a", hdr("A", " x")),
+		"truncated":              out[:len(out)-1],
+		"trailing":               append(append([]byte{}, out...), 0),
+	} {
+		if _, err := DecodeOutputEffects(b, -1, func(byte, []byte, []byte) error { return nil }, func(*Effect) error { return nil }); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: err = %v, want ErrMalformed", name, err)
+		}
+	}
+	if err := ValidSubject([]byte("route.changed.api-1_x")); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestInfoAndReadRoundTrip(t *testing.T) {
 	in := Info{Name: "example-router", Version: "1.0.0", ViewSchema: 3}
 	got, err := DecodeInfo(AppendInfo(nil, in))
@@ -178,21 +259,32 @@ func FuzzDecodeOutput(f *testing.F) {
 	w.Delete([]byte("d"))
 	f.Add(w.Bytes())
 	f.Add(w.Error("x"))
+	w.Emit([]byte("route.changed"), []Header{{[]byte("Route-Op"), []byte("put")}}, []byte("h\ne"))
+	f.Add(w.Bytes())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var re OutputWriter
 		re.Reset()
-		rej, err := DecodeOutput(b, func(op byte, k, v []byte) error {
+		rej, err := DecodeOutputEffects(b, -1, func(op byte, k, v []byte) error {
 			if op == MutPut {
 				re.Put(k, v)
 			} else {
 				re.Delete(k)
 			}
 			return nil
+		}, func(e *Effect) error {
+			if ValidSubject(e.Subject) != nil {
+				t.Fatalf("invalid subject %q passed the decoder", e.Subject)
+			}
+			for _, h := range e.Headers {
+				if ValidHeaderName(h.Name) != nil || ValidHeaderValue(h.Value) != nil {
+					t.Fatalf("invalid header %q: %q passed the decoder", h.Name, h.Value)
+				}
+			}
+			re.Emit(e.Subject, e.Headers, e.Payload)
+			return nil
 		})
 		if err == nil {
-			for range rej {
-				re.Reject()
-			}
+			re.rejected = uint32(rej) // not a Reject loop: a fuzzed count can be 4e9
 			if !bytes.Equal(re.Bytes(), b) {
 				t.Fatalf("accepted output does not re-encode to itself")
 			}

@@ -10,17 +10,27 @@ type OutputWriter struct {
 	buf      []byte
 	rejected uint32
 	n        uint32
+	// effects holds the encoded effects (ABI minor 1), ne their count;
+	// sealed is the length of buf before Bytes appended them (0: not
+	// appended), so the writer can go on after a Bytes.
+	effects []byte
+	ne      uint32
+	sealed  int
 }
 
 // Reset starts a new ok output, keeping the buffer's capacity.
 func (w *OutputWriter) Reset() {
 	w.buf = append(w.buf[:0], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 	w.rejected, w.n = 0, 0
+	w.effects, w.ne, w.sealed = w.effects[:0], 0, 0
 }
 
 func (w *OutputWriter) ensure() {
 	if len(w.buf) < 12 {
 		w.Reset()
+	}
+	if w.sealed > 0 {
+		w.buf, w.sealed = w.buf[:w.sealed], 0
 	}
 }
 
@@ -41,15 +51,32 @@ func (w *OutputWriter) Delete(key []byte) {
 	w.n++
 }
 
+// Emit appends an effect: a message for the host to publish once the batch
+// is committed (ABI minor 1). The host validates it (ValidSubject,
+// ValidHeaderName, ValidHeaderValue; a bad one is malformed output).
+func (w *OutputWriter) Emit(subject []byte, headers []Header, payload []byte) {
+	w.ensure()
+	w.effects = appendEffect(w.effects, subject, headers, payload)
+	w.ne++
+}
+
 // Reject counts one rejected update.
 func (w *OutputWriter) Reject() { w.rejected++ }
 
-// Bytes returns the ok output record; valid until the next call.
+// Bytes returns the ok output record; valid until the next call. Without
+// effects it is a status-0 record, byte for byte what a minor-0 writer
+// made; with effects a status-2 record.
 func (w *OutputWriter) Bytes() []byte {
 	w.ensure()
 	le.PutUint32(w.buf[0:], StatusOK)
 	le.PutUint32(w.buf[4:], w.rejected)
 	le.PutUint32(w.buf[8:], w.n)
+	if w.ne > 0 {
+		le.PutUint32(w.buf[0:], StatusOKEffects)
+		w.sealed = len(w.buf)
+		w.buf = le.AppendUint32(w.buf, w.ne)
+		w.buf = append(w.buf, w.effects...)
+	}
 	return w.buf
 }
 
@@ -58,6 +85,7 @@ func (w *OutputWriter) Error(msg string) []byte {
 	w.buf = le.AppendUint32(w.buf[:0], StatusError)
 	w.buf = appendString(w.buf, msg)
 	w.rejected, w.n = 0, 0
+	w.effects, w.ne, w.sealed = w.effects[:0], 0, 0
 	return w.buf
 }
 
@@ -87,9 +115,22 @@ func DecodeOutput(b []byte, fn func(op byte, key, value []byte) error) (rejected
 // DecodeOutputBounded is DecodeOutput whose *GuestError keeps at most
 // maxMessage bytes of the plugin's message (cut at a rune boundary; a
 // negative maxMessage keeps it whole): the rest is never copied out of b.
+// A record's effects are validated and dropped: see DecodeOutputEffects.
 func DecodeOutputBounded(b []byte, maxMessage int, fn func(op byte, key, value []byte) error) (rejected int, err error) {
+	return DecodeOutputEffects(b, maxMessage, fn, nil)
+}
+
+// DecodeOutputEffects is DecodeOutputBounded that also calls eff for each
+// effect of a status-2 record, in order, after every mutation (nil eff:
+// they are validated, then dropped). Each effect is validated before eff
+// sees it (subject, header names and values; a bad one is ErrMalformed);
+// the Effect and what it points to are valid during the call only. A
+// status-2 record must carry at least one effect: the encoding is
+// canonical, an output without effects is a status-0 record.
+func DecodeOutputEffects(b []byte, maxMessage int, fn func(op byte, key, value []byte) error, eff func(e *Effect) error) (rejected int, err error) {
 	r := reader{b: b}
-	switch st := r.u32(); {
+	st := r.u32()
+	switch {
 	case r.err != nil:
 		return 0, r.err
 	case st == StatusError:
@@ -102,7 +143,7 @@ func DecodeOutputBounded(b []byte, maxMessage int, fn func(op byte, key, value [
 			return 0, &GuestError{Message: string(cutRunes(msg[:maxMessage])), Size: len(msg)}
 		}
 		return 0, &GuestError{Message: string(msg)}
-	case st != StatusOK:
+	case st != StatusOK && st != StatusOKEffects:
 		return 0, fmt.Errorf("%w: unknown status %d", ErrMalformed, st)
 	}
 	rej := r.u32()
@@ -121,6 +162,21 @@ func DecodeOutputBounded(b []byte, maxMessage int, fn func(op byte, key, value [
 		if r.err == nil {
 			if err := fn(op, key, val); err != nil {
 				return 0, err
+			}
+		}
+	}
+	if st == StatusOKEffects && r.err == nil {
+		ne := r.count(4 + 1 + 4 + 4)
+		if r.err == nil && ne == 0 {
+			r.fail("status 2 without effects")
+		}
+		var e Effect
+		for i := 0; i < ne && r.err == nil; i++ {
+			r.effect(&e)
+			if r.err == nil && eff != nil {
+				if err := eff(&e); err != nil {
+					return 0, err
+				}
 			}
 		}
 	}

@@ -115,7 +115,8 @@ func TestConfigDefaults(t *testing.T) {
 			BatchWindow: fold.DefaultWindow, BatchSize: fold.DefaultMaxBatch, Buffer: 256, PluginMemoryMB: 256, PluginRetries: 2,
 			PluginCallTimeout: wasm.DefaultCallTimeout, PluginMaxMB: 64,
 			PluginLimits: wasm.Limits{MaxOutputBytes: 16 << 20, MaxViewMutations: 100_000, MaxViewKeyBytes: 4096,
-				MaxViewValueBytes: 1 << 20, MaxReadBytes: 16 << 20, MaxCallReadBytes: 256 << 20, MaxErrorBytes: 4096},
+				MaxViewValueBytes: 1 << 20, MaxReadBytes: 16 << 20, MaxCallReadBytes: 256 << 20, MaxErrorBytes: 4096,
+				MaxEffects: 10_000, MaxEffectBytes: 1 << 20},
 			OnPluginError: "stop", DeadLetterMax: 10000, DeadLetterMaxAge: 7 * 24 * time.Hour,
 			Repair: protocol.RepairAuto, CreateBucket: natskv.BucketConfig{Name: "a", History: 1, Replicas: 1},
 		}},
@@ -158,6 +159,8 @@ plugin_max_view_value_kb = 64
 plugin_max_read_mb = 2
 plugin_max_call_read_mb = 8
 plugin_max_error_bytes = 100
+plugin_max_effects = 7
+plugin_max_effect_kb = 2
 data_dir = "r-data"
 batch_window = "25ms"
 batch_size = 1024
@@ -186,7 +189,8 @@ limit_marker_ttl = "1m"
 		OnPluginError: "skip", DeadLetterMax: 50, DeadLetterMaxAge: time.Hour,
 		PluginCallTimeout: wasm.DefaultCallTimeout, PluginMaxMB: 64,
 		PluginLimits: wasm.Limits{MaxOutputBytes: 32 << 20, MaxViewMutations: 5000, MaxViewKeyBytes: 512,
-			MaxViewValueBytes: 64 << 10, MaxReadBytes: 2 << 20, MaxCallReadBytes: 8 << 20, MaxErrorBytes: 100},
+			MaxViewValueBytes: 64 << 10, MaxReadBytes: 2 << 20, MaxCallReadBytes: 8 << 20, MaxErrorBytes: 100,
+			MaxEffects: 7, MaxEffectBytes: 2 << 10},
 		CreateBucket: natskv.BucketConfig{Name: "routes", History: 5, MaxAge: 24 * time.Hour, MaxBytes: 1 << 20,
 			Replicas: 3, Memory: true, LimitMarkerTTL: time.Minute},
 	}
@@ -437,6 +441,7 @@ func TestConfigStructureErrors(t *testing.T) {
 		{"plugin retries", "[[fold]]\nname = \"a\"\nplugin_retries = -1\n", "plugin_retries: must be between 0 and 100"},
 		{"plugin output", "[[fold]]\nname = \"a\"\nplugin_max_output_mb = 0\n", "plugin_max_output_mb: must be between 1 and 1024"},
 		{"plugin view mutations", "[[fold]]\nname = \"a\"\nplugin_max_view_mutations = 10000001\n", "plugin_max_view_mutations: must be between 1 and 10000000"},
+		{"plugin effects", "[[fold]]\nname = \"a\"\nplugin_max_effects = 0\n", "plugin_max_effects: must be between 1 and 1000000"},
 		{"plugin view key", "[[fold]]\nname = \"a\"\nplugin_max_view_key_bytes = 0\n", "plugin_max_view_key_bytes: must be between 1 and 1048576"},
 		{"plugin view value", "[[fold]]\nname = \"a\"\nplugin_max_view_value_kb = 1048577\n", "plugin_max_view_value_kb: must be between 1 and 1048576"},
 		{"plugin read", "[[fold]]\nname = \"a\"\nplugin_max_read_mb = 1025\n", "plugin_max_read_mb: must be between 1 and 1024"},

@@ -22,6 +22,10 @@ type Plugin interface {
 type Output struct {
 	Views    []ViewMutation
 	Rejected int
+	// Effects are the messages the plugin emits with this batch (ABI minor
+	// 1), in its order: committed to the outbox with the views and the
+	// cursor, published after the commit (Commit.Effects).
+	Effects []Effect
 	// Identity, when non-nil, names the plugin build that produced Views
 	// (module hash, name, version, view schema); it is recorded in the
 	// fold's metadata in the same commit.

@@ -69,4 +69,6 @@ const (
 	KeyMaxRead          = "plugin_max_read_mb"
 	KeyMaxCallRead      = "plugin_max_call_read_mb"
 	KeyMaxError         = "plugin_max_error_bytes"
+	KeyMaxEffects       = "plugin_max_effects"
+	KeyMaxEffect        = "plugin_max_effect_kb"
 )

@@ -27,6 +27,15 @@ type Plugin struct {
 	views []fold.ViewMutation
 	spans []span
 	arena []byte
+	effs  []fold.Effect
+	espan []effectSpan
+}
+
+// effectSpan locates one effect in Plugin.arena: its subject and payload,
+// and its headers as spans[h0:h1] (name as the key, value as the value).
+type effectSpan struct {
+	s0, s1, p0, p1 int
+	h0, h1         int
 }
 
 // span locates one mutation's key and value in Plugin.arena.
@@ -302,8 +311,9 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 	// Copy the mutations out of guest memory into one reusable arena: the
 	// next call into the guest may overwrite or move them.
 	p.views, p.spans, p.arena = p.views[:0], p.spans[:0], p.arena[:0]
+	p.effs, p.espan = p.effs[:0], p.espan[:0]
 	o := &p.r.opts
-	rejected, err := abi.DecodeOutputBounded(raw, o.MaxErrorBytes, func(op byte, key, value []byte) error {
+	rejected, err := abi.DecodeOutputEffects(raw, o.MaxErrorBytes, func(op byte, key, value []byte) error {
 		// What the store would refuse is the plugin's fault, caught here:
 		// a malformed output (retried on a fresh instance, then failing
 		// the batch), never a commit failure.
@@ -328,6 +338,32 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 		}
 		p.views = append(p.views, m)
 		return nil
+	}, func(e *abi.Effect) error {
+		// The decoder validated the subject and headers (malformed output
+		// otherwise); the bounds are the host's.
+		if len(p.espan) >= o.MaxEffects {
+			return &LimitError{What: "an output", Size: int64(len(p.espan) + 1), Limit: int64(o.MaxEffects), Unit: "effects", Key: KeyMaxEffects}
+		}
+		if n := e.Size(); n > o.MaxEffectBytes {
+			return &LimitError{What: "an effect (subject, headers and payload)", Size: int64(n), Limit: int64(o.MaxEffectBytes), Unit: "bytes", Key: KeyMaxEffect}
+		}
+		s := effectSpan{s0: len(p.arena), h0: len(p.spans)}
+		p.arena = append(p.arena, e.Subject...)
+		s.s1 = len(p.arena)
+		for _, h := range e.Headers { // header spans share p.spans: k = name, v = value
+			hs := span{k0: len(p.arena)}
+			p.arena = append(p.arena, h.Name...)
+			hs.k1, hs.v0 = len(p.arena), len(p.arena)
+			p.arena = append(p.arena, h.Value...)
+			hs.v1 = len(p.arena)
+			p.spans = append(p.spans, hs)
+		}
+		s.h1 = len(p.spans)
+		s.p0 = len(p.arena)
+		p.arena = append(p.arena, e.Payload...)
+		s.p1 = len(p.arena)
+		p.espan = append(p.espan, s)
+		return nil
 	})
 	if err != nil {
 		var ge *abi.GuestError
@@ -340,11 +376,21 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 		}
 		return fold.Output{}, &PluginError{Kind: KindMalformed, Module: p.current.Short(), Err: err, Stderr: p.in.stderr.String()}
 	}
-	for i, s := range p.spans { // the arena may have moved while growing
+	for i, s := range p.spans[:len(p.views)] { // the arena may have moved while growing
 		p.views[i].Key = p.arena[s.k0:s.k1:s.k1]
 		if p.views[i].Op == fold.ViewPut {
 			p.views[i].Value = p.arena[s.v0:s.v1:s.v1]
 		}
+	}
+	for _, s := range p.espan {
+		e := fold.Effect{Subject: string(p.arena[s.s0:s.s1]), Payload: p.arena[s.p0:s.p1:s.p1]}
+		if s.h1 > s.h0 {
+			e.Headers = make([]fold.EffectHeader, 0, s.h1-s.h0)
+			for _, h := range p.spans[s.h0:s.h1] {
+				e.Headers = append(e.Headers, fold.EffectHeader{Name: string(p.arena[h.k0:h.k1]), Value: string(p.arena[h.v0:h.v1])})
+			}
+		}
+		p.effs = append(p.effs, e)
 	}
 	p.in.batches++
 	if p.in.gc != nil && p.in.batches%p.r.opts.GCEvery == 0 {
@@ -352,7 +398,7 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 			return fold.Output{}, err
 		}
 	}
-	return fold.Output{Views: p.views, Rejected: rejected, Identity: p.current.identity}, nil
+	return fold.Output{Views: p.views, Rejected: rejected, Effects: p.effs, Identity: p.current.identity}, nil
 }
 
 // checkOutput refuses an ok output record over MaxOutputBytes, or whose
@@ -361,7 +407,10 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 // MaxErrorBytes of its message are copied.
 func (p *Plugin) checkOutput(raw []byte) error {
 	o := &p.r.opts
-	if len(raw) < 12 || binary.LittleEndian.Uint32(raw) != abi.StatusOK {
+	if len(raw) < 12 {
+		return nil // malformed: the decoder's to judge
+	}
+	if st := binary.LittleEndian.Uint32(raw); st != abi.StatusOK && st != abi.StatusOKEffects {
 		return nil // an error record, or malformed: the decoder's to judge
 	}
 	le := &LimitError{What: "an output record", Size: int64(len(raw)), Limit: int64(o.MaxOutputBytes), Unit: "bytes", Key: KeyMaxOutput}

@@ -94,6 +94,10 @@ type Limits struct {
 	// host never holds more of it. Not a failure of its own: the batch
 	// fails with the plugin's error, cut. Default DefaultMaxErrorBytes.
 	MaxErrorBytes int
+	// MaxEffects caps the effects of one apply; MaxEffectBytes one
+	// effect's subject, header names and values and payload together
+	// (abi.Effect.Size); defaults DefaultMaxEffects, DefaultMaxEffectBytes.
+	MaxEffects, MaxEffectBytes int
 }
 
 func (o *Options) notifyReload(rl Reload) {
@@ -128,6 +132,10 @@ const (
 	DefaultMaxReadBytes      = 16 << 20
 	DefaultMaxCallReadBytes  = 256 << 20
 	DefaultMaxErrorBytes     = 4 << 10
+	DefaultMaxEffects        = 10_000
+	// DefaultMaxEffectBytes is NATS's default max_payload (headers and
+	// payload count against it).
+	DefaultMaxEffectBytes = 1 << 20
 )
 
 func (o Options) withDefaults() Options {
@@ -161,6 +169,7 @@ func (o Options) withDefaults() Options {
 		{&o.MaxViewKeyBytes, DefaultMaxViewKeyBytes}, {&o.MaxViewValueBytes, DefaultMaxViewValueBytes},
 		{&o.MaxReadBytes, DefaultMaxReadBytes}, {&o.MaxCallReadBytes, DefaultMaxCallReadBytes},
 		{&o.MaxErrorBytes, DefaultMaxErrorBytes},
+		{&o.MaxEffects, DefaultMaxEffects}, {&o.MaxEffectBytes, DefaultMaxEffectBytes},
 	} {
 		if *l.v <= 0 {
 			*l.v = l.def

@@ -1,0 +1,13 @@
+package fold
+
+// EffectHeader is one header of an Effect.
+type EffectHeader struct{ Name, Value string }
+
+// Effect is a message a plugin emits with a batch (ABI minor 1): committed
+// to the fold's outbox in the batch's commit, published after it
+// (Commit.Effects). The plugin runtime validated the subject and headers.
+type Effect struct {
+	Subject string
+	Headers []EffectHeader
+	Payload []byte
+}
