@@ -145,3 +145,128 @@ func viewDiff(got, want map[string]string) string {
 	}
 	return out
 }
+
+// The effects table (plugins/example-router/conformance-effects.json):
+// every build must emit exactly the table's effects, in order, byte for
+// byte (subject, headers, payload).
+
+type confEffect struct {
+	Subject string      `json:"subject"`
+	Headers [][2]string `json:"headers"`
+	Payload string      `json:"payload"`
+}
+
+type confEffectCase struct {
+	Name    string `json:"name"`
+	Batches [][]struct {
+		Op    string `json:"op"`
+		Key   string `json:"key"`
+		Value string `json:"value"`
+	} `json:"batches"`
+	WantEffects []confEffect `json:"want_effects"`
+}
+
+// effectTap records the effects of every output the loop gets (copied:
+// the output aliases the plugin's buffers).
+type effectTap struct {
+	p   fold.Plugin
+	got []confEffect
+}
+
+func (t *effectTap) Apply(ctx context.Context, batch []fold.Update, r fold.Reader) (fold.Output, error) {
+	out, err := t.p.Apply(ctx, batch, r)
+	if err == nil {
+		for _, e := range out.Effects {
+			c := confEffect{Subject: e.Subject, Payload: string(e.Payload), Headers: [][2]string{}}
+			for _, h := range e.Headers {
+				c.Headers = append(c.Headers, [2]string{h.Name, h.Value})
+			}
+			t.got = append(t.got, c)
+		}
+	}
+	return out, err
+}
+
+func TestConformanceExampleRouterEffects(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "plugins", "example-router", "conformance-effects.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []confEffectCase
+	if err := json.Unmarshal(raw, &cases); err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) < 10 {
+		t.Fatalf("only %d effect cases", len(cases))
+	}
+	r := newRuntime(t, Options{})
+	builds := routerBuilds(t)
+	langs := make([]string, 0, len(builds))
+	for l := range builds {
+		langs = append(langs, l)
+	}
+	sort.Strings(langs)
+	for _, lang := range langs {
+		m, err := r.LoadFile(context.Background(), builds[lang])
+		if err != nil {
+			t.Fatalf("%s: %v", lang, err)
+		}
+		p := r.NewPlugin(m)
+		defer p.Close(context.Background())
+		for _, c := range cases {
+			t.Run(lang+"/"+c.Name, func(t *testing.T) {
+				tap := &effectTap{p: p}
+				var batches [][]fold.Update
+				rev := protocol.Revision(0)
+				for _, b := range c.Batches {
+					var batch []fold.Update
+					for _, u := range b {
+						rev++
+						op := map[string]fold.Op{"put": fold.OpPut, "delete": fold.OpDelete, "purge": fold.OpPurge}[u.Op]
+						batch = append(batch, fold.Update{Key: u.Key, Value: []byte(u.Value), Rev: rev, Op: op, Time: int64(rev)})
+					}
+					batches = append(batches, batch)
+				}
+				runBatches(t, p, tap, batches)
+				want := c.WantEffects
+				if want == nil {
+					want = []confEffect{}
+				}
+				for i := range want {
+					if want[i].Headers == nil {
+						want[i].Headers = [][2]string{}
+					}
+				}
+				got := tap.got
+				if got == nil {
+					got = []confEffect{}
+				}
+				g, _ := json.Marshal(got)
+				w, _ := json.Marshal(want)
+				if string(g) != string(w) {
+					t.Errorf("effects differ from the table:\n got  %s\n want %s", g, w)
+				}
+			})
+		}
+	}
+}
+
+// runBatches folds each batch through its own loop run (the feed closes
+// after it, so the loop flushes exactly that batch) into a fresh store,
+// calling p through via, on a fresh instance.
+func runBatches(t *testing.T, p *Plugin, via fold.Plugin, batches [][]fold.Update) *fold.Store {
+	t.Helper()
+	st, _, err := fold.Open(t.TempDir(), fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	defer p.closeInstance(context.Background())
+	for _, batch := range batches {
+		loop := fold.NewLoop(st, via, fold.LoopConfig{MaxBatch: len(batch) + 1})
+		if _, err := loop.Run(context.Background(), newFeed(batch)); err != nil {
+			t.Fatalf("batch %v: %v", batch, err)
+		}
+	}
+	return st
+}

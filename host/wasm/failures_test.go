@@ -147,3 +147,22 @@ func TestRetriesAreExact(t *testing.T) {
 		t.Errorf("%d retry lines, want 2:\n%s", n, logs.String())
 	}
 }
+
+// TestBadEffectSubjectIsMalformedOutput: an effect to a wildcard subject
+// fails its batch as malformed output (retried on a fresh instance),
+// naming the problem; nothing of the batch is committed.
+func TestBadEffectSubjectIsMalformedOutput(t *testing.T) {
+	p, st := pluginAndStore(t, newRuntime(t, Options{Retries: 1}), testPlugin(t, "hostile"))
+	_, err := fold.NewLoop(st, p, fold.LoopConfig{}).Run(context.Background(),
+		newFeed([]fold.Update{{Key: "k", Rev: 1, Op: fold.OpPut, Value: []byte("badsubject")}}))
+	var pe *PluginError
+	if !errors.Is(err, fold.ErrPlugin) || !errors.As(err, &pe) || pe.Kind != KindMalformed || !strings.Contains(err.Error(), "wildcard") {
+		t.Fatalf("err = %v, want a malformed-output PluginError naming the wildcard", err)
+	}
+	if st.Cursor().Rev != 0 {
+		t.Fatalf("cursor %v: nothing may be committed", st.Cursor())
+	}
+	if got := p.Status().Failures; got != 2 {
+		t.Fatalf("%d failed attempts, want 2 (the first and one retry)", got)
+	}
+}

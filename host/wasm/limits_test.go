@@ -50,6 +50,8 @@ func TestLimitsArePluginErrors(t *testing.T) {
 		{"output bytes", Limits{MaxOutputBytes: 12 + 17*100}, 0, "keys 101", "keys 100", KeyMaxOutput, 12 + 17*101, 12 + 17*100},
 		{"view key", Limits{MaxViewKeyBytes: 256}, 0, "key 257", "key 256", KeyMaxViewKey, 257, 256},
 		{"view value", Limits{MaxViewValueBytes: 1000}, 0, "value 1001", "value 1000", KeyMaxViewValue, 1001, 1000},
+		{"effects", Limits{MaxEffects: 5}, 0, "effects 6", "effects 5", KeyMaxEffects, 6, 5},
+		{"one effect", Limits{MaxEffectBytes: 1000}, 0, "effect 1001", "effect 1000", KeyMaxEffect, 1001, 1000},
 		{"one read", Limits{MaxReadBytes: 10 * answer}, 0, "read 11 1", "read 10 1", KeyMaxRead, 11 * answer, 10 * answer},
 		{"reads of a call", Limits{MaxCallReadBytes: 40 * answer}, 0, "read 10 5", "read 10 4", KeyMaxCallRead, 50 * answer, 40 * answer},
 		// 4 pages: 256 KiB, less than the default one-read bound (an

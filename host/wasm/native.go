@@ -23,6 +23,7 @@ type NativePlugin[R any] struct {
 	fold  fold.Reader
 	resp  []byte
 	views []fold.ViewMutation
+	effs  []fold.Effect
 }
 
 // NewNative runs pl natively.
@@ -46,17 +47,24 @@ func (p *NativePlugin[R]) Apply(_ context.Context, batch []fold.Update, r fold.R
 	p.fold = r
 	out := p.n.Apply(p.enc.Bytes())
 	p.fold = nil
-	p.views = p.views[:0]
-	rejected, err := abi.DecodeOutput(out, func(op byte, key, value []byte) error {
+	p.views, p.effs = p.views[:0], p.effs[:0]
+	rejected, err := abi.DecodeOutputEffects(out, -1, func(op byte, key, value []byte) error {
 		m := fold.ViewMutation{Op: fold.ViewPut, Key: key, Value: value} // out stays valid until the next Apply
 		if op == abi.MutDelete {
 			m.Op = fold.ViewDelete
 		}
 		p.views = append(p.views, m)
 		return nil
+	}, func(e *abi.Effect) error {
+		fe := fold.Effect{Subject: string(e.Subject), Payload: e.Payload} // the payload aliases out too
+		for _, h := range e.Headers {
+			fe.Headers = append(fe.Headers, fold.EffectHeader{Name: string(h.Name), Value: string(h.Value)})
+		}
+		p.effs = append(p.effs, fe)
+		return nil
 	})
 	if err != nil {
 		return fold.Output{}, err
 	}
-	return fold.Output{Views: p.views, Rejected: rejected}, nil
+	return fold.Output{Views: p.views, Rejected: rejected, Effects: p.effs}, nil
 }

@@ -23,7 +23,7 @@ FH_IMPORT("read_result") void fh_host_read_result(int32_t dst_ptr);
 FH_IMPORT("log") void fh_host_log(int32_t level, int32_t ptr, int32_t len);
 
 enum { MUT_PUT = 1, MUT_DELETE = 2 };
-enum { STATUS_OK = 0, STATUS_ERROR = 1 };
+enum { STATUS_OK = 0, STATUS_ERROR = 1, STATUS_OK_EFFECTS = 2 };
 
 /* op, revision, time, key length, value length */
 #define MIN_UPDATE (1 + 8 + 8 + 4 + 4)
@@ -164,6 +164,8 @@ static size_t in_cap;
 
 static buf out;          /* the output record being built */
 static uint32_t out_mutations;
+static buf effects;            /* the encoded effects (ABI minor 1) */
+static uint32_t out_effects;
 static uint32_t out_rejected;
 static size_t out_indexed; /* mutations before this offset are in the table */
 
@@ -333,6 +335,22 @@ void fh_delete(const void *key, uint32_t key_len) {
 	buf_u8(&out, MUT_DELETE);
 	buf_bytes(&out, key, key_len);
 	out_mutations++;
+}
+
+void fh_emit(const void *subject, uint32_t subject_len, const fh_header *headers, uint32_t header_count,
+	     const void *payload, uint32_t payload_len) {
+	size_t n = 4 + (size_t)subject_len + 4 + 4 + (size_t)payload_len;
+	for (uint32_t i = 0; i < header_count; i++)
+		n += 8 + (size_t)headers[i].name_len + (size_t)headers[i].value_len;
+	buf_reserve(&effects, n);
+	buf_bytes(&effects, subject, subject_len);
+	buf_u32(&effects, header_count);
+	for (uint32_t i = 0; i < header_count; i++) {
+		buf_bytes(&effects, headers[i].name, headers[i].name_len);
+		buf_bytes(&effects, headers[i].value, headers[i].value_len);
+	}
+	buf_bytes(&effects, payload, payload_len);
+	out_effects++;
 }
 
 int fh_fail_bytes(const void *msg, uint32_t len) {
@@ -536,6 +554,8 @@ static void begin_batch(void) {
 	out.len = OUT_HEADER;
 	out_indexed = OUT_HEADER;
 	out_mutations = out_rejected = 0;
+	effects.len = 0;
+	out_effects = 0;
 	failed = 0;
 	fail_msg.len = 0;
 }
@@ -601,5 +621,13 @@ FH_EXPORT("foldhost_apply") int64_t foldhost_apply(int32_t len) {
 	st32(out.p, STATUS_OK);
 	st32(out.p + 4, out_rejected);
 	st32(out.p + 8, out_mutations);
+	if (out_effects) { /* status 2; without effects the record stays status 0 */
+		buf_reserve(&out, 4 + effects.len);
+		st32(out.p, STATUS_OK_EFFECTS);
+		buf_u32(&out, out_effects);
+		if (effects.len)
+			memcpy(out.p + out.len, effects.p, effects.len);
+		out.len += effects.len;
+	}
 	return pack(out.p, out.len);
 }

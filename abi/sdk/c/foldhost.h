@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define FOLDHOST_ABI_MAJOR 1
-#define FOLDHOST_ABI_MINOR 0
+#define FOLDHOST_ABI_MINOR 1
 
 /* Update ops (the batch). */
 enum { FH_OP_PUT = 1, FH_OP_DELETE = 2, FH_OP_PURGE = 3 };
@@ -118,6 +118,21 @@ void fh_put(const void *key, uint32_t key_len, const void *value, uint32_t value
 
 /* fh_delete appends a view delete. */
 void fh_delete(const void *key, uint32_t key_len);
+
+/* One header of an effect. */
+typedef struct fh_header {
+	const void *name;
+	uint32_t name_len;
+	const void *value;
+	uint32_t value_len;
+} fh_header;
+
+/* fh_emit appends an effect (ABI minor 1): a message the host publishes
+ * once this batch is committed, never if it is not, in the order emitted.
+ * Everything is copied. A subject or header that abi/ABI.md ("Effects")
+ * refuses makes the output malformed: the batch fails. */
+void fh_emit(const void *subject, uint32_t subject_len, const fh_header *headers, uint32_t header_count,
+	     const void *payload, uint32_t payload_len);
 
 /* fh_fail makes the batch fail with msg (copied; the first call wins) and
  * returns FH_FAIL, so `return fh_fail("...");` reads naturally. */

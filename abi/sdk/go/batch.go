@@ -53,6 +53,14 @@ func (b *Batch) Delete(key []byte) {
 	b.written[b.arena.str(key)] = entry{}
 }
 
+// Emit appends an effect: a message the host publishes once this batch is
+// committed (never if it is not), in the order emitted (abi/ABI.md,
+// "Effects"). subject, headers and payload are copied. A subject or header
+// the ABI's rules refuse makes the whole output malformed: the batch fails.
+func (b *Batch) Emit(subject, payload []byte, headers ...abi.Header) {
+	b.out.Emit(subject, headers, payload)
+}
+
 // Prefetch reads the given view keys from the committed fold in ONE host
 // call (a host call costs tens of nanoseconds; a per-key call per update adds
 // up), so later View calls for them are answered locally.

@@ -54,7 +54,7 @@ use std::ptr;
 use std::slice;
 
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 0;
+pub const ABI_MINOR: u32 = 1;
 
 /// An update's op (the batch).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,6 +170,7 @@ const MUT_DELETE: u8 = 2;
 
 const STATUS_OK: u32 = 0;
 const STATUS_ERROR: u32 = 1;
+const STATUS_OK_EFFECTS: u32 = 2;
 
 /// op, revision, time, key length, value length
 const MIN_UPDATE: usize = 1 + 8 + 8 + 4 + 4;
@@ -588,6 +589,8 @@ impl Table {
 struct Core {
     out: Vec<u8>, // the output record being built
     mutations: u32,
+    effects: Vec<u8>, // the encoded effects (ABI minor 1)
+    neffects: u32,
     rejected: u32,
     indexed: usize, // mutations before this offset are in the table
     failed: bool,
@@ -601,6 +604,8 @@ impl Core {
         Core {
             out: Vec::new(),
             mutations: 0,
+            effects: Vec::new(),
+            neffects: 0,
             rejected: 0,
             indexed: 0,
             failed: false,
@@ -819,6 +824,24 @@ impl<'a> Batch<'a> {
         self.core.mutations += 1;
     }
 
+    /// emit appends an effect (ABI minor 1): a message the host publishes
+    /// once this batch is committed, never if it is not, in the order
+    /// emitted. Everything is copied; headers are (name, value) pairs. A
+    /// subject or header that abi/ABI.md ("Effects") refuses makes the
+    /// output malformed: the batch fails.
+    pub fn emit(&mut self, subject: &[u8], headers: &[(&[u8], &[u8])], payload: &[u8]) {
+        let e = &mut self.core.effects;
+        e.reserve(4 + subject.len() + 4 + 4 + payload.len());
+        push_bytes(e, subject);
+        push_u32(e, headers.len() as u32);
+        for (n, v) in headers {
+            push_bytes(e, n);
+            push_bytes(e, v);
+        }
+        push_bytes(e, payload);
+        self.core.neffects += 1;
+    }
+
     // Batched reads of the committed fold. Reads see the fold as committed
     // before this batch, with this batch's own earlier view writes layered
     // on top: a view key the plugin put or deleted earlier in this apply
@@ -983,6 +1006,8 @@ where
     core.out.resize(OUT_HEADER, 0);
     core.indexed = OUT_HEADER;
     core.mutations = 0;
+    core.effects.clear();
+    core.neffects = 0;
     core.rejected = 0;
     core.failed = false;
     core.fail_msg.clear();
@@ -1050,11 +1075,17 @@ where
     if core.failed {
         return error_output(core, None);
     }
-    let (rejected, mutations) = (core.rejected, core.mutations);
+    let (rejected, mutations, neffects) = (core.rejected, core.mutations, core.neffects);
     let out = &mut core.out;
     out[0..4].copy_from_slice(&STATUS_OK.to_le_bytes());
     out[4..8].copy_from_slice(&rejected.to_le_bytes());
     out[8..12].copy_from_slice(&mutations.to_le_bytes());
+    if neffects > 0 {
+        // status 2; without effects the record stays status 0
+        out[0..4].copy_from_slice(&STATUS_OK_EFFECTS.to_le_bytes());
+        push_u32(out, neffects);
+        out.extend_from_slice(&core.effects);
+    }
     pack(out.as_ptr(), out.len())
 }
 

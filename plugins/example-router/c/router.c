@@ -473,6 +473,19 @@ static uint32_t reverse_key(uint8_t *buf, const uint8_t *a, uint32_t al, fh_byte
 	return 10 + al + host.len;
 }
 
+/* emit_changed emits the effect of a changed host (SPEC.md, "Effects"). */
+static void emit_changed(const struct route *r) {
+	static const char subject[] = "route.changed";
+	int put = r->kind == ROUTE_PUT;
+	fh_header h = {"Route-Op", 8, put ? "put" : "delete", put ? 3 : 6};
+	uint8_t *payload = fh_alloc(r->host.len + 1 + r->entry.len);
+	memcpy(payload, r->host.ptr, r->host.len);
+	payload[r->host.len] = '\n';
+	if (r->entry.len)
+		memcpy(payload + r->host.len + 1, r->entry.ptr, r->entry.len);
+	fh_emit(subject, sizeof subject - 1, &h, 1, payload, r->host.len + 1 + r->entry.len);
+}
+
 static int route_apply(struct route *rs, uint32_t count) {
 	for (uint32_t i = 0; i < count; i++)
 		fh_prefetch_view(rs[i].hostkey.ptr, rs[i].hostkey.len);
@@ -482,6 +495,10 @@ static int route_apply(struct route *rs, uint32_t count) {
 		int found = fh_get_view(r->hostkey.ptr, r->hostkey.len, &prev);
 		if (found < 0)
 			return FH_FAIL;
+		/* Decided before any write: prev may alias the output buffer. */
+		int changed = r->kind == ROUTE_PUT ? !found || prev.len != r->entry.len ||
+							 memcmp(prev.ptr, r->entry.ptr, prev.len) != 0
+						   : found;
 		addr *olds = NULL;
 		uint32_t nold = found ? old_addrs(prev, &olds) : 0;
 
@@ -510,6 +527,8 @@ static int route_apply(struct route *rs, uint32_t count) {
 			fh_put(r->hostkey.ptr, r->hostkey.len, r->entry.ptr, r->entry.len);
 		else
 			fh_delete(r->hostkey.ptr, r->hostkey.len);
+		if (changed)
+			emit_changed(r);
 	}
 	return FH_OK;
 }

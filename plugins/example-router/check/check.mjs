@@ -185,7 +185,7 @@ function decodeOutput(b) {
     if (8 + n !== b.length) throw new Error("trailing bytes in an error record");
     return { status, message: b.subarray(8, 8 + n).toString() };
   }
-  if (status !== 0) throw new Error("bad status " + status);
+  if (status !== 0 && status !== 2) throw new Error("bad status " + status);
   const rejected = b.readUInt32LE(4);
   const count = b.readUInt32LE(8);
   let off = 12;
@@ -203,8 +203,29 @@ function decodeOutput(b) {
     } else if (op !== 2) throw new Error("bad mutation op " + op);
     mutations.push({ op, key, value });
   }
+  // Status 2 (ABI minor 1): effects follow; reported as an ok output.
+  const effects = [];
+  if (status === 2) {
+    const ne = b.readUInt32LE(off);
+    off += 4;
+    if (ne === 0) throw new Error("status 2 without effects");
+    const str = () => {
+      const n = b.readUInt32LE(off);
+      const v = Buffer.from(b.subarray(off + 4, off + 4 + n));
+      off += 4 + n;
+      return v;
+    };
+    for (let i = 0; i < ne; i++) {
+      const subject = str().toString("latin1");
+      const nh = b.readUInt32LE(off);
+      off += 4;
+      const headers = [];
+      for (let j = 0; j < nh; j++) headers.push([str().toString("latin1"), str().toString("latin1")]);
+      effects.push({ subject, headers, payload: str() });
+    }
+  }
   if (off !== b.length) throw new Error("trailing bytes in an output record");
-  return { status, rejected, mutations };
+  return { status: 0, rejected, mutations, effects };
 }
 
 function viewObject(view) {
@@ -323,7 +344,7 @@ for (const b of builds) {
     const allowed = i.startsWith("wasi_snapshot_preview1.") || i.startsWith("foldhost.") || i === "env.abort";
     ok(allowed, `${b.lang}: import ${i} is not one the host provides`);
   }
-  ok(g.x.foldhost_abi_v1() === 0, `${b.lang}: abi minor`);
+  ok(g.x.foldhost_abi_v1() === 1, `${b.lang}: abi minor`);
   const info = g.info();
   ok(info.name === "example-router" && info.version === "1.0.0" && info.schema === 1 && info.len === info.want,
     `${b.lang}: info ${JSON.stringify(info)}`);

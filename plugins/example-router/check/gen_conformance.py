@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes ../conformance.json, the example-router conformance table.
+"""Writes ../conformance.json, the example-router conformance table, and
+../conformance-effects.json, its effects table.
 
 Edit the cases here and rerun (python3 gen_conformance.py); the JSON is the
 artifact the Go conformance test (host/wasm) and check.mjs read. Every
@@ -313,6 +314,71 @@ case("rejected updates mixed with valid ones in one batch",
        delete("route.ok1"),
        put("route.ok1", '{"upstreams":[]}')]],
      views("ok2", "b:1=1", ["b:1"]), 3)
+
+# ---- the effects table (SPEC.md, "Effects") ----
+#
+# Case format: {name, batches, want_effects: [{subject, headers: [[name,
+# value]], payload}]}: every effect of every batch, in order, starting from
+# an empty fold. Written out by hand from SPEC.md like want_views.
+
+effect_cases = []
+
+
+def changed_put(host, entry):
+    return {"subject": "route.changed", "headers": [["Route-Op", "put"]], "payload": host + "\n" + entry}
+
+
+def changed_delete(host):
+    return {"subject": "route.changed", "headers": [["Route-Op", "delete"]], "payload": host + "\n"}
+
+
+def effect_case(name, batches, want_effects):
+    effect_cases.append({"name": name, "batches": batches, "want_effects": want_effects})
+
+
+effect_case("a new host",
+            [[put("route.api.example.com", ups(("10.0.0.1:8080", 3), ("10.0.0.2:8080", None)))]],
+            [changed_put("api.example.com", "10.0.0.1:8080=3,10.0.0.2:8080=1")])
+effect_case("the same entry again, in a later batch: nothing",
+            [[put("route.h", ups(("a:1", None)))], [put("route.h", ups(("a:1", None)))]],
+            [changed_put("h", "a:1=1")])
+effect_case("the same entry again, in the same batch: nothing",
+            [[put("route.h", ups(("a:1", None))), put("route.h", ups(("a:1", None)))]],
+            [changed_put("h", "a:1=1")])
+effect_case("the same resolved entry written differently: nothing",
+            [[put("route.h", ups(("a:1", None)))], [put("route.h", ' {"upstreams":[{"weight":1,"addr":"a:1"}],"x":[1]}')]],
+            [changed_put("h", "a:1=1")])
+effect_case("a weight change",
+            [[put("route.h", ups(("a:1", 2)))], [put("route.h", ups(("a:1", 3)))]],
+            [changed_put("h", "a:1=2"), changed_put("h", "a:1=3")])
+effect_case("delete and purge of hosts with entries",
+            [[put("route.d", ups(("a:1", None))), put("route.p", ups(("b:1", None)))],
+             [delete("route.d"), purge("route.p")]],
+            [changed_put("d", "a:1=1"), changed_put("p", "b:1=1"), changed_delete("d"), changed_delete("p")])
+effect_case("delete and purge of hosts without an entry: nothing",
+            [[delete("route.none"), purge("route.none2")]],
+            [])
+effect_case("put, delete, put in one batch",
+            [[put("route.h", ups(("a:1", None))), delete("route.h"), put("route.h", ups(("a:1", None)))]],
+            [changed_put("h", "a:1=1"), changed_delete("h"), changed_put("h", "a:1=1")])
+effect_case("rejected updates emit nothing",
+            [[put("route.bad", "{"), put("other", ups(("a:1", None))), put("route.", ups(("a:1", None))),
+              put("route.ok", ups(("a:1", None))), put("route.ok", '{"upstreams":[]}')]],
+            [changed_put("ok", "a:1=1")])
+effect_case("hosts in update order, across hosts",
+            [[put("route.b", ups(("x:1", None))), put("route.a", ups(("y:1", None))), put("route.b", ups(("z:1", None)))]],
+            [changed_put("b", "x:1=1"), changed_put("a", "y:1=1"), changed_put("b", "z:1=1")])
+effect_case("a host that is no run of subject tokens goes in the payload",
+            [[put("route.a..b *>", ups(("a:1", None)))]],
+            [changed_put("a..b *>", "a:1=1")])
+
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "conformance-effects.json")
+names = [c["name"] for c in effect_cases]
+assert len(names) == len(set(names)), "duplicate effect case names"
+with open(out, "w") as f:
+    json.dump(effect_cases, f, indent=1, ensure_ascii=False)
+    f.write("\n")
+print("wrote %d effect cases to %s" % (len(effect_cases), os.path.normpath(out)))
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "conformance.json")
 names = [c["name"] for c in cases]

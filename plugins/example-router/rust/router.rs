@@ -480,10 +480,16 @@ fn route_apply(rs: &mut [Route], b: &mut Batch) -> Result<(), Fail> {
     let mut news: Vec<&[u8]> = Vec::with_capacity(MAX_UPSTREAMS);
     let mut key: Vec<u8> = Vec::with_capacity(512);
     for r in rs.iter() {
-        match b.get_view(r.hostkey)? {
-            Some(prev) => old_addrs(prev, &mut olds),
-            None => olds.clear(),
-        }
+        let changed = match b.get_view(r.hostkey)? {
+            Some(prev) => {
+                old_addrs(prev, &mut olds);
+                r.remove || prev != r.entry
+            }
+            None => {
+                olds.clear();
+                !r.remove
+            }
+        };
         news.clear();
         for up in r.ups {
             if !addr_in(&news, up.addr) {
@@ -504,6 +510,15 @@ fn route_apply(rs: &mut [Route], b: &mut Batch) -> Result<(), Fail> {
             b.delete(r.hostkey);
         } else {
             b.put(r.hostkey, r.entry);
+        }
+        if changed {
+            // The effect of a changed host (SPEC.md, "Effects").
+            key.clear();
+            key.extend_from_slice(r.host);
+            key.push(b'\n');
+            key.extend_from_slice(r.entry);
+            let op: &[u8] = if r.remove { b"delete" } else { b"put" };
+            b.emit(b"route.changed", &[(b"Route-Op", op)], &key);
         }
     }
     Ok(())

@@ -12,6 +12,9 @@
  *   grow       grow memory a page at a time, filling every page, until it
  *              cannot grow; then trap
  *   trap       trap
+ *   effects N  N effects (status 2) to subject "e", no headers or payload
+ *   effect N   one effect of N bytes in all (subject "e", N-1 payload bytes)
+ *   badsubject one effect to subject "a.*" (a wildcard: malformed)
  *
  * Any other value is a view put of the update's key and value. The first
  * command of a batch that fails ends it. */
@@ -170,12 +173,23 @@ EXPORT("foldhost_alloc") int32_t alloc(int32_t size) {
 
 EXPORT("foldhost_info") int64_t info_(void) { return packed(info, sizeof info); }
 
+/* effect appends one effect to subject s with an n-byte payload of 'p'. */
+static void effect(const char *s, uint32_t sn, uint32_t n) {
+	reserve(4 + (size_t)sn + 4 + 4 + n);
+	put_str(s, sn);
+	st32(out + out_len, 0);
+	st32(out + out_len + 4, n);
+	memset(out + out_len + 8, 'p', n);
+	out_len += 8 + n;
+}
+
 EXPORT("foldhost_apply") int64_t apply(int32_t len) {
 	(void)len;
 	out_len = 0;
 	reserve(12);
 	out_len = 12;
 	uint32_t count = ld32(in), muts = 0;
+	uint32_t neff = 0, effsize = 0, bad = 0; /* the effects, after the mutations */
 	const uint8_t *p = in + 4;
 	for (uint32_t u = 0; u < count; u++) {
 		p += 1 + 8 + 8;
@@ -227,12 +241,30 @@ EXPORT("foldhost_apply") int64_t apply(int32_t len) {
 			grow();
 		} else if (cmd(v, vn, "trap", &a, &b)) {
 			__builtin_trap();
+		} else if (cmd(v, vn, "effects", &a, &b)) {
+			neff = a;
+		} else if (cmd(v, vn, "effect", &a, &b)) {
+			effsize = a ? a : 1;
+		} else if (cmd(v, vn, "badsubject", &a, &b)) {
+			bad = 1;
 		} else {
 			put(k, kn, v, vn);
 			muts++;
 		}
 	}
-	st32(out, 0);
+	uint32_t total = neff + (effsize > 0) + bad;
+	if (total) {
+		reserve(4);
+		st32(out + out_len, total);
+		out_len += 4;
+		for (uint32_t i = 0; i < neff; i++)
+			effect("e", 1, 0);
+		if (effsize)
+			effect("e", 1, effsize - 1);
+		if (bad)
+			effect("a.*", 3, 0);
+	}
+	st32(out, total ? 2 : 0);
 	st32(out + 4, 0);
 	st32(out + 8, muts);
 	return packed(out, out_len);

@@ -29,7 +29,7 @@ declare function hostLog(level: i32, ptr: usize, len: i32): void;
 
 // ---- constants ----
 
-export const ABI_MINOR: i32 = 0;
+export const ABI_MINOR: i32 = 1;
 
 export const OP_PUT: u8 = 1;
 export const OP_DELETE: u8 = 2;
@@ -47,6 +47,7 @@ const MUT_PUT: u8 = 1;
 const MUT_DELETE: u8 = 2;
 const STATUS_OK: u32 = 0;
 const STATUS_ERROR: u32 = 1;
+const STATUS_OK_EFFECTS: u32 = 2;
 const MIN_UPDATE: u32 = 1 + 8 + 8 + 4 + 4;
 const OUT_HEADER: usize = 12;
 
@@ -225,6 +226,16 @@ let outCap: usize = 0;
 let outMutations: u32 = 0;
 let outRejected: u32 = 0;
 let outIndexed: usize = 0;
+
+// The encoded effects (ABI minor 1), and the headers staged for the next.
+let effPtr: usize = 0;
+let effLen: usize = 0;
+let effCap: usize = 0;
+let outEffects: u32 = 0;
+let hdrPtr: usize = 0;
+let hdrLen: usize = 0;
+let hdrCap: usize = 0;
+let hdrCount: u32 = 0;
 
 let failed = false;
 let failPtr: usize = 0;
@@ -434,6 +445,54 @@ export function del(keyPtr: usize, keyLen: u32): void {
   outLen++;
   outBytes(keyPtr, keyLen);
   outMutations++;
+}
+
+function bufU32(p: usize, v: u32): void {
+  store<u32>(p, v);
+}
+
+/** emitHeader stages a header (copied) for the next emit. */
+export function emitHeader(namePtr: usize, nameLen: u32, valuePtr: usize, valueLen: u32): void {
+  const n: usize = 8 + <usize>nameLen + <usize>valueLen;
+  if (hdrCap - hdrLen < n) {
+    hdrPtr = resize(hdrPtr, hdrCap, hdrLen + n);
+    hdrCap = resizedCap;
+  }
+  bufU32(hdrPtr + hdrLen, nameLen);
+  memory.copy(hdrPtr + hdrLen + 4, namePtr, nameLen);
+  hdrLen += 4 + <usize>nameLen;
+  bufU32(hdrPtr + hdrLen, valueLen);
+  memory.copy(hdrPtr + hdrLen + 4, valuePtr, valueLen);
+  hdrLen += 4 + <usize>valueLen;
+  hdrCount++;
+}
+
+/**
+ * emit appends an effect (ABI minor 1) with the headers staged by
+ * emitHeader since the last emit: a message the host publishes once this
+ * batch is committed, never if it is not, in the order emitted. Everything
+ * is copied. A subject or header that abi/ABI.md ("Effects") refuses makes
+ * the output malformed: the batch fails.
+ */
+export function emit(subjectPtr: usize, subjectLen: u32, payloadPtr: usize, payloadLen: u32): void {
+  const n: usize = 4 + <usize>subjectLen + 4 + hdrLen + 4 + <usize>payloadLen;
+  if (effCap - effLen < n) {
+    effPtr = resize(effPtr, effCap, effLen + n);
+    effCap = resizedCap;
+  }
+  let p = effPtr + effLen;
+  bufU32(p, subjectLen);
+  memory.copy(p + 4, subjectPtr, subjectLen);
+  p += 4 + <usize>subjectLen;
+  bufU32(p, hdrCount);
+  memory.copy(p + 4, hdrPtr, hdrLen);
+  p += 4 + hdrLen;
+  bufU32(p, payloadLen);
+  memory.copy(p + 4, payloadPtr, payloadLen);
+  effLen += n;
+  outEffects++;
+  hdrLen = 0;
+  hdrCount = 0;
 }
 
 /** utf8 encodes s into the arena; returns the pointer, length in utf8Len. */
@@ -722,6 +781,10 @@ function beginBatch(): void {
   outIndexed = OUT_HEADER;
   outMutations = 0;
   outRejected = 0;
+  effLen = 0;
+  outEffects = 0;
+  hdrLen = 0;
+  hdrCount = 0;
   failed = false;
   failLen = 0;
 }
@@ -778,5 +841,13 @@ export function foldhost_apply(len: i32): i64 {
   store<u32>(outPtr, STATUS_OK);
   store<u32>(outPtr, outRejected, 4);
   store<u32>(outPtr, outMutations, 8);
+  if (outEffects > 0) {
+    // status 2; without effects the record stays status 0
+    ensureOut(4 + effLen);
+    store<u32>(outPtr, STATUS_OK_EFFECTS);
+    outU32(outEffects);
+    memory.copy(outPtr + outLen, effPtr, effLen);
+    outLen += effLen;
+  }
   return pack(outPtr, outLen);
 }

@@ -21,6 +21,8 @@ import {
   alloc,
   prefetchView,
   getView,
+  emit,
+  emitHeader,
   OP_PUT,
 } from "@foldhost/sdk-assemblyscript";
 
@@ -443,6 +445,23 @@ function reverseKey(buf: usize, a: usize, al: u32, r: Route): u32 {
 }
 
 const newSet = memory.data(<i32>(MAX_UPSTREAMS * 8));
+
+const CHANGED_SUBJECT = memory.data<u8>([0x72, 0x6f, 0x75, 0x74, 0x65, 0x2e, 0x63, 0x68, 0x61, 0x6e, 0x67, 0x65, 0x64]); // route.changed
+const OP_HEADER = memory.data<u8>([0x52, 0x6f, 0x75, 0x74, 0x65, 0x2d, 0x4f, 0x70]); // Route-Op
+const OP_PUT_VALUE = memory.data<u8>([0x70, 0x75, 0x74]); // put
+const OP_DELETE_VALUE = memory.data<u8>([0x64, 0x65, 0x6c, 0x65, 0x74, 0x65]); // delete
+
+// emitChanged emits the effect of a changed host (SPEC.md, "Effects").
+function emitChanged(r: Route): void {
+  const n = r.hostLen + 1 + (r.isPut ? r.entryLen : 0);
+  const payload = alloc(n);
+  memory.copy(payload, r.hostPtr, r.hostLen);
+  store<u8>(payload + r.hostLen, 0x0a);
+  if (r.isPut) memory.copy(payload + r.hostLen + 1, r.entryPtr, r.entryLen);
+  if (r.isPut) emitHeader(OP_HEADER, 8, OP_PUT_VALUE, 3);
+  else emitHeader(OP_HEADER, 8, OP_DELETE_VALUE, 6);
+  emit(CHANGED_SUBJECT, 13, payload, n);
+}
 const prev = new Bytes();
 
 class Router extends Plugin<Route> {
@@ -492,6 +511,9 @@ class Router extends Plugin<Route> {
       const r = rs[i];
       const found = getView(r.hostKeyPtr, r.hostKeyLen, prev);
       if (found < 0) return;
+      // Decided before any write: prev may alias the output buffer.
+      let changed = found != 0;
+      if (r.isPut) changed = !found || prev.len != r.entryLen || memory.compare(prev.ptr, r.entryPtr, r.entryLen) != 0;
       let olds: usize = 0;
       let nold: u32 = 0;
       if (found) {
@@ -526,6 +548,7 @@ class Router extends Plugin<Route> {
       }
       if (r.isPut) put(r.hostKeyPtr, r.hostKeyLen, r.entryPtr, r.entryLen);
       else del(r.hostKeyPtr, r.hostKeyLen);
+      if (changed) emitChanged(r);
     }
   }
 }

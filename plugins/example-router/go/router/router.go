@@ -86,6 +86,10 @@ func (r *Router) Apply(b *foldhost.Batch, recs []Record) error {
 		if err != nil {
 			return err
 		}
+		changed := found // a delete changes a host that had an entry
+		if !rec.remove {
+			changed = !found || !bytes.Equal(prev, rec.entry)
+		}
 		r.old = r.old[:0]
 		if found {
 			r.old = addrsOf(prev, r.old)
@@ -109,8 +113,28 @@ func (r *Router) Apply(b *foldhost.Batch, recs []Record) error {
 		} else {
 			b.Put(hostKey, rec.entry)
 		}
+		if changed {
+			r.emitChanged(b, rec)
+		}
 	}
 	return nil
+}
+
+var (
+	changedSubject = []byte("route.changed")
+	opHeader       = []byte("Route-Op")
+	opPut          = []byte("put")
+	opDelete       = []byte("delete")
+)
+
+// emitChanged emits the effect of a changed host (SPEC.md, "Effects").
+func (r *Router) emitChanged(b *foldhost.Batch, rec *Record) {
+	r.buf = append(append(append(r.buf[:0], rec.host...), '\n'), rec.entry...)
+	op := opPut
+	if rec.remove {
+		op = opDelete
+	}
+	b.Emit(changedSubject, r.buf, abi.Header{Name: opHeader, Value: op})
 }
 
 func (r *Router) reverse(addr, host []byte) []byte {
