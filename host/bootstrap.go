@@ -138,6 +138,10 @@ func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions)
 	if err != nil {
 		return res, err
 	}
+	// The exporting node's unpublished effects are its own to publish.
+	if err := dropOutbox(f.DataDir); err != nil {
+		return res, fmt.Errorf("fold %s: %w", f.Name, err)
+	}
 	c, _ := m.DecodeCursor() // Download checked it
 	res.Cursor, res.Bytes, res.Took = uint64(c.Rev), total.Load(), time.Since(start)
 	res.Warning = pluginMismatch(f, m)
@@ -244,6 +248,19 @@ func emptyStore(dir string) (bool, error) {
 	}
 	pending, err := st.RepairPending()
 	return !pending && err == nil, err
+}
+
+// dropOutbox deletes the outbox entries of the store in dir.
+func dropOutbox(dir string) error {
+	st, _, err := fold.Open(dir, fold.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	err = st.DropOutbox()
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // ignore is err, nil when it is target.

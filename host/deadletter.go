@@ -172,6 +172,8 @@ func (f *Fold) replayOne(ctx context.Context, t fold.Target, d fold.DeadLetter) 
 		d.Error, d.At = deadLetterError(aerr), time.Now().UTC()
 		return true, t.Commit(fold.Commit{Cursor: t.Cursor(), DeadLetters: []fold.DeadLetter{d}})
 	}
+	// out.Effects are dropped: the replay folds the key's value as it is
+	// now, not the dead-lettered update (RATIONALE.md, "Plugin effects").
 	return false, t.Commit(fold.Commit{Views: out.Views, Cursor: t.Cursor(), PluginIdentity: out.Identity,
 		ClearDeadLetters: []protocol.Revision{protocol.Revision(d.Rev)}})
 }

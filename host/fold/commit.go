@@ -63,6 +63,18 @@ type Commit struct {
 	// folded them).
 	DeadLetters      []DeadLetter
 	ClearDeadLetters []protocol.Revision
+	// Effects the plugin emitted with this batch, in order: written to the
+	// outbox (outbox.go) in this batch, as entries (EffectRev, 0..n-1).
+	// Only the live loop passes them: a rebuild, a repair and a dead
+	// letter's replay drop their plugin's effects (they would announce
+	// history again; RATIONALE.md, "Plugin effects").
+	Effects []Effect
+	// EffectRev is the revision the effects are filed under: the highest
+	// revision of the batch, known when Effects is not empty. Effects
+	// filed at or below the highest revision any earlier commit filed
+	// effects under (a batch re-delivered after its commit) are dropped,
+	// counted in EffectsDropped: an effect id is never reused.
+	EffectRev protocol.Revision
 }
 
 // RepairMark is what a commit does to the store's repair mark.
@@ -144,6 +156,10 @@ func (s *Store) Commit(c Commit) error {
 			return fmt.Errorf("fold: commit: batch: %w", err)
 		}
 	}
+	high, err := s.putEffects(b, &c)
+	if err != nil {
+		return fmt.Errorf("fold: commit: %w", err)
+	}
 	if c.PluginIdentity != nil {
 		if err := b.Set(metaPluginKey, c.PluginIdentity, nil); err != nil {
 			return fmt.Errorf("fold: commit: batch: %w", err)
@@ -175,6 +191,13 @@ func (s *Store) Commit(c Commit) error {
 	}
 	next := c.Cursor
 	s.cursor.Store(&next)
+	if high > 0 {
+		s.outboxHigh = high
+		select {
+		case s.outboxSig <- struct{}{}:
+		default:
+		}
+	}
 	if c.Activate != nil {
 		s.view.Store(uint32(view))
 		s.shadow.CompareAndSwap(c.Activate, nil)
@@ -201,6 +224,14 @@ func validate(c *Commit) error {
 		case m.Op != ViewPut && m.Op != ViewDelete:
 			return fmt.Errorf("%w: view mutation %d (%q): unknown op %v", ErrInvalidCommit, i, m.Key, m.Op)
 		}
+	}
+	for i, e := range c.Effects {
+		if e.Subject == "" {
+			return fmt.Errorf("%w: effect %d: empty subject", ErrInvalidCommit, i)
+		}
+	}
+	if len(c.Effects) > 0 && !c.EffectRev.Known() {
+		return fmt.Errorf("%w: %d effects without a revision", ErrInvalidCommit, len(c.Effects))
 	}
 	if c.Repair > RepairEnd {
 		return fmt.Errorf("%w: repair mark %d", ErrInvalidCommit, c.Repair)

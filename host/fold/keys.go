@@ -12,6 +12,9 @@ const (
 	spaceView2 byte = 'w'
 	// spaceDead holds the dead letters (DeadLetter), keyed by revision.
 	spaceDead byte = 'd'
+	// spaceOutbox holds the committed effects awaiting publication
+	// (outbox.go), keyed by revision and index.
+	spaceOutbox byte = 'o'
 )
 
 // Metadata keys (under spaceMeta).
@@ -22,6 +25,8 @@ var (
 	metaOriginKey = []byte{spaceMeta, 'o', 'r', 'i', 'g', 'i', 'n'}
 	metaRepairKey = []byte{spaceMeta, 'r', 'e', 'p', 'a', 'i', 'r'}
 	metaViewKey   = []byte{spaceMeta, 'v', 'i', 'e', 'w'}
+	// metaOutboxKey: the highest revision effects were filed under.
+	metaOutboxKey = []byte{spaceMeta, 'o', 'u', 't', 'b', 'o', 'x'}
 )
 
 // otherView is the view keyspace that is not space.

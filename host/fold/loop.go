@@ -58,6 +58,10 @@ type LoopConfig struct {
 	// views skip it), with the DeadLetter Poison makes of it, and the
 	// cursor covers it. A cancelled context still stops the loop.
 	Poison func(Update, error) DeadLetter
+	// DiscardEffects drops the plugin's effects instead of committing them
+	// to the outbox: a fold that re-folds history (the fresh store of a
+	// reset) must not announce it again.
+	DiscardEffects bool
 	// Clock is the loop's time (the batch window, the retry backoff, the
 	// Applied durations); default the real clock. A simulation passes its
 	// own to drive the loop step by step.
@@ -72,6 +76,7 @@ type Applied struct {
 	Updates  int // updates in the batch (re-queued ones included)
 	Rejected int
 	Views    int // view mutations committed
+	Effects  int // effects committed to the outbox
 	// DeadLettered: updates of the batch the plugin failed on alone,
 	// committed raw only (LoopConfig.Poison).
 	DeadLettered int
@@ -367,7 +372,11 @@ func (l *Loop) commitPart(part []Update, out Output, dead []DeadLetter, start ti
 	prev := l.store.Cursor()
 	cursor := protocol.CursorAfterBatch(prev, l.revs, highTime)
 	cursor = protocol.Settle(cursor, max(l.settled, prev.SettledRev()), l.settledTime, complete)
-	err = l.store.Commit(Commit{Raw: part, Views: out.Views, Cursor: cursor, PluginIdentity: out.Identity, DeadLetters: dead})
+	c := Commit{Raw: part, Views: out.Views, Cursor: cursor, PluginIdentity: out.Identity, DeadLetters: dead}
+	if len(out.Effects) > 0 && !l.cfg.DiscardEffects {
+		c.Effects, c.EffectRev = out.Effects, high
+	}
+	err = l.store.Commit(c)
 	if err != nil {
 		if l.cfg.OnCommitError != nil {
 			l.cfg.OnCommitError(err)
@@ -391,7 +400,7 @@ func (l *Loop) commitPart(part []Update, out Output, dead []DeadLetter, start ti
 	}
 	l.failures = 0
 	if l.cfg.OnApplied != nil {
-		l.cfg.OnApplied(Applied{Cursor: cursor, Updates: len(part), Rejected: out.Rejected, Views: len(out.Views),
+		l.cfg.OnApplied(Applied{Cursor: cursor, Updates: len(part), Rejected: out.Rejected, Views: len(out.Views), Effects: len(c.Effects),
 			DeadLettered: len(dead), Took: l.cfg.Clock.Now().Sub(start)})
 	}
 	return true, nil

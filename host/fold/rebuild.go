@@ -100,6 +100,8 @@ func (b *rebuilder) fold(ctx context.Context, raw Reader, part []Update) error {
 		out, err := b.p.Apply(ctx, part, shadowReader{raw: raw, sh: b.sh})
 		switch {
 		case err == nil:
+			// out.Effects are dropped: a rebuild re-folds history the fold
+			// announced already (RATIONALE.md, "Plugin effects").
 			return nil, b.sh.Write(out.Views)
 		case b.cfg.Poison == nil || ctx.Err() != nil:
 			return nil, fmt.Errorf("%w: rebuilding the view, keys %q..%q: %w", ErrPlugin, part[0].Key, part[len(part)-1].Key, err)

@@ -31,9 +31,14 @@ type Store struct {
 	// apply, then publish the new cursor.
 	commitMu sync.Mutex
 	points   pointWrites // a commit's point writes, under commitMu
-	cursor   atomic.Pointer[protocol.Cursor]
-	view     atomic.Uint32          // the view keyspace (spaceView or spaceView2); changed by a commit
-	shadow   atomic.Pointer[Shadow] // the last BeginShadow's, until activated
+	// outboxHigh is the outbox's high-water mark (readOutboxHigh), under
+	// commitMu; outboxSig is signalled after a commit that added entries.
+	outboxHigh     protocol.Revision
+	outboxSig      chan struct{}
+	effectsDropped atomic.Uint64
+	cursor         atomic.Pointer[protocol.Cursor]
+	view           atomic.Uint32          // the view keyspace (spaceView or spaceView2); changed by a commit
+	shadow         atomic.Pointer[Shadow] // the last BeginShadow's, until activated
 	// viewMu orders the Store's own view reads (which resolve the view
 	// keyspace, then read it) with a commit that switches keyspaces and
 	// drops the old one: held for reading by ViewGet and ViewRange, for
@@ -79,7 +84,7 @@ func Open(dir string, opts Options) (*Store, protocol.Cursor, error) {
 	if err != nil {
 		return nil, protocol.Cursor{}, err
 	}
-	s := &Store{dir: dir, opts: opts, write: pebble.NoSync, snaps: map[*Snapshot]struct{}{}, lock: lock}
+	s := &Store{dir: dir, opts: opts, write: pebble.NoSync, snaps: map[*Snapshot]struct{}{}, lock: lock, outboxSig: make(chan struct{}, 1)}
 	s.stalls.log = opts.Logger
 	s.fs = &guardFS{FS: opts.FS, s: s}
 	s.reserve = opts.diskReserve()
@@ -113,6 +118,9 @@ func (s *Store) recover() (protocol.Cursor, error) {
 		return protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", s.dir, err)
 	}
 	s.view.Store(uint32(view))
+	if s.outboxHigh, err = readOutboxHigh(s.db); err != nil {
+		return protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", s.dir, err)
+	}
 	// A shadow a rebuild was writing when the process died is dropped
 	// (one range tombstone, only when it holds a key).
 	if has, err := hasKeys(s.db, otherView(view)); err != nil || has {

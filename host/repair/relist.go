@@ -561,6 +561,9 @@ func (r *job) fold(ctx context.Context, part []fold.Update) error {
 		out, err := r.plugin.Apply(ctx, part, r.store)
 		switch {
 		case err == nil:
+			// out.Effects are dropped: a repair's difference re-announces
+			// history the fold may have announced already (RATIONALE.md,
+			// "Plugin effects").
 			return nil, r.commit(ctx, fold.Commit{Raw: part, Views: out.Views, Cursor: r.store.Cursor(), PluginIdentity: out.Identity, Repair: fold.RepairBegin})
 		case r.cfg.Poison == nil || ctx.Err() != nil:
 			return nil, fmt.Errorf("%w during a repair (keys %q..%q; nothing of the batch committed, cursor stays at %v): %w",

@@ -1,0 +1,236 @@
+package fold
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// The outbox: the effects a plugin emitted, committed in the same pebble
+// batch as the views, the raw updates and the cursor that produced them
+// (Commit.Effects), and deleted once published (Store.DeleteOutbox). A
+// commit that does not happen leaves no effect behind; a committed effect
+// stays until a publisher saw the server acknowledge it.
+//
+// Keys: spaceOutbox ++ rev:u64be ++ index:u32be, so pebble's order is the
+// fold's order (the revision the batch's effects are filed under, then the
+// plugin's order within the batch). Values:
+//
+//	version:u8 (1) ++ subject:str ++ headers:u32 ++ (name:str ++ value:str)*headers ++ payload
+//
+// where str is u32 length ++ bytes and payload is the rest.
+
+const outboxVersion = 1
+
+// outboxKeyLen is the length of an outbox key, the space byte included.
+const outboxKeyLen = 1 + 8 + 4
+
+// OutboxEntry is one committed effect awaiting publication.
+type OutboxEntry struct {
+	// Rev and Index place the effect: the batch's revision (Commit.
+	// EffectRev) and its position among the batch's effects.
+	Rev   protocol.Revision
+	Index uint32
+	Effect
+}
+
+// ID is the effect's deterministic id, "<fold>/<revision>/<index>": the
+// same for every attempt to publish it, and never the same for two
+// effects of a fold (the outbox files no two batches under one revision).
+func (e OutboxEntry) ID(fold string) string {
+	return fold + "/" + strconv.FormatUint(uint64(e.Rev), 10) + "/" + strconv.FormatUint(uint64(e.Index), 10)
+}
+
+func outboxKey(rev protocol.Revision, index uint32) []byte {
+	k := make([]byte, outboxKeyLen)
+	k[0] = spaceOutbox
+	binary.BigEndian.PutUint64(k[1:], uint64(rev))
+	binary.BigEndian.PutUint32(k[9:], index)
+	return k
+}
+
+func appendOutboxValue(b []byte, e *Effect) []byte {
+	b = append(b, outboxVersion)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(e.Subject)))
+	b = append(b, e.Subject...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(e.Headers)))
+	for _, h := range e.Headers {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(h.Name)))
+		b = append(b, h.Name...)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(h.Value)))
+		b = append(b, h.Value...)
+	}
+	return append(b, e.Payload...)
+}
+
+// decodeOutbox decodes an entry (key without the space byte) into fresh
+// memory.
+func decodeOutbox(key, v []byte) (OutboxEntry, error) {
+	bad := func(what string) (OutboxEntry, error) {
+		return OutboxEntry{}, fmt.Errorf("%w: outbox entry %x: %s", ErrCorrupt, key, what)
+	}
+	if len(key) != outboxKeyLen-1 {
+		return bad("key length")
+	}
+	e := OutboxEntry{Rev: protocol.Revision(binary.BigEndian.Uint64(key)), Index: binary.BigEndian.Uint32(key[8:])}
+	if len(v) < 1 || v[0] != outboxVersion {
+		return bad("unknown version")
+	}
+	v = v[1:]
+	str := func() (string, bool) {
+		if len(v) < 4 {
+			return "", false
+		}
+		n := binary.BigEndian.Uint32(v)
+		if uint64(len(v)-4) < uint64(n) {
+			return "", false
+		}
+		s := string(v[4 : 4+n])
+		v = v[4+n:]
+		return s, true
+	}
+	var ok bool
+	if e.Subject, ok = str(); !ok || len(v) < 4 {
+		return bad("truncated subject")
+	}
+	nh := binary.BigEndian.Uint32(v)
+	v = v[4:]
+	if uint64(nh)*8 > uint64(len(v)) {
+		return bad("header count")
+	}
+	for range nh {
+		var h EffectHeader
+		var ok1, ok2 bool
+		h.Name, ok1 = str()
+		h.Value, ok2 = str()
+		if !ok1 || !ok2 {
+			return bad("truncated header")
+		}
+		e.Headers = append(e.Headers, h)
+	}
+	e.Payload = append([]byte(nil), v...)
+	return e, nil
+}
+
+// readOutboxHigh reads the outbox's high-water mark: the highest revision
+// any commit filed effects under (0: none).
+func readOutboxHigh(r pebble.Reader) (protocol.Revision, error) {
+	v, ok, err := getCopy(r, metaOutboxKey)
+	if err != nil || !ok {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: outbox mark of %d bytes", ErrCorrupt, len(v))
+	}
+	return protocol.Revision(binary.BigEndian.Uint64(v)), nil
+}
+
+// putEffects adds c's effects to b, under commitMu. It returns the new
+// high-water mark, or 0 when the effects were dropped (or there are none).
+func (s *Store) putEffects(b *pebble.Batch, c *Commit) (protocol.Revision, error) {
+	if len(c.Effects) == 0 {
+		return 0, nil
+	}
+	if c.EffectRev <= s.outboxHigh {
+		// A batch filed under a revision effects were committed under
+		// already: a re-delivery of what a commit covered. Its effects
+		// had their turn (and would reuse the ids).
+		s.effectsDropped.Add(uint64(len(c.Effects)))
+		s.opts.Logger.Warn("fold: effects of a batch at or below the outbox's revision mark dropped (a re-delivered batch)",
+			"effects", len(c.Effects), "revision", uint64(c.EffectRev), "mark", uint64(s.outboxHigh))
+		return 0, nil
+	}
+	var val []byte
+	for i := range c.Effects {
+		val = appendOutboxValue(val[:0], &c.Effects[i])
+		if err := b.Set(outboxKey(c.EffectRev, uint32(i)), val, nil); err != nil {
+			return 0, fmt.Errorf("batch: %w", err)
+		}
+	}
+	if err := b.Set(metaOutboxKey, binary.BigEndian.AppendUint64(nil, uint64(c.EffectRev)), nil); err != nil {
+		return 0, fmt.Errorf("batch: %w", err)
+	}
+	return c.EffectRev, nil
+}
+
+// Outbox calls fn for the outbox's entries in order (the fold's), from the
+// first, at most max of them (max <= 0: all). Each entry is a fresh copy.
+func (s *Store) Outbox(max int, fn func(OutboxEntry) error) error {
+	if !s.gate.enter() {
+		return ErrClosed
+	}
+	defer s.gate.exit()
+	n := 0
+	errEnough := errors.New("enough")
+	err := scan(s.db, spaceOutbox, "", true, func(k, v []byte) error {
+		if max > 0 && n >= max {
+			return errEnough
+		}
+		n++
+		e, err := decodeOutbox(k, v)
+		if err != nil {
+			return err
+		}
+		return fn(e)
+	})
+	if errors.Is(err, errEnough) {
+		return nil
+	}
+	return err
+}
+
+// DeleteOutbox deletes published entries (the publisher's, once the server
+// acknowledged them). Deleting an absent entry is a no-op.
+func (s *Store) DeleteOutbox(entries ...OutboxEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	if !s.gate.enter() {
+		return ErrClosed
+	}
+	defer s.gate.exit()
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, e := range entries {
+		if err := b.Delete(outboxKey(e.Rev, e.Index), nil); err != nil {
+			return fmt.Errorf("fold: outbox delete: %w", err)
+		}
+	}
+	if err := s.apply(b, s.write); err != nil {
+		return fmt.Errorf("fold: outbox delete: %w", err)
+	}
+	return nil
+}
+
+// OutboxSignal is a channel that receives (coalesced) after each commit
+// that added outbox entries: a publisher waits on it.
+func (s *Store) OutboxSignal() <-chan struct{} { return s.outboxSig }
+
+// EffectsDropped counts the effects Commit dropped as re-delivered (see
+// Commit.EffectRev) since the store was opened.
+func (s *Store) EffectsDropped() uint64 { return s.effectsDropped.Load() }
+
+// DropOutbox deletes every outbox entry (its revision mark stays): a store
+// installed from another node's artifact must not publish what that node
+// committed (that node publishes it).
+func (s *Store) DropOutbox() error {
+	if !s.gate.enter() {
+		return ErrClosed
+	}
+	defer s.gate.exit()
+	lower, upper := prefixBounds(spaceOutbox, "")
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(lower, upper, nil); err != nil {
+		return fmt.Errorf("fold: outbox drop: %w", err)
+	}
+	if err := s.apply(b, s.write); err != nil {
+		return fmt.Errorf("fold: outbox drop: %w", err)
+	}
+	return nil
+}

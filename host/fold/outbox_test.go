@@ -1,0 +1,227 @@
+package fold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/foldhost/foldhost/protocol"
+)
+
+func effect(subject, payload string, headers ...string) Effect {
+	e := Effect{Subject: subject, Payload: []byte(payload)}
+	for i := 0; i+1 < len(headers); i += 2 {
+		e.Headers = append(e.Headers, EffectHeader{Name: headers[i], Value: headers[i+1]})
+	}
+	return e
+}
+
+// outboxOf lists the outbox as "id subject headers payload" lines.
+func outboxOf(t testing.TB, s *Store) []string {
+	t.Helper()
+	var got []string
+	if err := s.Outbox(0, func(e OutboxEntry) error {
+		got = append(got, fmt.Sprintf("%s %s %v %q", e.ID("f"), e.Subject, e.Headers, e.Payload))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestOutboxHoldsTheCommittedEffects: a commit's effects are in the outbox
+// after it, exactly, in the fold's order (revision, then the plugin's
+// order), with their ids; they survive a reopen; only DeleteOutbox removes
+// them; and a batch filed under a revision effects were already filed
+// under (a re-delivery) commits its data but not its effects.
+// Mutations caught: effects written outside the commit's batch or not at
+// all, keys that do not sort in fold order, the re-delivery mark not kept
+// across a reopen.
+func TestOutboxHoldsTheCommittedEffects(t *testing.T) {
+	s, dir := openTemp(t, Options{})
+	mustCommit(t, s, Commit{Raw: []Update{put("a", 5, "1")}, Views: []ViewMutation{vput("v", "1")}, Cursor: cursorAt(5),
+		Effects: []Effect{effect("x.a", "p1", "H", "1", "H", "2"), effect("x.b", "")}, EffectRev: 5})
+	select {
+	case <-s.OutboxSignal():
+	default:
+		t.Fatal("no outbox signal after a commit with effects")
+	}
+	mustCommit(t, s, Commit{Raw: []Update{put("b", 6, "1")}, Cursor: cursorAt(6)}) // no effects
+	mustCommit(t, s, Commit{Raw: []Update{put("c", 300, "1")}, Cursor: cursorAt(300),
+		Effects: []Effect{effect("y", "a"), effect("y", "b"), effect("y", "c")}, EffectRev: 300})
+	want := []string{
+		`f/5/0 x.a [{H 1} {H 2}] "p1"`, `f/5/1 x.b [] ""`,
+		`f/300/0 y [] "a"`, `f/300/1 y [] "b"`, `f/300/2 y [] "c"`,
+	}
+	if got := outboxOf(t, s); !reflect.DeepEqual(got, want) {
+		t.Fatalf("outbox\n%q\nwant\n%q", got, want)
+	}
+	var first []OutboxEntry
+	if err := s.Outbox(2, func(e OutboxEntry) error { first = append(first, e); return nil }); err != nil || len(first) != 2 {
+		t.Fatalf("Outbox(2): %d entries, %v", len(first), err)
+	}
+	if err := s.DeleteOutbox(first...); err != nil {
+		t.Fatal(err)
+	}
+	want = want[2:]
+	if got := outboxOf(t, s); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after deleting two: %q, want %q", got, want)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := outboxOf(t, s); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after a reopen: %q, want %q", got, want)
+	}
+	// A re-delivered batch (filed at or below revision 300): its data
+	// commits, its effects do not.
+	mustCommit(t, s, Commit{Raw: []Update{put("c", 300, "2")}, Views: []ViewMutation{vput("w", "2")}, Cursor: cursorAt(300),
+		Effects: []Effect{effect("z", "again")}, EffectRev: 300})
+	if got := outboxOf(t, s); !reflect.DeepEqual(got, want) || s.EffectsDropped() != 1 {
+		t.Fatalf("after a re-delivery: %q (dropped %d), want %q (dropped 1)", got, s.EffectsDropped(), want)
+	}
+	if v := collectViews(t, s, ""); v["w"] != "2" {
+		t.Fatalf("the re-delivered batch's views were not committed: %v", v)
+	}
+	if err := s.Commit(Commit{Cursor: cursorAt(301), Effects: []Effect{effect("z", "")}}); !errors.Is(err, ErrInvalidCommit) {
+		t.Fatalf("effects without a revision: %v, want ErrInvalidCommit", err)
+	}
+}
+
+// TestFailedCommitLeavesNoEffect: a commit the store refuses (a fake full
+// disk: the pebble batch is not applied) leaves neither its views nor its
+// outbox entries nor its cursor; the same commit with the space back
+// leaves exactly its effects. Mutation caught: effects written in a write
+// of their own before (or after) the commit's batch.
+func TestFailedCommitLeavesNoEffect(t *testing.T) {
+	fake := &shortDiskFSFake{FS: vfs.Default}
+	fake.avail.Store(1 << 40)
+	s, _ := openTemp(t, Options{FS: fake, DiskReserve: 1 << 20})
+	c := Commit{Raw: []Update{put("a", 1, "1")}, Views: []ViewMutation{vput("v", "1")}, Cursor: cursorAt(1),
+		Effects: []Effect{effect("e.1", "x")}, EffectRev: 1}
+	fake.avail.Store(64 << 10)
+	if err := s.Commit(c); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("commit on a full disk: %v", err)
+	}
+	if got := outboxOf(t, s); len(got) != 0 || len(collectViews(t, s, "")) != 0 || s.Cursor().Rev != 0 {
+		t.Fatalf("a refused commit left outbox %q, views %v, cursor %v", got, collectViews(t, s, ""), s.Cursor())
+	}
+	fake.avail.Store(1 << 40)
+	mustCommit(t, s, c)
+	if got := outboxOf(t, s); !reflect.DeepEqual(got, []string{`f/1/0 e.1 [] "x"`}) {
+		t.Fatalf("outbox %q", got)
+	}
+}
+
+// TestLoopCommitsEffectsWithTheBatch: through the loop, with commits that
+// fail and are retried, the outbox ends up holding exactly one effect per
+// update the plugin emitted for, once each, filed under each batch's
+// highest revision, in revision order. Mutation caught: the loop not
+// passing the effects, or passing them twice on a retry.
+func TestLoopCommitsEffectsWithTheBatch(t *testing.T) {
+	st, _ := openTemp(t, Options{})
+	target := &failingTarget{Store: st, fail: func(n int) bool { return n%3 == 1 }} // every third commit fails
+	plugin := PluginFunc(func(_ context.Context, batch []Update, _ Reader) (Output, error) {
+		var out Output
+		for _, u := range batch {
+			out.Effects = append(out.Effects, effect("k."+u.Key, fmt.Sprint(uint64(u.Rev))))
+		}
+		return out, nil
+	})
+	const n = 250
+	src := &chanSource{events: make(chan Event, n), stop: make(chan struct{})}
+	for i := 1; i <= n; i++ {
+		src.events <- Event{Update: Update{Key: fmt.Sprintf("u%03d", i), Rev: protocol.Revision(i), Op: OpPut, Value: []byte("v")}}
+	}
+	close(src.events)
+	var batches []Applied
+	l := NewLoop(target, plugin, LoopConfig{MaxBatch: 40, Window: time.Millisecond, OnApplied: func(a Applied) { batches = append(batches, a) }})
+	if _, err := l.Run(context.Background(), src); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	if err := st.Outbox(0, func(e OutboxEntry) error {
+		got = append(got, fmt.Sprintf("%s=%s", e.Subject, e.Payload))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n {
+		t.Fatalf("%d effects in the outbox, want %d", len(got), n)
+	}
+	for i, g := range got {
+		if want := fmt.Sprintf("k.u%03d=%d", i+1, i+1); g != want {
+			t.Fatalf("effect %d: %s, want %s", i, g, want)
+		}
+	}
+	// Each batch's effects are filed under its last revision.
+	idx := 0
+	if err := st.Outbox(0, func(e OutboxEntry) error {
+		var b Applied
+		for _, a := range batches {
+			if a.Effects > 0 && protocol.Revision(idx) < a.Cursor.Rev {
+				b = a
+				break
+			}
+		}
+		if e.Rev != b.Cursor.Rev {
+			return fmt.Errorf("effect %d filed under %d, its batch ends at %d", idx, e.Rev, b.Cursor.Rev)
+		}
+		idx++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if target.calls <= len(batches) {
+		t.Fatalf("%d commit calls for %d batches: no commit failed", target.calls, len(batches))
+	}
+}
+
+// TestRebuildDropsEffects: a view rebuild replays every raw entry through
+// the plugin into a shadow and switches it in; the plugin's effects are
+// dropped (it would announce history again), so the outbox holds only what
+// live batches committed. Mutation caught: the rebuild keeping out.Effects.
+func TestRebuildDropsEffects(t *testing.T) {
+	s, _ := openTemp(t, Options{})
+	mustCommit(t, s, Commit{Raw: []Update{put("a", 1, "1"), put("b", 2, "2")}, Cursor: cursorAt(2),
+		Effects: []Effect{effect("live", "b")}, EffectRev: 2})
+	emitted := 0
+	p := PluginFunc(func(_ context.Context, batch []Update, _ Reader) (Output, error) {
+		var out Output
+		for _, u := range batch {
+			out.Views = append(out.Views, vput("v/"+u.Key, string(u.Value)))
+			out.Effects = append(out.Effects, effect("rebuilt", u.Key))
+		}
+		emitted += len(out.Effects)
+		return out, nil
+	})
+	sh, err := s.BeginShadow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Replay(context.Background(), snap, sh, p, RebuildConfig{}, 2); err != nil {
+		t.Fatal(err)
+	}
+	snap.Close()
+	mustCommit(t, s, Commit{Cursor: s.Cursor(), Activate: sh})
+	if v := collectViews(t, s, ""); v["v/a"] != "1" || v["v/b"] != "2" || emitted != 2 {
+		t.Fatalf("rebuilt views %v, %d effects emitted", v, emitted)
+	}
+	if got := outboxOf(t, s); !reflect.DeepEqual(got, []string{`f/2/0 live [] "b"`}) {
+		t.Fatalf("outbox after a rebuild: %q, want only the live effect", got)
+	}
+}
