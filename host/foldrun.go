@@ -54,6 +54,8 @@ type Fold struct {
 	onRepair func(repair.Progress)         // RepairStopped's progress, if set
 	repairer *repair.Runner                // plans and runs the repairs (Start makes it: newRepairer)
 
+	effects effectsState
+
 	loop   atomic.Pointer[fold.Loop]       // the live loop rounds run on
 	runCtx atomic.Pointer[context.Context] // the fold's context while it runs
 	export exportState
@@ -179,6 +181,7 @@ func (f *Fold) Status() httpapi.Status {
 		st.LastError = *p
 	}
 	st.Export = f.exportStatus()
+	st.Effects = f.effectsStatus()
 	st.NATS = f.h.health.Status()
 	if down := st.NATS.DownFor(time.Now()); st.Ready && down > f.h.o.NATS.DisconnectGrace {
 		st.Ready = false
@@ -263,6 +266,9 @@ func (f *Fold) run(ctx context.Context) error {
 	bgWG.Go(func() { f.pollHead(bg) })
 	bgWG.Go(func() { f.logProgress(bg, start) })
 	bgWG.Go(func() { f.exportEvery(bg) })
+	if f.effects.target != nil {
+		bgWG.Go(func() { f.publishEffects(bg) })
+	}
 
 	applier, feed := f.applier(), f.feed()
 	return f.supervise(ctx, func(ctx context.Context, rebuild string) (protocol.Cursor, error) {

@@ -143,6 +143,11 @@ func (h *Host) Start(ctx context.Context) (err error) {
 				"replicas", c.Replicas, "storage", storage, "limit_marker_ttl", c.LimitMarkerTTL.String())
 		}
 		f.bucket = b
+		if f.o.EffectsStream != "" && !f.o.refold {
+			if f.effects.target, err = openEffectsTarget(ctx, h.nc, f.o, h.o.NATS.RequestTimeout); err != nil {
+				return fmt.Errorf("fold %s: %w", f.o.Name, err)
+			}
+		}
 	}
 	phase("buckets opened")
 	if err := h.settleOrigins(ctx); err != nil {

@@ -148,6 +148,18 @@ type FoldOptions struct {
 	// deliberate, one-time step (a stream restored under a new identity, a
 	// renamed bucket). Without it such a store is refused ([OriginError]).
 	Adopt bool
+	// EffectsStream is the JetStream stream the plugin's effects are
+	// published to (README, "Plugin effects"); it must exist at the start.
+	// "" drops them (one WARN when the first is dropped).
+	EffectsStream string
+	// EffectsSubjects are the subject filters effects may go to, each
+	// captured by EffectsStream (checked at the start); an effect outside
+	// them fails its batch as a plugin error. Default: the stream's
+	// subjects.
+	EffectsSubjects []string
+	// refold marks the fresh fold of a reset (ResetStopped): it folds
+	// history again, so the plugin's effects are dropped.
+	refold bool
 }
 
 // NATSOptions say how to reach NATS.
@@ -290,6 +302,9 @@ func (o Options) withDefaults() (Options, error) {
 		}
 		if f.Buffer <= 0 {
 			f.Buffer = DefaultBuffer
+		}
+		if err := validEffectsOptions(f); err != nil {
+			bad("fold %q: %v", f.Name, err)
 		}
 		switch f.OnPluginError {
 		case "":

@@ -64,7 +64,13 @@ func (r recording) Apply(ctx context.Context, batch []fold.Update, rd fold.Reade
 		}
 		rb.mu.Unlock()
 	}
-	return r.inner.Apply(ctx, batch, rd)
+	out, err := r.inner.Apply(ctx, batch, rd)
+	if err == nil {
+		if err = r.f.screenEffects(&out); err != nil {
+			return fold.Output{}, err
+		}
+	}
+	return out, err
 }
 
 // record starts (on) or stops recording the keys of live batches, and

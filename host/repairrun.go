@@ -252,6 +252,7 @@ func ResetStopped(ctx context.Context, o Options, name string, progress func(htt
 		return ResetResult{}, err
 	}
 	fo.DataDir, fo.ExportInterval = fresh, 0
+	fo.refold = true // its plugin's effects are dropped: history, announced by the old store already
 	o.Folds = []FoldOptions{fo}
 	abandon := func() { // the old store stays as it was
 		old.Close()

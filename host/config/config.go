@@ -170,6 +170,10 @@ type FoldConfig struct {
 	// NoCreateBucket (create_bucket = false) refuses a bucket that does
 	// not exist instead of creating it.
 	NoCreateBucket bool
+	// EffectsStream and EffectsSubjects: where the plugin's effects are
+	// published (host.FoldOptions); "" drops them.
+	EffectsStream   string
+	EffectsSubjects []string
 }
 
 // Defaults the file's own keys have (the rest are the libraries').
@@ -382,6 +386,11 @@ func extractFold(f *table) FoldConfig {
 		}
 	}
 	f.boolean("sync", &fc.Sync)
+	f.str("effects_stream", &fc.EffectsStream)
+	f.strings("effects_subjects", &fc.EffectsSubjects)
+	if len(fc.EffectsSubjects) > 0 && fc.EffectsStream == "" {
+		f.problem("effects_subjects", "needs effects_stream (the stream that captures them)")
+	}
 	if f.integer("disk_reserve_mb", &fc.DiskReserveMB) && (fc.DiskReserveMB < -1 || fc.DiskReserveMB > 1<<20) {
 		f.problem("disk_reserve_mb", "must be -1 (none), 0 (the default: 256) or up to %d, got %d", 1<<20, fc.DiskReserveMB)
 		fc.DiskReserveMB = 0

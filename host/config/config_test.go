@@ -161,6 +161,8 @@ plugin_max_call_read_mb = 8
 plugin_max_error_bytes = 100
 plugin_max_effects = 7
 plugin_max_effect_kb = 2
+effects_stream = "ROUTE_EVENTS"
+effects_subjects = ["route.changed"]
 data_dir = "r-data"
 batch_window = "25ms"
 batch_size = 1024
@@ -193,6 +195,7 @@ limit_marker_ttl = "1m"
 			MaxEffects: 7, MaxEffectBytes: 2 << 10},
 		CreateBucket: natskv.BucketConfig{Name: "routes", History: 5, MaxAge: 24 * time.Hour, MaxBytes: 1 << 20,
 			Replicas: 3, Memory: true, LimitMarkerTTL: time.Minute},
+		EffectsStream: "ROUTE_EVENTS", EffectsSubjects: []string{"route.changed"},
 	}
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("fold:\n got %+v\nwant %+v", f, want)
@@ -442,6 +445,7 @@ func TestConfigStructureErrors(t *testing.T) {
 		{"plugin output", "[[fold]]\nname = \"a\"\nplugin_max_output_mb = 0\n", "plugin_max_output_mb: must be between 1 and 1024"},
 		{"plugin view mutations", "[[fold]]\nname = \"a\"\nplugin_max_view_mutations = 10000001\n", "plugin_max_view_mutations: must be between 1 and 10000000"},
 		{"plugin effects", "[[fold]]\nname = \"a\"\nplugin_max_effects = 0\n", "plugin_max_effects: must be between 1 and 1000000"},
+		{"effects subjects alone", "[[fold]]\nname = \"a\"\neffects_subjects = [\"x\"]\n", "effects_subjects: needs effects_stream"},
 		{"plugin view key", "[[fold]]\nname = \"a\"\nplugin_max_view_key_bytes = 0\n", "plugin_max_view_key_bytes: must be between 1 and 1048576"},
 		{"plugin view value", "[[fold]]\nname = \"a\"\nplugin_max_view_value_kb = 1048577\n", "plugin_max_view_value_kb: must be between 1 and 1048576"},
 		{"plugin read", "[[fold]]\nname = \"a\"\nplugin_max_read_mb = 1025\n", "plugin_max_read_mb: must be between 1 and 1024"},

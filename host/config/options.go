@@ -60,6 +60,7 @@ func (c *Config) HostOptions(log *slog.Logger) (host.Options, error) {
 			DataDir: f.DataDir, BatchWindow: f.BatchWindow, BatchSize: f.BatchSize, Buffer: f.Buffer,
 			ExportInterval: f.ExportInterval, ArtifactKey: f.ArtifactKey,
 			Repair: f.Repair, Sync: f.Sync, DiskReserve: diskReserve(f.DiskReserveMB), CreateBucket: f.CreateBucket, NoCreateBucket: f.NoCreateBucket,
+			EffectsStream: f.EffectsStream, EffectsSubjects: f.EffectsSubjects,
 		})
 	}
 	return o, nil

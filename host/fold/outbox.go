@@ -142,7 +142,7 @@ func (s *Store) putEffects(b *pebble.Batch, c *Commit) (protocol.Revision, error
 		// had their turn (and would reuse the ids).
 		s.effectsDropped.Add(uint64(len(c.Effects)))
 		s.opts.Logger.Warn("fold: effects of a batch at or below the outbox's revision mark dropped (a re-delivered batch)",
-			"effects", len(c.Effects), "revision", uint64(c.EffectRev), "mark", uint64(s.outboxHigh))
+			"effects", len(c.Effects), "effect_revision", uint64(c.EffectRev), "outbox_mark", uint64(s.outboxHigh))
 		return 0, nil
 	}
 	var val []byte

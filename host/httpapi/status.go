@@ -129,6 +129,21 @@ type Status struct {
 	// Export is the fold's artifact export: its key and the last round
 	// this process ran; nil when exporting is not configured.
 	Export *ExportStatus `json:"export,omitempty"`
+	// Effects counts the plugin's effects (README, "Plugin effects"); nil
+	// before the first.
+	Effects *EffectsStatus `json:"effects,omitempty"`
+}
+
+// EffectsStatus is what became of a fold's effects since the start.
+type EffectsStatus struct {
+	// Stream is the effects stream; "" when effects are dropped.
+	Stream string `json:"stream,omitempty"`
+	// Published: acknowledged by the stream (and deleted from the outbox).
+	Published uint64 `json:"published"`
+	// Dropped: emitted with no effects stream configured.
+	Dropped uint64 `json:"dropped"`
+	// LastError is the last failed publish, while the publisher retries.
+	LastError string `json:"last_error,omitempty"`
 }
 
 // PluginStatus is the plugin a fold runs and what became of the reloads

@@ -1,0 +1,281 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/natstest"
+)
+
+// routerModel is the example router's effects contract (SPEC.md,
+// "Effects"), computed by the test from the updates it makes: one effect
+// per change of a host's entry.
+type routerModel struct {
+	entries map[string]string
+	want    []string // "op|payload"
+}
+
+func (m *routerModel) put(host, entry string) {
+	if old, ok := m.entries[host]; !ok || old != entry {
+		m.want = append(m.want, "put|"+host+"\n"+entry)
+	}
+	m.entries[host] = entry
+}
+
+func (m *routerModel) del(host string) {
+	if _, ok := m.entries[host]; ok {
+		m.want = append(m.want, "delete|"+host+"\n")
+	}
+	delete(m.entries, host)
+}
+
+// routeWorkload makes n seeded updates of a few hosts (puts of a few
+// entries, so some repeat one, and deletes) and records them in m.
+func routeWorkload(t *testing.T, b *natskv.Bucket, m *routerModel, rng *rand.Rand, n int) uint64 {
+	t.Helper()
+	var last uint64
+	for range n {
+		host := fmt.Sprintf("h%d.example.com", rng.IntN(8))
+		if rng.IntN(5) == 0 {
+			if err := b.KV().Delete(context.Background(), "route."+host); err != nil {
+				t.Fatal(err)
+			}
+			m.del(host)
+			rev, _, err := b.Retention(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = uint64(rev.Last)
+			continue
+		}
+		addr, w := fmt.Sprintf("10.0.0.%d:80", rng.IntN(3)), 1+rng.IntN(2)
+		last = put(t, b, "route."+host, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":%d}]}`, addr, w))
+		m.put(host, fmt.Sprintf("%s=%d", addr, w))
+	}
+	return last
+}
+
+// streamEffects reads the stream's messages in order as "op|payload",
+// checking each one's subject and message id.
+func streamEffects(t *testing.T, s jetstream.Stream) []string {
+	t.Helper()
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		msg, err := s.GetMsg(context.Background(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := msg.Header.Get(jetstream.MsgIDHeader)
+		if msg.Subject != "route.changed" || !strings.HasPrefix(id, "routes/") || strings.Count(id, "/") != 2 {
+			t.Fatalf("message %d: subject %q, id %q", seq, msg.Subject, id)
+		}
+		got = append(got, msg.Header.Get("Route-Op")+"|"+string(msg.Data))
+	}
+	return got
+}
+
+// waitEffects waits until the stream holds n messages and the fold's
+// outbox is empty (nothing left to publish), then returns them.
+func waitEffects(t *testing.T, s jetstream.Stream, f *host.Fold, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		info, err := s.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(info.State.Msgs) >= n && host.OutboxLen(f) == 0 {
+			return streamEffects(t, s)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream holds %d effects, want %d; outbox %d; status %+v %+v %s dropped %d", info.State.Msgs, n, host.OutboxLen(f), f.Status().Effects, f.Status().Counters, f.Status().State, host.EffectsDroppedByStore(f))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func diffEffects(got, want []string) string {
+	if len(got) == len(want) {
+		i := 0
+		for i < len(got) && got[i] == want[i] {
+			i++
+		}
+		if i == len(got) {
+			return ""
+		}
+		return fmt.Sprintf("first difference at %d: %q, want %q", i, got[i], want[i])
+	}
+	return fmt.Sprintf("%d effects, want %d:\n got %q\nwant %q", len(got), len(want), got, want)
+}
+
+// TestEffectsPublishedExactlyInOrderAcrossRestarts: the example router
+// (C build) folds seeded updates; the effects stream ends up holding
+// exactly the router's effects, in order, once each, each with its id as
+// Nats-Msg-Id. While the stream takes nothing (its subjects moved away)
+// the effects wait in the outbox; the host is stopped without draining
+// it; restarted (the store reopened), it publishes them before the next
+// ones: nothing lost, nothing twice. Mutations caught: deleting an entry
+// before its ack (the stopped host's would be lost), a publisher that
+// skips a failed entry, an outbox not read in order.
+func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	_, nc := natstest.Start(t)
+	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes", History: 64}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := jetstream.StreamConfig{Name: "ROUTE_EVENTS", Subjects: []string{"route.changed"}}
+	s, err := js.CreateStream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	opts := host.Options{
+		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: nc.ConnectedUrl()}},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(dir, "routes"),
+			EffectsStream: "ROUTE_EVENTS", EffectsSubjects: []string{"route.changed"}, BatchSize: 7}},
+	}
+	m := &routerModel{entries: map[string]string{}}
+
+	// Live: published as folded. (Caught up first: a state-sync sees each
+	// key's latest value only, so changes it collapses emit nothing.)
+	r := startHost(t, opts)
+	f := r.h.Fold("routes")
+	waitState(t, f, httpapi.StateFollowing)
+	waitCursor(t, f, routeWorkload(t, b, m, rng, 120))
+	if d := diffEffects(waitEffects(t, s, f, len(m.want)), m.want); d != "" {
+		t.Fatalf("live: %s", d)
+	}
+
+	// The stream stops taking the subject: effects wait in the outbox.
+	stream.Subjects = []string{"elsewhere"}
+	if _, err := js.UpdateStream(context.Background(), stream); err != nil {
+		t.Fatal(err)
+	}
+	published := len(m.want)
+	waitCursor(t, f, routeWorkload(t, b, m, rng, 120))
+	waitFor(t, func() bool { return host.OutboxLen(f) == len(m.want)-published && f.Status().Effects.LastError != "" })
+	if st := f.Status().Effects; st.Published != uint64(published) {
+		t.Fatalf("status %+v, want %d published", st, published)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restarted with the stream taking it again: the waiting effects go
+	// first, then the new ones.
+	stream.Subjects = []string{"route.changed"}
+	if _, err := js.UpdateStream(context.Background(), stream); err != nil {
+		t.Fatal(err)
+	}
+	r = startHost(t, opts)
+	f = r.h.Fold("routes")
+	waitCursor(t, f, routeWorkload(t, b, m, rng, 60))
+	if d := diffEffects(waitEffects(t, s, f, len(m.want)), m.want); d != "" {
+		t.Fatalf("after the restart: %s", d)
+	}
+	if len(m.want) < 50 {
+		t.Fatalf("only %d effects: the workload hardly changes anything", len(m.want))
+	}
+}
+
+// TestEffectsStreamRefusedAtStart: a fold whose effects stream does not
+// exist, or does not capture its effects subjects, does not start; the
+// error names the stream and the subject.
+func TestEffectsStreamRefusedAtStart(t *testing.T) {
+	_, nc := natstest.Start(t)
+	if _, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "EV", Subjects: []string{"route.*"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		stream   string
+		subjects []string
+		want     string
+	}{
+		{"NOPE", nil, `effects_stream "NOPE": no such stream`},
+		{"EV", []string{"route.changed.>"}, `effects_subjects "route.changed.>": stream "EV" does not capture it`},
+		{"EV", []string{"other"}, `effects_subjects "other": stream "EV" does not capture it`},
+	} {
+		h, err := host.New(host.Options{
+			Logger: quiet,
+			NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: nc.ConnectedUrl()}},
+			Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
+				EffectsStream: c.stream, EffectsSubjects: c.subjects}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = h.Start(context.Background())
+		h.Close()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("start with effects_stream %q, subjects %q: %v, want %q", c.stream, c.subjects, err, c.want)
+		}
+	}
+	// route.changed and route.* are captured: the start succeeds.
+	for _, subjects := range [][]string{nil, {"route.changed"}, {"route.*"}} {
+		h, err := host.New(host.Options{
+			Logger: quiet,
+			NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: nc.ConnectedUrl()}},
+			Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
+				EffectsStream: "EV", EffectsSubjects: subjects}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = h.Start(context.Background())
+		h.Close()
+		if err != nil {
+			t.Errorf("subjects %q: %v", subjects, err)
+		}
+	}
+}
+
+// TestEffectsOutsideTheSubjectsFailTheBatch: an effect to a subject the
+// fold's effects subjects do not cover fails its batch as a plugin error
+// (nothing committed: the outbox never holds what no stream takes).
+func TestEffectsOutsideTheSubjectsFailTheBatch(t *testing.T) {
+	_, nc := natstest.Start(t)
+	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "EV", Subjects: []string{"other.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	r := startHost(t, host.Options{
+		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: nc.ConnectedUrl()}},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
+			EffectsStream: "EV"}},
+	})
+	f := r.h.Fold("routes")
+	put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
+	st := waitState(t, f, httpapi.StateFailed)
+	if !strings.Contains(st.LastError, `subject "route.changed", outside the fold's effects subjects`) || st.Cursor != 0 || host.OutboxLen(f) != 0 {
+		t.Fatalf("status %+v (outbox %d)", st, host.OutboxLen(f))
+	}
+}
