@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/natstest"
+	"github.com/foldhost/foldhost/internal/syncbuf"
 )
 
 // routerModel is the example router's effects contract (SPEC.md,
@@ -277,5 +279,35 @@ func TestEffectsOutsideTheSubjectsFailTheBatch(t *testing.T) {
 	st := waitState(t, f, httpapi.StateFailed)
 	if !strings.Contains(st.LastError, `subject "route.changed", outside the fold's effects subjects`) || st.Cursor != 0 || host.OutboxLen(f) != 0 {
 		t.Fatalf("status %+v (outbox %d)", st, host.OutboxLen(f))
+	}
+}
+
+// TestEffectsWithoutAStreamAreDropped: a fold without effects_stream drops
+// its plugin's effects: the status counts them, one WARN says so however
+// many there are, and nothing waits in the outbox. Mutation caught: a
+// WARN per batch, or effects committed with no publisher to drain them.
+func TestEffectsWithoutAStreamAreDropped(t *testing.T) {
+	url, b := natsServer(t)
+	var logs syncbuf.Buffer
+	r := startHost(t, host.Options{
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds:  []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"), BatchSize: 1}},
+	})
+	f := r.h.Fold("routes")
+	waitState(t, f, httpapi.StateFollowing)
+	var last uint64
+	for i := range 5 {
+		last = put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
+	}
+	waitCursor(t, f, last)
+	if st := f.Status().Effects; st == nil || st.Dropped != 5 || st.Published != 0 || st.Stream != "" {
+		t.Fatalf("effects status %+v, want 5 dropped", st)
+	}
+	if n := strings.Count(logs.String(), "no effects_stream"); n != 1 {
+		t.Fatalf("%d WARN lines about dropped effects, want 1:\n%s", n, logs.String())
+	}
+	if n := host.OutboxLen(f); n != 0 {
+		t.Fatalf("%d effects in the outbox of a fold without a stream", n)
 	}
 }
