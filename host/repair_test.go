@@ -486,17 +486,38 @@ func TestRestoreFromANewerArtifact(t *testing.T) {
 // written past the old cursor) while the fold was down: the start refuses
 // the store, naming both streams; ResetStopped refolds the new bucket into
 // a fresh store through the plugin and swaps it in, keeping the old one;
-// the next start follows the new stream. Mutation caught: swapping before
-// the fresh fold caught up (its cursor falls short of the head).
+// the next start follows the new stream. The refold drops the plugin's
+// effects: the effects stream gets the old fold's and the live ones, none
+// of the refolded history. Mutations caught: swapping before the fresh
+// fold caught up (its cursor falls short of the head); the refold
+// committing its effects (the next start publishes 200 of them).
 func TestResetAfterARecreatedBucket(t *testing.T) {
 	url, b := repairServer(t, natskv.BucketConfig{History: 1})
 	dir, o := routerFold(t, url)
+	js, err := jetstream.New(nc(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "EV", Subjects: []string{"route.changed"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Folds[0].EffectsStream = "EV"
+	evMsgs := func() uint64 {
+		info, err := ev.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
 	r := startHost(t, o)
+	waitState(t, r.h.Fold("routes"), httpapi.StateFollowing)
 	var last uint64
 	for i := range 3 {
 		last = put(t, b, fmt.Sprintf("route.old%d", i), route("10.0.0.1:80"))
 	}
 	waitCursor(t, r.h.Fold("routes"), last)
+	waitFor(t, func() bool { return evMsgs() == 3 })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -529,6 +550,10 @@ func TestResetAfterARecreatedBucket(t *testing.T) {
 	want := truthOf(t, nb.KV())
 	sameEntries(t, "reset fold", foldOf(t, f), want)
 	sameStrings(t, "reset views", viewsOf(t, f), routerViews(t, want))
+	waitFor(t, func() bool { return host.OutboxLen(f) == 0 && evMsgs() >= 4 })
+	if n := evMsgs(); n != 4 {
+		t.Fatalf("the effects stream holds %d messages, want 4 (3 before the reset, 1 live): the refold's reached it", n)
+	}
 }
 
 // TestRepairRefusedOnEvictingRetentions: the two other retentions that
