@@ -719,3 +719,34 @@ func TestConfigRefusesANonNATSURL(t *testing.T) {
 		t.Errorf("an http:// $FOLDHOST_NATS_URL: %v", err)
 	}
 }
+
+// TestConfigMemTable: memtable_mb reaches the fold's options in bytes; 0 or
+// absent leaves the store's default; out of range is a problem naming it.
+func TestConfigMemTable(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want uint64
+	}{
+		{"", 0},
+		{"memtable_mb = 0", 0},
+		{"memtable_mb = 8", 8 << 20},
+	} {
+		cfg, err := parseIn(t, t.TempDir(), "[nats]\nurl = \"embedded\"\n[[fold]]\nname = \"a\"\n"+c.text+"\n", noEnv)
+		if err != nil {
+			t.Fatalf("%q: %v", c.text, err)
+		}
+		o, err := cfg.HostOptions(slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := o.Folds[0].MemTableSize; got != c.want {
+			t.Errorf("%q: MemTableSize %d, want %d", c.text, got, c.want)
+		}
+	}
+	for _, bad := range []string{"memtable_mb = 2", "memtable_mb = -1", "memtable_mb = 2048"} {
+		_, err := parseIn(t, t.TempDir(), "[nats]\nurl = \"embedded\"\n[[fold]]\nname = \"a\"\n"+bad+"\n", noEnv)
+		if ps := problemsOf(t, err); len(ps) != 1 || ps[0].Key != "fold[0].memtable_mb" {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}
