@@ -193,7 +193,7 @@ func TestPruneDeadLettersHoldsNone(t *testing.T) {
 		var dls []DeadLetter
 		for j := range 100 {
 			rev := uint64(i*100 + j + 1)
-			dls = append(dls, DeadLetter{Key: fmt.Sprint("k", rev), Rev: rev, Op: "put", Error: msg, At: time.Now().Add(-time.Duration(n-int(rev)) * time.Second)})
+			dls = append(dls, DeadLetter{Key: fmt.Sprint("k", rev), Rev: rev, Op: "put", Error: msg, At: time.Now().Add(-time.Duration(n-int(rev)) * time.Minute)})
 		}
 		if err := st.Commit(Commit{Cursor: protocol.Cursor{Rev: protocol.Revision((i + 1) * 100)}, DeadLetters: dls}); err != nil {
 			t.Fatal(err)
@@ -201,7 +201,10 @@ func TestPruneDeadLettersHoldsNone(t *testing.T) {
 	}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	left, err := st.PruneDeadLetters(1500, 1000*time.Second+time.Second/2) // the age drops the oldest 999, the count none more
+	// The age drops the oldest 999 (a minute apart, so a loaded machine's
+	// seconds between the commits and the prune cannot move the boundary),
+	// the count none more.
+	left, err := st.PruneDeadLetters(1500, 1000*time.Minute+30*time.Second)
 	runtime.ReadMemStats(&after)
 	if err != nil || left != 1001 {
 		t.Fatalf("prune: %d left, %v; want 1001", left, err)
