@@ -89,7 +89,7 @@ func newFold(o FoldOptions, h *Host) (*Fold, error) {
 	if _, err := finishResetSwap(o.DataDir, f.log); err != nil {
 		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
 	}
-	so := fold.Options{Sync: o.Sync, Logger: f.log, DiskReserve: o.DiskReserve}
+	so := fold.Options{Sync: o.Sync, Logger: f.log, DiskReserve: o.DiskReserve, MemTableSize: o.MemTableSize}
 	if storeOptions != nil {
 		storeOptions(o.Name, &so)
 	}

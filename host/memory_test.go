@@ -174,7 +174,10 @@ func TestHostilePluginsStayWithinMemory(t *testing.T) {
 			}
 			overhead := int64(hostMemoryOverhead)
 			if raceEnabled {
-				overhead *= 2
+				// The race detector's shadow memory grows with the heap;
+				// output-at-limit reached 532 MiB (constant 468) on a
+				// run with both cores busy.
+				overhead *= 3
 			}
 			if limit := int64(memMB)<<20 + overhead; got.hwm > limit {
 				t.Errorf("%s: peak RSS %d MiB, over the plugin's memory (%d MiB) plus the host's constant (%d MiB)",

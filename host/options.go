@@ -136,6 +136,11 @@ type FoldOptions struct {
 	// 0 takes the store's default (256 MiB, what pebble may still need
 	// to flush its memtables); negative: none.
 	DiskReserve int64
+	// MemTableSize is the size in bytes of one memtable of the fold's
+	// store (fold.Options.MemTableSize; 0: its default, 64 MiB). Up to
+	// four may be held while flushing: most of a busy fold's memory, and
+	// the default DiskReserve is four of them.
+	MemTableSize uint64
 	// CreateBucket applies when the bucket does not exist yet; its Name is
 	// Bucket's. The creation is logged at WARN with these settings (a
 	// misspelled bucket name is a new, empty bucket).

@@ -165,6 +165,9 @@ type FoldConfig struct {
 	// DiskReserveMB: free space every store write leaves (0: the store's
 	// default; -1: none).
 	DiskReserveMB int64
+	// MemTableMB: the size of one pebble memtable of the fold's store
+	// (0: the store's default, 64).
+	MemTableMB int64
 	// CreateBucket applies only when the bucket does not exist yet.
 	CreateBucket natskv.BucketConfig
 	// NoCreateBucket (create_bucket = false) refuses a bucket that does
@@ -394,6 +397,10 @@ func extractFold(f *table) FoldConfig {
 	if f.integer("disk_reserve_mb", &fc.DiskReserveMB) && (fc.DiskReserveMB < -1 || fc.DiskReserveMB > 1<<20) {
 		f.problem("disk_reserve_mb", "must be -1 (none), 0 (the default: 256) or up to %d, got %d", 1<<20, fc.DiskReserveMB)
 		fc.DiskReserveMB = 0
+	}
+	if f.integer("memtable_mb", &fc.MemTableMB) && fc.MemTableMB != 0 && (fc.MemTableMB < 4 || fc.MemTableMB > 1024) {
+		f.problem("memtable_mb", "must be 0 (the default: 64) or from 4 to 1024, got %d", fc.MemTableMB)
+		fc.MemTableMB = 0
 	}
 
 	// create_bucket is a table of settings, or false: never create.

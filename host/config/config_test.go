@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/wasm"
@@ -687,30 +688,38 @@ func TestLoadBoundsTheFile(t *testing.T) {
 // disk_reserve_mb reaches the fold's store in bytes: -1 is none, 0 the
 // store's default; anything below -1 is refused.
 func TestConfigDiskReserve(t *testing.T) {
-	for _, c := range []struct {
-		text string
-		want int64
-	}{
-		{"", 0},
-		{"disk_reserve_mb = 0", 0},
-		{"disk_reserve_mb = 16", 16 << 20},
-		{"disk_reserve_mb = -1", -1},
-	} {
-		cfg, err := parseIn(t, t.TempDir(), "[nats]\nurl = \"embedded\"\n[[fold]]\nname = \"a\"\n"+c.text+"\n", noEnv)
-		if err != nil {
-			t.Fatalf("%q: %v", c.text, err)
-		}
-		o, err := cfg.HostOptions(slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := o.Folds[0].DiskReserve; got != c.want {
-			t.Errorf("%q: DiskReserve %d, want %d", c.text, got, c.want)
+	for text, want := range map[string]int64{"": 0, "disk_reserve_mb = 0": 0, "disk_reserve_mb = 16": 16 << 20, "disk_reserve_mb = -1": -1} {
+		if got := foldOptionsOf(t, text).DiskReserve; got != want {
+			t.Errorf("%q: DiskReserve %d, want %d", text, got, want)
 		}
 	}
-	_, err := parseIn(t, t.TempDir(), "[nats]\nurl = \"embedded\"\n[[fold]]\nname = \"a\"\ndisk_reserve_mb = -2\n", noEnv)
-	if ps := problemsOf(t, err); len(ps) != 1 || ps[0].Key != "fold[0].disk_reserve_mb" {
-		t.Errorf("disk_reserve_mb = -2: %v", err)
+	refuseFoldKey(t, "disk_reserve_mb", "disk_reserve_mb = -2")
+}
+
+// foldOptionsOf is the host options of the only fold of a config whose
+// fold table holds text.
+func foldOptionsOf(t *testing.T, text string) host.FoldOptions {
+	t.Helper()
+	cfg, err := parseIn(t, t.TempDir(), "[nats]\nurl = \"embedded\"\n[[fold]]\nname = \"a\"\n"+text+"\n", noEnv)
+	if err != nil {
+		t.Fatalf("%q: %v", text, err)
+	}
+	o, err := cfg.HostOptions(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.Folds[0]
+}
+
+// refuseFoldKey checks that each of texts in the fold table is one
+// problem naming the fold's key.
+func refuseFoldKey(t *testing.T, key string, texts ...string) {
+	t.Helper()
+	for _, text := range texts {
+		_, err := parseIn(t, t.TempDir(), "[nats]\nurl = \"embedded\"\n[[fold]]\nname = \"a\"\n"+text+"\n", noEnv)
+		if ps := problemsOf(t, err); len(ps) != 1 || ps[0].Key != "fold[0]."+key {
+			t.Errorf("%s: %v", text, err)
+		}
 	}
 }
 
@@ -727,4 +736,15 @@ func TestConfigRefusesANonNATSURL(t *testing.T) {
 	if ps := problemsOf(t, err); len(ps) != 1 || ps[0].Env != EnvNATSURL {
 		t.Errorf("an http:// $FOLDHOST_NATS_URL: %v", err)
 	}
+}
+
+// TestConfigMemTable: memtable_mb reaches the fold's options in bytes; 0 or
+// absent leaves the store's default; out of range is a problem naming it.
+func TestConfigMemTable(t *testing.T) {
+	for text, want := range map[string]uint64{"": 0, "memtable_mb = 0": 0, "memtable_mb = 8": 8 << 20} {
+		if got := foldOptionsOf(t, text).MemTableSize; got != want {
+			t.Errorf("%q: MemTableSize %d, want %d", text, got, want)
+		}
+	}
+	refuseFoldKey(t, "memtable_mb", "memtable_mb = 2", "memtable_mb = -1", "memtable_mb = 2048")
 }

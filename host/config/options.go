@@ -59,7 +59,8 @@ func (c *Config) HostOptions(log *slog.Logger) (host.Options, error) {
 			OnPluginError: f.OnPluginError, DeadLetterMax: f.DeadLetterMax, DeadLetterMaxAge: f.DeadLetterMaxAge,
 			DataDir: f.DataDir, BatchWindow: f.BatchWindow, BatchSize: f.BatchSize, Buffer: f.Buffer,
 			ExportInterval: f.ExportInterval, ArtifactKey: f.ArtifactKey,
-			Repair: f.Repair, Sync: f.Sync, DiskReserve: diskReserve(f.DiskReserveMB), CreateBucket: f.CreateBucket, NoCreateBucket: f.NoCreateBucket,
+			Repair: f.Repair, Sync: f.Sync, DiskReserve: diskReserve(f.DiskReserveMB), MemTableSize: uint64(f.MemTableMB) << 20,
+			CreateBucket: f.CreateBucket, NoCreateBucket: f.NoCreateBucket,
 			EffectsStream: f.EffectsStream, EffectsSubjects: f.EffectsSubjects,
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -35,18 +36,27 @@ const (
 	killEnvDir     = "REPAIR_KILL_DIR"
 	killEnvScratch = "REPAIR_KILL_SCRATCH"
 	killEnvArts    = "REPAIR_KILL_ARTS"
-	killBucket     = "killed"
-	killKeys       = 3000
-	killRuns       = 10
+	// killEnvStep set: after each tick the child waits for a line on
+	// stdin, so it cannot run ahead of a parent the machine starves.
+	killEnvStep = "REPAIR_KILL_STEP"
+	killBucket  = "killed"
+	killKeys    = 3000
+	killRuns    = 10
 )
 
 // ticking is the child's plugin: the mirror's view, and a line on stdout
-// per call (one per repair batch), which the parent times its kill by.
-type ticking struct{}
+// per call (one per repair batch), which the parent times its kill by;
+// with killEnvStep set, each call then waits for the parent's go-ahead.
+type ticking struct{ step *bufio.Reader }
 
-func (ticking) Apply(ctx context.Context, batch []fold.Update, r fold.Reader) (fold.Output, error) {
+func (t ticking) Apply(ctx context.Context, batch []fold.Update, r fold.Reader) (fold.Output, error) {
 	out, err := (&mirror{}).Apply(ctx, batch, r)
 	fmt.Fprintln(os.Stdout, "applied", len(batch))
+	if t.step != nil {
+		if _, rerr := t.step.ReadString('\n'); rerr != nil {
+			os.Exit(3) // the parent is gone
+		}
+	}
 	return out, err
 }
 
@@ -70,13 +80,17 @@ func killChild() {
 		fail("bucket", err)
 	}
 	scratch := os.Getenv(killEnvScratch)
+	var tick ticking
+	if os.Getenv(killEnvStep) != "" {
+		tick.step = bufio.NewReader(os.Stdin)
+	}
 	switch os.Getenv(killEnvMode) {
 	case "relist":
 		src, err := b.Feed(natskv.Scope{}, natskv.WatchOptions{}).Watch(ctx, protocol.Cursor{})
 		if err != nil {
 			fail("watch", err)
 		}
-		if _, err := repair.Relist(ctx, src, st, ticking{}, repair.Config{Deletes: true, ScratchDir: scratch, MaxBatch: 7, Logger: quiet}); err != nil {
+		if _, err := repair.Relist(ctx, src, st, tick, repair.Config{Deletes: true, ScratchDir: scratch, MaxBatch: 7, Logger: quiet}); err != nil {
 			fail("relist", err)
 		}
 		src.Stop()
@@ -93,7 +107,7 @@ func killChild() {
 		if err != nil {
 			fail("open artifact", err)
 		}
-		if _, err := repair.Restore(ctx, st, art, ticking{}, repair.RestoreConfig{MaxBatch: 7, Listed: b.Listed, Logger: quiet}); err != nil {
+		if _, err := repair.Restore(ctx, st, art, tick, repair.RestoreConfig{MaxBatch: 7, Listed: b.Listed, Logger: quiet}); err != nil {
 			fail("restore", err)
 		}
 		art.Close()
@@ -304,6 +318,14 @@ func runTicking(cmd *exec.Cmd) (int, error) {
 // killAfterTicks starts cmd, SIGKILLs it pause after its n-th tick (or lets
 // it end if it ticks fewer times) and returns what Wait returned.
 func killAfterTicks(cmd *exec.Cmd, n int, pause time.Duration) error {
+	// The child waits for a go-ahead after each tick: a starved parent
+	// would otherwise read tick n long after the child had finished.
+	cmd.Env = append(cmd.Env, killEnvStep+"=1")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	defer in.Close()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -313,6 +335,9 @@ func killAfterTicks(cmd *exec.Cmd, n int, pause time.Duration) error {
 	}
 	sc := bufio.NewScanner(out)
 	for seen := 0; sc.Scan(); {
+		// After the kill the child's pipe may be closed: a failed
+		// go-ahead is expected then.
+		_, _ = io.WriteString(in, "go\n")
 		if seen++; seen == n {
 			time.Sleep(pause)
 			_ = cmd.Process.Signal(syscall.SIGKILL)

@@ -573,49 +573,40 @@ func (s *Store) Prune(ctx context.Context, key string, grace time.Duration, now 
 		return nil, s.abortStaleUploads(ctx, s.payloadPrefix(key), stale)
 	}
 	target := artifact.Address(ptr) + ".tar"
-	prefix := s.payloadPrefix(key)
 	var deleted []string
-	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &prefix})
-	for pages.HasMorePages() {
-		lctx, cancel := s.op(ctx)
-		page, err := pages.NextPage(lctx)
-		cancel()
+	err = s.eachPayload(ctx, key, func(o types.Object, name string) error {
+		obj := aws.ToString(o.Key)
+		pl := protocol.Payload{
+			IsPointerTarget: name == target,
+			AgedOut:         o.LastModified != nil && o.LastModified.Before(now.Add(-grace)),
+		}
+		if pl.IsPointerTarget || !pl.AgedOut {
+			return nil // not prunable whatever its rank; skip the read
+		}
+		var err error
+		pl.Rank, pl.RankKnown, err = s.payloadRank(ctx, obj, aws.ToInt64(o.Size), strings.TrimSuffix(name, ".tar"))
 		if err != nil {
-			return deleted, fmt.Errorf("artifact: prune: list: %w", err)
+			return err
 		}
-		for _, o := range page.Contents {
-			obj := aws.ToString(o.Key)
-			name := strings.TrimPrefix(obj, prefix)
-			if strings.Contains(name, "/") || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".tar") {
-				continue
-			}
-			pl := protocol.Payload{
-				IsPointerTarget: name == target,
-				AgedOut:         o.LastModified != nil && o.LastModified.Before(now.Add(-grace)),
-			}
-			if pl.IsPointerTarget || !pl.AgedOut {
-				continue // not prunable whatever its rank; skip the read
-			}
-			pl.Rank, pl.RankKnown, err = s.payloadRank(ctx, obj, aws.ToInt64(o.Size), strings.TrimSuffix(name, ".tar"))
-			if err != nil {
-				return deleted, fmt.Errorf("artifact: prune: %w", err)
-			}
-			if !protocol.PayloadPrunable(pl, state) {
-				continue
-			}
-			dctx, cancel := s.op(ctx)
-			_, err := s.client.DeleteObject(dctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &obj})
-			cancel()
-			if isNotFound(err) {
-				continue // another node pruned it first: pruning is idempotent
-			}
-			if err != nil {
-				return deleted, fmt.Errorf("artifact: prune: delete %s: %w", obj, err)
-			}
-			deleted = append(deleted, name)
+		if !protocol.PayloadPrunable(pl, state) {
+			return nil
 		}
+		dctx, cancel := s.op(ctx)
+		_, err = s.client.DeleteObject(dctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &obj})
+		cancel()
+		if isNotFound(err) {
+			return nil // another node pruned it first: pruning is idempotent
+		}
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", obj, err)
+		}
+		deleted = append(deleted, name)
+		return nil
+	})
+	if err != nil {
+		return deleted, fmt.Errorf("artifact: prune: %w", err)
 	}
-	return deleted, s.abortStaleUploads(ctx, prefix, stale)
+	return deleted, s.abortStaleUploads(ctx, s.payloadPrefix(key), stale)
 }
 
 // Keys returns the keys that have a pointer (<prefix>/<key>.manifest.json),
@@ -651,26 +642,44 @@ func (s *Store) Payloads(ctx context.Context, key string) (_ []artifact.PayloadI
 	if err := artifact.CheckKey(key); err != nil {
 		return nil, err
 	}
-	prefix := s.payloadPrefix(key)
 	var out []artifact.PayloadInfo
+	err = s.eachPayload(ctx, key, func(o types.Object, name string) error {
+		out = append(out, artifact.PayloadInfo{Name: name, Size: aws.ToInt64(o.Size), Modified: aws.ToTime(o.LastModified).UTC()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("artifact: payloads: %w", err)
+	}
+	slices.SortFunc(out, func(a, b artifact.PayloadInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// eachPayload calls fn for each payload object of key
+// (<key>.payloads/<address>.tar; a multipart upload in progress is not an
+// object yet), in the server's listing order, with its name under the
+// payloads prefix. It stops at fn's first error and returns it as is; a
+// listing error is returned as "list: ...".
+func (s *Store) eachPayload(ctx context.Context, key string, fn func(o types.Object, name string) error) error {
+	prefix := s.payloadPrefix(key)
 	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &prefix})
 	for pages.HasMorePages() {
 		lctx, cancel := s.op(ctx)
 		page, err := pages.NextPage(lctx)
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("artifact: list payloads: %w", err)
+			return fmt.Errorf("list: %w", err)
 		}
 		for _, o := range page.Contents {
 			name := strings.TrimPrefix(aws.ToString(o.Key), prefix)
 			if strings.Contains(name, "/") || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".tar") {
 				continue
 			}
-			out = append(out, artifact.PayloadInfo{Name: name, Size: aws.ToInt64(o.Size), Modified: aws.ToTime(o.LastModified).UTC()})
+			if err := fn(o, name); err != nil {
+				return err
+			}
 		}
 	}
-	slices.SortFunc(out, func(a, b artifact.PayloadInfo) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	return nil
 }
 
 // abortStaleUploads aborts the multipart uploads under prefix idle since
