@@ -13,7 +13,7 @@ import (
 // NativePlugin is a Go SDK plugin run as ordinary Go code of the host's
 // process (foldhost.Native) behind the fold.Plugin interface: the same
 // work as its WASM build, the same encodings at the boundary (the batch
-// record in, view reads through the host's read protocol, the output
+// record in, view and raw reads through the host's read protocol, the output
 // record out), without the module. It is the baseline of the benchmarks
 // (the example router's), never a way to run a user's plugin: nothing
 // contains it.
@@ -29,9 +29,9 @@ type NativePlugin[R any] struct {
 // NewNative runs pl natively.
 func NewNative[R any](pl foldhost.Plugin[R]) *NativePlugin[R] {
 	p := &NativePlugin[R]{}
-	p.n = foldhost.NewNative[R](pl, func(req []byte) ([]byte, bool) {
+	p.n = foldhost.NewNative[R](pl, func(space uint32, req []byte) ([]byte, bool) {
 		var err error
-		p.resp, err = answerRead(p.fold, abi.SpaceView, req, p.resp[:0], math.MaxInt, func() {})
+		p.resp, err = answerRead(p.fold, space, req, p.resp[:0], math.MaxInt, func() {})
 		return p.resp, err == nil
 	})
 	return p

@@ -6,19 +6,30 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/foldhost/foldhost/abi"
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/plugins/testdata/go/probe"
 	"github.com/foldhost/foldhost/protocol"
 )
 
-// TestSDKProbes drives the C, AssemblyScript and Rust SDK probes (each
+// TestSDKProbes drives the C, AssemblyScript, Rust and Go SDK probes (each
 // update key is a command, see plugins/testdata/c/probe.c) through the real
-// host: view writes, batched view and raw reads of the committed fold, the
-// overlay of the batch's own writes, rejections, and failures from parse and
-// apply.
+// host: view writes, batched view and raw reads of the committed fold
+// (binary values byte for byte), the overlay of the batch's own writes,
+// rejections, and failures from parse and apply. "probe-go-native" is the
+// Go probe's code run through the host's native path (NewNative), whose
+// reads the host answers with the same code as the read import.
 func TestSDKProbes(t *testing.T) {
-	for _, name := range []string{"probe-c", "probe-as", "probe-rust"} {
+	for _, name := range []string{"probe-c", "probe-as", "probe-rust", "probe-go", "probe-go-native"} {
 		t.Run(name, func(t *testing.T) {
-			p, st := pluginAndStore(t, newRuntime(t, Options{}), testPlugin(t, name))
+			var p fold.Plugin
+			var st *fold.Store
+			if name == "probe-go-native" {
+				st = openStore(t)
+				p = NewNative[probe.Rec](&probe.Probe{})
+			} else {
+				p, st = pluginAndStore(t, newRuntime(t, Options{}), testPlugin(t, name))
+			}
 			rev := protocol.Revision(0)
 			u := func(key, value string, op fold.Op) fold.Update {
 				rev++
@@ -31,8 +42,9 @@ func TestSDKProbes(t *testing.T) {
 					OnApplied: func(a fold.Applied) { rejected += a.Rejected }}).Run(context.Background(), newFeed(batch))
 				return rejected, err
 			}
-			// Batch 1 commits view a=1 and the raw entry of key "w/a".
-			if _, err := run(put("w/a", "1")); err != nil {
+			// Batch 1 commits view a=1 and the raw entries of keys "w/a"
+			// and "w/z" (a binary value, at revision 2).
+			if _, err := run(put("w/a", "1"), put("w/z", binValue)); err != nil {
 				t.Fatal(err)
 			}
 			// Batch 2: committed reads, the batch's own writes, rejections.
@@ -45,6 +57,8 @@ func TestSDKProbes(t *testing.T) {
 				put("r/a", ""),              // 5: own delete: got/5/a = "0"
 				put("raw/w/a", ""),          // 6: raw entry at revision 1: rawgot/6/w/a = "1:1"
 				put("raw/nope", ""),         // 7: rawgot/7/nope = "0"
+				put("pfraw/w/z", ""),        // 8: prefetch raw w/z
+				put("raw/w/z", ""),          // 9: rawgot/9/w/z = "2:" + binValue
 				put("reject-me", ""),        // rejected
 				put("log", "hello from the probe"),
 			)
@@ -58,6 +72,7 @@ func TestSDKProbes(t *testing.T) {
 				"got/5/a":       "0",
 				"rawgot/6/w/a":  "1:1",
 				"rawgot/7/nope": "0",
+				"rawgot/9/w/z":  "2:" + binValue,
 				"b":             "B",
 			} {
 				if got, ok := v[k]; !ok || got != want {
@@ -75,7 +90,9 @@ func TestSDKProbes(t *testing.T) {
 			for _, cmd := range []string{"fail", "parsefail"} {
 				_, err := run(put("w/c", "C"), put(cmd, "probe says no"))
 				var pe *PluginError
-				if !errors.As(err, &pe) || pe.Kind != KindGuest || !strings.Contains(err.Error(), "probe says no") {
+				var ge *abi.GuestError // the native path's error: no module, no PluginError
+				if (!errors.As(err, &pe) || pe.Kind != KindGuest) && (name != "probe-go-native" || !errors.As(err, &ge)) ||
+					!strings.Contains(err.Error(), "probe says no") {
 					t.Fatalf("%s: err = %v, want a guest error carrying the message", cmd, err)
 				}
 				if st.Cursor() != before {
@@ -88,6 +105,9 @@ func TestSDKProbes(t *testing.T) {
 		})
 	}
 }
+
+// binValue is a raw value no C string survives: NUL and 0xff bytes.
+const binValue = "\x00\xffz\x00"
 
 // TestRustSDKPanicIsATrap: a panic in a Rust plugin (the probe's "panic"
 // command) aborts, which is a wasm trap: the host contains it like any trap
@@ -133,4 +153,15 @@ func TestRustSDKPanicIsATrap(t *testing.T) {
 	if v := views(t, st); v["a"] != "1" || v["c"] != "3" {
 		t.Fatalf("view after the panic: %v", v)
 	}
+}
+
+// openStore opens a fold store closed at the test's end.
+func openStore(t testing.TB) *fold.Store {
+	t.Helper()
+	st, _, err := fold.Open(t.TempDir(), fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }

@@ -1,6 +1,7 @@
 package foldhost
 
 import (
+	"encoding/binary"
 	"errors"
 	"unsafe"
 
@@ -10,13 +11,14 @@ import (
 // Batch is the output side of one Apply: view mutations, and reads of the
 // committed fold that see this batch's own earlier writes.
 type Batch struct {
-	// read answers a read request outside WebAssembly (Native); nil: the
-	// host's read import.
-	read    func(req []byte) ([]byte, bool)
+	// read answers a read request in a space outside WebAssembly (Native);
+	// nil: the host's read import.
+	read    func(space uint32, req []byte) ([]byte, bool)
 	out     abi.OutputWriter
 	arena   arena
-	written map[string]entry // view keys written in this batch
-	cached  map[string]entry // view keys read from the host in this batch
+	written map[string]entry    // view keys written in this batch
+	cached  map[string]entry    // view keys read from the host in this batch
+	raws    map[string]rawEntry // raw keys read from the host in this batch
 	req     []byte
 	resp    []byte
 	keys    [][]byte
@@ -25,6 +27,17 @@ type Batch struct {
 type entry struct {
 	value []byte
 	found bool
+}
+
+type rawEntry struct {
+	e     RawEntry
+	found bool
+}
+
+// RawEntry is a raw fold entry: the KV entry as the host stored it.
+type RawEntry struct {
+	Rev   uint64 // the entry's revision in the bucket
+	Value []byte // its value, byte for byte; valid until the batch ends
 }
 
 // ErrRead is returned when the host refuses a read.
@@ -36,9 +49,11 @@ func (b *Batch) reset() {
 	if b.written == nil {
 		b.written = make(map[string]entry)
 		b.cached = make(map[string]entry)
+		b.raws = make(map[string]rawEntry)
 	}
 	clear(b.written)
 	clear(b.cached)
+	clear(b.raws)
 }
 
 // Put writes a view key. key and value are copied.
@@ -79,7 +94,7 @@ func (b *Batch) Prefetch(keys ...[]byte) error {
 		return nil
 	}
 	b.req = abi.AppendReadRequest(b.req[:0], b.keys)
-	resp, ok := b.readViews(b.req)
+	resp, ok := b.readSpace(abi.SpaceView, b.req)
 	if !ok {
 		return ErrRead
 	}
@@ -89,12 +104,62 @@ func (b *Batch) Prefetch(keys ...[]byte) error {
 	})
 }
 
-// readViews sends one read request for view keys and returns the response.
-func (b *Batch) readViews(req []byte) ([]byte, bool) {
-	if b.read != nil {
-		return b.read(req)
+// errShortRaw: a raw hit too short to hold its revision.
+var errShortRaw = errors.New("foldhost: host sent a raw entry without its revision")
+
+// PrefetchRaw reads the given keys of the raw fold in ONE host call, so later
+// Raw calls for them are answered locally (see Prefetch).
+func (b *Batch) PrefetchRaw(keys ...[]byte) error {
+	b.keys = b.keys[:0]
+	for _, k := range keys {
+		if _, ok := b.raws[unsafeString(k)]; !ok {
+			b.keys = append(b.keys, k)
+		}
 	}
-	n := hostRead(abi.SpaceView, ptrOf(req), uint32(len(req)))
+	if len(b.keys) == 0 {
+		return nil
+	}
+	b.req = abi.AppendReadRequest(b.req[:0], b.keys)
+	resp, ok := b.readSpace(abi.SpaceRaw, b.req)
+	if !ok {
+		return ErrRead
+	}
+	return abi.DecodeReadResponse(resp, len(b.keys), func(i int, found bool, v []byte) error {
+		var e RawEntry
+		if found {
+			if len(v) < 8 {
+				return errShortRaw
+			}
+			e = RawEntry{Rev: binary.LittleEndian.Uint64(v), Value: b.arena.bytes(v[8:])}
+		}
+		b.raws[b.arena.str(b.keys[i])] = rawEntry{e: e, found: found}
+		return nil
+	})
+}
+
+// Raw reads a key of the raw fold: the KV entry (revision and value) as
+// committed before this batch; false when the fold holds no entry for it.
+// Raw entries are never overlaid: a plugin writes views only. The value is
+// valid until the batch ends. A read the host refuses returns ErrRead;
+// return it from Apply (the batch fails, as in the C and Rust SDKs).
+func (b *Batch) Raw(key []byte) (RawEntry, bool, error) {
+	if e, ok := b.raws[unsafeString(key)]; ok {
+		return e.e, e.found, nil
+	}
+	if err := b.PrefetchRaw(key); err != nil {
+		return RawEntry{}, false, err
+	}
+	e := b.raws[unsafeString(key)]
+	return e.e, e.found, nil
+}
+
+// readSpace sends one read request in space (abi.SpaceView, abi.SpaceRaw)
+// and returns the response.
+func (b *Batch) readSpace(space uint32, req []byte) ([]byte, bool) {
+	if b.read != nil {
+		return b.read(space, req)
+	}
+	n := hostRead(int32(space), ptrOf(req), uint32(len(req)))
 	if n < 0 {
 		return nil, false
 	}

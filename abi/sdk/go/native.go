@@ -10,10 +10,11 @@ type Native[R any] struct {
 	t typed[R]
 }
 
-// NewNative runs p; read answers a view read request (abi.AppendReadRequest
-// encoding) with its response (abi.AppendReadHit/Miss), or false to refuse
+// NewNative runs p; read answers a read request (abi.AppendReadRequest
+// encoding) in space (abi.SpaceView or abi.SpaceRaw) with its response
+// (abi.AppendReadHit/AppendReadRawHit/AppendReadMiss), or false to refuse
 // it, as the host's read import would.
-func NewNative[R any](p Plugin[R], read func(req []byte) ([]byte, bool)) *Native[R] {
+func NewNative[R any](p Plugin[R], read func(space uint32, req []byte) ([]byte, bool)) *Native[R] {
 	n := &Native[R]{t: typed[R]{p: p}}
 	n.t.batch.read = read
 	return n
