@@ -2,9 +2,13 @@ package host
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -14,15 +18,16 @@ import (
 
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/protocol"
 )
 
 // Plugin effects (README, "Plugin effects"; RATIONALE.md, "Plugin
 // effects"): the loop commits a batch's effects to the fold's outbox in
 // the batch's own commit (fold.Commit.Effects), and the fold's publisher
-// drains the outbox in order into the effects stream, deleting an entry
-// only once the server acknowledged it. An effect's Nats-Msg-Id is its id,
-// "<fold>/<revision>/<index>", so a publish repeated after a crash (acked,
-// not yet deleted) is dropped by the stream within its duplicate window.
+// drains the outbox in order into the effects stream, in atomic batches
+// fenced against repeats (fencePublish), deleting an entry only once the
+// server acknowledged it or the fence says it landed. An effect's id,
+// "<fold>/<revision>/<index>", travels in its Foldhost-Effect-Id header.
 
 // Publisher pacing: entries read per round, and the backoff after a failed
 // publish (doubling from the first to the last).
@@ -35,8 +40,10 @@ const (
 // effectsTarget is where a fold's effects go: its stream, and the subject
 // filters an effect must match (EffectsSubjects, or the stream's subjects).
 type effectsTarget struct {
-	js      jetstream.JetStream
+	nc      *nats.Conn
+	handle  jetstream.Stream
 	stream  string
+	fence   string // the fold's fence subject (FoldOptions.EffectsFence)
 	filters []string
 	timeout time.Duration // each publish
 }
@@ -46,8 +53,11 @@ type effectsState struct {
 	target    *effectsTarget // nil: effects are dropped
 	published atomic.Uint64
 	dropped   atomic.Uint64 // with no target (or a reset's refold)
-	warned    atomic.Bool   // the one WARN of a drop was logged
-	lastErr   atomic.Pointer[string]
+	// confirmed counts entries deleted because the fence said they had
+	// landed; fenceMoves the batches refused because the fence moved.
+	confirmed, fenceMoves atomic.Uint64
+	warned                atomic.Bool // the one WARN of a drop was logged
+	lastErr               atomic.Pointer[string]
 }
 
 // openEffectsTarget checks, at the start, that the fold's effects stream
@@ -84,7 +94,16 @@ func openEffectsTarget(ctx context.Context, nc *nats.Conn, o FoldOptions, timeou
 			return nil, fmt.Errorf("effects_subjects %q: stream %q does not capture it (it captures %q): effects there would have nowhere to go", f, o.EffectsStream, captured)
 		}
 	}
-	return &effectsTarget{js: js, stream: o.EffectsStream, filters: filters, timeout: timeout}, nil
+	cfg := s.CachedInfo().Config
+	switch {
+	case !cfg.AllowAtomicPublish:
+		return nil, fmt.Errorf("effects_stream %q does not allow atomic batch publishing: effects are published in batches fenced against repeats, so set allow_atomic on the stream (AllowAtomicPublish, NATS server 2.12+)", o.EffectsStream)
+	case cfg.Retention != jetstream.LimitsPolicy:
+		return nil, fmt.Errorf("effects_stream %q has %s retention: it would remove the fence (the record of what was published) once consumed, so effects could be published twice; use limits retention", o.EffectsStream, cfg.Retention)
+	case !slices.ContainsFunc(captured, func(c string) bool { return subjectSubset(o.EffectsFence, c) }):
+		return nil, fmt.Errorf("effects_stream %q does not capture the fold's fence subject %q (it captures %q): add it to the stream's subjects, or set effects_fence to one it captures", o.EffectsStream, o.EffectsFence, captured)
+	}
+	return &effectsTarget{nc: nc, handle: s, stream: o.EffectsStream, fence: o.EffectsFence, filters: filters, timeout: timeout}, nil
 }
 
 // validFilter checks a subject filter effects may match: tokens, '*' and a
@@ -141,9 +160,13 @@ func (t *effectsTarget) captures(subject string) bool {
 type EffectSubjectError struct {
 	Subject string
 	Filters []string
+	Fence   bool // the subject is the fold's fence
 }
 
 func (e *EffectSubjectError) Error() string {
+	if e.Fence {
+		return fmt.Sprintf("an effect to subject %q, the fold's effects fence (the host's record of what was published)", e.Subject)
+	}
 	return fmt.Sprintf("an effect to subject %q, outside the fold's effects subjects %q (effects_subjects, or effects_stream's subjects)", e.Subject, e.Filters)
 }
 
@@ -169,6 +192,9 @@ func (f *Fold) screenEffects(out *fold.Output) error {
 		return nil
 	}
 	for _, e := range out.Effects {
+		if e.Subject == t.fence {
+			return &EffectSubjectError{Subject: e.Subject, Fence: true}
+		}
 		if !t.captures(e.Subject) {
 			return &EffectSubjectError{Subject: e.Subject, Filters: t.filters}
 		}
@@ -177,39 +203,77 @@ func (f *Fold) screenEffects(out *fold.Output) error {
 }
 
 // publishEffects drains the fold's outbox into its effects stream until
-// ctx ends: in order, one publish at a time (the stream's order is the
-// fold's), each with its id as Nats-Msg-Id and the stream as the expected
-// one; entries are deleted once acknowledged. A failure is retried, from
-// the first unacknowledged entry, after a backoff. Nothing is lost when ctx
-// ends in between: the next run starts where this one stopped.
+// ctx ends, in order, a chunk at a time as one atomic batch whose last
+// message is the fold's fence (fencePublish). Entries are deleted once the
+// batch is acknowledged, or once the fence says they landed (a crash
+// between the ack and the delete, a lost ack). A failure is retried, from
+// the first entry not known to have landed, after a backoff. Nothing is
+// lost when ctx ends in between: the next run starts where this one
+// stopped and reads the fence first.
 func (f *Fold) publishEffects(ctx context.Context) {
 	t := f.effects.target
-	var chunk, acked []fold.OutboxEntry
+	epoch := ""
+	if o, ok, err := f.store.Origin(); err == nil && ok {
+		epoch = stamp(o.StreamCreated)
+	}
+	var fence fenceState
+	known := false
+	var chunk []fold.OutboxEntry
 	failures := 0
 	for ctx.Err() == nil {
-		chunk = chunk[:0]
-		err := f.store.Outbox(effectsChunk, func(e fold.OutboxEntry) error { chunk = append(chunk, e); return nil })
-		if err == nil && len(chunk) == 0 {
+		var err error
+		if !known {
+			fence, err = t.readFence(ctx, epoch)
+			known = err == nil
+		}
+		if err == nil {
+			chunk = chunk[:0]
+			err = f.store.Outbox(effectsChunk, func(e fold.OutboxEntry) error { chunk = append(chunk, e); return nil })
+		}
+		landed := 0
+		for err == nil && landed < len(chunk) && fence.covers(chunk[landed]) {
+			landed++
+		}
+		switch {
+		case err != nil:
+		case landed > 0:
+			// The fence says these are in the stream already: published
+			// before a crash, or acknowledged on a reply that was lost.
+			if err = f.store.DeleteOutbox(chunk[:landed]...); err == nil {
+				f.effects.published.Add(uint64(landed))
+				f.effects.confirmed.Add(uint64(landed))
+				continue
+			}
+		case len(chunk) == 0:
 			select {
 			case <-ctx.Done():
 				return
 			case <-f.store.OutboxSignal():
 			}
 			continue
-		}
-		acked = acked[:0]
-		for _, e := range chunk {
-			if err != nil {
-				break
+		default:
+			var seq uint64
+			seq, err = t.fencePublish(ctx, f.o.Name, epoch, fence.seq, chunk)
+			if errors.Is(err, errFenceMoved) && ctx.Err() == nil {
+				// Someone wrote the fence since it was read (this
+				// publisher's own batch whose ack was lost, or another
+				// one's): read it again and go on from what it says.
+				f.effects.fenceMoves.Add(1)
+				known = false
+				continue
 			}
-			if err = t.publish(ctx, f.o.Name, e); err == nil {
-				acked = append(acked, e)
+			if err == nil && effectsAfterAck != nil {
+				if effectsAfterAck(ctx); ctx.Err() != nil {
+					return
+				}
 			}
-		}
-		if derr := f.store.DeleteOutbox(acked...); derr != nil && err == nil {
-			err = derr
-		} else if derr == nil {
-			f.effects.published.Add(uint64(len(acked)))
+			if err == nil {
+				last := chunk[len(chunk)-1]
+				fence = fenceState{seq: seq, has: true, rev: last.Rev, index: last.Index}
+				if err = f.store.DeleteOutbox(chunk...); err == nil {
+					f.effects.published.Add(uint64(len(chunk)))
+				}
+			}
 		}
 		if err == nil {
 			if failures > 0 {
@@ -222,11 +286,12 @@ func (f *Fold) publishEffects(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		known = false // a failed batch may have landed: the fence says
 		failures++
 		msg := err.Error()
 		f.effects.lastErr.Store(&msg)
 		if failures == 1 || failures%20 == 0 {
-			f.log.Warn("publishing an effect failed; retrying", "stream", t.stream, "failures", failures, "err", err)
+			f.log.Warn("publishing effects failed; retrying", "stream", t.stream, "failures", failures, "err", err)
 		}
 		backoff := min(effectsBackoffMin<<min(failures-1, 10), effectsBackoffMax)
 		select {
@@ -237,21 +302,130 @@ func (f *Fold) publishEffects(ctx context.Context) {
 	}
 }
 
-// publish sends one effect and waits for the stream's acknowledgement.
-func (t *effectsTarget) publish(ctx context.Context, foldName string, e fold.OutboxEntry) error {
-	m := nats.NewMsg(e.Subject)
-	m.Data = e.Payload
-	for _, h := range e.Headers {
-		m.Header.Add(h.Name, h.Value)
+// effectsAfterAck, when set (tests' fault injection), runs after the
+// stream acknowledged a batch and before its entries are deleted: a
+// publisher whose ctx ended there stops as a killed process would.
+var effectsAfterAck func(ctx context.Context)
+
+// The fence's headers: the last effect the batch holds ("<rev>/<index>"),
+// and the history it belongs to (the folded stream's creation time: a
+// recreated bucket numbers its revisions again, and its effects must not
+// be taken for the old one's).
+const (
+	hdrFenceThrough = "Foldhost-Effects-Through"
+	hdrFenceEpoch   = "Foldhost-Effects-Epoch"
+	// hdrEffectID carries an effect's id on its message.
+	hdrEffectID = "Foldhost-Effect-Id"
+)
+
+// errFenceMoved: the fence subject's last sequence is not the one the
+// batch expected, so the server refused the whole batch.
+var errFenceMoved = errors.New("the effects fence moved")
+
+// fenceState is what the fence subject's last message says: its sequence
+// (0: none yet), and, when it is this history's, the last effect landed.
+type fenceState struct {
+	seq   uint64
+	has   bool
+	rev   protocol.Revision
+	index uint32
+}
+
+// covers reports whether the fence says e is in the stream already.
+func (s fenceState) covers(e fold.OutboxEntry) bool {
+	return s.has && (e.Rev < s.rev || e.Rev == s.rev && e.Index <= s.index)
+}
+
+// readFence reads the fence subject's last message.
+func (t *effectsTarget) readFence(ctx context.Context, epoch string) (fenceState, error) {
+	rctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	m, err := t.handle.GetLastMsgForSubject(rctx, t.fence)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fenceState{}, nil
 	}
+	if err != nil {
+		return fenceState{}, fmt.Errorf("reading the effects fence %q: %w", t.fence, err)
+	}
+	st := fenceState{seq: m.Sequence}
+	if m.Header.Get(hdrFenceEpoch) != epoch {
+		return st, nil // another history's fence: none of these effects landed
+	}
+	r, i, ok := strings.Cut(m.Header.Get(hdrFenceThrough), "/")
+	rev, err1 := strconv.ParseUint(r, 10, 64)
+	idx, err2 := strconv.ParseUint(i, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return st, fmt.Errorf("the effects fence %q, message %d: %s %q is not <revision>/<index>", t.fence, m.Sequence, hdrFenceThrough, m.Header.Get(hdrFenceThrough))
+	}
+	st.has, st.rev, st.index = true, protocol.Revision(rev), uint32(idx)
+	return st, nil
+}
+
+// fencePublish publishes chunk as one JetStream atomic batch, the fence
+// last: the server stores all of it or none, and only if the fence
+// subject's last sequence is still fenceSeq. So a batch lands once,
+// whatever the stream's duplicate window, however long the outage: a
+// repeat after a lost ack finds the fence moved. It returns the fence's
+// new sequence.
+func (t *effectsTarget) fencePublish(ctx context.Context, foldName, epoch string, fenceSeq uint64, chunk []fold.OutboxEntry) (uint64, error) {
+	var rnd [12]byte
+	_, _ = rand.Read(rnd[:])
+	batch := hex.EncodeToString(rnd[:])
+	for i, e := range chunk {
+		m := nats.NewMsg(e.Subject)
+		m.Data = e.Payload
+		for _, h := range e.Headers {
+			m.Header.Add(h.Name, h.Value)
+		}
+		m.Header.Set(hdrEffectID, e.ID(foldName))
+		m.Header.Set(jsBatchID, batch)
+		m.Header.Set(jsBatchSeq, strconv.Itoa(i+1))
+		if err := t.nc.PublishMsg(m); err != nil {
+			return 0, fmt.Errorf("effect %s to %q: %w", e.ID(foldName), e.Subject, err)
+		}
+	}
+	last := chunk[len(chunk)-1]
+	fm := nats.NewMsg(t.fence)
+	fm.Header.Set(hdrFenceThrough, fmt.Sprintf("%d/%d", last.Rev, last.Index))
+	fm.Header.Set(hdrFenceEpoch, epoch)
+	fm.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(fenceSeq, 10))
+	fm.Header.Set(jsBatchID, batch)
+	fm.Header.Set(jsBatchSeq, strconv.Itoa(len(chunk)+1))
+	fm.Header.Set(jsBatchCommit, "1")
 	pctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	id := e.ID(foldName)
-	if _, err := t.js.PublishMsg(pctx, m, jetstream.WithMsgID(id), jetstream.WithExpectStream(t.stream)); err != nil {
-		return fmt.Errorf("effect %s to %q: %w", id, e.Subject, err)
+	reply, err := t.nc.RequestMsgWithContext(pctx, fm)
+	if err != nil {
+		return 0, fmt.Errorf("effects %s to %s: %w", chunk[0].ID(foldName), last.ID(foldName), err)
 	}
-	return nil
+	var ack struct {
+		Seq   uint64 `json:"seq"`
+		Count int    `json:"count"`
+		Error *struct {
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(reply.Data, &ack); err != nil {
+		return 0, fmt.Errorf("effects: the server's answer %q: %w", reply.Data, err)
+	}
+	switch {
+	case ack.Error != nil && (ack.Error.ErrCode == int(jetstream.JSErrCodeStreamWrongLastSequence) || ack.Error.ErrCode == int(jetstream.JSErrCodeStreamWrongLastSequenceConstant)):
+		return 0, fmt.Errorf("%w: %s", errFenceMoved, ack.Error.Description)
+	case ack.Error != nil:
+		return 0, fmt.Errorf("effects %s to %s: stream %q refused the batch: %s (error %d)", chunk[0].ID(foldName), last.ID(foldName), t.stream, ack.Error.Description, ack.Error.ErrCode)
+	case ack.Count != len(chunk)+1:
+		return 0, fmt.Errorf("effects: stream %q stored a batch of %d messages, %d sent", t.stream, ack.Count, len(chunk)+1)
+	}
+	return ack.Seq, nil
 }
+
+// JetStream's atomic batch headers (server 2.12+).
+const (
+	jsBatchID     = "Nats-Batch-Id"
+	jsBatchSeq    = "Nats-Batch-Sequence"
+	jsBatchCommit = "Nats-Batch-Commit"
+)
 
 // validEffectsOptions checks a fold's effects options (Options.withDefaults).
 func validEffectsOptions(f *FoldOptions) error {
@@ -263,6 +437,12 @@ func validEffectsOptions(f *FoldOptions) error {
 	}
 	if strings.ContainsAny(f.EffectsStream, " \t\r\n.*>/\\") {
 		return fmt.Errorf("EffectsStream %q is not a stream name", f.EffectsStream)
+	}
+	if f.EffectsFence == "" {
+		f.EffectsFence = "foldhost.fence." + f.Name
+	}
+	if err := validFilter(f.EffectsFence); err != nil || strings.ContainsAny(f.EffectsFence, "*>") {
+		return fmt.Errorf("EffectsFence %q is not a subject (name the fold's fence subject: the default, foldhost.fence.<fold>, needs a fold name that is one subject token)", f.EffectsFence)
 	}
 	for _, s := range f.EffectsSubjects {
 		if err := validFilter(s); err != nil {
@@ -278,7 +458,8 @@ func (f *Fold) effectsStatus() *httpapi.EffectsStatus {
 	e := &f.effects
 	st := &httpapi.EffectsStatus{Published: e.published.Load(), Dropped: e.dropped.Load()}
 	if e.target != nil {
-		st.Stream = e.target.stream
+		st.Stream, st.Fence = e.target.stream, e.target.fence
+		st.Confirmed, st.FenceMoves = e.confirmed.Load(), e.fenceMoves.Load()
 	} else if st.Dropped == 0 {
 		return nil
 	}

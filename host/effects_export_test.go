@@ -1,6 +1,10 @@
 package host
 
-import "github.com/foldhost/foldhost/host/fold"
+import (
+	"context"
+
+	"github.com/foldhost/foldhost/host/fold"
+)
 
 // OutboxLen counts the entries of f's outbox (tests: what is committed
 // and not yet published).
@@ -14,3 +18,10 @@ func OutboxLen(f *Fold) int {
 
 // EffectsDroppedByStore is the store's count of re-delivered effects.
 func EffectsDroppedByStore(f *Fold) uint64 { return f.store.EffectsDropped() }
+
+// SetEffectsAfterAck sets the publishers' fault-injection hook (run after
+// a batch's ack, before its delete) until the test ends.
+func SetEffectsAfterAck(t interface{ Cleanup(func()) }, fn func(ctx context.Context)) {
+	effectsAfterAck = fn
+	t.Cleanup(func() { effectsAfterAck = nil })
+}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,6 +68,12 @@ func routeWorkload(t *testing.T, b *natskv.Bucket, m *routerModel, rng *rand.Ran
 	return last
 }
 
+// effectsStream is a stream the host publishes effects to: it captures
+// subjects and the folds' fences, and allows atomic batches.
+func effectsStream(name string, subjects ...string) jetstream.StreamConfig {
+	return jetstream.StreamConfig{Name: name, Subjects: append(subjects, "foldhost.fence.>"), AllowAtomicPublish: true}
+}
+
 // streamEffects reads the stream's messages in order as "op|payload",
 // checking each one's subject and message id.
 func streamEffects(t *testing.T, s jetstream.Stream) []string {
@@ -81,7 +88,10 @@ func streamEffects(t *testing.T, s jetstream.Stream) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := msg.Header.Get(jetstream.MsgIDHeader)
+		if strings.HasPrefix(msg.Subject, "foldhost.fence.") {
+			continue
+		}
+		id := msg.Header.Get("Foldhost-Effect-Id")
 		if msg.Subject != "route.changed" || !strings.HasPrefix(id, "routes/") || strings.Count(id, "/") != 2 {
 			t.Fatalf("message %d: subject %q, id %q", seq, msg.Subject, id)
 		}
@@ -96,15 +106,15 @@ func waitEffects(t *testing.T, s jetstream.Stream, f *host.Fold, n int) []string
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		info, err := s.Info(context.Background())
+		info, err := s.Info(context.Background(), jetstream.WithSubjectFilter("route.changed"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if int(info.State.Msgs) >= n && host.OutboxLen(f) == 0 {
+		if int(info.State.Subjects["route.changed"]) >= n && host.OutboxLen(f) == 0 {
 			return streamEffects(t, s)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the stream holds %d effects, want %d; outbox %d; status %+v %+v %s dropped %d", info.State.Msgs, n, host.OutboxLen(f), f.Status().Effects, f.Status().Counters, f.Status().State, host.EffectsDroppedByStore(f))
+			t.Fatalf("the stream holds %d effects, want %d; outbox %d; status %+v %+v %s dropped %d", info.State.Subjects["route.changed"], n, host.OutboxLen(f), f.Status().Effects, f.Status().Counters, f.Status().State, host.EffectsDroppedByStore(f))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -146,7 +156,7 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream := jetstream.StreamConfig{Name: "ROUTE_EVENTS", Subjects: []string{"route.changed"}}
+	stream := effectsStream("ROUTE_EVENTS", "route.changed")
 	s, err := js.CreateStream(context.Background(), stream)
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +180,7 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 	}
 
 	// The stream stops taking the subject: effects wait in the outbox.
-	stream.Subjects = []string{"elsewhere"}
+	stream.Subjects = []string{"elsewhere", "foldhost.fence.>"}
 	if _, err := js.UpdateStream(context.Background(), stream); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +196,7 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 
 	// Restarted with the stream taking it again: the waiting effects go
 	// first, then the new ones.
-	stream.Subjects = []string{"route.changed"}
+	stream.Subjects = []string{"route.changed", "foldhost.fence.>"}
 	if _, err := js.UpdateStream(context.Background(), stream); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +220,7 @@ func TestEffectsStreamRefusedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "EV", Subjects: []string{"route.*"}}); err != nil {
+	if _, err := js.CreateStream(context.Background(), effectsStream("EV", "route.*")); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -266,7 +276,7 @@ func TestEffectsOutsideTheSubjectsFailTheBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "EV", Subjects: []string{"other.>"}}); err != nil {
+	if _, err := js.CreateStream(context.Background(), effectsStream("EV", "other.>")); err != nil {
 		t.Fatal(err)
 	}
 	r := startHost(t, host.Options{
@@ -309,5 +319,171 @@ func TestEffectsWithoutAStreamAreDropped(t *testing.T) {
 	}
 	if n := host.OutboxLen(f); n != 0 {
 		t.Fatalf("%d effects in the outbox of a fold without a stream", n)
+	}
+}
+
+// effectsSetup is a routes bucket, an effects stream EV (duplicate window
+// dup; 0: the server's default) and the router fold's options publishing
+// to it with batches of one update.
+func effectsSetup(t *testing.T, dup time.Duration) (*natskv.Bucket, jetstream.Stream, host.FoldOptions, string) {
+	t.Helper()
+	url, b := natsServer(t)
+	js, err := jetstream.New(nc(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := effectsStream("EV", "route.changed")
+	cfg.Duplicates = dup
+	s, err := js.CreateStream(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, s, host.FoldOptions{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "routes"),
+		EffectsStream: "EV", BatchSize: 1}, url
+}
+
+// TestEffectsFenceOutlastsTheDuplicateWindow: the host stops (as a
+// SIGKILL would) after the stream acknowledged a batch and before the
+// outbox let go of it; it restarts after the stream's duplicate window
+// has passed, so Nats-Msg-Id could no longer catch the repeat. The fence
+// does: the restarted publisher reads that the batch landed and deletes
+// it, and the stream holds every effect once. Mutation caught: a
+// publisher that does not delete what the fence covers (the batch lands
+// twice).
+func TestEffectsFenceOutlastsTheDuplicateWindow(t *testing.T) {
+	const window = 200 * time.Millisecond
+	b, s, fo, url := effectsSetup(t, window)
+	acked := make(chan struct{}, 1)
+	var once sync.Once
+	host.SetEffectsAfterAck(t, func(ctx context.Context) {
+		once.Do(func() {
+			acked <- struct{}{}
+			<-ctx.Done() // the test stops the host here
+		})
+	})
+	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
+	m := &routerModel{entries: map[string]string{}}
+	r := startHost(t, o)
+	f := r.h.Fold("routes")
+	waitState(t, f, httpapi.StateFollowing)
+	for i := range 5 {
+		put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
+		m.put(fmt.Sprintf("h%d", i), "10.0.0.1:80=1")
+	}
+	select {
+	case <-acked:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("no batch was acknowledged")
+	}
+	left := host.OutboxLen(f)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if left == 0 {
+		t.Fatal("the outbox was empty after the ack: nothing to repeat")
+	}
+	time.Sleep(3 * window) // the stream forgets the message ids
+	r = startHost(t, o)
+	f = r.h.Fold("routes")
+	if d := diffEffects(waitEffects(t, s, f, len(m.want)), m.want); d != "" {
+		t.Fatalf("after the restart: %s", d)
+	}
+	if st := f.Status().Effects; st.Confirmed == 0 {
+		t.Fatalf("status %+v: the restart confirmed nothing through the fence", st)
+	}
+}
+
+// TestEffectsTwoReplicasPublishOnce: two hosts fold the same bucket with
+// the same plugin into their own stores, one update per batch (so their
+// outboxes hold the same effects under the same ids), and both publish to
+// one stream. The fence lets each batch land once: the stream holds every
+// effect once, in order, and at least one batch was refused because the
+// other replica had moved the fence. Mutation caught: a batch without
+// the expected fence sequence (effects land twice).
+func TestEffectsTwoReplicasPublishOnce(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	b, s, fo, url := effectsSetup(t, 0)
+	var rs []*running
+	for i := range 2 {
+		fo.DataDir = filepath.Join(t.TempDir(), fmt.Sprint("replica", i))
+		rs = append(rs, startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}))
+		waitState(t, rs[i].h.Fold("routes"), httpapi.StateFollowing)
+	}
+	m := &routerModel{entries: map[string]string{}}
+	last := routeWorkload(t, b, m, rng, 300)
+	for _, r := range rs {
+		waitCursor(t, r.h.Fold("routes"), last)
+	}
+	got := waitEffects(t, s, rs[0].h.Fold("routes"), len(m.want))
+	waitFor(t, func() bool { return host.OutboxLen(rs[1].h.Fold("routes")) == 0 })
+	if d := diffEffects(streamEffects(t, s), m.want); d != "" {
+		t.Fatalf("two replicas: %s (first read %d)", d, len(got))
+	}
+	moves := 0
+	for _, r := range rs {
+		st := r.h.Fold("routes").Status().Effects
+		t.Logf("replica: %+v", st)
+		moves += int(st.FenceMoves + st.Confirmed)
+	}
+	if moves == 0 {
+		t.Fatal("no replica ever found the fence moved or a batch landed: the two did not compete")
+	}
+}
+
+// TestEffectsStreamSettingsRefused: a stream that would break the fence
+// is refused at the start, saying why: no atomic batches, a retention that
+// removes the fence once consumed, a fence subject it does not capture.
+// And an effect to the fence subject itself fails its batch. Mutation
+// caught: any of the start checks removed (the start succeeds).
+func TestEffectsStreamSettingsRefused(t *testing.T) {
+	url, b := natsServer(t)
+	js, err := jetstream.New(nc(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cfg   jetstream.StreamConfig
+		fence string
+		want  string
+	}{
+		{jetstream.StreamConfig{Name: "NOATOM", Subjects: []string{"a.changed", "a.fence"}}, "a.fence", `effects_stream "NOATOM" does not allow atomic batch publishing`},
+		{jetstream.StreamConfig{Name: "INTEREST", Subjects: []string{"b.changed", "b.fence"}, AllowAtomicPublish: true, Retention: jetstream.InterestPolicy}, "b.fence",
+			`effects_stream "INTEREST" has Interest retention: it would remove the fence`},
+		{jetstream.StreamConfig{Name: "NOFENCE", Subjects: []string{"c.changed"}, AllowAtomicPublish: true}, "",
+			`effects_stream "NOFENCE" does not capture the fold's fence subject "foldhost.fence.routes"`},
+	} {
+		if _, err := js.CreateStream(context.Background(), c.cfg); err != nil {
+			t.Fatal(err)
+		}
+		h, err := host.New(host.Options{
+			Logger: quiet,
+			NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+			Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
+				EffectsStream: c.cfg.Name, EffectsFence: c.fence}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = h.Start(context.Background())
+		h.Close()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("start with stream %s: %v, want %q", c.cfg.Name, err, c.want)
+		}
+	}
+	// The fence on the subject the router's effects go to.
+	if _, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed")); err != nil {
+		t.Fatal(err)
+	}
+	r := startHost(t, host.Options{
+		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
+			EffectsStream: "EV", EffectsFence: "route.changed"}},
+	})
+	f := r.h.Fold("routes")
+	put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
+	if st := waitState(t, f, httpapi.StateFailed); !strings.Contains(st.LastError, `subject "route.changed", the fold's effects fence`) || host.OutboxLen(f) != 0 {
+		t.Fatalf("status %+v (outbox %d)", st, host.OutboxLen(f))
 	}
 }

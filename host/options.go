@@ -162,6 +162,12 @@ type FoldOptions struct {
 	// them fails its batch as a plugin error. Default: the stream's
 	// subjects.
 	EffectsSubjects []string
+	// EffectsFence is the subject of the fold's fence in EffectsStream:
+	// each batch of effects is published atomically with a fence message
+	// that records the last effect it holds, and only if the fence is
+	// where the publisher last saw it (RATIONALE.md, "Plugin effects").
+	// The stream must capture it. Default: foldhost.fence.<fold name>.
+	EffectsFence string
 	// refold marks the fresh fold of a reset (ResetStopped): it folds
 	// history again, so the plugin's effects are dropped.
 	refold bool

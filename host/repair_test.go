@@ -498,17 +498,17 @@ func TestResetAfterARecreatedBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "EV", Subjects: []string{"route.changed"}})
+	ev, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	o.Folds[0].EffectsStream = "EV"
 	evMsgs := func() uint64 {
-		info, err := ev.Info(context.Background())
+		info, err := ev.Info(context.Background(), jetstream.WithSubjectFilter("route.changed"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return info.State.Msgs
+		return info.State.Subjects["route.changed"]
 	}
 	r := startHost(t, o)
 	waitState(t, r.h.Fold("routes"), httpapi.StateFollowing)

@@ -177,6 +177,7 @@ type FoldConfig struct {
 	// published (host.FoldOptions); "" drops them.
 	EffectsStream   string
 	EffectsSubjects []string
+	EffectsFence    string
 }
 
 // Defaults the file's own keys have (the rest are the libraries').
@@ -391,6 +392,10 @@ func extractFold(f *table) FoldConfig {
 	f.boolean("sync", &fc.Sync)
 	f.str("effects_stream", &fc.EffectsStream)
 	f.strings("effects_subjects", &fc.EffectsSubjects)
+	f.str("effects_fence", &fc.EffectsFence)
+	if fc.EffectsFence != "" && fc.EffectsStream == "" {
+		f.problem("effects_fence", "needs effects_stream (the stream that captures it)")
+	}
 	if len(fc.EffectsSubjects) > 0 && fc.EffectsStream == "" {
 		f.problem("effects_subjects", "needs effects_stream (the stream that captures them)")
 	}

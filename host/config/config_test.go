@@ -748,3 +748,15 @@ func TestConfigMemTable(t *testing.T) {
 	}
 	refuseFoldKey(t, "memtable_mb", "memtable_mb = 2", "memtable_mb = -1", "memtable_mb = 2048")
 }
+
+// TestConfigEffectsFence: effects_fence reaches the fold's options and
+// needs effects_stream; a wildcard is not a fence.
+func TestConfigEffectsFence(t *testing.T) {
+	if fo := foldOptionsOf(t, "effects_stream = \"EV\"\neffects_fence = \"ev.fence\""); fo.EffectsFence != "ev.fence" {
+		t.Errorf("effects_fence: %q", fo.EffectsFence)
+	}
+	refuseFoldKey(t, "effects_fence", "effects_fence = \"ev.fence\"")
+	if _, err := host.New(host.Options{Folds: []host.FoldOptions{{Name: "a", DataDir: t.TempDir(), Plugin: "/p.wasm", EffectsStream: "EV", EffectsFence: "ev.*"}}}); err == nil || !strings.Contains(err.Error(), `EffectsFence "ev.*" is not a subject`) {
+		t.Error("a wildcard fence was accepted")
+	}
+}

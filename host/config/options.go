@@ -61,7 +61,7 @@ func (c *Config) HostOptions(log *slog.Logger) (host.Options, error) {
 			ExportInterval: f.ExportInterval, ArtifactKey: f.ArtifactKey,
 			Repair: f.Repair, Sync: f.Sync, DiskReserve: diskReserve(f.DiskReserveMB), MemTableSize: uint64(f.MemTableMB) << 20,
 			CreateBucket: f.CreateBucket, NoCreateBucket: f.NoCreateBucket,
-			EffectsStream: f.EffectsStream, EffectsSubjects: f.EffectsSubjects,
+			EffectsStream: f.EffectsStream, EffectsSubjects: f.EffectsSubjects, EffectsFence: f.EffectsFence,
 		})
 	}
 	return o, nil

@@ -142,6 +142,13 @@ type EffectsStatus struct {
 	Published uint64 `json:"published"`
 	// Dropped: emitted with no effects stream configured.
 	Dropped uint64 `json:"dropped"`
+	// Fence is the fold's fence subject in Stream; Confirmed counts the
+	// entries deleted because the fence said they had landed (published
+	// before a crash, or by another replica); FenceMoves the batches the
+	// stream refused because the fence had moved since it was read.
+	Fence      string `json:"fence,omitempty"`
+	Confirmed  uint64 `json:"confirmed"`
+	FenceMoves uint64 `json:"fence_moves"`
 	// LastError is the last failed publish, while the publisher retries.
 	LastError string `json:"last_error,omitempty"`
 }
