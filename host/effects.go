@@ -56,8 +56,12 @@ type effectsState struct {
 	// confirmed counts entries deleted because the fence said they had
 	// landed; fenceMoves the batches refused because the fence moved.
 	confirmed, fenceMoves atomic.Uint64
-	warned                atomic.Bool // the one WARN of a drop was logged
-	lastErr               atomic.Pointer[string]
+	// headSince is when the publisher first saw the outbox's first entry
+	// (unix ns; 0: the outbox was empty).
+	headSince atomic.Int64
+	head      fold.OutboxEntry // the publisher's own
+	warned    atomic.Bool      // the one WARN of a drop was logged
+	lastErr   atomic.Pointer[string]
 }
 
 // openEffectsTarget checks, at the start, that the fold's effects stream
@@ -230,6 +234,7 @@ func (f *Fold) publishEffects(ctx context.Context) {
 			chunk = chunk[:0]
 			err = f.store.Outbox(effectsChunk, func(e fold.OutboxEntry) error { chunk = append(chunk, e); return nil })
 		}
+		f.effects.noteHead(chunk, err)
 		landed := 0
 		for err == nil && landed < len(chunk) && fence.covers(chunk[landed]) {
 			landed++
@@ -306,6 +311,19 @@ func (f *Fold) publishEffects(ctx context.Context) {
 // stream acknowledged a batch and before its entries are deleted: a
 // publisher whose ctx ended there stops as a killed process would.
 var effectsAfterAck func(ctx context.Context)
+
+// noteHead records when the publisher first saw the outbox's first entry.
+func (e *effectsState) noteHead(chunk []fold.OutboxEntry, err error) {
+	switch {
+	case err != nil:
+	case len(chunk) == 0:
+		e.headSince.Store(0)
+		e.head = fold.OutboxEntry{}
+	case chunk[0].Rev != e.head.Rev || chunk[0].Index != e.head.Index || e.headSince.Load() == 0:
+		e.head = chunk[0]
+		e.headSince.Store(time.Now().UnixNano())
+	}
+}
 
 // The fence's headers: the last effect the batch holds ("<rev>/<index>"),
 // and the history it belongs to (the folded stream's creation time: a
@@ -412,6 +430,8 @@ func (t *effectsTarget) fencePublish(ctx context.Context, foldName, epoch string
 	switch {
 	case ack.Error != nil && (ack.Error.ErrCode == int(jetstream.JSErrCodeStreamWrongLastSequence) || ack.Error.ErrCode == int(jetstream.JSErrCodeStreamWrongLastSequenceConstant)):
 		return 0, fmt.Errorf("%w: %s", errFenceMoved, ack.Error.Description)
+	case ack.Error != nil && ack.Error.ErrCode == 10176: // incomplete batch
+		return 0, fmt.Errorf("effects %s to %s: stream %q refused a message of the batch (does it still capture every effects subject and the fence %q?): %s", chunk[0].ID(foldName), last.ID(foldName), t.stream, t.fence, ack.Error.Description)
 	case ack.Error != nil:
 		return 0, fmt.Errorf("effects %s to %s: stream %q refused the batch: %s (error %d)", chunk[0].ID(foldName), last.ID(foldName), t.stream, ack.Error.Description, ack.Error.ErrCode)
 	case ack.Count != len(chunk)+1:
@@ -460,6 +480,10 @@ func (f *Fold) effectsStatus() *httpapi.EffectsStatus {
 	if e.target != nil {
 		st.Stream, st.Fence = e.target.stream, e.target.fence
 		st.Confirmed, st.FenceMoves = e.confirmed.Load(), e.fenceMoves.Load()
+		st.Outbox = f.store.OutboxLen()
+		if since := e.headSince.Load(); since != 0 && st.Outbox > 0 {
+			st.OutboxWaitSeconds = time.Since(time.Unix(0, since)).Seconds()
+		}
 	} else if st.Dropped == 0 {
 		return nil
 	}

@@ -187,9 +187,12 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 	published := len(m.want)
 	waitCursor(t, f, routeWorkload(t, b, m, rng, 120))
 	waitFor(t, func() bool { return host.OutboxLen(f) == len(m.want)-published && f.Status().Effects.LastError != "" })
-	if st := f.Status().Effects; st.Published != uint64(published) {
-		t.Fatalf("status %+v, want %d published", st, published)
+	if st := f.Status().Effects; st.Published != uint64(published) || st.Outbox != int64(len(m.want)-published) {
+		t.Fatalf("status %+v, want %d published, %d in the outbox", st, published, len(m.want)-published)
 	}
+	// The first waiting effect's wait grows while the stream takes nothing.
+	w0 := f.Status().Effects.OutboxWaitSeconds
+	waitFor(t, func() bool { return f.Status().Effects.OutboxWaitSeconds > w0 && w0 > 0 })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -205,6 +208,9 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 	waitCursor(t, f, routeWorkload(t, b, m, rng, 60))
 	if d := diffEffects(waitEffects(t, s, f, len(m.want)), m.want); d != "" {
 		t.Fatalf("after the restart: %s", d)
+	}
+	if st := f.Status().Effects; st.Outbox != 0 || st.OutboxWaitSeconds != 0 {
+		t.Fatalf("status %+v: the outbox is empty", st)
 	}
 	if len(m.want) < 50 {
 		t.Fatalf("only %d effects: the workload hardly changes anything", len(m.want))

@@ -193,6 +193,7 @@ func (s *Store) Commit(c Commit) error {
 	s.cursor.Store(&next)
 	if high > 0 {
 		s.outboxHigh = high
+		s.outboxLen.Add(int64(len(c.Effects)))
 		select {
 		case s.outboxSig <- struct{}{}:
 		default:

@@ -204,8 +204,15 @@ func (s *Store) DeleteOutbox(entries ...OutboxEntry) error {
 	if err := s.apply(b, s.write); err != nil {
 		return fmt.Errorf("fold: outbox delete: %w", err)
 	}
+	if s.outboxLen.Add(-int64(len(entries))) < 0 {
+		s.outboxLen.Store(0) // absent entries deleted: a caller's repeat
+	}
 	return nil
 }
+
+// OutboxLen is how many effects the outbox holds (committed, not yet
+// published).
+func (s *Store) OutboxLen() int64 { return s.outboxLen.Load() }
 
 // OutboxSignal is a channel that receives (coalesced) after each commit
 // that added outbox entries: a publisher waits on it.
@@ -232,5 +239,6 @@ func (s *Store) DropOutbox() error {
 	if err := s.apply(b, s.write); err != nil {
 		return fmt.Errorf("fold: outbox drop: %w", err)
 	}
+	s.outboxLen.Store(0)
 	return nil
 }

@@ -36,6 +36,7 @@ type Store struct {
 	outboxHigh     protocol.Revision
 	outboxSig      chan struct{}
 	effectsDropped atomic.Uint64
+	outboxLen      atomic.Int64 // entries in the outbox (counted at open, then kept)
 	cursor         atomic.Pointer[protocol.Cursor]
 	view           atomic.Uint32          // the view keyspace (spaceView or spaceView2); changed by a commit
 	shadow         atomic.Pointer[Shadow] // the last BeginShadow's, until activated
@@ -121,6 +122,11 @@ func (s *Store) recover() (protocol.Cursor, error) {
 	if s.outboxHigh, err = readOutboxHigh(s.db); err != nil {
 		return protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", s.dir, err)
 	}
+	n := 0
+	if err := scan(s.db, spaceOutbox, "", false, func(_, _ []byte) error { n++; return nil }); err != nil {
+		return protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", s.dir, err)
+	}
+	s.outboxLen.Store(int64(n))
 	// A shadow a rebuild was writing when the process died is dropped
 	// (one range tombstone, only when it holds a key).
 	if has, err := hasKeys(s.db, otherView(view)); err != nil || has {

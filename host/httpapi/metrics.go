@@ -113,6 +113,27 @@ var foldMetrics = []metricDef{
 			}
 			return float64(s.DeadLetters.Stored)
 		}),
+	def("foldhost_fold_effects_outbox", "Plugin effects committed and not yet published.",
+		prometheus.GaugeValue, func(s Status) float64 {
+			if s.Effects == nil {
+				return 0
+			}
+			return float64(s.Effects.Outbox)
+		}),
+	def("foldhost_fold_effects_outbox_wait_seconds", "How long the outbox's first effect has waited to be published (0: empty).",
+		prometheus.GaugeValue, func(s Status) float64 {
+			if s.Effects == nil {
+				return 0
+			}
+			return s.Effects.OutboxWaitSeconds
+		}),
+	def("foldhost_fold_effects_published_total", "Plugin effects the effects stream acknowledged (or its fence confirmed).",
+		prometheus.CounterValue, func(s Status) float64 {
+			if s.Effects == nil {
+				return 0
+			}
+			return float64(s.Effects.Published)
+		}),
 	def("foldhost_fold_commit_failures_total", "Store commits that failed (and were retried).",
 		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.CommitFailures) }),
 }

@@ -146,9 +146,14 @@ type EffectsStatus struct {
 	// entries deleted because the fence said they had landed (published
 	// before a crash, or by another replica); FenceMoves the batches the
 	// stream refused because the fence had moved since it was read.
-	Fence      string `json:"fence,omitempty"`
-	Confirmed  uint64 `json:"confirmed"`
-	FenceMoves uint64 `json:"fence_moves"`
+	Fence string `json:"fence,omitempty"`
+	// Outbox is how many effects wait to be published; OutboxWaitSeconds
+	// how long the first of them has waited since this process saw it (0
+	// with an empty outbox): it grows while the publisher cannot publish.
+	Outbox            int64   `json:"outbox"`
+	OutboxWaitSeconds float64 `json:"outbox_wait_seconds"`
+	Confirmed         uint64  `json:"confirmed"`
+	FenceMoves        uint64  `json:"fence_moves"`
 	// LastError is the last failed publish, while the publisher retries.
 	LastError string `json:"last_error,omitempty"`
 }
