@@ -59,7 +59,7 @@ func commands() []command {
 		{"repair", "repair a stopped fold now (key listing or artifact restore)", cmdRepair},
 		{"admin", "pause, resume, reload, rebuild or replay dead letters of a running fold", cmdAdmin},
 		{"plugins", "list the plugin module each node runs (modules from a NATS object store)", cmdPlugins},
-		{"plugin", "push a plugin module to a fold's NATS object store (plugin push FILE)", cmdPlugin},
+		{"plugin", "push a plugin module to a fold's NATS object store, check one, or start one (push, check, new)", cmdPlugin},
 		{"bench", "measure folding rates and ratios end to end (embedded NATS or --nats URL)", cmdBench},
 	}
 }

@@ -33,10 +33,15 @@ as the object the fold's plugin setting names (nats-object://BUCKET/NAME;
 the bucket is created when missing). Every node running the fold loads it
 within seconds, validates it again and swaps it in at a batch boundary, or
 refuses it and keeps its module; 'foldhost plugins' shows which. Prints the
-object stored (JSON).
+object stored (JSON). The fold: --fold NAME, or the only fold of the
+config; or --to nats-object://BUCKET/NAME without a fold. The server as
+for 'plugins'.
 
-The fold: --fold NAME, or the only fold of the config; or --to
-nats-object://BUCKET/NAME without a fold. The server as for 'plugins'.`
+check FILE: loads FILE as a node would and folds a few batches through it,
+PASS or FAIL per check ('foldhost plugin check --help').
+
+new LANG DIR: writes a skeleton plugin in go, c, rust or assemblyscript
+that builds outside this repository ('foldhost plugin new --help').`
 
 func cmdPlugins(c *cli, args []string) error {
 	fs := c.flagSet("plugins", "plugins [--config FILE] [--nats URL] [--json]", pluginsAbout)
@@ -114,7 +119,17 @@ func cmdPlugins(c *cli, args []string) error {
 }
 
 func cmdPlugin(c *cli, args []string) error {
-	fs := c.flagSet("plugin", "plugin push FILE [--fold NAME | --to nats-object://BUCKET/NAME] [--config FILE] [--nats URL]", pluginAbout)
+	if len(args) > 0 {
+		switch args[0] {
+		case "check":
+			return cmdPluginCheck(c, args[1:])
+		case "new":
+			return cmdPluginNew(c, args[1:])
+		}
+	}
+	fs := c.flagSet("plugin", "plugin push FILE [--fold NAME | --to nats-object://BUCKET/NAME] [--config FILE] [--nats URL]\n"+
+		"plugin check FILE [--memory-mb N] [--max-mb N] [--call-timeout D]\n"+
+		"plugin new go|c|rust|assemblyscript DIR", pluginAbout)
 	configPath := fs.String("config", "", "config `file` (the fold's plugin setting, server and credentials)")
 	natsURL := fs.String("nats", "", "NATS server `url` (overrides the config)")
 	foldName := fs.String("fold", "", "push to the object of fold `name`")
@@ -125,7 +140,7 @@ func cmdPlugin(c *cli, args []string) error {
 		return err
 	}
 	if len(pos) == 0 || pos[0] != "push" {
-		return usagef("want: plugin push FILE")
+		return usagef("want: plugin push FILE, plugin check FILE or plugin new LANG DIR")
 	}
 	if len(pos) != 2 {
 		return usagef("push takes one FILE")

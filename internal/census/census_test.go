@@ -37,6 +37,8 @@ var census = []input{
 		[]string{"host: TestPluginObjectSizeBound", "host: TestPinnedPluginObject", "host: TestPluginRolloutThroughNATS", "host: TestPluginObjectAwaited"}, "the digest check is the client's (nats.go), not tested here"},
 	{"plugin records (foldhost plugins)", "entries that do not parse are skipped and counted; the listing bounded by --timeout",
 		[]string{"cmd/foldhost: TestPluginPushAndList"}, "an unparseable record has no case of its own"},
+	{"plugin check FILE (foldhost plugin check)", "read by the host's loader (regular file only, at most --max-mb, default 64 MiB), then validated and run as a node runs a module, with a node's limits",
+		[]string{"cmd/foldhost: TestPluginCheckFailsClearly"}, ""},
 	{"plugin module content", "WebAssembly 2.0 only, required exports and signatures, an import allow-list, memory within the limit",
 		[]string{"host/wasm/internal/meter: TestRefusals", "host/wasm: TestInvalidModulesAreRefusedWithTheReason", "host/wasm/internal/meter: FuzzInstrument"}, ""},
 	{"plugin custom sections", "dropped at load (all but \"name\"): swaps do not accumulate memory", []string{"host/wasm: TestSwapsDoNotAccumulateMemory"}, ""},
