@@ -31,7 +31,7 @@ Then, in DIR: build it as its README.md says, and
 // works as written).
 var skeletonBuild = map[string]string{
 	"go":             "GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o plugin.wasm .",
-	"c":              "clang --target=wasm32-wasi -mexec-model=reactor -O2 -mbulk-memory -Wl,--stack-first -I abi/sdk/c abi/sdk/c/foldhost.c plugin.c -o plugin.wasm",
+	"c":              "clang --target=wasm32-wasi -mexec-model=reactor -O2 -mbulk-memory -Wl,--stack-first -Wl,--strip-debug -I abi/sdk/c abi/sdk/c/foldhost.c plugin.c -o plugin.wasm",
 	"rust":           "rustc --edition 2021 --target wasm32-unknown-unknown --crate-type cdylib -O -C lto=fat -C codegen-units=1 -C target-feature=+bulk-memory -C link-arg=-zstack-size=65536 -C strip=debuginfo plugin.rs -o plugin.wasm",
 	"assemblyscript": "npx asc assembly/index.ts --target release",
 }

@@ -31,7 +31,7 @@ func TestPluginNewBuildsAndChecks(t *testing.T) {
 			start := time.Now()
 			buildSkeleton(t, lang, dir)
 			t.Logf("%s skeleton built in %v", lang, time.Since(start).Round(time.Millisecond))
-			out = wantCheckPass(t, filepath.Join(dir, "plugin.wasm"), "name my-"+lang+", version 0.1.0, view schema 1, ABI v1.0")
+			out = wantCheckPass(t, filepath.Join(dir, "plugin.wasm"), "name my-"+lang+", version 0.1.0, view schema 1, ABI v1.1")
 			for _, l := range strings.Split(out, "\n") {
 				if strings.HasPrefix(l, "PASS apply") || strings.HasPrefix(l, "PASS output") {
 					applied[lang] += l + "\n"
