@@ -257,6 +257,11 @@ func (f *Fold) publishEffects(ctx context.Context) {
 			}
 			continue
 		default:
+			if effectsStep != nil {
+				if effectsStep(ctx, "before-publish"); ctx.Err() != nil {
+					return
+				}
+			}
 			var seq uint64
 			seq, err = t.fencePublish(ctx, f.o.Name, epoch, fence.seq, chunk)
 			if errors.Is(err, errFenceMoved) && ctx.Err() == nil {
@@ -267,8 +272,8 @@ func (f *Fold) publishEffects(ctx context.Context) {
 				known = false
 				continue
 			}
-			if err == nil && effectsAfterAck != nil {
-				if effectsAfterAck(ctx); ctx.Err() != nil {
+			if err == nil && effectsStep != nil {
+				if effectsStep(ctx, "after-ack"); ctx.Err() != nil {
 					return
 				}
 			}
@@ -307,10 +312,11 @@ func (f *Fold) publishEffects(ctx context.Context) {
 	}
 }
 
-// effectsAfterAck, when set (tests' fault injection), runs after the
-// stream acknowledged a batch and before its entries are deleted: a
-// publisher whose ctx ended there stops as a killed process would.
-var effectsAfterAck func(ctx context.Context)
+// effectsStep, when set (tests' fault injection), runs at two steps of a
+// batch's publication: "before-publish" (read from the outbox, not sent)
+// and "after-ack" (acknowledged, not yet deleted). A publisher whose ctx
+// ended there stops as a killed process would.
+var effectsStep func(ctx context.Context, step string)
 
 // noteHead records when the publisher first saw the outbox's first entry.
 func (e *effectsState) noteHead(chunk []fold.OutboxEntry, err error) {

@@ -2,8 +2,15 @@ package host
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/natskv"
 )
 
 // OutboxLen counts the entries of f's outbox (tests: what is committed
@@ -19,9 +26,58 @@ func OutboxLen(f *Fold) int {
 // EffectsDroppedByStore is the store's count of re-delivered effects.
 func EffectsDroppedByStore(f *Fold) uint64 { return f.store.EffectsDropped() }
 
-// SetEffectsAfterAck sets the publishers' fault-injection hook (run after
-// a batch's ack, before its delete) until the test ends.
-func SetEffectsAfterAck(t interface{ Cleanup(func()) }, fn func(ctx context.Context)) {
-	effectsAfterAck = fn
-	t.Cleanup(func() { effectsAfterAck = nil })
+// SetEffectsStep sets the publishers' fault-injection hook (effectsStep)
+// until the test ends.
+func SetEffectsStep(t interface{ Cleanup(func()) }, fn func(ctx context.Context, step string)) {
+	effectsStep = fn
+	t.Cleanup(func() { effectsStep = nil })
+}
+
+// KillEffectsEnv makes the test binary a child of TestEffectsAudit
+// (TestMain): it runs a host on the router fold of KillEffectsDir
+// (plugin KillEffectsPlugin, batches of one update) publishing effects to
+// stream EV on KillEffectsURL until it is killed. With KillEffectsEnv =
+// "after-ack-N" it kills itself (SIGKILL) right after the stream
+// acknowledged its Nth batch, before the outbox let go of it, printing
+// "killing"; with "before-publish-N", right before it sends its Nth batch.
+const (
+	KillEffectsEnv    = "FOLDHOST_TEST_KILL_EFFECTS"
+	KillEffectsURL    = "FOLDHOST_TEST_KILL_EFFECTS_URL"
+	KillEffectsDir    = "FOLDHOST_TEST_KILL_EFFECTS_DIR"
+	KillEffectsPlugin = "FOLDHOST_TEST_KILL_EFFECTS_PLUGIN"
+)
+
+func killEffectsChild() {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	mode := os.Getenv(KillEffectsEnv)
+	if i := strings.LastIndexByte(mode, '-'); i > 0 {
+		at, n := mode[:i], 0
+		_, _ = fmt.Sscanf(mode[i+1:], "%d", &n)
+		var steps atomic.Int64
+		effectsStep = func(_ context.Context, step string) {
+			if step == at && steps.Add(1) == int64(n) {
+				fmt.Println("killing")
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // the signal is on its way
+			}
+		}
+	}
+	h, err := New(Options{
+		NATS:   NATSOptions{Conn: natskv.ConnOptions{URL: os.Getenv(KillEffectsURL)}},
+		Logger: slog.New(slog.DiscardHandler),
+		Folds: []FoldOptions{{Name: "routes", Plugin: os.Getenv(KillEffectsPlugin), DataDir: os.Getenv(KillEffectsDir), BatchSize: 1, Sync: true,
+			EffectsStream: "EV"}},
+	})
+	if err != nil {
+		fail(err)
+	}
+	if err := h.Start(context.Background()); err != nil {
+		fail(err)
+	}
+	fmt.Println("started")
+	_ = h.Run(context.Background())
+	os.Exit(3) // killed before: never reached
 }

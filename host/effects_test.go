@@ -361,7 +361,10 @@ func TestEffectsFenceOutlastsTheDuplicateWindow(t *testing.T) {
 	b, s, fo, url := effectsSetup(t, window)
 	acked := make(chan struct{}, 1)
 	var once sync.Once
-	host.SetEffectsAfterAck(t, func(ctx context.Context) {
+	host.SetEffectsStep(t, func(ctx context.Context, step string) {
+		if step != "after-ack" {
+			return
+		}
 		once.Do(func() {
 			acked <- struct{}{}
 			<-ctx.Done() // the test stops the host here

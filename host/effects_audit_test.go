@@ -1,0 +1,322 @@
+package host_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/embeddednats"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/syncbuf"
+)
+
+// auditEffect is one effect: its id and "op|payload".
+type auditEffect struct{ id, body string }
+
+// routerHistoryEffects reads every message of the bucket's stream (none may
+// have been removed) and returns the effects the example router emits
+// folding them one update per batch: one per change of a host's entry, id
+// "routes/<revision>/0".
+func routerHistoryEffects(t *testing.T, js jetstream.JetStream, bucket string) (want []auditEffect, last uint64) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.FirstSeq != 1 || info.State.Msgs != info.State.LastSeq {
+		t.Fatalf("the bucket's stream lost history (%+v): the expected effects cannot be computed", info.State)
+	}
+	entries := map[string]string{}
+	for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := strings.TrimPrefix(m.Subject, "$KV."+bucket+".route.")
+		id := fmt.Sprintf("routes/%d/0", seq)
+		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			if _, ok := entries[h]; ok {
+				want = append(want, auditEffect{id, "delete|" + h + "\n"})
+			}
+			delete(entries, h)
+			continue
+		}
+		var v struct {
+			Upstreams []struct {
+				Addr   string `json:"addr"`
+				Weight int    `json:"weight"`
+			} `json:"upstreams"`
+		}
+		if err := json.Unmarshal(m.Data, &v); err != nil || len(v.Upstreams) != 1 {
+			t.Fatalf("message %d: %q: %v", seq, m.Data, err)
+		}
+		e := fmt.Sprintf("%s=%d", v.Upstreams[0].Addr, v.Upstreams[0].Weight)
+		if old, ok := entries[h]; !ok || old != e {
+			want = append(want, auditEffect{id, "put|" + h + "\n" + e})
+		}
+		entries[h] = e
+	}
+	return want, info.State.LastSeq
+}
+
+// streamAudit reads the effects stream's route.changed messages in order.
+func streamAudit(t *testing.T, s jetstream.Stream) []auditEffect {
+	t.Helper()
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []auditEffect
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(context.Background(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Subject == "route.changed" {
+			got = append(got, auditEffect{m.Header.Get("Foldhost-Effect-Id"), m.Header.Get("Route-Op") + "|" + string(m.Data)})
+		}
+	}
+	return got
+}
+
+// auditDiff names duplicate and missing ids and the first difference.
+func auditDiff(got, want []auditEffect) string {
+	seen, dups := map[string]bool{}, 0
+	for _, e := range got {
+		if seen[e.id] {
+			dups++
+		}
+		seen[e.id] = true
+	}
+	missing := 0
+	for _, e := range want {
+		if !seen[e.id] {
+			missing++
+		}
+	}
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			return fmt.Sprintf("%d effects, want %d: %d duplicate ids, %d missing; first difference at %d: %q, want %q", len(got), len(want), dups, missing, i, got[i], want[i])
+		}
+	}
+	if len(got) != len(want) || dups+missing > 0 {
+		return fmt.Sprintf("%d effects, want %d: %d duplicate ids, %d missing", len(got), len(want), dups, missing)
+	}
+	return ""
+}
+
+// TestEffectsAudit: the router fold (one update per batch, so the effects
+// of a history are known exactly) publishes to a stream whose duplicate
+// window is 1 s, while a writer changes routes and the host is SIGKILLed
+// 57 times: a third by the host itself right after the stream
+// acknowledged a batch and before the outbox let go of it, a third right
+// before it sends a batch it read from the outbox, a third at random
+// moments; twice, the NATS server is down for three duplicate windows
+// while a host runs. In the end the stream holds exactly the effects the
+// plugin emits for the bucket's final history, each id once, in order.
+// Mutations caught: a publisher that ignores what the fence covers
+// (thousands of duplicates), one that deletes a chunk before publishing
+// it (the before-publish kills lose it).
+func TestEffectsAudit(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	const window = time.Second
+	dir, port := t.TempDir(), freePort(t)
+	var srv *embeddednats.Server
+	startServer := func() {
+		var err error
+		if srv, err = embeddednats.Start(embeddednats.Options{Dir: dir, Port: port, StartTimeout: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startServer()
+	t.Cleanup(func() { srv.Shutdown() })
+	url := srv.ClientURL()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes", History: 64}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := effectsStream("EV", "route.changed")
+	cfg.Duplicates = window
+	ev, err := js.CreateStream(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sync: a delete or commit is durable when it returns, so a publisher
+	// that deletes out of order cannot hide behind pebble's write buffer
+	// dying with the process.
+	plugin, data := builtPlugin(t, "example-router", "router-c"), filepath.Join(t.TempDir(), "routes")
+	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: plugin, DataDir: data, EffectsStream: "EV", BatchSize: 1, Sync: true}}}
+
+	// The fold starts on the empty bucket and folds a first key, so every
+	// later start resumes from a cursor (each revision delivered, none
+	// collapsed by a first state-sync).
+	r := startHost(t, o)
+	waitState(t, r.h.Fold("routes"), "following")
+	waitCursor(t, r.h.Fold("routes"), put(t, b, "route.seed", `{"upstreams":[{"addr":"10.9.0.1:80","weight":1}]}`))
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	// The writer: until stopped, a route change every 20 ms, retried
+	// through the outages (what reached the stream is read back at the end).
+	stop, written := make(chan struct{}), make(chan int)
+	go func() {
+		wr := rand.New(rand.NewPCG(uint64(seed), 2))
+		n := 0
+		defer func() { written <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			h := fmt.Sprintf("route.h%03d", wr.IntN(150))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			var err error
+			if wr.IntN(5) == 0 {
+				err = b.KV().Delete(ctx, h)
+			} else {
+				_, err = b.KV().Put(ctx, h, fmt.Appendf(nil, `{"upstreams":[{"addr":"10.0.0.%d:80","weight":%d}]}`, wr.IntN(3), 1+wr.IntN(2)))
+			}
+			cancel()
+			if err == nil {
+				n++
+			}
+		}
+	}()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+			<-written
+		}
+	}()
+
+	const kills = 57
+	selfKills := 0
+	for i := 0; i < kills; i++ {
+		mode := "run"
+		switch i % 3 {
+		case 0:
+			mode = fmt.Sprintf("after-ack-%d", 1+rng.IntN(3))
+		case 1:
+			mode = fmt.Sprintf("before-publish-%d", 1+rng.IntN(3))
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), host.KillEffectsEnv+"="+mode, host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+data, host.KillEffectsPlugin+"="+plugin)
+		var stderr syncbuf.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		started, acked, scanned := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		go func() { // ends when the pipe closes
+			defer close(scanned)
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				switch sc.Text() {
+				case "started":
+					close(started)
+				case "killing":
+					close(acked)
+				}
+			}
+		}()
+		exited := make(chan error, 1)
+		var waitOnce sync.Once
+		wait := func() error {
+			waitOnce.Do(func() { <-scanned; exited <- cmd.Wait() })
+			return <-exited
+		}
+		select {
+		case <-started:
+		case <-scanned:
+		case <-time.After(2 * time.Minute): // against a hang
+			t.Errorf("kill %d: the child did not start", i)
+		}
+		if i == 14 || i == 42 { // an outage longer than the duplicate window
+			srv.Shutdown()
+			time.Sleep(3 * window)
+			startServer()
+		}
+		if mode == "run" {
+			select {
+			case <-scanned:
+			case <-time.After(time.Duration(50+rng.IntN(450)) * time.Millisecond):
+			}
+		} else {
+			select {
+			case <-acked:
+				selfKills++
+			case <-scanned:
+			case <-time.After(2 * time.Minute): // against a hang
+				t.Errorf("kill %d (%s): no batch acknowledged", i, mode)
+			}
+		}
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		err = wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
+			t.Fatalf("kill %d (%s): the child ended with %v, not killed: %s", i, mode, err, stderr.String())
+		}
+		if t.Failed() {
+			t.Fatalf("child stderr: %s", stderr.String())
+		}
+	}
+	close(stop)
+	n := <-written
+	if selfKills < kills*2/3 {
+		t.Fatalf("only %d of %d kills came between an outbox read and its publish or an ack and its delete", selfKills, kills*2/3)
+	}
+
+	want, last := routerHistoryEffects(t, js, "routes")
+	r = startHost(t, o)
+	f := r.h.Fold("routes")
+	waitCursor(t, f, last)
+	waitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+	got := streamAudit(t, ev)
+	t.Logf("%d writes, %d kills (%d at a publication step), %d effects; status %+v", n, kills, selfKills, len(got), f.Status().Effects)
+	if d := auditDiff(got, want); d != "" {
+		t.Fatal(d)
+	}
+	if len(want) < 200 {
+		t.Fatalf("only %d effects: the audit hardly tested anything", len(want))
+	}
+}
