@@ -106,7 +106,7 @@ func (e *checkFailed) Unwrap() error { return e.err }
 // printing a line per check to w.
 func checkPlugin(ctx context.Context, w io.Writer, path string, opts wasm.Options) error {
 	fail := func(check string, err error) error {
-		fmt.Fprintf(w, "FAIL %-11s %s\n", check, oneLine(err.Error(), 2000))
+		fmt.Fprintf(w, "FAIL %-11s %s\n", check, printable(oneLine(err.Error(), 2000))) // guest names and messages: no raw escapes
 		return &checkFailed{check, err}
 	}
 	rt, err := wasm.NewRuntime(ctx, opts)
