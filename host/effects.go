@@ -247,7 +247,6 @@ func (f *Fold) publishEffects(ctx context.Context) {
 			if err = f.store.DeleteOutbox(chunk[:landed]...); err == nil {
 				f.effects.published.Add(uint64(landed))
 				f.effects.confirmed.Add(uint64(landed))
-				continue
 			}
 		case len(chunk) == 0:
 			select {

@@ -320,3 +320,80 @@ func TestEffectsAudit(t *testing.T) {
 		t.Fatalf("only %d effects: the audit hardly tested anything", len(want))
 	}
 }
+
+// TestEffectsAcrossStreamLeaderChanges: on a 3-node cluster (R3 bucket, R3
+// effects stream), two replicas of the router fold (one update per batch)
+// publish to one stream while a writer changes routes and the effects
+// stream's leader is made to step down three times. The stream ends with
+// exactly the effects the plugin emits for the bucket's history, each id
+// once, in order: a batch whose ack a leader change lost, or that the
+// other replica's batch overtook (error 10164 on a replicated stream),
+// is resolved through the fence.
+func TestEffectsAcrossStreamLeaderChanges(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 3))
+	c := startCluster(t, 3)
+	client := nc(t, c.urls())
+	js, err := jetstream.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := retry(t, "create the R3 bucket", func(ctx context.Context) (jetstream.KeyValue, error) {
+		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "routes", History: 64, Replicas: 3})
+	})
+	cfg := effectsStream("EV", "route.changed")
+	cfg.Replicas = 3
+	ev := retry(t, "create the R3 effects stream", func(ctx context.Context) (jetstream.Stream, error) {
+		return js.CreateOrUpdateStream(ctx, cfg)
+	})
+	plugin, base := builtPlugin(t, "example-router", "router-c"), t.TempDir()
+	var folds []*host.Fold
+	for _, node := range []string{"a", "b"} {
+		r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: c.urls(), Name: node}},
+			Folds: []host.FoldOptions{{Name: "routes", Plugin: plugin, DataDir: filepath.Join(base, node), EffectsStream: "EV", BatchSize: 1}}})
+		folds = append(folds, r.h.Fold("routes"))
+		waitState(t, folds[len(folds)-1], "following")
+	}
+	var last uint64
+	for i := range 400 {
+		h := fmt.Sprintf("route.h%03d", rng.IntN(60))
+		if rng.IntN(5) == 0 {
+			retry(t, "delete", func(ctx context.Context) (struct{}, error) { return struct{}{}, kv.Delete(ctx, h) })
+		} else {
+			v := fmt.Appendf(nil, `{"upstreams":[{"addr":"10.0.0.%d:80","weight":%d}]}`, rng.IntN(3), 1+rng.IntN(2))
+			last = retry(t, "put", func(ctx context.Context) (uint64, error) { return kv.Put(ctx, h, v) })
+		}
+		if i%100 == 50 {
+			retry(t, "step the effects stream's leader down", func(ctx context.Context) (struct{}, error) {
+				m, err := client.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN.EV", nil)
+				if err != nil {
+					return struct{}{}, err
+				}
+				var r struct {
+					Success bool `json:"success"`
+					Error   *struct {
+						Description string `json:"description"`
+					} `json:"error"`
+				}
+				if err := json.Unmarshal(m.Data, &r); err != nil || !r.Success {
+					return struct{}{}, fmt.Errorf("stepdown: %s (%v)", m.Data, err)
+				}
+				return struct{}{}, nil
+			})
+		}
+	}
+	want, head := routerHistoryEffects(t, js, "routes")
+	for _, f := range folds {
+		waitCursor(t, f, max(last, head))
+		waitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+		st := f.Status().Effects
+		t.Logf("replica: %+v", st)
+		if st.LastError != "" {
+			t.Errorf("the outbox is empty, the status still says %q", st.LastError)
+		}
+	}
+	if d := auditDiff(streamAudit(t, ev), want); d != "" {
+		t.Fatal(d)
+	}
+}
