@@ -65,9 +65,9 @@ type Commit struct {
 	ClearDeadLetters []protocol.Revision
 	// Effects the plugin emitted with this batch, in order: written to the
 	// outbox (outbox.go) in this batch, as entries (EffectRev, 0..n-1).
-	// Only the live loop passes them: a rebuild, a repair and a dead
-	// letter's replay drop their plugin's effects (they would announce
-	// history again; RATIONALE.md, "Plugin effects").
+	// The live loop and a key-listing repair (the net change) pass them: a
+	// rebuild and a dead letter's replay drop their plugin's effects (they
+	// would announce history again; RATIONALE.md, "Plugin effects").
 	Effects []Effect
 	// EffectRev is the revision the effects are filed under: the highest
 	// revision of the batch, known when Effects is not empty. Effects
@@ -75,6 +75,12 @@ type Commit struct {
 	// effects under (a batch re-delivered after its commit) are dropped,
 	// counted in EffectsDropped: an effect id is never reused.
 	EffectRev protocol.Revision
+	// EffectsAppend files the effects after the last ones filed under
+	// EffectRev when it is the highest revision effects were filed under
+	// (entries (EffectRev, k..k+n-1)), from 0 when it is above: a repair's
+	// batches, committed under an unchanged cursor, all file theirs under
+	// the revision the repair moves the cursor to.
+	EffectsAppend bool
 }
 
 // RepairMark is what a commit does to the store's repair mark.
@@ -156,7 +162,7 @@ func (s *Store) Commit(c Commit) error {
 			return fmt.Errorf("fold: commit: batch: %w", err)
 		}
 	}
-	high, err := s.putEffects(b, &c)
+	high, nextIdx, err := s.putEffects(b, &c)
 	if err != nil {
 		return fmt.Errorf("fold: commit: %w", err)
 	}
@@ -192,7 +198,7 @@ func (s *Store) Commit(c Commit) error {
 	next := c.Cursor
 	s.cursor.Store(&next)
 	if high > 0 {
-		s.outboxHigh = high
+		s.outboxHigh, s.outboxNext = high, nextIdx
 		s.outboxLen.Add(int64(len(c.Effects)))
 		select {
 		case s.outboxSig <- struct{}{}:

@@ -25,7 +25,8 @@ var (
 	metaOriginKey = []byte{spaceMeta, 'o', 'r', 'i', 'g', 'i', 'n'}
 	metaRepairKey = []byte{spaceMeta, 'r', 'e', 'p', 'a', 'i', 'r'}
 	metaViewKey   = []byte{spaceMeta, 'v', 'i', 'e', 'w'}
-	// metaOutboxKey: the highest revision effects were filed under.
+	// metaOutboxKey: the highest revision effects were filed under, and
+	// the next index under it (readOutboxHigh).
 	metaOutboxKey = []byte{spaceMeta, 'o', 'u', 't', 'b', 'o', 'x'}
 )
 

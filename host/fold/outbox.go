@@ -118,44 +118,59 @@ func decodeOutbox(key, v []byte) (OutboxEntry, error) {
 }
 
 // readOutboxHigh reads the outbox's high-water mark: the highest revision
-// any commit filed effects under (0: none).
-func readOutboxHigh(r pebble.Reader) (protocol.Revision, error) {
+// any commit filed effects under (0: none), and the next index under it.
+// The mark is rev:u64be ++ next:u32be; a mark of 8 bytes (written before
+// EffectsAppend) has its next index unknown, taken as 1<<31: no commit
+// appended under it, and an append starts past any index it filed.
+func readOutboxHigh(r pebble.Reader) (protocol.Revision, uint32, error) {
 	v, ok, err := getCopy(r, metaOutboxKey)
 	if err != nil || !ok {
-		return 0, err
+		return 0, 0, err
 	}
-	if len(v) != 8 {
-		return 0, fmt.Errorf("%w: outbox mark of %d bytes", ErrCorrupt, len(v))
+	switch len(v) {
+	case 8:
+		return protocol.Revision(binary.BigEndian.Uint64(v)), 1 << 31, nil
+	case 12:
+		return protocol.Revision(binary.BigEndian.Uint64(v)), binary.BigEndian.Uint32(v[8:]), nil
 	}
-	return protocol.Revision(binary.BigEndian.Uint64(v)), nil
+	return 0, 0, fmt.Errorf("%w: outbox mark of %d bytes", ErrCorrupt, len(v))
 }
 
 // putEffects adds c's effects to b, under commitMu. It returns the new
-// high-water mark, or 0 when the effects were dropped (or there are none).
-func (s *Store) putEffects(b *pebble.Batch, c *Commit) (protocol.Revision, error) {
+// high-water mark and the next index under it, or 0 when the effects were
+// dropped (or there are none).
+func (s *Store) putEffects(b *pebble.Batch, c *Commit) (protocol.Revision, uint32, error) {
 	if len(c.Effects) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
-	if c.EffectRev <= s.outboxHigh {
+	first := uint32(0)
+	if c.EffectsAppend && c.EffectRev == s.outboxHigh && s.outboxHigh > 0 {
+		first = s.outboxNext
+		if uint64(first)+uint64(len(c.Effects)) > 1<<32-1 {
+			return 0, 0, fmt.Errorf("%w: %d effects appended under revision %d past index %d", ErrInvalidCommit, len(c.Effects), c.EffectRev, first)
+		}
+	} else if c.EffectRev <= s.outboxHigh {
 		// A batch filed under a revision effects were committed under
 		// already: a re-delivery of what a commit covered. Its effects
 		// had their turn (and would reuse the ids).
 		s.effectsDropped.Add(uint64(len(c.Effects)))
 		s.opts.Logger.Warn("fold: effects of a batch at or below the outbox's revision mark dropped (a re-delivered batch)",
 			"effects", len(c.Effects), "effect_revision", uint64(c.EffectRev), "outbox_mark", uint64(s.outboxHigh))
-		return 0, nil
+		return 0, 0, nil
 	}
 	var val []byte
 	for i := range c.Effects {
 		val = appendOutboxValue(val[:0], &c.Effects[i])
-		if err := b.Set(outboxKey(c.EffectRev, uint32(i)), val, nil); err != nil {
-			return 0, fmt.Errorf("batch: %w", err)
+		if err := b.Set(outboxKey(c.EffectRev, first+uint32(i)), val, nil); err != nil {
+			return 0, 0, fmt.Errorf("batch: %w", err)
 		}
 	}
-	if err := b.Set(metaOutboxKey, binary.BigEndian.AppendUint64(nil, uint64(c.EffectRev)), nil); err != nil {
-		return 0, fmt.Errorf("batch: %w", err)
+	next := first + uint32(len(c.Effects))
+	mark := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, uint64(c.EffectRev)), next)
+	if err := b.Set(metaOutboxKey, mark, nil); err != nil {
+		return 0, 0, fmt.Errorf("batch: %w", err)
 	}
-	return c.EffectRev, nil
+	return c.EffectRev, next, nil
 }
 
 // Outbox calls fn for the outbox's entries in order (the fold's), from the

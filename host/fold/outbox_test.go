@@ -225,3 +225,42 @@ func TestRebuildDropsEffects(t *testing.T) {
 		t.Fatalf("outbox after a rebuild: %q, want only the live effect", got)
 	}
 }
+
+// TestEffectsAppendAcrossReopen: commits with EffectsAppend under one
+// revision continue its indices, across a reopen of the store (the mark
+// keeps the next index); a plain commit under that revision is dropped as
+// a re-delivery, and an append under a higher revision starts at 0.
+// Mutation caught: a mark without the next index (the reopened store
+// appends at 0 again: an id reused).
+func TestEffectsAppendAcrossReopen(t *testing.T) {
+	dir := t.TempDir()
+	s, _, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := func(s *Store, rev protocol.Revision, appendTo bool, payloads ...string) {
+		t.Helper()
+		c := Commit{Cursor: protocol.Cursor{Rev: 1}, EffectRev: rev, EffectsAppend: appendTo}
+		for _, p := range payloads {
+			c.Effects = append(c.Effects, effect("s", p))
+		}
+		if err := s.Commit(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(s, 5, true, "a", "b")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, _, err = Open(dir, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	commit(s, 5, true, "c")
+	commit(s, 5, false, "dropped")
+	commit(s, 7, true, "d")
+	want := []string{`f/5/0 s [] "a"`, `f/5/1 s [] "b"`, `f/5/2 s [] "c"`, `f/7/0 s [] "d"`}
+	if got := outboxOf(t, s); !reflect.DeepEqual(got, want) {
+		t.Fatalf("outbox %q, want %q", got, want)
+	}
+}

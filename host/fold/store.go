@@ -34,6 +34,7 @@ type Store struct {
 	// outboxHigh is the outbox's high-water mark (readOutboxHigh), under
 	// commitMu; outboxSig is signalled after a commit that added entries.
 	outboxHigh     protocol.Revision
+	outboxNext     uint32 // the next index under outboxHigh (EffectsAppend)
 	outboxSig      chan struct{}
 	effectsDropped atomic.Uint64
 	outboxLen      atomic.Int64 // entries in the outbox (counted at open, then kept)
@@ -119,7 +120,7 @@ func (s *Store) recover() (protocol.Cursor, error) {
 		return protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", s.dir, err)
 	}
 	s.view.Store(uint32(view))
-	if s.outboxHigh, err = readOutboxHigh(s.db); err != nil {
+	if s.outboxHigh, s.outboxNext, err = readOutboxHigh(s.db); err != nil {
 		return protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", s.dir, err)
 	}
 	n := 0

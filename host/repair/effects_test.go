@@ -2,7 +2,10 @@ package repair_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/foldhost/foldhost/host/fold"
@@ -27,45 +30,73 @@ func (a *announcer) Apply(ctx context.Context, batch []fold.Update, r fold.Reade
 	return out, err
 }
 
-// TestRepairDropsEffects: a key-listing repair folds its difference
-// through the plugin (the views change) but commits none of the plugin's
-// effects: the outbox stays empty. Mutation caught: the repair's commit
-// carrying out.Effects.
-func TestRepairDropsEffects(t *testing.T) {
+// TestRepairAnnouncesTheNetChange: a key-listing repair folds its
+// difference through the plugin and commits the plugin's effects with
+// each batch, all filed under the revision the repair moves the cursor
+// to, each batch's after the last. A repair cut short by a plugin failure
+// and run again announces the rest only: the outbox holds one effect per
+// changed key, under distinct ids, none twice. Mutations caught: the
+// repair's commit dropping out.Effects (an empty outbox), the store
+// ignoring EffectsAppend (the later batches' effects dropped as a
+// re-delivery).
+func TestRepairAnnouncesTheNetChange(t *testing.T) {
 	b := bucket(t, "eff")
 	put(t, b, "a", "new")
-	put(t, b, "b", "new")
+	head := put(t, b, "b", "new")
 	dir := t.TempDir()
 	st, _, err := fold.Open(filepath.Join(dir, "fold"), fold.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	// The fold holds "gone", which the bucket no longer lists.
+	// The fold holds "gone", which the bucket no longer lists, and lacks
+	// a and b.
 	if err := st.Commit(fold.Commit{Raw: []fold.Update{{Key: "gone", Op: fold.OpPut, Rev: 1, Value: []byte("x")}},
 		Cursor: protocol.Cursor{Rev: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	src, err := b.Feed(natskv.Scope{}, natskv.WatchOptions{}).Watch(t.Context(), protocol.Cursor{})
-	if err != nil {
-		t.Fatal(err)
+	relist := func(p fold.Plugin) error {
+		src, err := b.Feed(natskv.Scope{}, natskv.WatchOptions{}).Watch(t.Context(), protocol.Cursor{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Stop()
+		_, err = repair.Relist(t.Context(), src, st, p, repair.Config{Deletes: true, MaxBatch: 1, ScratchDir: filepath.Join(dir, "s"), Logger: quiet})
+		return err
 	}
-	defer src.Stop()
-	p := &announcer{}
-	if _, err := repair.Relist(t.Context(), src, st, p, repair.Config{Deletes: true, ScratchDir: filepath.Join(dir, "s"), Logger: quiet}); err != nil {
-		t.Fatal(err)
+	// The first attempt folds "a", then the plugin fails on "b".
+	if err := relist(&failingAfter{announcer: announcer{}, ok: 1}); err == nil {
+		t.Fatal("the repair with a failing plugin succeeded")
 	}
-	if p.emitted == 0 {
-		t.Fatal("the repair folded nothing through the plugin")
+	if err := relist(&announcer{}); err != nil {
+		t.Fatal(err)
 	}
 	if v, ok, err := st.ViewGet([]byte("v/a")); err != nil || !ok || string(v) != "new" {
 		t.Fatalf("the repair's views: v/a = %q %v %v", v, ok, err)
 	}
-	n := 0
-	if err := st.Outbox(0, func(fold.OutboxEntry) error { n++; return nil }); err != nil {
+	var got []string
+	if err := st.Outbox(0, func(e fold.OutboxEntry) error {
+		got = append(got, fmt.Sprintf("%s=%s", e.ID("f"), e.Payload))
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if n != 0 {
-		t.Fatalf("%d effects in the outbox after a repair (the plugin emitted %d), want none", n, p.emitted)
+	want := []string{fmt.Sprintf("f/%d/0=a", head), fmt.Sprintf("f/%d/1=b", head), fmt.Sprintf("f/%d/2=gone", head)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the outbox after the repairs: %q, want %q", got, want)
 	}
+}
+
+// failingAfter is announcer failing every batch after its first ok ones.
+type failingAfter struct {
+	announcer
+	ok int
+}
+
+func (f *failingAfter) Apply(ctx context.Context, batch []fold.Update, r fold.Reader) (fold.Output, error) {
+	if f.ok == 0 {
+		return fold.Output{}, errors.New("the plugin fails")
+	}
+	f.ok--
+	return f.announcer.Apply(ctx, batch, r)
 }

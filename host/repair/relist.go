@@ -561,10 +561,17 @@ func (r *job) fold(ctx context.Context, part []fold.Update) error {
 		out, err := r.plugin.Apply(ctx, part, r.store)
 		switch {
 		case err == nil:
-			// out.Effects are dropped: a repair's difference re-announces
-			// history the fold may have announced already (RATIONALE.md,
-			// "Plugin effects").
-			return nil, r.commit(ctx, fold.Commit{Raw: part, Views: out.Views, Cursor: r.store.Cursor(), PluginIdentity: out.Identity, Repair: fold.RepairBegin})
+			// The plugin's effects announce the net change (the fold's
+			// state against the listing's), filed under the revision the
+			// repair moves the cursor to, each batch's after the last
+			// (RATIONALE.md, "Plugin effects"). A restarted repair finds
+			// what it committed unchanged and folds (and announces) only
+			// the rest.
+			c := fold.Commit{Raw: part, Views: out.Views, Cursor: r.store.Cursor(), PluginIdentity: out.Identity, Repair: fold.RepairBegin}
+			if target := max(c.Cursor.Rev, r.head, r.high); target.Known() {
+				c.Effects, c.EffectRev, c.EffectsAppend = out.Effects, target, true
+			}
+			return nil, r.commit(ctx, c)
 		case r.cfg.Poison == nil || ctx.Err() != nil:
 			return nil, fmt.Errorf("%w during a repair (keys %q..%q; nothing of the batch committed, cursor stays at %v): %w",
 				fold.ErrPlugin, part[0].Key, part[len(part)-1].Key, r.store.Cursor(), err)
