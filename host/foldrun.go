@@ -486,3 +486,7 @@ func (f *Fold) WaitCursor(ctx context.Context, rev uint64, every time.Duration, 
 		}
 	}
 }
+
+// CursorAdvanced is closed by the fold's next commit (httpapi.CursorWaiter:
+// reads with ?min_revision wait on it).
+func (f *Fold) CursorAdvanced() <-chan struct{} { return f.store.CursorAdvanced() }

@@ -281,7 +281,7 @@ func remakeBucket(t *testing.T, url, name string) jetstream.KeyValue {
 }
 
 // nc is a NATS client for one test.
-func nc(t *testing.T, url string) *nats.Conn {
+func nc(t testing.TB, url string) *nats.Conn {
 	t.Helper()
 	c, err := natskv.Connect(natskv.ConnOptions{URL: url})
 	if err != nil {

@@ -83,6 +83,18 @@ type Commit struct {
 	EffectsAppend bool
 }
 
+// CursorAdvanced returns a channel closed by the next commit (after it
+// stored its cursor). A waiter takes the channel, then reads the cursor,
+// then waits: a commit in between cannot be missed.
+func (s *Store) CursorAdvanced() <-chan struct{} {
+	s.advMu.Lock()
+	defer s.advMu.Unlock()
+	if s.advanced == nil {
+		s.advanced = make(chan struct{})
+	}
+	return s.advanced
+}
+
 // RepairMark is what a commit does to the store's repair mark.
 type RepairMark uint8
 
@@ -197,6 +209,12 @@ func (s *Store) Commit(c Commit) error {
 	}
 	next := c.Cursor
 	s.cursor.Store(&next)
+	s.advMu.Lock()
+	if s.advanced != nil {
+		close(s.advanced)
+		s.advanced = nil
+	}
+	s.advMu.Unlock()
 	if high > 0 {
 		s.outboxHigh, s.outboxNext = high, nextIdx
 		s.outboxLen.Add(int64(len(c.Effects)))

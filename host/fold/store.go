@@ -38,9 +38,12 @@ type Store struct {
 	outboxSig      chan struct{}
 	effectsDropped atomic.Uint64
 	outboxLen      atomic.Int64 // entries in the outbox (counted at open, then kept)
-	cursor         atomic.Pointer[protocol.Cursor]
-	view           atomic.Uint32          // the view keyspace (spaceView or spaceView2); changed by a commit
-	shadow         atomic.Pointer[Shadow] // the last BeginShadow's, until activated
+	// advanced is closed (and cleared) by the next commit: CursorAdvanced.
+	advMu    sync.Mutex
+	advanced chan struct{}
+	cursor   atomic.Pointer[protocol.Cursor]
+	view     atomic.Uint32          // the view keyspace (spaceView or spaceView2); changed by a commit
+	shadow   atomic.Pointer[Shadow] // the last BeginShadow's, until activated
 	// viewMu orders the Store's own view reads (which resolve the view
 	// keyspace, then read it) with a commit that switches keyspaces and
 	// drops the old one: held for reading by ViewGet and ViewRange, for

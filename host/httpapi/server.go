@@ -67,6 +67,10 @@ type Options struct {
 //	GET /v1/folds/{name}/deadletter       the updates the plugin failed on and the fold skipped ([DeadLetterer])
 //	POST /v1/folds/{name}/deadletter/replay[?key=K]  fold them again through the plugin
 //
+// Every read above takes ?min_revision=R[&wait=D] (read your writes:
+// answered once the fold's cursor reached R, 504 past D) and answers its
+// cursor in the X-Foldhost-Cursor header (CursorHeader).
+//
 // Every key and prefix parameter has a base64 twin (key_b64, prefix_b64:
 // DecodeB64) for bytes a URL cannot carry as text; every key an answer
 // holds is in key_b64, so a listed key always reads back.
@@ -275,6 +279,101 @@ func (s *server) snapshot(w http.ResponseWriter, f Fold) *fold.Snapshot {
 	return sn
 }
 
+// Read-your-writes: a read with ?min_revision=N answers from a snapshot
+// whose cursor is at least N (a KV put's revision), waiting up to ?wait
+// (default DefaultReadWait, at most MaxReadWait) for the fold to get
+// there; past it, 504 with the cursor reached. Every read answer carries
+// its snapshot's cursor in the CursorHeader header (and a "cursor" field).
+const (
+	DefaultReadWait = 5 * time.Second
+	MaxReadWait     = time.Minute
+	CursorHeader    = "X-Foldhost-Cursor"
+)
+
+// CursorWaiter is a Fold whose reads can wait for its cursor without
+// polling: CursorAdvanced returns a channel closed by its next commit
+// (fold.Store.CursorAdvanced). A Fold without it is polled.
+type CursorWaiter interface {
+	CursorAdvanced() <-chan struct{}
+}
+
+// readAt is a read's consistency request.
+type readAt struct {
+	min  protocol.Revision
+	wait time.Duration
+}
+
+// readAtParams reads ?min_revision and ?wait.
+func readAtParams(q url.Values) (readAt, error) {
+	var at readAt
+	if q.Has("min_revision") {
+		n, err := strconv.ParseUint(q.Get("min_revision"), 10, 64)
+		if err != nil || n == 0 {
+			return at, fmt.Errorf("min_revision must be a revision (a positive integer, e.g. a KV put's), got %q", q.Get("min_revision"))
+		}
+		at.min, at.wait = protocol.Revision(n), DefaultReadWait
+	}
+	if q.Has("wait") {
+		d, err := time.ParseDuration(q.Get("wait"))
+		switch {
+		case !q.Has("min_revision"):
+			return at, errors.New("wait needs min_revision (the revision to wait for)")
+		case err != nil || d < 0 || d > MaxReadWait:
+			return at, fmt.Errorf("wait must be a duration from 0s to %v (e.g. 500ms), got %q", MaxReadWait, q.Get("wait"))
+		}
+		at.wait = d
+	}
+	return at, nil
+}
+
+// snapshotAt takes the read's snapshot once the fold's cursor reached
+// at.min, and sets the cursor header. It answers (and returns nil) on a
+// store error, a timeout (504) or a client gone.
+func (s *server) snapshotAt(w http.ResponseWriter, r *http.Request, f Fold, at readAt) *fold.Snapshot {
+	var timeout <-chan time.Time
+	for {
+		var adv <-chan struct{}
+		cw, waits := f.(CursorWaiter)
+		if at.min > 0 && waits {
+			adv = cw.CursorAdvanced() // before the cursor is read: no commit missed
+		}
+		sn := s.snapshot(w, f)
+		if sn == nil {
+			return nil
+		}
+		cur := sn.Cursor().Rev
+		if cur >= at.min {
+			w.Header().Set(CursorHeader, strconv.FormatUint(uint64(cur), 10))
+			return sn
+		}
+		sn.Close()
+		if timeout == nil {
+			t := time.NewTimer(at.wait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		var poll <-chan time.Time
+		if !waits {
+			poll = time.After(10 * time.Millisecond)
+		}
+		select {
+		case <-adv:
+		case <-poll:
+		case <-r.Context().Done():
+			return nil
+		case <-timeout:
+			w.Header().Set(CursorHeader, strconv.FormatUint(uint64(cur), 10))
+			writeJSON(w, http.StatusGatewayTimeout, struct {
+				Error       string `json:"error"`
+				Fold        string `json:"fold"`
+				Cursor      uint64 `json:"cursor"`
+				MinRevision uint64 `json:"min_revision"`
+			}{fmt.Sprintf("fold %s: its cursor reached %d, not min_revision %d, within %v", f.Name(), cur, at.min, at.wait), f.Name(), uint64(cur), uint64(at.min)})
+			return nil
+		}
+	}
+}
+
 func (s *server) storeError(w http.ResponseWriter, f Fold, err error) {
 	if errors.Is(err, fold.ErrClosed) {
 		writeError(w, http.StatusServiceUnavailable, "fold %s: store closed (shutting down)", f.Name())
@@ -291,8 +390,20 @@ func (s *server) getOne(sp space) http.HandlerFunc {
 		if f == nil {
 			return
 		}
-		if len(r.URL.Query()) > 0 {
-			writeError(w, http.StatusBadRequest, "this endpoint takes no query parameters")
+		q := r.URL.Query()
+		for name, vals := range q {
+			if name != "min_revision" && name != "wait" {
+				writeError(w, http.StatusBadRequest, "unknown query parameter %q (this endpoint takes min_revision and wait only)", name)
+				return
+			}
+			if len(vals) > 1 {
+				writeError(w, http.StatusBadRequest, "query parameter %q given %d times", name, len(vals))
+				return
+			}
+		}
+		at, err := readAtParams(q)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
 		key := r.PathValue("key")
@@ -300,7 +411,7 @@ func (s *server) getOne(sp space) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, "empty key")
 			return
 		}
-		s.get(w, f, sp, key)
+		s.get(w, r, f, sp, key, at)
 	}
 }
 
@@ -347,8 +458,8 @@ func stalenessOf(sn *fold.Snapshot) Staleness {
 	return st
 }
 
-func (s *server) get(w http.ResponseWriter, f Fold, sp space, key string) {
-	sn := s.snapshot(w, f)
+func (s *server) get(w http.ResponseWriter, r *http.Request, f Fold, sp space, key string, at readAt) {
+	sn := s.snapshotAt(w, r, f, at)
 	if sn == nil {
 		return
 	}
@@ -419,15 +530,20 @@ func (s *server) collection(sp space) http.HandlerFunc {
 		q := r.URL.Query()
 		for name, vals := range q {
 			switch name {
-			case "prefix", "prefix_b64", "limit", "key", "key_b64", "next", "format":
+			case "prefix", "prefix_b64", "limit", "key", "key_b64", "next", "format", "min_revision", "wait":
 			default:
-				writeError(w, http.StatusBadRequest, "unknown query parameter %q (want prefix or prefix_b64, limit and next, or key or key_b64, or format)", name)
+				writeError(w, http.StatusBadRequest, "unknown query parameter %q (want prefix or prefix_b64, limit and next, or key or key_b64, or format; and min_revision, wait)", name)
 				return
 			}
 			if len(vals) > 1 {
 				writeError(w, http.StatusBadRequest, "query parameter %q given %d times", name, len(vals))
 				return
 			}
+		}
+		at, err := readAtParams(q)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
 		}
 		key, hasKey, err := bytesParam(q, "key")
 		if err != nil {
@@ -448,7 +564,7 @@ func (s *server) collection(sp space) http.HandlerFunc {
 				writeError(w, http.StatusBadRequest, "empty key")
 				return
 			}
-			s.get(w, f, sp, key)
+			s.get(w, r, f, sp, key, at)
 			return
 		}
 		if q.Has("format") {
@@ -460,7 +576,7 @@ func (s *server) collection(sp space) http.HandlerFunc {
 				writeError(w, http.StatusBadRequest, "format=ndjson streams the whole range: it does not combine with limit or next")
 				return
 			}
-			s.streamNDJSON(w, f, sp, prefix)
+			s.streamNDJSON(w, r, f, sp, prefix, at)
 			return
 		}
 		limit := DefaultLimit
@@ -479,7 +595,7 @@ func (s *server) collection(sp space) http.HandlerFunc {
 				return
 			}
 		}
-		sn := s.snapshot(w, f)
+		sn := s.snapshotAt(w, r, f, at)
 		if sn == nil {
 			return
 		}
@@ -561,15 +677,14 @@ func writeError(w http.ResponseWriter, code int, format string, args ...any) {
 // mid-stream ends it with {"error":"...","count":N} instead. The snapshot's
 // cursor is also in the X-Foldhost-Cursor header. The write deadline is
 // renewed as the stream goes, so only a stalled reader is cut.
-func (s *server) streamNDJSON(w http.ResponseWriter, f Fold, sp space, prefix string) {
-	sn := s.snapshot(w, f)
+func (s *server) streamNDJSON(w http.ResponseWriter, r *http.Request, f Fold, sp space, prefix string, at readAt) {
+	sn := s.snapshotAt(w, r, f, at)
 	if sn == nil {
 		return
 	}
 	defer sn.Close()
 	cur := uint64(sn.Cursor().Rev)
 	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("X-Foldhost-Cursor", strconv.FormatUint(cur, 10))
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	bw := bufio.NewWriterSize(w, 64<<10)

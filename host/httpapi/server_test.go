@@ -512,3 +512,49 @@ func TestExportEndpoint(t *testing.T) {
 		t.Errorf("not-configured export = %d, want 501", code)
 	}
 }
+
+// snapCountingFold signals each snapshot taken of its testFold.
+type snapCountingFold struct {
+	*testFold
+	snaps chan struct{}
+}
+
+func (f snapCountingFold) Snapshot() (*fold.Snapshot, error) {
+	sn, err := f.testFold.Snapshot()
+	select {
+	case f.snaps <- struct{}{}:
+	default:
+	}
+	return sn, err
+}
+
+// TestMinRevisionPollsAFoldThatCannotSignal: a Fold without
+// CursorAdvanced is polled: a read waiting for a revision (its first
+// snapshot too old) answers once a commit reaches it. Mutation caught: no
+// polling (the read waits out its 10 s and answers 504).
+func TestMinRevisionPollsAFoldThatCannotSignal(t *testing.T) {
+	routes := openFold(t, "routes")
+	commit(t, routes, 7, []fold.Update{rawPut("a", 7, "v")}, nil)
+	f := snapCountingFold{routes, make(chan struct{}, 1)}
+	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Options{Folds: []httpapi.Fold{f}}))
+	defer srv.Close()
+	type answer struct {
+		code int
+		hdr  string
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := http.Get(srv.URL + "/v1/folds/routes/raw/late?min_revision=8&wait=10s")
+		if err != nil {
+			done <- answer{}
+			return
+		}
+		resp.Body.Close()
+		done <- answer{resp.StatusCode, resp.Header.Get(httpapi.CursorHeader)}
+	}()
+	<-f.snaps // the read looked, at cursor 7
+	commit(t, routes, 8, []fold.Update{rawPut("late", 8, "v")}, nil)
+	if a := <-done; a.code != http.StatusOK || a.hdr != "8" {
+		t.Fatalf("answer %+v, want 200 at cursor 8", a)
+	}
+}
