@@ -84,7 +84,10 @@ func (f *Fold) storedDeadLetters() int64 {
 	if err := f.store.DeadLetters(func(fold.DeadLetter) error { n++; return nil }); err != nil {
 		return -1
 	}
-	f.dead.stored.Store(n)
+	// Cached only if nothing set the count meanwhile: a prune that ran
+	// during the scan knows better (a plain store here once put back a
+	// count taken before a rebuild's dead letter, over the prune's 1).
+	f.dead.stored.CompareAndSwap(-1, n)
 	return n
 }
 
