@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
@@ -18,15 +19,23 @@ import (
 
 type page[T any] struct {
 	rangeResp[T]
-	Next string
+	Next    string
+	Expired bool `json:"snapshot_expired"`
 }
 
 // pages reads every page of path (a range URL) and returns the keys in the
 // order served and the cursor of each page; between pages it calls between.
 func pages[T any](t *testing.T, srv *httptest.Server, path string, key func(T) string, between func(int)) ([]string, []uint64) {
+	keys, cursors, _ := pagesExpired(t, srv, path, key, between)
+	return keys, cursors
+}
+
+// pagesExpired is pages, with how many pages said snapshot_expired.
+func pagesExpired[T any](t *testing.T, srv *httptest.Server, path string, key func(T) string, between func(int)) ([]string, []uint64, int) {
 	t.Helper()
 	var keys []string
 	var cursors []uint64
+	expired := 0
 	next := ""
 	for i := 0; ; i++ {
 		p := path
@@ -39,11 +48,14 @@ func pages[T any](t *testing.T, srv *httptest.Server, path string, key func(T) s
 			keys = append(keys, key(it))
 		}
 		cursors = append(cursors, r.Cursor)
+		if r.Expired {
+			expired++
+		}
 		if !r.Truncated {
 			if r.Next != "" {
 				t.Errorf("page %d: not truncated, next %q", i, r.Next)
 			}
-			return keys, cursors
+			return keys, cursors, expired
 		}
 		if r.Next == "" || r.Count != r.Limit {
 			t.Fatalf("page %d: truncated with next %q, %d of %d items", i, r.Next, r.Count, r.Limit)
@@ -54,9 +66,13 @@ func pages[T any](t *testing.T, srv *httptest.Server, path string, key func(T) s
 }
 
 // TestRangePaging: a range read page by page with ?next= returns every key
-// of the prefix once, in order, also binary view keys and keys written
-// between pages after the current page; each page states the cursor it
-// answers at. Mutation caught: next starting at the last key (it repeats).
+// of the prefix once, in order, also binary view keys, all from the first
+// page's snapshot: keys written between pages are not served, and every
+// page states the first page's cursor. Once the snapshot expired
+// (PageSnapshotTTL), a page is read from a fresh snapshot and says so: the
+// keys written meanwhile after the page come too, at the new cursor.
+// Mutations caught: next starting at the last key (it repeats); a fresh
+// snapshot per page (the late keys served, the cursors advance).
 func TestRangePaging(t *testing.T) {
 	f := openFold(t, "f")
 	var raw []fold.Update
@@ -77,11 +93,22 @@ func TestRangePaging(t *testing.T) {
 		rev++
 		commit(t, f, rev, []fold.Update{rawPut(fmt.Sprintf("k%05d", 9000+i), rev, "late")}, nil)
 	})
-	if len(keys) != 2502 || !slices.IsSorted(keys) || len(slices.Compact(slices.Clone(keys))) != len(keys) {
-		t.Errorf("raw pages: %d keys (want 2502: 2500 and the two written between pages), sorted %v", len(keys), slices.IsSorted(keys))
+	if len(keys) != 2500 || !slices.IsSorted(keys) || len(slices.Compact(slices.Clone(keys))) != len(keys) {
+		t.Errorf("raw pages: %d keys (want 2500: not the two written between pages), sorted %v", len(keys), slices.IsSorted(keys))
 	}
-	if want := []uint64{2500, 2501, 2502}; !slices.Equal(cursors, want) {
+	if want := []uint64{2500, 2500, 2500}; !slices.Equal(cursors, want) {
 		t.Errorf("page cursors %v, want %v", cursors, want)
+	}
+
+	// Snapshots that expire at once: every next page is fresh, and says so.
+	quick := httptest.NewServer(httpapi.NewHandler(httpapi.Options{Folds: []httpapi.Fold{f}, PageSnapshotTTL: time.Nanosecond}))
+	t.Cleanup(quick.Close)
+	keys, cursors, expired := pagesExpired(t, quick, "/v1/folds/f/raw?prefix=k&limit=1000", func(it rawItem) string { return it.Key }, func(i int) {
+		rev++
+		commit(t, f, rev, []fold.Update{rawPut(fmt.Sprintf("k%05d", 9100+i), rev, "late")}, nil)
+	})
+	if len(keys) != 2504 || expired != 2 || !slices.Equal(cursors, []uint64{2502, 2503, 2504}) {
+		t.Errorf("expiring pages: %d keys (want 2504), %d said expired (want 2), cursors %v", len(keys), expired, cursors)
 	}
 
 	vkeys, _ := pages(t, srv, "/v1/folds/f/view?prefix=v/&limit=700", func(it viewItem) string { return it.KeyB64 }, func(int) {})

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,6 +44,9 @@ type Options struct {
 	// listener on 0.0.0.0 or :: is not loopback-only, though a connection
 	// to 127.0.0.1 through it has a loopback local address.
 	AdminToken string
+	// PageSnapshotTTL is how long the pages of a range keep reading the
+	// first page's snapshot; default DefaultPageSnapshotTTL.
+	PageSnapshotTTL time.Duration
 }
 
 // NewHandler returns the API's handler:
@@ -92,6 +94,10 @@ func NewHandler(o Options) http.Handler {
 		o.Metrics.Track(o.Folds)
 	}
 	s := &server{folds: map[string]Fold{}, order: o.Folds, log: o.Logger, adminToken: o.AdminToken}
+	s.pages.ttl = o.PageSnapshotTTL
+	if s.pages.ttl <= 0 {
+		s.pages.ttl = DefaultPageSnapshotTTL
+	}
 	for _, f := range o.Folds {
 		s.folds[f.Name()] = f
 	}
@@ -157,6 +163,7 @@ type server struct {
 	order      []Fold
 	log        *slog.Logger
 	adminToken string
+	pages      pageSnaps
 }
 
 type space int
@@ -512,9 +519,14 @@ type rangeResponse struct {
 	Count     int     `json:"count"`
 	// Truncated is true when more entries match than Limit; Next is then
 	// the token of the next page (?next=), which starts after this page's
-	// last key.
+	// last key, read from this page's snapshot (for PageSnapshotTTL from
+	// the first page).
 	Truncated bool   `json:"truncated"`
 	Next      string `json:"next,omitempty"`
+	// SnapshotExpired: this page was asked for with a token whose
+	// snapshot is gone (older than PageSnapshotTTL, or let go): it is
+	// read from a fresh one, at a newer cursor than the pages before.
+	SnapshotExpired bool `json:"snapshot_expired,omitempty"`
 	Items     any    `json:"items"`
 }
 
@@ -589,18 +601,33 @@ func (s *server) collection(sp space) http.HandlerFunc {
 			limit = n
 		}
 		var after []byte
+		var id uint64
+		var sn *fold.Snapshot
+		expired := false
 		if q.Has("next") {
-			if after, err = base64.RawURLEncoding.DecodeString(q.Get("next")); err != nil || len(after) == 0 {
+			if id, after, err = parsePageToken(q.Get("next")); err != nil || len(after) == 0 {
 				writeError(w, http.StatusBadRequest, "next must be the token a truncated range answered, got %q", q.Get("next"))
 				return
 			}
+			// The first page's snapshot, unless it expired or is older
+			// than the read asks for.
+			if sn = s.pages.take(id, f.Name(), sp, time.Now()); sn != nil && sn.Cursor().Rev < at.min {
+				sn.Close()
+				sn = nil
+			}
+			if sn == nil {
+				id, expired = 0, true
+			} else {
+				w.Header().Set(CursorHeader, strconv.FormatUint(uint64(sn.Cursor().Rev), 10))
+			}
 		}
-		sn := s.snapshotAt(w, r, f, at)
 		if sn == nil {
-			return
+			if sn = s.snapshotAt(w, r, f, at); sn == nil {
+				return
+			}
 		}
 		defer sn.Close()
-		resp := rangeResponse{Fold: f.Name(), Cursor: uint64(sn.Cursor().Rev), Staleness: stalenessOf(sn), Limit: limit}
+		resp := rangeResponse{Fold: f.Name(), Cursor: uint64(sn.Cursor().Rev), Staleness: stalenessOf(sn), Limit: limit, SnapshotExpired: expired}
 		resp.Prefix, resp.PrefixB64 = Bytes([]byte(prefix))
 		var last []byte // the page's last key
 		if sp == rawSpace {
@@ -629,7 +656,10 @@ func (s *server) collection(sp space) http.HandlerFunc {
 			resp.Items, resp.Count = items, len(items)
 		}
 		if resp.Truncated {
-			resp.Next = base64.RawURLEncoding.EncodeToString(last)
+			if id == 0 {
+				id = s.pages.keep(sn, f.Name(), sp, time.Now())
+			}
+			resp.Next = pageToken(id, last)
 		}
 		if err != nil && !errors.Is(err, errLimit) {
 			s.storeError(w, f, err)
