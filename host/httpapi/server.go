@@ -527,7 +527,7 @@ type rangeResponse struct {
 	// snapshot is gone (older than PageSnapshotTTL, or let go): it is
 	// read from a fresh one, at a newer cursor than the pages before.
 	SnapshotExpired bool `json:"snapshot_expired,omitempty"`
-	Items     any    `json:"items"`
+	Items           any  `json:"items"`
 }
 
 var errLimit = errors.New("limit reached")
