@@ -113,7 +113,7 @@ func realHost(t *testing.T) exported {
 			break
 		}
 		if st.State == httpapi.StateFailed || time.Now().After(deadline) {
-			t.Fatalf("want cursor %d and a published artifact: %+v", last, st)
+			t.Fatalf("want cursor %d, a published artifact and a last commit time: %+v", last, st)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
