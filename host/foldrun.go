@@ -42,6 +42,7 @@ type Fold struct {
 	headAtStart, lastSeq  atomic.Uint64
 	delivered, rejected   atomic.Uint64
 	batches               atomic.Uint64
+	lastCommit            atomic.Int64 // UnixNano of the last committed batch of updates; 0 before
 	pluginErrs, commitErr atomic.Uint64
 	lastErr               atomic.Pointer[string]
 
@@ -176,6 +177,10 @@ func (f *Fold) Status() httpapi.Status {
 		Batches:             f.batches.Load(),
 		PluginErrors:        f.pluginErrs.Load(),
 		CommitFailures:      f.commitErr.Load(),
+	}
+	if ns := f.lastCommit.Load(); ns != 0 {
+		at := time.Unix(0, ns).UTC()
+		st.LastCommitAt = &at
 	}
 	if p := f.lastErr.Load(); p != nil {
 		st.LastError = *p
@@ -366,6 +371,7 @@ func (f *Fold) onApplied(a fold.Applied) {
 	f.delivered.Add(uint64(a.Updates))
 	f.rejected.Add(uint64(a.Rejected))
 	f.batches.Add(1)
+	f.lastCommit.Store(time.Now().UnixNano())
 	f.h.metrics.ObserveBatch(f.o.Name, a.Took)
 	for {
 		last := f.lastSeq.Load()

@@ -301,6 +301,10 @@ func (h *Host) Handler() http.Handler {
 	return httpapi.NewHandler(httpapi.Options{Folds: h.httpFolds(), Metrics: h.metrics, Logger: h.log, AdminToken: h.o.AdminToken})
 }
 
+// Metrics is the registry behind GET /metrics, for a program that adds its
+// own collectors or gathers it. Valid after Start.
+func (h *Host) Metrics() *httpapi.Metrics { return h.metrics }
+
 // ReloadPlugins validates every fold's plugin file again and swaps each
 // changed one in at its fold's next batch boundary; a module that fails
 // validation is refused and the running one stays. A failed fold (not a

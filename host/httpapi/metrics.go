@@ -151,6 +151,10 @@ var (
 		"1 while a cursor-expiry repair runs.", []string{"fold"}, nil)
 	lastPublishedDesc = prometheus.NewDesc("foldhost_fold_export_last_published_timestamp_seconds",
 		"When a round of this process last published an artifact (Unix time; absent before the first).", []string{"fold"}, nil)
+	exportIntervalDesc = prometheus.NewDesc("foldhost_fold_export_interval_seconds",
+		"The configured time between export rounds (0: on demand only; absent when exporting is not configured).", []string{"fold"}, nil)
+	lastCommitDesc = prometheus.NewDesc("foldhost_fold_last_commit_timestamp_seconds",
+		"When this process last committed a batch of updates (Unix time; absent before the first).", []string{"fold"}, nil)
 )
 
 // foldCollector reads every fold's Status once per scrape.
@@ -162,6 +166,8 @@ func (c *foldCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- exportRoundsDesc
 	ch <- lastPublishedDesc
+	ch <- exportIntervalDesc
+	ch <- lastCommitDesc
 	ch <- repairsDesc
 	ch <- repairingDesc
 	ch <- stateDesc
@@ -177,6 +183,9 @@ func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
 		st := f.Status()
 		for _, d := range foldMetrics {
 			ch <- prometheus.MustNewConstMetric(d.desc, d.kind, d.val(st), f.Name())
+		}
+		if at := st.LastCommitAt; at != nil {
+			ch <- prometheus.MustNewConstMetric(lastCommitDesc, prometheus.GaugeValue, unixSeconds(*at), f.Name())
 		}
 		ch <- prometheus.MustNewConstMetric(repairingDesc, prometheus.GaugeValue, b2f(st.Repairs.Running != nil), f.Name())
 		for _, s := range States {
@@ -196,9 +205,16 @@ func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
 			}{{"published", e.Rounds.Published}, {"superseded", e.Rounds.Superseded}, {"skipped", e.Rounds.Skipped}, {"failed", e.Rounds.Failed}} {
 				ch <- prometheus.MustNewConstMetric(exportRoundsDesc, prometheus.CounterValue, float64(o.n), f.Name(), o.name)
 			}
+			if d, err := time.ParseDuration(e.Interval); err == nil {
+				ch <- prometheus.MustNewConstMetric(exportIntervalDesc, prometheus.GaugeValue, d.Seconds(), f.Name())
+			}
 			if e.LastPublishedAt != nil {
 				ch <- prometheus.MustNewConstMetric(lastPublishedDesc, prometheus.GaugeValue, float64(e.LastPublishedAt.Unix()), f.Name())
 			}
 		}
 	}
 }
+
+// unixSeconds is t as fractional Unix seconds (a commit's age can be well
+// under a second).
+func unixSeconds(t time.Time) float64 { return float64(t.Unix()) + float64(t.Nanosecond())/1e9 }

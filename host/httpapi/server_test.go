@@ -410,6 +410,9 @@ func TestMetrics(t *testing.T) {
 	routes.set(func(s *httpapi.Status) {
 		s.StreamLastSeq, s.Lag = 10, 7
 		s.Counters = httpapi.Counters{DeliveredSinceStart: 3, Rejected: 1, Batches: 2, PluginErrors: 1, CommitFailures: 4}
+		at := time.Unix(1700000000, 250e6)
+		s.LastCommitAt = &at
+		s.Export = &httpapi.ExportStatus{Interval: (90 * time.Second).String()}
 	})
 	m := httpapi.NewMetrics()
 	m.Track([]httpapi.Fold{routes})
@@ -432,6 +435,8 @@ func TestMetrics(t *testing.T) {
 		`foldhost_fold_commit_failures_total{fold="routes"} 4`,
 		`foldhost_fold_batch_duration_seconds_count{fold="routes"} 1`,
 		`foldhost_fold_batch_duration_seconds_bucket{fold="routes",le="0.0064"} 1`,
+		`foldhost_fold_last_commit_timestamp_seconds{fold="routes"} 1.70000000025e+09`,
+		`foldhost_fold_export_interval_seconds{fold="routes"} 90`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(body, want) {

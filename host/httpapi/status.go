@@ -122,6 +122,11 @@ type Status struct {
 	// plugin errors and holds none.
 	DeadLetters *DeadLetterStatus `json:"dead_letters,omitempty"`
 	Counters    Counters          `json:"counters"`
+	// LastCommitAt is when this process last committed a batch of updates
+	// (absent before the first). A cursor moved alone (a prefix-scoped
+	// fold's settle probe) is not a batch: under idle traffic it stays old,
+	// so judge it beside Lag.
+	LastCommitAt *time.Time `json:"last_commit_at,omitempty"`
 	// LastError is the error that stopped the fold, or the last transient
 	// one it recovered from; "" when none.
 	LastError string `json:"last_error"`
