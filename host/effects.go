@@ -618,6 +618,9 @@ func (f *Fold) effectsStatus() *httpapi.EffectsStatus {
 		st.Stream, st.Fence = e.target.stream, e.target.fence
 		st.Confirmed, st.FenceMoves = e.confirmed.Load(), e.fenceMoves.Load()
 		st.DeadLettered = e.deadLettered.Load()
+		if f.o.EffectsMaxWait > 0 {
+			st.MaxWaitSeconds = f.o.EffectsMaxWait.Seconds()
+		}
 		st.Outbox = f.store.OutboxLen()
 		if since := e.headSince.Load(); since != 0 && st.Outbox > 0 {
 			st.OutboxWaitSeconds = time.Since(time.Unix(0, since)).Seconds()

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -130,4 +132,65 @@ func TestEffectsPoisonToDeadLetters(t *testing.T) {
 		t.Fatalf("%d dead letters after the replay, want the %d effects kept", len(dls), len(long.want))
 	}
 	t.Logf("%d effects published, %d dead-lettered", len(m.want), len(long.want))
+}
+
+// TestEffectsMaxWaitReadiness: with effects_max_wait = 300ms, a stream
+// that stops capturing the effects' subject makes /readyz answer 503 once
+// the outbox's first effect has waited longer, the reason naming the wait
+// and the publisher's error; once the stream captures it again the outbox
+// drains and the fold is ready again. A fold with the wait disabled stays
+// ready meanwhile. Mutation caught: readiness that ignores the outbox
+// (readyz stays 200).
+func TestEffectsMaxWaitReadiness(t *testing.T) {
+	b, _, fo, url := effectsSetup(t, 0)
+	js, err := jetstream.New(nc(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fo.EffectsMaxWait = 300 * time.Millisecond
+	patient := fo
+	patient.Name, patient.DataDir, patient.EffectsMaxWait = "patient", filepath.Join(t.TempDir(), "patient"), -1
+	patient.Bucket, patient.EffectsFence = "routes", "foldhost.fence.patient"
+	r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo, patient}})
+	f, fp := r.h.Fold("routes"), r.h.Fold("patient")
+	waitState(t, f, httpapi.StateFollowing)
+	waitState(t, fp, httpapi.StateFollowing)
+	web := httptest.NewServer(r.h.Handler())
+	defer web.Close()
+	readyz := func() (int, string) {
+		code, body, err := httpGetBody(web.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code, body
+	}
+	drained := func() bool { return host.OutboxLen(f) == 0 && host.OutboxLen(fp) == 0 }
+	waitCursor(t, f, put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`))
+	waitFor(t, drained)
+	if code, body := readyz(); code != http.StatusOK {
+		t.Fatalf("readyz with the effects published: %d %s", code, body)
+	}
+
+	cfg := effectsStream("EV", "route.changed")
+	cfg.Subjects = []string{"elsewhere", "foldhost.fence.>"}
+	if _, err := js.UpdateStream(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	last := put(t, b, "route.b", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
+	waitCursor(t, f, last)
+	waitFor(t, func() bool { code, _ := readyz(); return code == http.StatusServiceUnavailable })
+	code, body := readyz()
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "fold routes: effects: the outbox's first effect has waited") ||
+		!strings.Contains(body, "more than effects_max_wait (300ms); 1 wait; last error: ") || strings.Contains(body, "fold patient") {
+		t.Fatalf("readyz with the stream taking nothing: %d %s", code, body)
+	}
+	if st := f.Status(); st.Ready || st.Effects.MaxWaitSeconds != 0.3 || host.OutboxLen(fp) != 1 {
+		t.Fatalf("status %+v %+v (patient's outbox %d)", st, st.Effects, host.OutboxLen(fp))
+	}
+
+	if _, err := js.UpdateStream(context.Background(), effectsStream("EV", "route.changed")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, drained)
+	waitFor(t, func() bool { code, _ := readyz(); return code == http.StatusOK })
 }
