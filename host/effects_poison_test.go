@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -193,4 +194,58 @@ func TestEffectsMaxWaitReadiness(t *testing.T) {
 	}
 	waitFor(t, drained)
 	waitFor(t, func() bool { code, _ := readyz(); return code == http.StatusOK })
+}
+
+// TestEffectsPoisonOverMaxPayload: a server with max_payload 2048 and a
+// stream without a size limit; an effect larger than max_payload (the
+// client refuses to send it) becomes a dead letter saying so, and the
+// effects before and after it are published in order. Mutation caught:
+// nats.ErrMaxPayload taken as transient (the outbox blocks).
+func TestEffectsPoisonOverMaxPayload(t *testing.T) {
+	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir(), MaxPayload: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	url := srv.ClientURL()
+	b, err := natskv.OpenBucket(context.Background(), nc(t, url), natskv.BucketConfig{Name: "routes"}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startHost(t, host.Options{
+		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "routes"),
+			EffectsStream: "EV"}},
+	})
+	f := r.h.Fold("routes")
+	waitState(t, f, httpapi.StateFollowing)
+	m := &routerModel{entries: map[string]string{}}
+	big := strings.Repeat("y", 2100) + ".example.com"
+	var last uint64
+	for _, h := range []string{"a.example.com", big, "b.example.com"} {
+		last = put(t, b, "route."+h, `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+		if h != big {
+			m.put(h, "10.0.0.1:80=1")
+		}
+	}
+	waitCursor(t, f, last)
+	if d := diffEffects(waitEffects(t, s, f, len(m.want)), m.want); d != "" {
+		t.Fatalf("the effects that fit: %s", d)
+	}
+	dls, err := f.DeadLetters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].Effect == nil || !strings.Contains(dls[0].Error, "larger than the NATS server's max_payload (2048 bytes") ||
+		dls[0].Effect.Size < 2100 || f.Status().Effects.DeadLettered != 1 {
+		t.Fatalf("dead letters %+v, status %+v", dls, f.Status().Effects)
+	}
 }
