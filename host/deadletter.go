@@ -61,7 +61,9 @@ func (f *Fold) countedPoison() func(fold.Update, error) fold.DeadLetter {
 }
 
 // pruneDeadLetters applies the fold's bounds after a commit that recorded
-// dead letters (on the loop's goroutine).
+// dead letters (on the loop's goroutine, or the effects publisher's after
+// it moved a poison effect: the store takes concurrent prunes, and the
+// pending swap runs one per flag).
 func (f *Fold) pruneDeadLetters() {
 	if !f.dead.pending.Swap(false) {
 		return

@@ -435,11 +435,12 @@ func (t *effectsTarget) fencePublish(ctx context.Context, foldName, epoch string
 		m.Header.Set(jsBatchSeq, strconv.Itoa(i+1))
 		var err error
 		if probe {
-			if err = t.probeOne(ctx, m); err != nil && i > 0 {
-				t.abandon(batch, i)
-			}
+			err = t.probeOne(ctx, m)
 		} else {
 			err = t.nc.PublishMsg(m)
+		}
+		if err != nil && i > 0 {
+			t.abandon(batch, i)
 		}
 		if errors.Is(err, nats.ErrMaxPayload) {
 			return 0, &poisonEffectError{index: i, reason: fmt.Sprintf("larger than the NATS server's max_payload (%d bytes, headers included)", t.nc.MaxPayload())}
@@ -548,10 +549,10 @@ func (t *effectsTarget) probeOne(ctx context.Context, m *nats.Msg) error {
 	return nil
 }
 
-// abandon makes the server drop a batch of which staged messages were
-// staged, at once rather than at its timeout (an open batch counts against
-// the stream's few in flight): a message out of sequence ends it, and is
-// not stored. Best effort: the timeout ends it anyway.
+// abandon makes the server drop a batch whose first staged messages it
+// holds, at once rather than at the batch's timeout (an open batch counts
+// against the stream's 50 in flight): a message out of sequence ends it,
+// and is not stored. Best effort: the timeout ends it anyway.
 func (t *effectsTarget) abandon(batch string, staged int) {
 	m := nats.NewMsg(t.fence)
 	m.Header.Set(jsBatchID, batch)
