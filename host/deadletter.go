@@ -61,7 +61,9 @@ func (f *Fold) countedPoison() func(fold.Update, error) fold.DeadLetter {
 }
 
 // pruneDeadLetters applies the fold's bounds after a commit that recorded
-// dead letters (on the loop's goroutine).
+// dead letters (on the loop's goroutine, or the effects publisher's after
+// it moved a poison effect: the store takes concurrent prunes, and the
+// pending swap runs one per flag).
 func (f *Fold) pruneDeadLetters() {
 	if !f.dead.pending.Swap(false) {
 		return
@@ -103,7 +105,8 @@ func (f *Fold) DeadLetters() ([]fold.DeadLetter, error) {
 // again through the plugin, on the live loop: the key's value as the raw
 // fold holds it now (a later write included), or a delete when it is gone.
 // One the plugin folds now leaves the dead letters; one it fails on stays,
-// with the new error. Needs a following fold.
+// with the new error. A poison effect's dead letter is not replayed (it
+// stays; res.Effects counts them). Needs a following fold.
 func (f *Fold) ReplayDeadLetters(ctx context.Context, key string) (httpapi.ReplayResult, error) {
 	var res httpapi.ReplayResult
 	if f.plug() == nil {
@@ -118,7 +121,15 @@ func (f *Fold) ReplayDeadLetters(ctx context.Context, key string) (httpapi.Repla
 	}
 	var todo []fold.DeadLetter
 	if err := f.store.DeadLetters(func(d fold.DeadLetter) error {
-		if key == "" || d.Key == key {
+		switch {
+		case d.Effect != nil:
+			// A poison effect: a replay folds keys, and would drop the
+			// effects it makes (RATIONALE.md, "Plugin effects"); it stays,
+			// counted.
+			if key == "" {
+				res.Effects++
+			}
+		case key == "" || d.Key == key:
 			todo = append(todo, d)
 		}
 		return nil
@@ -151,7 +162,7 @@ func (f *Fold) ReplayDeadLetters(ctx context.Context, key string) (httpapi.Repla
 	if errors.Is(err, fold.ErrLoopStopped) {
 		err = fmt.Errorf("fold %s: %w", f.o.Name, httpapi.ErrNotFollowing)
 	}
-	f.log.Info("dead letters replayed", "key", key, "replayed", res.Replayed, "failed", res.Failed, "of", len(todo), "err", err)
+	f.log.Info("dead letters replayed", "key", key, "replayed", res.Replayed, "failed", res.Failed, "of", len(todo), "effects_kept", res.Effects, "err", err)
 	return res, err
 }
 

@@ -56,6 +56,7 @@ type effectsState struct {
 	// confirmed counts entries deleted because the fence said they had
 	// landed; fenceMoves the batches refused because the fence moved.
 	confirmed, fenceMoves atomic.Uint64
+	deadLettered          atomic.Uint64 // poison effects moved to the dead letters
 	// headSince is when the publisher first saw the outbox's first entry
 	// (unix ns; 0: the outbox was empty).
 	headSince atomic.Int64
@@ -224,6 +225,10 @@ func (f *Fold) publishEffects(ctx context.Context) {
 	known := false
 	var chunk []fold.OutboxEntry
 	failures := 0
+	// probe: publish each effect of the batch as a request, so the server
+	// says which one it refuses (set after a refused batch, until one
+	// lands).
+	probe := false
 	for ctx.Err() == nil {
 		var err error
 		if !known {
@@ -262,7 +267,23 @@ func (f *Fold) publishEffects(ctx context.Context) {
 				}
 			}
 			var seq uint64
-			seq, err = t.fencePublish(ctx, f.o.Name, epoch, fence.seq, chunk)
+			seq, err = t.fencePublish(ctx, f.o.Name, epoch, fence.seq, chunk, probe)
+			var poison *poisonEffectError
+			if errors.As(err, &poison) && ctx.Err() == nil {
+				// Nothing of the batch was stored (the server refused one
+				// of its messages, so it never committed): move the
+				// poison effect out, and publish the rest.
+				if err = f.deadLetterEffect(chunk[poison.index], poison.reason); err == nil {
+					continue
+				}
+			}
+			if errors.Is(err, errBatchIncomplete) && !probe && ctx.Err() == nil {
+				// A message of the batch was refused, and an atomic
+				// batch's messages go without a reply: publish it again
+				// effect by effect to learn which one, and why.
+				probe = true
+				continue
+			}
 			if errors.Is(err, errFenceMoved) && ctx.Err() == nil {
 				// Someone wrote the fence since it was read (this
 				// publisher's own batch whose ack was lost, or another
@@ -277,6 +298,7 @@ func (f *Fold) publishEffects(ctx context.Context) {
 				}
 			}
 			if err == nil {
+				probe = false
 				last := chunk[len(chunk)-1]
 				fence = fenceState{seq: seq, has: true, rev: last.Rev, index: last.Index}
 				if err = f.store.DeleteOutbox(chunk...); err == nil {
@@ -390,7 +412,14 @@ func (t *effectsTarget) readFence(ctx context.Context, epoch string) (fenceState
 // whatever the stream's duplicate window, however long the outage: a
 // repeat after a lost ack finds the fence moved. It returns the fence's
 // new sequence.
-func (t *effectsTarget) fencePublish(ctx context.Context, foldName, epoch string, fenceSeq uint64, chunk []fold.OutboxEntry) (uint64, error) {
+//
+// An effect refused for good (larger than the connection's max_payload,
+// or than the stream's max_msg_size) is a *poisonEffectError naming it.
+// The server answers each message of a batch only when it has a reply
+// subject; without one (!probe, the fast path), a refused message shows
+// only as the commit's errBatchIncomplete, and the caller probes: each
+// message then goes as a request, and the first refusal names its effect.
+func (t *effectsTarget) fencePublish(ctx context.Context, foldName, epoch string, fenceSeq uint64, chunk []fold.OutboxEntry, probe bool) (uint64, error) {
 	var rnd [12]byte
 	_, _ = rand.Read(rnd[:])
 	batch := hex.EncodeToString(rnd[:])
@@ -403,7 +432,23 @@ func (t *effectsTarget) fencePublish(ctx context.Context, foldName, epoch string
 		m.Header.Set(hdrEffectID, e.ID(foldName))
 		m.Header.Set(jsBatchID, batch)
 		m.Header.Set(jsBatchSeq, strconv.Itoa(i+1))
-		if err := t.nc.PublishMsg(m); err != nil {
+		var err error
+		if probe {
+			err = t.probeOne(ctx, m)
+		} else {
+			err = t.nc.PublishMsg(m)
+		}
+		if err != nil && i > 0 {
+			t.abandon(batch, i)
+		}
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return 0, &poisonEffectError{index: i, reason: fmt.Sprintf("larger than the NATS server's max_payload (%d bytes, headers included)", t.nc.MaxPayload())}
+		}
+		var refused *refusedError
+		if errors.As(err, &refused) && refused.code == jsErrMessageTooLarge {
+			return 0, &poisonEffectError{index: i, reason: fmt.Sprintf("stream %q refused it: %s (error %d; the stream's max_msg_size counts headers too)", t.stream, refused.desc, refused.code)}
+		}
+		if err != nil {
 			return 0, fmt.Errorf("effect %s to %q: %w", e.ID(foldName), e.Subject, err)
 		}
 	}
@@ -435,14 +480,101 @@ func (t *effectsTarget) fencePublish(ctx context.Context, foldName, epoch string
 	switch {
 	case ack.Error != nil && (ack.Error.ErrCode == int(jetstream.JSErrCodeStreamWrongLastSequence) || ack.Error.ErrCode == int(jetstream.JSErrCodeStreamWrongLastSequenceConstant)):
 		return 0, fmt.Errorf("%w: %s", errFenceMoved, ack.Error.Description)
-	case ack.Error != nil && ack.Error.ErrCode == 10176: // incomplete batch
-		return 0, fmt.Errorf("effects %s to %s: stream %q refused a message of the batch (does it still capture every effects subject and the fence %q?): %s", chunk[0].ID(foldName), last.ID(foldName), t.stream, t.fence, ack.Error.Description)
+	case ack.Error != nil && ack.Error.ErrCode == jsErrBatchIncomplete:
+		return 0, fmt.Errorf("effects %s to %s: %w: stream %q refused a message of the batch (does it still capture every effects subject and the fence %q?): %s", chunk[0].ID(foldName), last.ID(foldName), errBatchIncomplete, t.stream, t.fence, ack.Error.Description)
 	case ack.Error != nil:
 		return 0, fmt.Errorf("effects %s to %s: stream %q refused the batch: %s (error %d)", chunk[0].ID(foldName), last.ID(foldName), t.stream, ack.Error.Description, ack.Error.ErrCode)
 	case ack.Count != len(chunk)+1:
 		return 0, fmt.Errorf("effects: stream %q stored a batch of %d messages, %d sent", t.stream, ack.Count, len(chunk)+1)
 	}
 	return ack.Seq, nil
+}
+
+// The JetStream errors the publisher tells apart (nats-server's
+// JSAtomicPublishIncompleteBatchErr and JSStreamMessageExceedsMaximumErr).
+const (
+	jsErrBatchIncomplete = 10176
+	jsErrMessageTooLarge = 10054
+)
+
+// errBatchIncomplete: the server refused a message of the batch, so its
+// commit found the batch incomplete and stored none of it.
+var errBatchIncomplete = errors.New("incomplete batch")
+
+// poisonEffectError: the server refuses chunk[index] for good, whatever
+// the retries (its size). A stream that does not capture an effect's
+// subject is not one: the operator may fix the stream.
+type poisonEffectError struct {
+	index  int
+	reason string
+}
+
+func (e *poisonEffectError) Error() string { return "a poison effect: " + e.reason }
+
+// refusedError is a JetStream error answering one message.
+type refusedError struct {
+	code int
+	desc string
+}
+
+func (e *refusedError) Error() string { return fmt.Sprintf("%s (error %d)", e.desc, e.code) }
+
+// probeOne publishes one non-commit message of a batch as a request: the
+// server answers an empty message once it staged it, or a JetStream error
+// (a *refusedError). No stream capturing the subject shows as
+// nats.ErrNoResponders.
+func (t *effectsTarget) probeOne(ctx context.Context, m *nats.Msg) error {
+	pctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	reply, err := t.nc.RequestMsgWithContext(pctx, m)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("no stream captures the subject (did stream %q stop capturing it?): %w", t.stream, err)
+	}
+	if err != nil || len(reply.Data) == 0 {
+		return err
+	}
+	var ack struct {
+		Error *struct {
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(reply.Data, &ack); err != nil {
+		return fmt.Errorf("the server's answer %q: %w", reply.Data, err)
+	}
+	if ack.Error != nil {
+		return &refusedError{code: ack.Error.ErrCode, desc: ack.Error.Description}
+	}
+	return nil
+}
+
+// abandon makes the server drop a batch whose first staged messages it
+// holds, at once rather than at the batch's timeout (an open batch counts
+// against the stream's 50 in flight): a message out of sequence ends it,
+// and is not stored. Best effort: the timeout ends it anyway.
+func (t *effectsTarget) abandon(batch string, staged int) {
+	m := nats.NewMsg(t.fence)
+	m.Header.Set(jsBatchID, batch)
+	m.Header.Set(jsBatchSeq, strconv.Itoa(staged+2))
+	_ = t.nc.PublishMsg(m)
+}
+
+// deadLetterEffect moves a poison effect from the outbox to the fold's
+// dead letters (one store batch), counts it and logs it once.
+func (f *Fold) deadLetterEffect(e fold.OutboxEntry, reason string) error {
+	id := e.ID(f.o.Name)
+	d := fold.DeadLetter{Rev: uint64(e.Rev), Op: fold.OpEffect, Error: deadLetterError(errors.New(reason)), At: time.Now().UTC(),
+		Effect: &fold.DeadEffect{ID: id, Index: e.Index, Subject: e.Subject, Size: e.Size()}}
+	if err := f.store.DeadLetterEffect(e, d); err != nil {
+		return err
+	}
+	f.effects.deadLettered.Add(1)
+	f.log.Warn("an effect the effects stream refuses for good was moved to the dead letters; the effects after it are published",
+		"effect", id, "subject", e.Subject, "size", e.Size(), "stream", f.effects.target.stream, "reason", reason)
+	f.dead.stored.Store(-1) // recounted by the prune
+	f.dead.pending.Store(true)
+	f.pruneDeadLetters()
+	return nil
 }
 
 // JetStream's atomic batch headers (server 2.12+).
@@ -485,6 +617,10 @@ func (f *Fold) effectsStatus() *httpapi.EffectsStatus {
 	if e.target != nil {
 		st.Stream, st.Fence = e.target.stream, e.target.fence
 		st.Confirmed, st.FenceMoves = e.confirmed.Load(), e.fenceMoves.Load()
+		st.DeadLettered = e.deadLettered.Load()
+		if f.o.EffectsMaxWait > 0 {
+			st.MaxWaitSeconds = f.o.EffectsMaxWait.Seconds()
+		}
 		st.Outbox = f.store.OutboxLen()
 		if since := e.headSince.Load(); since != 0 && st.Outbox > 0 {
 			st.OutboxWaitSeconds = time.Since(time.Unix(0, since)).Seconds()

@@ -193,6 +193,14 @@ func (f *Fold) Status() httpapi.Status {
 		st.Reason = fmt.Sprintf("NATS unreachable for %v (reconnecting since %s): the fold cannot follow, its reads grow stale",
 			down.Round(time.Second), st.NATS.Since.UTC().Format(time.RFC3339))
 	}
+	if e := st.Effects; st.Ready && e != nil && e.MaxWaitSeconds > 0 && e.OutboxWaitSeconds > e.MaxWaitSeconds {
+		st.Ready = false
+		st.Reason = fmt.Sprintf("effects: the outbox's first effect has waited %v to be published, more than effects_max_wait (%v); %d wait",
+			time.Duration(e.OutboxWaitSeconds*float64(time.Second)).Round(time.Millisecond), f.o.EffectsMaxWait, e.Outbox)
+		if e.LastError != "" {
+			st.Reason += "; last error: " + e.LastError
+		}
+	}
 	if !st.Ready && st.Reason == "" {
 		switch st.State {
 		case httpapi.StateHydrating:

@@ -60,6 +60,8 @@ const (
 const (
 	DefaultDeadLetterMax    = 10000
 	DefaultDeadLetterMaxAge = 7 * 24 * time.Hour
+	// DefaultEffectsMaxWait is FoldOptions.EffectsMaxWait's default.
+	DefaultEffectsMaxWait = 5 * time.Minute
 )
 
 const AdminTokenEnv = "FOLDHOST_ADMIN_TOKEN"
@@ -168,6 +170,10 @@ type FoldOptions struct {
 	// where the publisher last saw it (RATIONALE.md, "Plugin effects").
 	// The stream must capture it. Default: foldhost.fence.<fold name>.
 	EffectsFence string
+	// EffectsMaxWait: once the outbox's first effect has waited longer
+	// than this to be published, the fold is not ready (its status's
+	// reason says why). 0: DefaultEffectsMaxWait; negative: never.
+	EffectsMaxWait time.Duration
 	// refold marks the fresh fold of a reset (ResetStopped): it folds
 	// history again, so the plugin's effects are dropped.
 	refold bool
@@ -313,6 +319,9 @@ func (o Options) withDefaults() (Options, error) {
 		}
 		if f.Buffer <= 0 {
 			f.Buffer = DefaultBuffer
+		}
+		if f.EffectsMaxWait == 0 {
+			f.EffectsMaxWait = DefaultEffectsMaxWait
 		}
 		if err := validEffectsOptions(f); err != nil {
 			bad("fold %q: %v", f.Name, err)

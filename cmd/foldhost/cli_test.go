@@ -609,3 +609,60 @@ func TestFlagsBeforeArguments(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectOutbox: inspect outbox reads a stopped fold's unpublished
+// effects: the count, the first and last ids, and the oldest --limit with
+// subject and size; an empty outbox says so. Mutations caught: the last id
+// taken from the oldest shown (--limit), a count of the shown only.
+func TestInspectOutbox(t *testing.T) {
+	dir := makeStore(t)
+	outbox := func(dir string, args ...string) map[string]any {
+		t.Helper()
+		code, out, errOut := runCLI(t, nil, append([]string{"inspect", "--data", dir, "outbox"}, args...)...)
+		if code != exitOK {
+			t.Fatalf("inspect outbox: exit %d: %s", code, errOut)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatalf("inspect outbox: %v in %s", err, out)
+		}
+		return m
+	}
+	if m := outbox(dir); m["count"] != 0.0 || m["first"] != nil || m["last"] != nil || len(m["oldest"].([]any)) != 0 {
+		t.Errorf("empty outbox = %v", m)
+	}
+
+	s, _, err := fold.Open(dir, fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, rev := range []protocol.Revision{5, 6, 7} {
+		var effects []fold.Effect
+		for j := range 2 {
+			effects = append(effects, fold.Effect{Subject: "route.changed", Headers: []fold.EffectHeader{{Name: "Route-Op", Value: "put"}},
+				Payload: []byte(strings.Repeat("x", i*10+j))})
+		}
+		if err := s.Commit(fold.Commit{Raw: []fold.Update{{Key: fmt.Sprint("k", rev), Op: fold.OpPut, Rev: rev, Value: []byte("v")}},
+			Cursor: protocol.Cursor{Rev: rev}, Effects: effects, EffectRev: rev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m := outbox(dir, "--limit", "3")
+	oldest := m["oldest"].([]any)
+	if m["count"] != 6.0 || m["first"] != "fold/5/0" || m["last"] != "fold/7/1" || m["cursor"] != 7.0 || len(oldest) != 3 {
+		t.Fatalf("outbox = %v", m)
+	}
+	for i, want := range []string{"fold/5/0", "fold/5/1", "fold/6/0"} {
+		it := oldest[i].(map[string]any)
+		size := float64(len("route.changed") + len("Route-Op") + len("put") + []int{0, 1, 10}[i])
+		if it["id"] != want || it["subject"] != "route.changed" || it["size"] != size {
+			t.Errorf("oldest[%d] = %v, want id %s size %v", i, it, want, size)
+		}
+	}
+	if m := outbox(dir); len(m["oldest"].([]any)) != 6 {
+		t.Errorf("the default limit shows %d of 6", len(m["oldest"].([]any)))
+	}
+}

@@ -27,6 +27,9 @@ answer comes from one snapshot and carries the cursor it reflects.
   view get KEY        one plugin view entry
   view range [PREFIX] plugin view entries by prefix
   stats               sizes and exact key counts
+  outbox              the plugin effects committed and not yet published:
+                      count, first and last ids, the oldest --limit (10)
+                      with subject and size
 
 Name the store with --data DIR, or with --config FILE [--fold NAME] (the
 fold's data_dir; --fold may be omitted when the config has one fold). The
@@ -37,18 +40,18 @@ are valid UTF-8 (omitted otherwise), "value_b64" is always the base64.
 A missing key exits with code 3.`
 
 func cmdInspect(c *cli, args []string) error {
-	fs := c.flagSet("inspect", "inspect (--data DIR | --config FILE [--fold NAME]) cursor | get KEY | range [PREFIX] | view get KEY | view range [PREFIX] | stats", inspectAbout)
+	fs := c.flagSet("inspect", "inspect (--data DIR | --config FILE [--fold NAME]) cursor | get KEY | range [PREFIX] | view get KEY | view range [PREFIX] | stats | outbox", inspectAbout)
 	dataDir := fs.String("data", "", "the fold's data `dir`")
 	configPath := fs.String("config", "", "config `file` naming the fold's data dir")
 	foldName := fs.String("fold", "", "fold `name` in the config")
-	limit := fs.Int("limit", 0, "range: print at most `n` entries (0 = all)")
+	limit := fs.Int("limit", 0, "range: print at most `n` entries (0 = all); outbox: the oldest n (0 = 10)")
 	b64 := fs.Bool("b64", false, "KEY and PREFIX are base64 (for binary view keys)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) == 0 {
-		return usagef("missing action: cursor, get, range, view get, view range or stats")
+		return usagef("missing action: cursor, get, range, view get, view range, stats or outbox")
 	}
 	view := pos[0] == "view"
 	if view {
@@ -64,7 +67,7 @@ func cmdInspect(c *cli, args []string) error {
 		if len(rest) == 1 {
 			arg = rest[0]
 		}
-	case (action == "cursor" || action == "stats") && !view && len(rest) == 0:
+	case (action == "cursor" || action == "stats" || action == "outbox") && !view && len(rest) == 0:
 	case action == "get":
 		return usagef("get takes one KEY")
 	case action == "range":
@@ -140,6 +143,8 @@ func cmdInspect(c *cli, args []string) error {
 		return printJSON(w, out)
 	case action == "stats":
 		return inspectStats(w, store, sn, name, dir, originOut)
+	case action == "outbox":
+		return inspectOutbox(w, store, name, dir, cursor, *limit)
 	case action == "get" && !view:
 		e, ok, err := sn.Get(arg)
 		if err != nil {
@@ -248,6 +253,52 @@ func inspectStats(w io.Writer, store *fold.Store, sn *fold.Snapshot, name, dir s
 	}
 	if hasIdent {
 		out.PluginIdentityB64 = base64.StdEncoding.EncodeToString(ident)
+	}
+	return printJSON(w, out)
+}
+
+// outboxItem is one outbox entry as inspect shows it (not its payload).
+type outboxItem struct {
+	ID      string `json:"id"`
+	Subject string `json:"subject"`
+	Size    int    `json:"size"` // subject, headers and payload
+}
+
+// inspectOutbox prints the outbox: how many effects wait, the first and
+// last ids, and the oldest n. Ids name the fold (or "fold" when the store
+// is named by --data only), as the publisher's Foldhost-Effect-Id does.
+func inspectOutbox(w io.Writer, store *fold.Store, name, dir string, cursor uint64, n int) error {
+	if n == 0 {
+		n = 10
+	}
+	idName := name
+	if idName == "" {
+		idName = "fold"
+	}
+	out := struct {
+		Fold    string       `json:"fold,omitempty"`
+		DataDir string       `json:"data_dir"`
+		Cursor  uint64       `json:"cursor"`
+		Count   int64        `json:"count"`
+		First   string       `json:"first,omitempty"`
+		Last    string       `json:"last,omitempty"`
+		Oldest  []outboxItem `json:"oldest"`
+	}{Fold: name, DataDir: dir, Cursor: cursor, Count: store.OutboxLen(), Oldest: []outboxItem{}}
+	if err := store.Outbox(n, func(e fold.OutboxEntry) error {
+		out.Oldest = append(out.Oldest, outboxItem{ID: e.ID(idName), Subject: e.Subject, Size: e.Size()})
+		return nil
+	}); err != nil {
+		return err
+	}
+	if len(out.Oldest) > 0 {
+		out.First = out.Oldest[0].ID
+		last, ok, err := store.LastOutbox()
+		if err != nil {
+			return err
+		}
+		if ok {
+			out.Last = last.ID(idName)
+		}
 	}
 	return printJSON(w, out)
 }

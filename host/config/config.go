@@ -178,6 +178,9 @@ type FoldConfig struct {
 	EffectsStream   string
 	EffectsSubjects []string
 	EffectsFence    string
+	// EffectsMaxWait: the outbox wait past which the fold is not ready
+	// (0: never).
+	EffectsMaxWait time.Duration
 }
 
 // Defaults the file's own keys have (the rest are the libraries').
@@ -398,6 +401,10 @@ func extractFold(f *table) FoldConfig {
 	}
 	if len(fc.EffectsSubjects) > 0 && fc.EffectsStream == "" {
 		f.problem("effects_subjects", "needs effects_stream (the stream that captures them)")
+	}
+	fc.EffectsMaxWait = host.DefaultEffectsMaxWait
+	if f.duration("effects_max_wait", &fc.EffectsMaxWait) && fc.EffectsMaxWait < 0 {
+		f.problem("effects_max_wait", "must be 0s (readiness ignores the outbox) or a positive duration, got %v", fc.EffectsMaxWait)
 	}
 	if f.integer("disk_reserve_mb", &fc.DiskReserveMB) && (fc.DiskReserveMB < -1 || fc.DiskReserveMB > 1<<20) {
 		f.problem("disk_reserve_mb", "must be -1 (none), 0 (the default: 256) or up to %d, got %d", 1<<20, fc.DiskReserveMB)

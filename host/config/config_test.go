@@ -120,6 +120,7 @@ func TestConfigDefaults(t *testing.T) {
 				MaxEffects: 10_000, MaxEffectBytes: 1 << 20},
 			OnPluginError: "stop", DeadLetterMax: 10000, DeadLetterMaxAge: 7 * 24 * time.Hour,
 			Repair: protocol.RepairAuto, CreateBucket: natskv.BucketConfig{Name: "a", History: 1, Replicas: 1},
+			EffectsMaxWait: 5 * time.Minute,
 		}},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -164,6 +165,7 @@ plugin_max_effects = 7
 plugin_max_effect_kb = 2
 effects_stream = "ROUTE_EVENTS"
 effects_subjects = ["route.changed"]
+effects_max_wait = "90s"
 data_dir = "r-data"
 batch_window = "25ms"
 batch_size = 1024
@@ -196,7 +198,7 @@ limit_marker_ttl = "1m"
 			MaxEffects: 7, MaxEffectBytes: 2 << 10},
 		CreateBucket: natskv.BucketConfig{Name: "routes", History: 5, MaxAge: 24 * time.Hour, MaxBytes: 1 << 20,
 			Replicas: 3, Memory: true, LimitMarkerTTL: time.Minute},
-		EffectsStream: "ROUTE_EVENTS", EffectsSubjects: []string{"route.changed"},
+		EffectsStream: "ROUTE_EVENTS", EffectsSubjects: []string{"route.changed"}, EffectsMaxWait: 90 * time.Second,
 	}
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("fold:\n got %+v\nwant %+v", f, want)
@@ -747,6 +749,18 @@ func TestConfigMemTable(t *testing.T) {
 		}
 	}
 	refuseFoldKey(t, "memtable_mb", "memtable_mb = 2", "memtable_mb = -1", "memtable_mb = 2048")
+}
+
+// TestConfigEffectsMaxWait: effects_max_wait reaches the fold's options
+// (default 5m; "0s": never, a negative EffectsMaxWait there); a negative
+// duration is a problem naming it.
+func TestConfigEffectsMaxWait(t *testing.T) {
+	for text, want := range map[string]time.Duration{"": host.DefaultEffectsMaxWait, `effects_max_wait = "0s"`: -1, `effects_max_wait = "90s"`: 90 * time.Second} {
+		if got := foldOptionsOf(t, text).EffectsMaxWait; got != want {
+			t.Errorf("%q: EffectsMaxWait %v, want %v", text, got, want)
+		}
+	}
+	refuseFoldKey(t, "effects_max_wait", `effects_max_wait = "-1s"`, `effects_max_wait = "soon"`)
 }
 
 // TestConfigEffectsFence: effects_fence reaches the fold's options and

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/foldhost/foldhost/host/artifact"
 
@@ -62,6 +63,7 @@ func (c *Config) HostOptions(log *slog.Logger) (host.Options, error) {
 			Repair: f.Repair, Sync: f.Sync, DiskReserve: diskReserve(f.DiskReserveMB), MemTableSize: uint64(f.MemTableMB) << 20,
 			CreateBucket: f.CreateBucket, NoCreateBucket: f.NoCreateBucket,
 			EffectsStream: f.EffectsStream, EffectsSubjects: f.EffectsSubjects, EffectsFence: f.EffectsFence,
+			EffectsMaxWait: effectsMaxWait(f.EffectsMaxWait),
 		})
 	}
 	return o, nil
@@ -153,4 +155,13 @@ func diskReserve(mb int64) int64 {
 		return -1
 	}
 	return mb << 20
+}
+
+// effectsMaxWait maps effects_max_wait to FoldOptions.EffectsMaxWait,
+// whose 0 is the default: the file's "0s" (never) is negative there.
+func effectsMaxWait(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -31,6 +31,8 @@ type Options struct {
 	Logs bool
 	// Cluster, when set, makes the server a node of a JetStream cluster.
 	Cluster *ClusterOptions
+	// MaxPayload is the server's max_payload (0: NATS's default, 1 MiB).
+	MaxPayload int32
 }
 
 // ClusterOptions make a server one node of a JetStream cluster.
@@ -73,6 +75,7 @@ func Start(o Options) (*Server, error) {
 		NoLog:     !o.Logs,
 		// Two cores here and in CI: keep the server's own footprint small.
 		JetStreamMaxMemory: 256 << 20,
+		MaxPayload:         o.MaxPayload,
 	}
 	if c := o.Cluster; c != nil {
 		so.ServerName = c.ServerName

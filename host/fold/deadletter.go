@@ -18,13 +18,32 @@ import (
 // the bucket's truth), its view effect was not, and the cursor covers it.
 // Dead letters live in their own keyspace, keyed by revision, committed in
 // the batch that skipped them.
+//
+// A dead letter may also record a poison effect (Effect set, Op
+// OpEffect, no key): a committed effect its stream refused for good,
+// moved out of the outbox (Store.DeadLetterEffect) so the effects after
+// it are published. Rev is then the revision the effect was filed under.
 type DeadLetter struct {
-	Key    string    `json:"key"`      // in JSON: key and key_b64 (MarshalJSON)
-	Rev    uint64    `json:"revision"` // the update's (a number in JSON, not protocol.Revision's text)
-	Op     string    `json:"op"`
-	Error  string    `json:"error"`
-	Plugin string    `json:"plugin"` // sha256 of the module that failed
-	At     time.Time `json:"at"`
+	Key    string      `json:"key"`      // in JSON: key and key_b64 (MarshalJSON)
+	Rev    uint64      `json:"revision"` // the update's (a number in JSON, not protocol.Revision's text)
+	Op     string      `json:"op"`
+	Error  string      `json:"error"`
+	Plugin string      `json:"plugin"` // sha256 of the module that failed
+	At     time.Time   `json:"at"`
+	Effect *DeadEffect `json:"effect,omitempty"`
+}
+
+// OpEffect is the Op of a poison effect's dead letter.
+const OpEffect = "effect"
+
+// DeadEffect describes a poison effect: its id, subject and size (subject,
+// headers and payload together, as the plugin emitted it). Its payload is
+// not kept: the stream refused it, and a dead letter list must stay small.
+type DeadEffect struct {
+	ID      string `json:"id"`
+	Index   uint32 `json:"index"`
+	Subject string `json:"subject"`
+	Size    int    `json:"size"`
 }
 
 // deadLetterJSON is a DeadLetter's JSON, in the store and in answers: the
@@ -33,20 +52,25 @@ type DeadLetter struct {
 // key of any bytes survives (encoding/json would turn its invalid bytes
 // into U+FFFD, and a replay would then read another key).
 type deadLetterJSON struct {
-	Key    *string   `json:"key,omitempty"`
-	KeyB64 string    `json:"key_b64,omitempty"`
-	Rev    uint64    `json:"revision"`
-	Op     string    `json:"op"`
-	Error  string    `json:"error"`
-	Plugin string    `json:"plugin"`
-	At     time.Time `json:"at"`
+	Key    *string     `json:"key,omitempty"`
+	KeyB64 string      `json:"key_b64,omitempty"`
+	Rev    uint64      `json:"revision"`
+	Op     string      `json:"op"`
+	Error  string      `json:"error"`
+	Plugin string      `json:"plugin"`
+	At     time.Time   `json:"at"`
+	Effect *DeadEffect `json:"effect,omitempty"`
 }
 
-// MarshalJSON writes key and key_b64 (deadLetterJSON).
+// MarshalJSON writes key and key_b64 (deadLetterJSON); an effect's dead
+// letter has neither.
 func (d DeadLetter) MarshalJSON() ([]byte, error) {
-	j := deadLetterJSON{KeyB64: base64.StdEncoding.EncodeToString([]byte(d.Key)), Rev: d.Rev, Op: d.Op, Error: d.Error, Plugin: d.Plugin, At: d.At}
-	if utf8.ValidString(d.Key) {
-		j.Key = &d.Key
+	j := deadLetterJSON{Rev: d.Rev, Op: d.Op, Error: d.Error, Plugin: d.Plugin, At: d.At, Effect: d.Effect}
+	if d.Effect == nil {
+		j.KeyB64 = base64.StdEncoding.EncodeToString([]byte(d.Key))
+		if utf8.ValidString(d.Key) {
+			j.Key = &d.Key
+		}
 	}
 	return json.Marshal(j)
 }
@@ -58,7 +82,7 @@ func (d *DeadLetter) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*d = DeadLetter{Rev: j.Rev, Op: j.Op, Error: j.Error, Plugin: j.Plugin, At: j.At}
+	*d = DeadLetter{Rev: j.Rev, Op: j.Op, Error: j.Error, Plugin: j.Plugin, At: j.At, Effect: j.Effect}
 	switch {
 	case j.KeyB64 != "":
 		k, err := base64.StdEncoding.DecodeString(j.KeyB64)
@@ -75,6 +99,46 @@ func (d *DeadLetter) UnmarshalJSON(b []byte) error {
 // deadKey is the pebble key of the dead letter of revision rev.
 func deadKey(rev protocol.Revision) []byte {
 	return binary.BigEndian.AppendUint64([]byte{spaceDead}, uint64(rev))
+}
+
+// deadEffectKey is the pebble key of the dead letter of the effect filed
+// under rev at index: after the update's dead letter of rev (a longer key
+// with the same prefix), so the list stays in revision order and a
+// replay's ClearDeadLetters never reaches it.
+func deadEffectKey(rev protocol.Revision, index uint32) []byte {
+	return binary.BigEndian.AppendUint32(deadKey(rev), index)
+}
+
+// DeadLetterEffect moves a poison effect from the outbox to the dead
+// letters, in one pebble batch (so a crash leaves it in one place or the
+// other), with d (its Effect set) as the record.
+func (s *Store) DeadLetterEffect(e OutboxEntry, d DeadLetter) error {
+	if d.Effect == nil {
+		return fmt.Errorf("fold: dead letter of effect %d/%d without its description", e.Rev, e.Index)
+	}
+	if !s.gate.enter() {
+		return ErrClosed
+	}
+	defer s.gate.exit()
+	v, err := json.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("fold: dead letter of effect %s: %w", d.Effect.ID, err)
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.Delete(outboxKey(e.Rev, e.Index), nil); err != nil {
+		return fmt.Errorf("fold: outbox delete: %w", err)
+	}
+	if err := b.Set(deadEffectKey(e.Rev, e.Index), v, nil); err != nil {
+		return fmt.Errorf("batch: %w", err)
+	}
+	if err := s.apply(b, s.write); err != nil {
+		return fmt.Errorf("fold: dead letter of effect %s: %w", d.Effect.ID, err)
+	}
+	if s.outboxLen.Add(-1) < 0 {
+		s.outboxLen.Store(0)
+	}
+	return nil
 }
 
 // putDeadLetters adds dead letters to b.

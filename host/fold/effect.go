@@ -11,3 +11,13 @@ type Effect struct {
 	Headers []EffectHeader
 	Payload []byte
 }
+
+// Size is the effect's subject, headers and payload together (what the
+// host's plugin_max_effect_kb bounds, abi.Effect.Size).
+func (e *Effect) Size() int {
+	n := len(e.Subject) + len(e.Payload)
+	for _, h := range e.Headers {
+		n += len(h.Name) + len(h.Value)
+	}
+	return n
+}

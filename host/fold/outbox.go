@@ -257,3 +257,26 @@ func (s *Store) DropOutbox() error {
 	s.outboxLen.Store(0)
 	return nil
 }
+
+// LastOutbox is the outbox's last entry (ok false: the outbox is empty).
+func (s *Store) LastOutbox() (e OutboxEntry, ok bool, err error) {
+	if !s.gate.enter() {
+		return e, false, ErrClosed
+	}
+	defer s.gate.exit()
+	lower, upper := prefixBounds(spaceOutbox, "")
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return e, false, fmt.Errorf("fold: outbox: %w", err)
+	}
+	defer it.Close()
+	if !it.Last() {
+		return e, false, it.Error()
+	}
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return e, false, fmt.Errorf("fold: outbox: %w", err)
+	}
+	e, err = decodeOutbox(it.Key()[1:], v)
+	return e, err == nil, err
+}

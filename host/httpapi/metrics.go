@@ -134,6 +134,13 @@ var foldMetrics = []metricDef{
 			}
 			return float64(s.Effects.Published)
 		}),
+	def("foldhost_fold_effects_dead_lettered_total", "Plugin effects the effects stream refused for good, moved to the dead letters since start.",
+		prometheus.CounterValue, func(s Status) float64 {
+			if s.Effects == nil {
+				return 0
+			}
+			return float64(s.Effects.DeadLettered)
+		}),
 	def("foldhost_fold_commit_failures_total", "Store commits that failed (and were retried).",
 		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.CommitFailures) }),
 }

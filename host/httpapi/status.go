@@ -159,6 +159,13 @@ type EffectsStatus struct {
 	OutboxWaitSeconds float64 `json:"outbox_wait_seconds"`
 	Confirmed         uint64  `json:"confirmed"`
 	FenceMoves        uint64  `json:"fence_moves"`
+	// DeadLettered counts the effects the stream refused for good (too
+	// large for it or the server), moved from the outbox to the fold's
+	// dead letters since start.
+	DeadLettered uint64 `json:"dead_lettered"`
+	// MaxWaitSeconds is effects_max_wait (0: the outbox's wait does not
+	// make the fold unready).
+	MaxWaitSeconds float64 `json:"max_wait_seconds,omitempty"`
 	// LastError is the last failed publish, while the publisher retries.
 	LastError string `json:"last_error,omitempty"`
 }
@@ -205,6 +212,9 @@ type DeadLetterStatus struct {
 type ReplayResult struct {
 	Replayed int `json:"replayed"` // folded now, removed from the dead letters
 	Failed   int `json:"failed"`   // failed again, kept with the new error
+	// Effects: dead letters of poison effects, not replayed (kept; a
+	// replay folds keys, and an effect is not a key).
+	Effects int `json:"effects,omitempty"`
 }
 
 // RebuildStatus describes a fold's view rebuilds since start.
