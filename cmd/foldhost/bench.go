@@ -974,7 +974,8 @@ func (b *bench) effectsSteady(ctx context.Context, plugin string, res *benchEffe
 	}
 	var lat []float64
 	for i := range probes {
-		key, addr := workload.Key(i%b.keys), fmt.Sprintf("10.8.%d.%d:80", i/250%250, i%250)
+		// A host of its own, new (the load writes the workload's hosts).
+		key, addr := fmt.Sprintf("route.probe%05d", i), "10.8.8.8:80"
 		ch := make(chan time.Time, 1)
 		mu.Lock()
 		waiting[strings.TrimPrefix(key, "route.")+"\n"+addr+"=1"] = ch
