@@ -13,6 +13,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/plugins/example-router/embedded"
@@ -53,9 +55,18 @@ while the fold lags more than a second of them; the rate reached is
 printed), the write-to-fold latency of probes sent right after a swap was
 asked for, against probes with none in flight (p50 and p99).
 
+Effects: with the C build, the router fold with its effects (one per
+change of a host's entry) published to a stream the bench makes, timed
+from the start to the head and the outbox drained, against the same fold
+without effects; then, under up to 5000 writes/s that each change a host
+(held back while the fold or the outbox lags more than a second of them),
+the latency from a probe's write to its effect in the stream (p50, p99).
+
 The server: the embedded one by default (in a scratch directory), or
 --nats URL: the bench then makes its own bucket (foldhost_bench_<random>)
-and deletes it at the end; it never touches another bucket. Progress goes
+and effects stream (foldhost_bench_<random>_effects, capturing
+route.changed and the fence foldhost.fence.foldhost_bench_<random>) and
+deletes them at the end; it never touches another bucket or stream. Progress goes
 to stderr, the table (or --json) to stdout.`
 
 func cmdBench(c *cli, args []string) error {
@@ -140,6 +151,8 @@ type bench struct {
 	runs       int
 	cacheDir   string
 	quietLog   *slog.Logger
+	effects    *benchEffectsRun // the effects variant's stream and figures; nil: not run
+	checks     []string         // failed checks of the rounds
 }
 
 // benchResult is the bench's output (--json).
@@ -150,6 +163,7 @@ type benchResult struct {
 	Variants []benchVariant `json:"variants"`
 	Restart  *benchRestart  `json:"restart,omitempty"`
 	Swap     *benchSwap     `json:"hot_swap,omitempty"`
+	Effects  *benchEffects  `json:"effects,omitempty"`
 	// Checks are the bench's own checks that did not hold (the command
 	// exits 1 after printing the figures).
 	Checks []string `json:"failed_checks,omitempty"`
@@ -169,14 +183,44 @@ type benchSwap struct {
 	SwapP99Seconds     float64 `json:"swap_p99_seconds"`
 }
 
+// benchEffects is what the router's effects cost: the effects variant's
+// fold (to the head and the outbox drained) against the same fold without
+// effects in the same rounds, and the drain lag under a steady load.
+type benchEffects struct {
+	Module string `json:"module"`
+	Stream string `json:"stream"`
+	// Published is what the last round's fold published (its status),
+	// StreamMessages the effects its stream then held (the check: equal);
+	// EffectsPerUpdate is Published over the bucket's updates.
+	Published        uint64  `json:"published"`
+	StreamMessages   uint64  `json:"stream_messages"`
+	EffectsPerUpdate float64 `json:"effects_per_update"`
+	// Seconds of each round to the head and the outbox drained (the
+	// variant's time), HeadSeconds to the head alone; TimeRatio is the
+	// median of Seconds over the median of the fold without effects.
+	Seconds     []float64 `json:"seconds"`
+	HeadSeconds []float64 `json:"head_seconds"`
+	TimeRatio   float64   `json:"time_ratio"`
+	// The steady state: LoadRate writes/s reached (each changes a host:
+	// one effect), and the latency from a probe's KV put to its effect in
+	// the stream.
+	LoadRate        float64 `json:"load_rate"`
+	Probes          int     `json:"probes"`
+	DrainP50Seconds float64 `json:"drain_p50_seconds"`
+	DrainP99Seconds float64 `json:"drain_p99_seconds"`
+}
+
 type benchVariant struct {
 	Name string `json:"name"`
 	// Seconds of each round; Rate is keys over the median.
-	Seconds     []float64 `json:"seconds"`
-	Rate        float64   `json:"rate"`
-	VsWatchAll  float64   `json:"vs_watchall"`
-	VsRawFold   float64   `json:"vs_raw_fold,omitempty"`
-	Description string    `json:"description"`
+	Seconds    []float64 `json:"seconds"`
+	Rate       float64   `json:"rate"`
+	VsWatchAll float64   `json:"vs_watchall"`
+	VsRawFold  float64   `json:"vs_raw_fold,omitempty"`
+	// VsNoEffects: the effects variant's rate over the same fold's
+	// without effects.
+	VsNoEffects float64 `json:"vs_no_effects,omitempty"`
+	Description string  `json:"description"`
 }
 
 type benchRestart struct {
@@ -198,6 +242,9 @@ const (
 	benchHand     = "hand-rolled (WatchAll + pebble Set)"
 	benchRawFold  = "fold, raw-only"
 	benchNative   = "fold, router native Go"
+	// benchEffectsOf is the fold the effects variant adds its effects to.
+	benchEffectsOf = "fold, router c"
+	benchEffectsV  = "fold, router c, effects"
 )
 
 func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) (*benchResult, error) {
@@ -269,10 +316,16 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 			builds = append(builds, p)
 		}
 	}
+	effectsBuild := ""
 	for _, p := range builds {
 		lang := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "router-"), ".wasm")
 		variants = append(variants, variant{"fold, router " + lang, "foldhost through the example router's " + lang + " build (" + filepath.Base(p) + ")",
 			func(ctx context.Context) (time.Duration, error) { return b.hostFold(ctx, p) }})
+		if lang == "c" {
+			effectsBuild = p
+			variants = append(variants, variant{benchEffectsV, "the same, its effects published to a stream: from Start to the head and the outbox drained",
+				func(ctx context.Context) (time.Duration, error) { return b.effectsFold(ctx, p) }})
+		}
 	}
 	variants = append(variants, variant{benchNative, "fold.Follow through the router's Go code run natively (no module)", b.nativeFold})
 	if len(builds) == 0 {
@@ -280,9 +333,18 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 	}
 
 	if b.only != nil {
+		// The effects variant's ratio needs the same fold without them.
+		keepEffectsOf := b.only.MatchString(benchEffectsV)
 		variants = slices.DeleteFunc(variants, func(v variant) bool {
-			return v.name != benchWatchAll && v.name != benchRawFold && !b.only.MatchString(v.name)
+			return v.name != benchWatchAll && v.name != benchRawFold && !b.only.MatchString(v.name) &&
+				!(v.name == benchEffectsOf && keepEffectsOf)
 		})
+	}
+	if slices.ContainsFunc(variants, func(v variant) bool { return v.name == benchEffectsV }) {
+		if b.effects, err = b.makeEffectsStream(ctx, effectsBuild); err != nil {
+			return nil, err
+		}
+		defer b.effects.delete(b)
 	}
 	if b.cpuProfile != "" {
 		f, err := os.Create(b.cpuProfile)
@@ -314,7 +376,12 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 	}
 	b.prog.update(int64(total), int64(total), "rounds done")
 	b.prog.end()
-	var watchAll, rawFold float64
+	var watchAll, rawFold, effectsOf float64
+	for i, v := range variants {
+		if v.name == benchEffectsOf {
+			effectsOf = median(secs[i])
+		}
+	}
 	for i, v := range variants {
 		med := median(secs[i])
 		bv := benchVariant{Name: v.name, Seconds: secs[i], Rate: float64(b.head) / med, Description: v.desc}
@@ -328,8 +395,16 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 		if strings.HasPrefix(v.name, "fold, router") {
 			bv.VsRawFold = bv.Rate / rawFold
 		}
+		if v.name == benchEffectsV {
+			bv.VsNoEffects = effectsOf / med
+			e := &b.effects.res
+			e.Seconds, e.TimeRatio = secs[i], med/effectsOf
+			e.EffectsPerUpdate = float64(e.Published) / float64(b.head)
+			res.Effects = e
+		}
 		res.Variants = append(res.Variants, bv)
 	}
+	res.Checks = append(res.Checks, b.checks...)
 	b.prog.status("restart: full replay, then a resume after a delta")
 	if res.Restart, err = b.restart(ctx, w); err != nil {
 		return res, fmt.Errorf("bench: restart: %w", err)
@@ -341,6 +416,12 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 		}
 		if n := res.Swap.Accepted; n != res.Swap.Swaps {
 			res.Checks = append(res.Checks, fmt.Sprintf("hot swap: %d swaps asked for, %d accepted", res.Swap.Swaps, n))
+		}
+	}
+	if res.Effects != nil {
+		b.prog.status("effects: probes' write-to-effect latency under load")
+		if err := b.effectsSteady(ctx, effectsBuild, res.Effects); err != nil {
+			return res, fmt.Errorf("bench: effects, steady state: %w", err)
 		}
 	}
 	return res, nil
@@ -427,29 +508,47 @@ func (b *bench) hostFold(ctx context.Context, plugin string) (time.Duration, err
 // runHost starts a host on o, waits until its fold reached the head, stops
 // it and returns the time from the start to the head.
 func (b *bench) runHost(ctx context.Context, o host.Options) (time.Duration, error) {
+	took, _, err := b.runHostThen(ctx, o, nil)
+	return took, err
+}
+
+// runHostThen is runHost that, once at the head, goes on until then holds
+// (nil: at once), and returns the time to the head and the time to then.
+func (b *bench) runHostThen(ctx context.Context, o host.Options, then func(*host.Fold) (bool, error)) (time.Duration, time.Duration, error) {
 	t0 := time.Now()
 	h, err := host.New(o)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := h.Start(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- h.Run(rctx) }()
 	f := h.Folds()[0]
-	err = waitUntil(ctx, func() (bool, error) {
+	failed := func() error {
 		if st := f.Status(); st.State == "failed" {
-			return false, fmt.Errorf("the fold failed: %s", st.LastError)
+			return fmt.Errorf("the fold failed: %s", st.LastError)
 		}
-		return uint64(f.Store().Cursor().Rev) >= b.head, nil
-	})
+		return nil
+	}
+	err = waitUntil(ctx, func() (bool, error) { return uint64(f.Store().Cursor().Rev) >= b.head, failed() })
 	took := time.Since(t0)
+	thenTook := took
+	if err == nil && then != nil {
+		err = waitUntil(ctx, func() (bool, error) {
+			if err := failed(); err != nil {
+				return false, err
+			}
+			return then(f)
+		})
+		thenTook = time.Since(t0)
+	}
 	cancel()
 	err = errors.Join(err, <-done)
 	h.Close()
-	return took, err
+	return took, thenTook, err
 }
 
 // nativeFold folds the bucket with fold.Follow through the router's Go
@@ -577,49 +676,10 @@ func (b *bench) hotSwap(ctx context.Context, a, c string) (*benchSwap, error) {
 	if err := waitUntil(ctx, func() (bool, error) { return uint64(f.Store().Cursor().Rev) >= b.head, nil }); err != nil {
 		return nil, err
 	}
-	// The load: 50 route writes every 10 ms, about 5000/s, held back while
-	// the fold is more than a second of it behind: a machine whose fold
-	// cannot keep up (the race detector, both cores busy) would otherwise
-	// see the lag grow without end and no probe ever arrive. The rate the
-	// load reached is reported beside the latencies.
-	lctx, stopLoad := context.WithCancel(ctx)
-	loadDone := make(chan struct{})
-	var loadWrites atomic.Int64
-	loadStart := time.Now()
-	go func() {
-		defer close(loadDone)
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		var last jetstream.PubAckFuture
-		var head uint64
-		for i := 0; ; {
-			select {
-			case <-lctx.Done():
-				return
-			case <-t.C:
-			}
-			if last != nil {
-				select {
-				case ack := <-last.Ok():
-					head = ack.Sequence
-				case <-last.Err():
-				default:
-				}
-			}
-			if head > uint64(f.Store().Cursor().Rev)+benchSwapMaxLag {
-				continue
-			}
-			for range 50 {
-				k := workload.Key(i % b.keys)
-				i++
-				if fut, err := b.js.PublishAsync(fmt.Sprintf("$KV.%s.%s", b.bucket, k), []byte(`{"upstreams":[{"addr":"10.9.9.9:80"}]}`)); err == nil {
-					last = fut
-					loadWrites.Add(1)
-				}
-			}
-		}
-	}()
-	defer func() { stopLoad(); <-loadDone }()
+	// The load holds back while the fold is more than a second of it behind.
+	load := b.steadyLoad(ctx, func(head uint64) bool { return head > uint64(f.Store().Cursor().Rev)+benchSwapMaxLag },
+		func(int) []byte { return []byte(`{"upstreams":[{"addr":"10.9.9.9:80"}]}`) })
+	defer load.stop(b.js)
 	kv, err := b.js.KeyValue(ctx, b.bucket)
 	if err != nil {
 		return nil, err
@@ -662,9 +722,289 @@ func (b *bench) hotSwap(ctx context.Context, a, c string) (*benchSwap, error) {
 		swapped = append(swapped, d)
 	}
 	return &benchSwap{Swaps: len(swapped), Accepted: int(f.Status().Plugin.Reloads.Accepted), Modules: filepath.Base(a) + " <-> " + filepath.Base(c),
-		LoadRate:           float64(loadWrites.Load()) / time.Since(loadStart).Seconds(),
+		LoadRate:           load.stop(b.js),
 		BaselineP50Seconds: quantile(base, 0.5), BaselineP99Seconds: quantile(base, 0.99),
 		SwapP50Seconds: quantile(swapped, 0.5), SwapP99Seconds: quantile(swapped, 0.99)}, nil
+}
+
+// benchLoad is a steady load of writes (steadyLoad).
+type benchLoad struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	writes atomic.Int64
+	start  time.Time
+	once   sync.Once
+	rate   float64
+}
+
+// steadyLoad writes 50 route updates every 10 ms, about 5000/s, the i-th
+// one value(i) to host i mod --keys, until stopped. It holds back while
+// behind(head) (head: the bucket's last acknowledged revision): a machine
+// whose fold cannot keep up (the race detector, both cores busy) would
+// otherwise see the lag grow without end and no probe ever arrive. The
+// rate the load reached (stop's) is reported beside the latencies.
+func (b *bench) steadyLoad(ctx context.Context, behind func(head uint64) bool, value func(i int) []byte) *benchLoad {
+	lctx, cancel := context.WithCancel(ctx)
+	l := &benchLoad{cancel: cancel, done: make(chan struct{}), start: time.Now()}
+	go func() {
+		defer close(l.done)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		var last jetstream.PubAckFuture
+		var head uint64
+		for i := 0; ; {
+			select {
+			case <-lctx.Done():
+				return
+			case <-t.C:
+			}
+			if last != nil {
+				select {
+				case ack := <-last.Ok():
+					head = ack.Sequence
+				case <-last.Err():
+				default:
+				}
+			}
+			if behind(head) {
+				continue
+			}
+			for range 50 {
+				k := workload.Key(i % b.keys)
+				v := value(i)
+				i++
+				if fut, err := b.js.PublishAsync(fmt.Sprintf("$KV.%s.%s", b.bucket, k), v); err == nil {
+					last = fut
+					l.writes.Add(1)
+				}
+			}
+		}
+	}()
+	return l
+}
+
+// stop stops the load (once), waits (up to a minute) until its writes are
+// acknowledged, and returns the rate it reached, writes/s.
+func (l *benchLoad) stop(js jetstream.JetStream) float64 {
+	l.once.Do(func() {
+		l.rate = float64(l.writes.Load()) / time.Since(l.start).Seconds()
+		l.cancel()
+		<-l.done
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-time.After(time.Minute):
+		}
+	})
+	return l.rate
+}
+
+// benchEffectsRun is the effects variant's stream, and its figures.
+type benchEffectsRun struct {
+	stream jetstream.Stream
+	fence  string
+	res    benchEffects
+}
+
+// benchEffectsSubject is the subject of the router's effects (its SPEC.md).
+const benchEffectsSubject = "route.changed"
+
+// makeEffectsStream makes the bench's own effects stream: it captures the
+// router's subject and the fold's fence, named after the bench's bucket
+// so that it claims no other fold's fence, and allows the atomic batches
+// the publisher sends.
+func (b *bench) makeEffectsStream(ctx context.Context, build string) (*benchEffectsRun, error) {
+	name, fence := b.bucket+"_effects", "foldhost.fence."+b.bucket
+	s, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{benchEffectsSubject, fence}, AllowAtomicPublish: true})
+	if err != nil {
+		return nil, fmt.Errorf("bench: effects stream %s, capturing %s and %s: %w", name, benchEffectsSubject, fence, err)
+	}
+	return &benchEffectsRun{stream: s, fence: fence, res: benchEffects{Module: filepath.Base(build), Stream: name}}, nil
+}
+
+func (e *benchEffectsRun) delete(b *bench) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.js.DeleteStream(ctx, e.res.Stream); err != nil {
+		fmt.Fprintf(b.c.stderr, "foldhost: bench: could not delete its stream %s: %v\n", e.res.Stream, err)
+	}
+}
+
+// count is how many effects the stream holds (the fence left out).
+func (e *benchEffectsRun) count(ctx context.Context) (uint64, error) {
+	info, err := e.stream.Info(ctx, jetstream.WithSubjectFilter(benchEffectsSubject))
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Subjects[benchEffectsSubject], nil
+}
+
+func (b *bench) effectsOptions(dir, plugin string) host.Options {
+	o := b.hostOptions(dir, plugin)
+	o.Folds[0].EffectsStream, o.Folds[0].EffectsFence = b.effects.res.Stream, b.effects.fence
+	return o
+}
+
+// effectsFold folds the bucket through plugin into a fresh store with its
+// effects published to the bench's stream, emptied first (each round's
+// fold starts from an empty store, a state-sync: it emits an effect for
+// every host the bucket's values give an entry). It returns the time from
+// Start to the head and the outbox drained, records the time to the head
+// alone, and checks that the stream holds as many effects as the fold
+// says it published.
+func (b *bench) effectsFold(ctx context.Context, plugin string) (time.Duration, error) {
+	e := b.effects
+	if err := e.stream.Purge(ctx); err != nil {
+		return 0, err
+	}
+	dir := b.nextDir()
+	var fst *host.Fold
+	toHead, took, err := b.runHostThen(ctx, b.effectsOptions(dir, plugin), func(f *host.Fold) (bool, error) {
+		fst = f
+		return f.Store().OutboxLen() == 0, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	e.res.HeadSeconds = append(e.res.HeadSeconds, toHead.Seconds())
+	// The published count follows the outbox's delete: wait for it to
+	// match the stream (the check fails after 10 s).
+	var st *httpapi.EffectsStatus
+	var inStream uint64
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	werr := waitUntil(wctx, func() (bool, error) {
+		st = fst.Status().Effects
+		n, err := e.count(wctx)
+		inStream = n
+		return err == nil && st != nil && st.Published == n, nil
+	})
+	switch {
+	case werr != nil && ctx.Err() != nil:
+		return 0, ctx.Err()
+	case st == nil:
+		b.checks = append(b.checks, "effects: the fold's status counts no effects")
+	default:
+		e.res.Published, e.res.StreamMessages = st.Published, inStream
+		if st.Published != inStream || st.Published == 0 || st.Dropped > 0 {
+			b.checks = append(b.checks, fmt.Sprintf("effects: the fold published %d effects (%d dropped), its stream holds %d", st.Published, st.Dropped, inStream))
+		}
+	}
+	return took, os.RemoveAll(dir)
+}
+
+// effectsSteady folds the bucket through plugin with its effects, then,
+// under a steady load whose every write changes a host (one effect each),
+// sends probes and measures each one's latency from its KV put to its
+// effect in the stream, as an ordered consumer of the stream receives it.
+// The load also holds back while the outbox holds more than a second of
+// it: the rate reached is what the fold and the publisher keep up with.
+func (b *bench) effectsSteady(ctx context.Context, plugin string, res *benchEffects) (err error) {
+	const probes = 200
+	e := b.effects
+	if err := e.stream.Purge(ctx); err != nil {
+		return err
+	}
+	// The head as it is now (the hot swap's load wrote the bucket): the
+	// load and the probes start once the fold is there, since a write
+	// during the state-sync can be passed over by it (a key's newer value
+	// listed instead).
+	if err := b.readHead(ctx); err != nil {
+		return err
+	}
+	dir := b.nextDir()
+	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+	h, err := host.New(b.effectsOptions(dir, plugin))
+	if err != nil {
+		return err
+	}
+	if err := h.Start(ctx); err != nil {
+		return err
+	}
+	defer h.Close()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.Run(rctx) }()
+	defer func() { cancel(); err = errors.Join(err, <-done) }()
+	f := h.Folds()[0]
+	// The state-sync's effects drained first.
+	if err := waitUntil(ctx, func() (bool, error) {
+		return uint64(f.Store().Cursor().Rev) >= b.head && f.Store().OutboxLen() == 0, nil
+	}); err != nil {
+		return err
+	}
+	// A probe's effect is its payload, "<host>\n<entry>": unique to it.
+	var mu sync.Mutex
+	waiting := map[string]chan time.Time{}
+	// From the stream's next message, named: an ordered consumer that
+	// resets before its first delivery starts again at its start policy,
+	// and "new" would then skip what came in between.
+	info, err := e.stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	cons, err := e.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{benchEffectsSubject},
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: info.State.LastSeq + 1})
+	if err != nil {
+		return err
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		at := time.Now()
+		mu.Lock()
+		ch := waiting[string(m.Data())]
+		delete(waiting, string(m.Data()))
+		mu.Unlock()
+		if ch != nil {
+			ch <- at
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { cc.Stop(); <-cc.Closed() }()
+	load := b.steadyLoad(ctx, func(head uint64) bool {
+		return head > uint64(f.Store().Cursor().Rev)+benchSwapMaxLag || f.Store().OutboxLen() > benchSwapMaxLag
+	}, func(i int) []byte {
+		pass := i / b.keys // each pass writes every host an address it did not have
+		return fmt.Appendf(nil, `{"upstreams":[{"addr":"10.9.%d.%d:80"}]}`, pass/250%250, pass%250)
+	})
+	defer load.stop(b.js)
+	kv, err := b.js.KeyValue(ctx, b.bucket)
+	if err != nil {
+		return err
+	}
+	var lat []float64
+	for i := range probes {
+		// A host of its own, new (the load writes the workload's hosts).
+		key, addr := fmt.Sprintf("route.probe%05d", i), "10.8.8.8:80"
+		ch := make(chan time.Time, 1)
+		mu.Lock()
+		waiting[strings.TrimPrefix(key, "route.")+"\n"+addr+"=1"] = ch
+		mu.Unlock()
+		t0 := time.Now()
+		if _, err := kv.Put(ctx, key, fmt.Appendf(nil, `{"upstreams":[{"addr":%q}]}`, addr)); err != nil {
+			return err
+		}
+		// A probe whose effect has not arrived in two minutes is a stall,
+		// said so, not a bench that never ends.
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Minute)
+		select {
+		case at := <-ch:
+			lat = append(lat, at.Sub(t0).Seconds())
+		case <-pctx.Done():
+		}
+		pcancel()
+		if len(lat) <= i {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			st := f.Status()
+			return fmt.Errorf("the effect of probe %d (%s) was not in the stream 2 minutes after its write (fold %s at %d, effects %+v)",
+				i, key, st.State, f.Store().Cursor().Rev, st.Effects)
+		}
+	}
+	res.LoadRate, res.Probes = load.stop(b.js), len(lat)
+	res.DrainP50Seconds, res.DrainP99Seconds = quantile(lat, 0.5), quantile(lat, 0.99)
+	return nil
 }
 
 // quantile is the q-quantile of xs (nearest rank).
@@ -724,6 +1064,17 @@ func (r *benchResult) table(w io.Writer) error {
 	if sw := r.Swap; sw != nil {
 		fmt.Fprintf(w, "hot swap under %.0f writes/s (%s, %d swaps): write-to-fold latency p50 %s p99 %s with a swap in flight, p50 %s p99 %s without\n",
 			sw.LoadRate, sw.Modules, sw.Swaps, fmtSeconds(sw.SwapP50Seconds), fmtSeconds(sw.SwapP99Seconds), fmtSeconds(sw.BaselineP50Seconds), fmtSeconds(sw.BaselineP99Seconds))
+	}
+	if ef := r.Effects; ef != nil {
+		fmt.Fprintf(w, "effects (%s, %.2f effects per update): fold to the head and the outbox drained %s (to the head %s); time vs the fold without effects %.2f× (%+.0f%%)\n",
+			ef.Module, ef.EffectsPerUpdate, fmtSeconds(median(ef.Seconds)), fmtSeconds(median(ef.HeadSeconds)), ef.TimeRatio, 100*(ef.TimeRatio-1))
+		if ef.EffectsPerUpdate < 0.5 {
+			fmt.Fprintf(w, "note: far fewer effects than updates (%.2f per update): the ratio is not that of one effect per update\n", ef.EffectsPerUpdate)
+		}
+		if ef.Probes > 0 {
+			fmt.Fprintf(w, "effects under %.0f writes/s (one effect each): write-to-effect-in-stream latency p50 %s p99 %s (%d probes)\n",
+				ef.LoadRate, fmtSeconds(ef.DrainP50Seconds), fmtSeconds(ef.DrainP99Seconds), ef.Probes)
+		}
 	}
 	for _, c := range r.Checks {
 		fmt.Fprintf(w, "\nCHECK FAILED: %s\n", c)

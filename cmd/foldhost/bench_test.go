@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,8 +17,10 @@ import (
 
 // TestBench: `foldhost bench` against a server that holds another bucket
 // measures every variant (a rate for each, the plugin fold's ratio to the
-// raw-only fold, the restart), and leaves the server with only the bucket
-// it found: its own is deleted, the other untouched.
+// raw-only fold, the restart, the effects variant's ratio to the fold
+// without effects and its drain latency, with the stream holding every
+// effect the fold published), and leaves the server with only the bucket
+// and stream it found: its own are deleted, the other untouched.
 func TestBench(t *testing.T) {
 	srv, nc := natstest.Start(t)
 	js, err := jetstream.New(nc)
@@ -56,7 +59,7 @@ func TestBench(t *testing.T) {
 			t.Errorf("variant %+v", v)
 		}
 	}
-	for _, want := range []string{benchWatchAll, benchHand, benchRawFold, "fold, router c", benchNative} {
+	for _, want := range []string{benchWatchAll, benchHand, benchRawFold, "fold, router c", benchEffectsV, benchNative} {
 		if _, ok := names[want]; !ok {
 			t.Errorf("no variant %q in %s", want, out)
 		}
@@ -72,6 +75,25 @@ func TestBench(t *testing.T) {
 	} else {
 		t.Logf("hot swap under %.0f writes/s: p99 %.3fs with a swap, %.3fs without", sw.LoadRate, sw.SwapP99Seconds, sw.BaselineP99Seconds)
 	}
+	if v := names[benchEffectsV]; v.VsNoEffects <= 0 || math.IsInf(v.VsNoEffects, 0) || v.VsRawFold <= 0 {
+		t.Errorf("the effects variant has no ratio to the fold without effects: %+v", v)
+	}
+	// The state-sync of 2000 keys, one in twenty malformed: 1900 effects.
+	if ef := res.Effects; ef == nil || ef.TimeRatio <= 0 || math.IsInf(ef.TimeRatio, 0) || math.IsNaN(ef.TimeRatio) ||
+		len(ef.Seconds) != 2 || len(ef.HeadSeconds) != 2 || ef.Published != 1900 || ef.StreamMessages != ef.Published ||
+		ef.EffectsPerUpdate != 0.95 || ef.Probes == 0 || ef.DrainP50Seconds <= 0 || ef.DrainP99Seconds < ef.DrainP50Seconds ||
+		ef.LoadRate <= 0 || ef.LoadRate > 6000 {
+		t.Errorf("effects %+v", res.Effects)
+	} else {
+		t.Logf("effects: %.2f× the fold's time without; under %.0f writes/s: write-to-effect p50 %.3fs p99 %.3fs", ef.TimeRatio, ef.LoadRate, ef.DrainP50Seconds, ef.DrainP99Seconds)
+	}
+	var streams []string
+	for name := range js.StreamNames(context.Background()).Name() {
+		streams = append(streams, name)
+	}
+	if strings.Join(streams, ",") != "KV_users" {
+		t.Errorf("streams after the bench: %v, want only KV_users", streams)
+	}
 	var buckets []string
 	for name := range js.KeyValueStoreNames(context.Background()).Name() {
 		buckets = append(buckets, name)
@@ -84,7 +106,8 @@ func TestBench(t *testing.T) {
 	}
 	// The table form.
 	code, out, errOut = runCLI(t, nil, "bench", "--nats", srv.ClientURL(), "--keys", "1000", "--rounds", "1", "--delta", "10", "--plugins", plugins)
-	if code != 0 || !strings.Contains(out, "VS RAW FOLD") || !strings.Contains(out, "resume / replay") || !strings.Contains(out, "bootstrap / replay") {
+	if code != 0 || !strings.Contains(out, "VS RAW FOLD") || !strings.Contains(out, "resume / replay") || !strings.Contains(out, "bootstrap / replay") ||
+		!strings.Contains(out, "time vs the fold without effects") || !strings.Contains(out, "write-to-effect-in-stream latency") {
 		t.Errorf("bench table: exit %d: %s %s", code, out, errOut)
 	}
 }

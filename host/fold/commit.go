@@ -204,7 +204,17 @@ func (s *Store) Commit(c Commit) error {
 		s.viewMu.Lock()
 		defer s.viewMu.Unlock()
 	}
+	// The new entries are counted before they are applied: a publisher
+	// may read, publish and delete them as soon as they are, and whoever
+	// sees the new cursor must see them counted (an empty outbox then
+	// means drained).
+	var added int64
+	if high > 0 {
+		added = int64(len(c.Effects))
+	}
+	s.outboxLen.Add(added)
 	if err := s.apply(b, s.write); err != nil {
+		s.outboxLen.Add(-added)
 		return fmt.Errorf("fold: commit at cursor %v: %w", c.Cursor, err)
 	}
 	next := c.Cursor
@@ -217,7 +227,6 @@ func (s *Store) Commit(c Commit) error {
 	s.advMu.Unlock()
 	if high > 0 {
 		s.outboxHigh, s.outboxNext = high, nextIdx
-		s.outboxLen.Add(int64(len(c.Effects)))
 		select {
 		case s.outboxSig <- struct{}{}:
 		default:

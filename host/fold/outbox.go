@@ -1,9 +1,11 @@
 package fold
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -182,9 +184,20 @@ func (s *Store) Outbox(max int, fn func(OutboxEntry) error) error {
 	defer s.gate.exit()
 	n := 0
 	errEnough := errors.New("enough")
-	err := scan(s.db, spaceOutbox, "", true, func(k, v []byte) error {
+	// From the floor: the published entries' tombstones below it would
+	// otherwise be skipped one by one at every call, until a compaction
+	// drops them (a drain of n effects, a chunk at a time, was quadratic).
+	floor := s.outboxFloor.Load()
+	err := scanFrom(s.db, spaceOutbox, floor, func(k, v []byte) error {
 		if max > 0 && n >= max {
 			return errEnough
+		}
+		if n == 0 && (floor == nil || !bytes.Equal(k, *floor)) {
+			// The first entry: none is ever added below it (a commit files
+			// its effects above the outbox's mark), so no scan needs to
+			// look below it again, until the store is reopened.
+			f := slices.Clone(k)
+			s.outboxFloor.Store(&f)
 		}
 		n++
 		e, err := decodeOutbox(k, v)
@@ -197,6 +210,29 @@ func (s *Store) Outbox(max int, fn func(OutboxEntry) error) error {
 		return nil
 	}
 	return err
+}
+
+// scanFrom calls fn for space's keys from the key from (nil: all; from is
+// without the space byte), with their values.
+func scanFrom(r pebble.Reader, space byte, from *[]byte, fn func(key, value []byte) error) error {
+	lower, upper := prefixBounds(space, "")
+	if from != nil {
+		lower = appendKey(nil, space, *from)
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("fold: range %c: %w", space, err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		var v []byte
+		if v, err = it.ValueAndErr(); err != nil {
+			break
+		}
+		if err = fn(it.Key()[1:], v); err != nil {
+			break
+		}
+	}
+	return errors.Join(err, it.Close())
 }
 
 // DeleteOutbox deletes published entries (the publisher's, once the server

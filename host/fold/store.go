@@ -41,9 +41,12 @@ type Store struct {
 	// advanced is closed (and cleared) by the next commit: CursorAdvanced.
 	advMu    sync.Mutex
 	advanced chan struct{}
-	cursor   atomic.Pointer[protocol.Cursor]
-	view     atomic.Uint32          // the view keyspace (spaceView or spaceView2); changed by a commit
-	shadow   atomic.Pointer[Shadow] // the last BeginShadow's, until activated
+	// outboxFloor is the outbox's first entry as a scan last found it (a
+	// key without the space byte; nil: none known): no entry is below it.
+	outboxFloor atomic.Pointer[[]byte]
+	cursor      atomic.Pointer[protocol.Cursor]
+	view        atomic.Uint32          // the view keyspace (spaceView or spaceView2); changed by a commit
+	shadow      atomic.Pointer[Shadow] // the last BeginShadow's, until activated
 	// viewMu orders the Store's own view reads (which resolve the view
 	// keyspace, then read it) with a commit that switches keyspaces and
 	// drops the old one: held for reading by ViewGet and ViewRange, for
@@ -131,6 +134,7 @@ func (s *Store) recover() (protocol.Cursor, error) {
 		return protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", s.dir, err)
 	}
 	s.outboxLen.Store(int64(n))
+	s.outboxFloor.Store(nil) // a reopen may have lost commits: their entries come again
 	// A shadow a rebuild was writing when the process died is dropped
 	// (one range tombstone, only when it holds a key).
 	if has, err := hasKeys(s.db, otherView(view)); err != nil || has {
