@@ -29,10 +29,15 @@ import (
 // server acknowledged it or the fence says it landed. An effect's id,
 // "<fold>/<revision>/<index>", travels in its Foldhost-Effect-Id header.
 
-// Publisher pacing: entries read per round, and the backoff after a failed
-// publish (doubling from the first to the last).
+// Publisher pacing: entries read per round (one atomic batch, the fence
+// after them: the server's default max_batch_size is 1000; a server that
+// allows fewer halves it, see errBatchTooLarge), and the backoff after a
+// failed publish (doubling from the first to the last). The server's cost
+// is per batch (it stages each batch in a store of its own), so the
+// largest batches publish fastest: 999 instead of 256 took a backlog of
+// 95k effects from 3.8x to 2.2x the fold's own time.
 const (
-	effectsChunk      = 256
+	effectsChunk      = 999
 	effectsBackoffMin = 100 * time.Millisecond
 	effectsBackoffMax = 5 * time.Second
 )
@@ -229,6 +234,7 @@ func (f *Fold) publishEffects(ctx context.Context) {
 	// says which one it refuses (set after a refused batch, until one
 	// lands).
 	probe := false
+	chunkMax := effectsChunk
 	for ctx.Err() == nil {
 		var err error
 		if !known {
@@ -237,7 +243,7 @@ func (f *Fold) publishEffects(ctx context.Context) {
 		}
 		if err == nil {
 			chunk = chunk[:0]
-			err = f.store.Outbox(effectsChunk, func(e fold.OutboxEntry) error { chunk = append(chunk, e); return nil })
+			err = f.store.Outbox(chunkMax, func(e fold.OutboxEntry) error { chunk = append(chunk, e); return nil })
 		}
 		f.effects.noteHead(chunk, err)
 		landed := 0
@@ -276,6 +282,13 @@ func (f *Fold) publishEffects(ctx context.Context) {
 				if err = f.deadLetterEffect(chunk[poison.index], poison.reason); err == nil {
 					continue
 				}
+			}
+			if errors.Is(err, errBatchTooLarge) && len(chunk) > 1 && ctx.Err() == nil {
+				// The server takes smaller batches (its max_batch_size):
+				// halve them, for the rest of this publisher's life.
+				chunkMax = max(1, len(chunk)/2)
+				f.log.Info("the effects stream's server refuses batches this large; publishing smaller ones", "effects", len(chunk), "now", chunkMax)
+				continue
 			}
 			if errors.Is(err, errBatchIncomplete) && !probe && ctx.Err() == nil {
 				// A message of the batch was refused, and an atomic
@@ -445,6 +458,9 @@ func (t *effectsTarget) fencePublish(ctx context.Context, foldName, epoch string
 			return 0, &poisonEffectError{index: i, reason: fmt.Sprintf("larger than the NATS server's max_payload (%d bytes, headers included)", t.nc.MaxPayload())}
 		}
 		var refused *refusedError
+		if errors.As(err, &refused) && refused.code == jsErrBatchTooLarge {
+			return 0, fmt.Errorf("%w: %s", errBatchTooLarge, refused.desc)
+		}
 		if errors.As(err, &refused) && refused.code == jsErrMessageTooLarge {
 			return 0, &poisonEffectError{index: i, reason: fmt.Sprintf("stream %q refused it: %s (error %d; the stream's max_msg_size counts headers too)", t.stream, refused.desc, refused.code)}
 		}
@@ -480,6 +496,8 @@ func (t *effectsTarget) fencePublish(ctx context.Context, foldName, epoch string
 	switch {
 	case ack.Error != nil && (ack.Error.ErrCode == int(jetstream.JSErrCodeStreamWrongLastSequence) || ack.Error.ErrCode == int(jetstream.JSErrCodeStreamWrongLastSequenceConstant)):
 		return 0, fmt.Errorf("%w: %s", errFenceMoved, ack.Error.Description)
+	case ack.Error != nil && ack.Error.ErrCode == jsErrBatchTooLarge:
+		return 0, fmt.Errorf("effects %s to %s: %w: %s", chunk[0].ID(foldName), last.ID(foldName), errBatchTooLarge, ack.Error.Description)
 	case ack.Error != nil && ack.Error.ErrCode == jsErrBatchIncomplete:
 		return 0, fmt.Errorf("effects %s to %s: %w: stream %q refused a message of the batch (does it still capture every effects subject and the fence %q?): %s", chunk[0].ID(foldName), last.ID(foldName), errBatchIncomplete, t.stream, t.fence, ack.Error.Description)
 	case ack.Error != nil:
@@ -494,8 +512,13 @@ func (t *effectsTarget) fencePublish(ctx context.Context, foldName, epoch string
 // JSAtomicPublishIncompleteBatchErr and JSStreamMessageExceedsMaximumErr).
 const (
 	jsErrBatchIncomplete = 10176
+	jsErrBatchTooLarge   = 10199 // JSAtomicPublishTooLargeBatchErrF
 	jsErrMessageTooLarge = 10054
 )
+
+// errBatchTooLarge: the server takes batches of fewer messages (its
+// max_batch_size).
+var errBatchTooLarge = errors.New("the batch is larger than the server's max_batch_size")
 
 // errBatchIncomplete: the server refused a message of the batch, so its
 // commit found the batch incomplete and stored none of it.

@@ -397,3 +397,53 @@ func TestEffectsAcrossStreamLeaderChanges(t *testing.T) {
 		t.Fatal(d)
 	}
 }
+
+// TestEffectsSmallerBatchesForAServerThatWantsThem: a server whose
+// max_batch_size is 10 refuses the publisher's batches of up to 999
+// effects (plus the fence); the publisher halves its batches until the
+// server takes them, and every effect lands once, in order. Mutation
+// caught: no halving (the outbox never drains).
+func TestEffectsSmallerBatchesForAServerThatWantsThem(t *testing.T) {
+	srv, err := embeddednats.Start(embeddednats.Options{Dir: t.TempDir(), MaxBatchSize: 10, StartTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	url := srv.ClientURL()
+	client := nc(t, url)
+	b, err := natskv.OpenBucket(context.Background(), client, natskv.BucketConfig{Name: "routes", History: 64}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Written before the fold starts: one batch of 100 updates, 100 effects.
+	var last uint64
+	for i := range 100 {
+		last = put(t, b, fmt.Sprintf("route.h%03d", i), `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+	}
+	r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "routes"),
+			EffectsStream: "EV", BatchSize: 1000}}})
+	f := r.h.Fold("routes")
+	waitCursor(t, f, last)
+	waitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+	got := streamAudit(t, ev)
+	if len(got) != 100 {
+		t.Fatalf("%d effects in the stream, want 100", len(got))
+	}
+	for i, e := range got {
+		if want := fmt.Sprintf("put|h%03d\n10.0.0.1:80=1", i); e.body != want {
+			t.Fatalf("effect %d: %q, want %q", i, e.body, want)
+		}
+	}
+	if st := f.Status().Effects; st.Published != 100 || st.LastError != "" {
+		t.Fatalf("status %+v", st)
+	}
+}

@@ -33,6 +33,9 @@ type Options struct {
 	Cluster *ClusterOptions
 	// MaxPayload is the server's max_payload (0: NATS's default, 1 MiB).
 	MaxPayload int32
+	// MaxBatchSize is the most messages a JetStream atomic batch may hold
+	// (0: the server's default, 1000).
+	MaxBatchSize int
 }
 
 // ClusterOptions make a server one node of a JetStream cluster.
@@ -77,6 +80,7 @@ func Start(o Options) (*Server, error) {
 		JetStreamMaxMemory: 256 << 20,
 		MaxPayload:         o.MaxPayload,
 	}
+	so.JetStreamLimits.MaxBatchSize = o.MaxBatchSize
 	if c := o.Cluster; c != nil {
 		so.ServerName = c.ServerName
 		so.Cluster = server.ClusterOpts{Name: c.Name, Host: o.Host, Port: c.Port}
