@@ -287,7 +287,7 @@ func (f *Fold) publishEffects(ctx context.Context) {
 				// The server takes smaller batches (its max_batch_size):
 				// halve them, for the rest of this publisher's life.
 				chunkMax = max(1, len(chunk)/2)
-				f.log.Info("the effects stream's server refuses batches this large; publishing smaller ones", "effects", len(chunk), "now", chunkMax)
+				f.log.Info("the effects stream's server refuses batches this large; publishing smaller ones", "effects", len(chunk), "batch_max", chunkMax)
 				continue
 			}
 			if errors.Is(err, errBatchIncomplete) && !probe && ctx.Err() == nil {
