@@ -947,8 +947,10 @@ func (b *bench) effectsSteady(ctx context.Context, plugin string, res *benchEffe
 	if err != nil {
 		return err
 	}
+	var consumed atomic.Uint64
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		at := time.Now()
+		consumed.Add(1)
 		mu.Lock()
 		ch := waiting[string(m.Data())]
 		delete(waiting, string(m.Data()))
@@ -961,8 +963,14 @@ func (b *bench) effectsSteady(ctx context.Context, plugin string, res *benchEffe
 		return err
 	}
 	defer func() { cc.Stop(); <-cc.Closed() }()
+	// The load also holds back while this bench's own consumer of the
+	// stream lags (a race-built one on a busy machine read slower than
+	// 5000/s, and a probe's effect, published, was not read in 2 minutes).
+	published0 := f.Status().Effects.Published
 	load := b.steadyLoad(ctx, func(head uint64) bool {
-		return head > uint64(f.Store().Cursor().Rev)+benchSwapMaxLag || f.Store().OutboxLen() > benchSwapMaxLag
+		published := f.Status().Effects.Published - published0
+		return head > uint64(f.Store().Cursor().Rev)+benchSwapMaxLag || f.Store().OutboxLen() > benchSwapMaxLag ||
+			published > consumed.Load()+benchSwapMaxLag
 	}, func(i int) []byte {
 		pass := i / b.keys // each pass writes every host an address it did not have
 		return fmt.Appendf(nil, `{"upstreams":[{"addr":"10.9.%d.%d:80"}]}`, pass/250%250, pass%250)
