@@ -272,6 +272,10 @@ func (f *Fold) publishEffects(ctx context.Context) {
 					return
 				}
 			}
+			// What goes out must be durable first (Store.SyncOutbox).
+			if err = f.store.SyncOutbox(); err != nil {
+				break
+			}
 			var seq uint64
 			seq, err = t.fencePublish(ctx, f.o.Name, epoch, fence.seq, chunk, probe)
 			var poison *poisonEffectError

@@ -1,0 +1,139 @@
+package host_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/natstest"
+	"github.com/foldhost/foldhost/internal/syncbuf"
+)
+
+// routeChanged is how many route.changed messages s holds.
+func routeChanged(t *testing.T, s jetstream.Stream) int {
+	t.Helper()
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter("route.changed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(info.State.Subjects["route.changed"])
+}
+
+// TestEffectsNoSyncKillPublishesOnce: the router fold with the store's
+// defaults (NoSync commits, batches of up to 100 updates) publishes the
+// effect of each of a few route changes, one batch each, and is SIGKILLed:
+// pebble's WAL buffer dies with the process, so the store reopens at an
+// earlier cursor, and the restart re-folds the lost tail in one batch,
+// whose effects carry other ids than the published ones. The stream must
+// still hold each change's effect once. Mutation caught: publishing
+// entries before they are durable (Store.SyncOutbox removed: every
+// re-folded effect but the one whose id the fence covers is published a
+// second time, 19 of 20 per round).
+func TestEffectsNoSyncKillPublishesOnce(t *testing.T) {
+	srv, nc := natstest.Start(t)
+	url := srv.ClientURL()
+	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes", History: 64}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin, data := builtPlugin(t, "example-router", "router-c"), filepath.Join(t.TempDir(), "routes")
+	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: plugin, DataDir: data, EffectsStream: "EV"}}}
+	r := startHost(t, o)
+	waitState(t, r.h.Fold("routes"), httpapi.StateFollowing)
+	waitCursor(t, r.h.Fold("routes"), put(t, b, "route.seed", `{"upstreams":[{"addr":"10.9.0.1:80","weight":1}]}`))
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	changes := 1
+	for round := range 2 {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), host.KillEffectsEnv+"=run", host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+data,
+			host.KillEffectsPlugin+"="+plugin, host.KillEffectsNoSync+"=1")
+		var stderr syncbuf.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(out)
+		if !sc.Scan() || sc.Text() != "started" {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("the child did not start: %s", stderr.String())
+		}
+		// Each change published before the next is made: one batch each.
+		var last uint64
+		for i := range 20 {
+			last = put(t, b, fmt.Sprintf("route.r%dh%d", round, i), `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+			changes++
+			deadline := time.Now().Add(time.Minute)
+			for routeChanged(t, ev) < changes {
+				if time.Now().After(deadline) {
+					t.Fatalf("change %d never published: %s", changes, stderr.String())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+		st, cur, err := fold.Open(data, fold.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = st.Close()
+		// Without the sync before a publish, the whole tail is lost here
+		// (the cursor of the previous round): nothing filled pebble's WAL
+		// block, nothing synced it.
+		t.Logf("round %d: last change at revision %d, the killed store's cursor %d", round, last, cur.Rev)
+	}
+
+	r = startHost(t, o)
+	f := r.h.Fold("routes")
+	rev, _, err := b.Retention(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCursor(t, f, uint64(rev.Last))
+	waitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+	got := streamEffects(t, ev)
+	seen := map[string]int{}
+	for _, e := range got {
+		seen[e]++
+	}
+	dups := 0
+	for e, n := range seen {
+		if n > 1 {
+			dups += n - 1
+			t.Logf("%d times: %q", n, e)
+		}
+	}
+	if len(got) != changes || dups > 0 {
+		t.Fatalf("the stream holds %d effects for %d changes (%d repeated); status %+v", len(got), changes, dups, f.Status().Effects)
+	}
+}
