@@ -236,16 +236,16 @@ func (f *Fold) publishEffects(ctx context.Context) {
 	probe := false
 	chunkMax := effectsChunk
 	for ctx.Err() == nil {
-		var err error
-		if !known {
+		// The outbox first: its head's wait counts (readiness) even while
+		// the fence cannot be read. The fence, read after, covers at least
+		// what it covered when the chunk was read.
+		chunk = chunk[:0]
+		err := f.store.Outbox(chunkMax, func(e fold.OutboxEntry) error { chunk = append(chunk, e); return nil })
+		f.effects.noteHead(chunk, err)
+		if err == nil && !known && len(chunk) > 0 {
 			fence, err = t.readFence(ctx, epoch)
 			known = err == nil
 		}
-		if err == nil {
-			chunk = chunk[:0]
-			err = f.store.Outbox(chunkMax, func(e fold.OutboxEntry) error { chunk = append(chunk, e); return nil })
-		}
-		f.effects.noteHead(chunk, err)
 		landed := 0
 		for err == nil && landed < len(chunk) && fence.covers(chunk[landed]) {
 			landed++

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -135,5 +136,56 @@ func TestEffectsNoSyncKillPublishesOnce(t *testing.T) {
 	}
 	if len(got) != changes || dups > 0 {
 		t.Fatalf("the stream holds %d effects for %d changes (%d repeated); status %+v", len(got), changes, dups, f.Status().Effects)
+	}
+}
+
+// TestEffectsMaxWaitWhenTheFenceCannotBeRead: the effects stream is gone
+// by the time the publisher first reads its fence (deleted after the
+// start checked it; a missing permission to read messages does the same),
+// so nothing is ever published. The fold must turn not ready once its
+// outbox's first effect waited longer than effects_max_wait. Mutation
+// caught: the outbox's head noted only after a fence read that succeeded
+// (the fold stayed ready for good, its outbox growing).
+func TestEffectsMaxWaitWhenTheFenceCannotBeRead(t *testing.T) {
+	srv, nc := natstest.Start(t)
+	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed")); err != nil {
+		t.Fatal(err)
+	}
+	h, err := host.New(host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: srv.ClientURL()}}, Logger: quiet,
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "routes"),
+			EffectsStream: "EV", EffectsMaxWait: 300 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(context.Background()); err != nil {
+		h.Close()
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(context.Background(), "EV"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	defer func() { cancel(); <-done; h.Close() }()
+	f := h.Fold("routes")
+	waitCursor(t, f, put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`))
+	deadline := time.Now().Add(20 * time.Second)
+	for st := f.Status(); st.Ready; st = f.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still ready 20s after an effect was committed that cannot be published (effects_max_wait 300ms): %+v", st.Effects)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := f.Status(); !strings.Contains(st.Reason, "effects_max_wait") {
+		t.Fatalf("not ready for another reason: %q", st.Reason)
 	}
 }
