@@ -189,3 +189,62 @@ func TestEffectsMaxWaitWhenTheFenceCannotBeRead(t *testing.T) {
 		t.Fatalf("not ready for another reason: %q", st.Reason)
 	}
 }
+
+// TestEffectsFenceOfAnotherFold: two hosts fold one bucket through one
+// plugin into folds of different names that were given one fence subject
+// (a copy-pasted effects_fence). Each fold's effects are its own (ids
+// "a/…" and "b/…"), so the stream must hold every change once per fold.
+// A fence written by the other fold says nothing of this fold's outbox.
+// Mutation caught: the fence's fold not checked (its cover, read as this
+// fold's, deleted effects never published: lost).
+func TestEffectsFenceOfAnotherFold(t *testing.T) {
+	srv, nc := natstest.Start(t)
+	url := srv.ClientURL()
+	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin := builtPlugin(t, "example-router", "router-c")
+	var folds []*host.Fold
+	for _, name := range []string{"a", "b"} {
+		r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+			Folds: []host.FoldOptions{{Name: name, Bucket: "routes", Plugin: plugin, DataDir: filepath.Join(t.TempDir(), name),
+				EffectsStream: "EV", EffectsFence: "foldhost.fence.shared", BatchSize: 1 + len(folds)*3}}})
+		folds = append(folds, r.h.Fold(name))
+		waitState(t, r.h.Fold(name), httpapi.StateFollowing)
+	}
+	const n = 60
+	var last uint64
+	for i := range n {
+		last = put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+	}
+	for _, f := range folds {
+		waitCursor(t, f, last)
+		waitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+	}
+	per := map[string]int{}
+	for _, e := range streamAuditAll(t, ev) {
+		per[strings.SplitN(e, "/", 2)[0]]++
+	}
+	if per["a"] != n || per["b"] != n {
+		t.Fatalf("effects in the stream per fold: %v, want %d each; status a %+v, b %+v", per, n, folds[0].Status().Effects, folds[1].Status().Effects)
+	}
+}
+
+// streamAuditAll is the effect ids of every route.changed message.
+func streamAuditAll(t *testing.T, s jetstream.Stream) []string {
+	t.Helper()
+	var ids []string
+	for _, e := range streamAudit(t, s) {
+		ids = append(ids, e.id)
+	}
+	return ids
+}
