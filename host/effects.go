@@ -236,16 +236,16 @@ func (f *Fold) publishEffects(ctx context.Context) {
 	probe := false
 	chunkMax := effectsChunk
 	for ctx.Err() == nil {
-		var err error
-		if !known {
-			fence, err = t.readFence(ctx, epoch)
+		// The outbox first: its head's wait counts (readiness) even while
+		// the fence cannot be read. The fence, read after, covers at least
+		// what it covered when the chunk was read.
+		chunk = chunk[:0]
+		err := f.store.Outbox(chunkMax, func(e fold.OutboxEntry) error { chunk = append(chunk, e); return nil })
+		f.effects.noteHead(chunk, err)
+		if err == nil && !known && len(chunk) > 0 {
+			fence, err = t.readFence(ctx, f.o.Name, epoch)
 			known = err == nil
 		}
-		if err == nil {
-			chunk = chunk[:0]
-			err = f.store.Outbox(chunkMax, func(e fold.OutboxEntry) error { chunk = append(chunk, e); return nil })
-		}
-		f.effects.noteHead(chunk, err)
 		landed := 0
 		for err == nil && landed < len(chunk) && fence.covers(chunk[landed]) {
 			landed++
@@ -271,6 +271,10 @@ func (f *Fold) publishEffects(ctx context.Context) {
 				if effectsStep(ctx, "before-publish"); ctx.Err() != nil {
 					return
 				}
+			}
+			// What goes out must be durable first (Store.SyncOutbox).
+			if err = f.store.SyncOutbox(); err != nil {
+				break
 			}
 			var seq uint64
 			seq, err = t.fencePublish(ctx, f.o.Name, epoch, fence.seq, chunk, probe)
@@ -372,6 +376,12 @@ func (e *effectsState) noteHead(chunk []fold.OutboxEntry, err error) {
 const (
 	hdrFenceThrough = "Foldhost-Effects-Through"
 	hdrFenceEpoch   = "Foldhost-Effects-Epoch"
+	// hdrFenceFold names the fold whose effects the fence covers: a fence
+	// subject shared by mistake with a fold of another name (whose ids are
+	// its own) must not be read as this fold's cover, which would delete
+	// effects never published. A fence without it (an older host's) is
+	// taken as this fold's.
+	hdrFenceFold = "Foldhost-Effects-Fold"
 	// hdrEffectID carries an effect's id on its message.
 	hdrEffectID = "Foldhost-Effect-Id"
 )
@@ -395,7 +405,7 @@ func (s fenceState) covers(e fold.OutboxEntry) bool {
 }
 
 // readFence reads the fence subject's last message.
-func (t *effectsTarget) readFence(ctx context.Context, epoch string) (fenceState, error) {
+func (t *effectsTarget) readFence(ctx context.Context, foldName, epoch string) (fenceState, error) {
 	rctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 	m, err := t.handle.GetLastMsgForSubject(rctx, t.fence)
@@ -408,6 +418,9 @@ func (t *effectsTarget) readFence(ctx context.Context, epoch string) (fenceState
 	st := fenceState{seq: m.Sequence}
 	if m.Header.Get(hdrFenceEpoch) != epoch {
 		return st, nil // another history's fence: none of these effects landed
+	}
+	if name := m.Header.Get(hdrFenceFold); name != "" && name != foldName {
+		return st, nil // another fold's: it says nothing of this one's effects
 	}
 	r, i, ok := strings.Cut(m.Header.Get(hdrFenceThrough), "/")
 	rev, err1 := strconv.ParseUint(r, 10, 64)
@@ -472,6 +485,7 @@ func (t *effectsTarget) fencePublish(ctx context.Context, foldName, epoch string
 	fm := nats.NewMsg(t.fence)
 	fm.Header.Set(hdrFenceThrough, fmt.Sprintf("%d/%d", last.Rev, last.Index))
 	fm.Header.Set(hdrFenceEpoch, epoch)
+	fm.Header.Set(hdrFenceFold, foldName)
 	fm.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(fenceSeq, 10))
 	fm.Header.Set(jsBatchID, batch)
 	fm.Header.Set(jsBatchSeq, strconv.Itoa(len(chunk)+1))

@@ -45,6 +45,9 @@ const (
 	KillEffectsURL    = "FOLDHOST_TEST_KILL_EFFECTS_URL"
 	KillEffectsDir    = "FOLDHOST_TEST_KILL_EFFECTS_DIR"
 	KillEffectsPlugin = "FOLDHOST_TEST_KILL_EFFECTS_PLUGIN"
+	// KillEffectsNoSync, when set, runs the child's fold with the
+	// defaults instead: NoSync commits, batches of up to 100 updates.
+	KillEffectsNoSync = "FOLDHOST_TEST_KILL_EFFECTS_NOSYNC"
 )
 
 func killEffectsChild() {
@@ -65,11 +68,15 @@ func killEffectsChild() {
 			}
 		}
 	}
+	fo := FoldOptions{Name: "routes", Plugin: os.Getenv(KillEffectsPlugin), DataDir: os.Getenv(KillEffectsDir), BatchSize: 1, Sync: true,
+		EffectsStream: "EV"}
+	if os.Getenv(KillEffectsNoSync) != "" {
+		fo.BatchSize, fo.Sync = 0, false
+	}
 	h, err := New(Options{
 		NATS:   NATSOptions{Conn: natskv.ConnOptions{URL: os.Getenv(KillEffectsURL)}},
 		Logger: slog.New(slog.DiscardHandler),
-		Folds: []FoldOptions{{Name: "routes", Plugin: os.Getenv(KillEffectsPlugin), DataDir: os.Getenv(KillEffectsDir), BatchSize: 1, Sync: true,
-			EffectsStream: "EV"}},
+		Folds:  []FoldOptions{fo},
 	})
 	if err != nil {
 		fail(err)

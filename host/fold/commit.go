@@ -120,8 +120,8 @@ const (
 //     condition: do not retry. An equal cursor is allowed (repairs commit
 //     corrections under the current cursor).
 //
-// With Options.Sync false the commit is durable against a process crash but
-// not a power loss; see [Options.Sync]. Commit copies what it needs: the
+// With Options.Sync false a process crash, not only a power loss, can lose
+// the last commits (a whole tail); see [Options.Sync]. Commit copies what it needs: the
 // caller may reuse c's slices once it returns. Commits are serialized.
 func (s *Store) Commit(c Commit) error {
 	if !s.gate.enter() {

@@ -261,6 +261,32 @@ func (s *Store) DeleteOutbox(entries ...OutboxEntry) error {
 	return nil
 }
 
+// SyncOutbox makes every commit applied so far durable (one WAL sync; a
+// no-op when Options.Sync syncs every commit already). The publisher
+// calls it before it publishes what it read: a NoSync commit can die with
+// the process (Options.Sync), and its re-fold may batch its updates
+// differently, filing the same effects under ids the fence does not cover
+// (published twice). An effect on the stream must outlive any crash in
+// the outbox until its delete, which the fence then makes good.
+func (s *Store) SyncOutbox() error {
+	if s.opts.Sync {
+		return nil
+	}
+	if !s.gate.enter() {
+		return ErrClosed
+	}
+	defer s.gate.exit()
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.LogData(nil, nil); err != nil {
+		return fmt.Errorf("fold: outbox: sync the log: %w", err)
+	}
+	if err := s.apply(b, pebble.Sync); err != nil {
+		return fmt.Errorf("fold: outbox: sync the log: %w", err)
+	}
+	return nil
+}
+
 // OutboxLen is how many effects the outbox holds (committed, not yet
 // published).
 func (s *Store) OutboxLen() int64 { return s.outboxLen.Load() }

@@ -1,0 +1,250 @@
+package host_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/natstest"
+	"github.com/foldhost/foldhost/internal/syncbuf"
+)
+
+// routeChanged is how many route.changed messages s holds.
+func routeChanged(t *testing.T, s jetstream.Stream) int {
+	t.Helper()
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter("route.changed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(info.State.Subjects["route.changed"])
+}
+
+// TestEffectsNoSyncKillPublishesOnce: the router fold with the store's
+// defaults (NoSync commits, batches of up to 100 updates) publishes the
+// effect of each of a few route changes, one batch each, and is SIGKILLed:
+// pebble's WAL buffer dies with the process, so the store reopens at an
+// earlier cursor, and the restart re-folds the lost tail in one batch,
+// whose effects carry other ids than the published ones. The stream must
+// still hold each change's effect once. Mutation caught: publishing
+// entries before they are durable (Store.SyncOutbox removed: every
+// re-folded effect but the one whose id the fence covers is published a
+// second time, 19 of 20 per round).
+func TestEffectsNoSyncKillPublishesOnce(t *testing.T) {
+	srv, nc := natstest.Start(t)
+	url := srv.ClientURL()
+	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes", History: 64}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin, data := builtPlugin(t, "example-router", "router-c"), filepath.Join(t.TempDir(), "routes")
+	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: plugin, DataDir: data, EffectsStream: "EV"}}}
+	r := startHost(t, o)
+	waitState(t, r.h.Fold("routes"), httpapi.StateFollowing)
+	waitCursor(t, r.h.Fold("routes"), put(t, b, "route.seed", `{"upstreams":[{"addr":"10.9.0.1:80","weight":1}]}`))
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	changes := 1
+	for round := range 2 {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), host.KillEffectsEnv+"=run", host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+data,
+			host.KillEffectsPlugin+"="+plugin, host.KillEffectsNoSync+"=1")
+		var stderr syncbuf.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(out)
+		if !sc.Scan() || sc.Text() != "started" {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("the child did not start: %s", stderr.String())
+		}
+		// Each change published before the next is made: one batch each.
+		var last uint64
+		for i := range 20 {
+			last = put(t, b, fmt.Sprintf("route.r%dh%d", round, i), `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+			changes++
+			deadline := time.Now().Add(time.Minute)
+			for routeChanged(t, ev) < changes {
+				if time.Now().After(deadline) {
+					t.Fatalf("change %d never published: %s", changes, stderr.String())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+		st, cur, err := fold.Open(data, fold.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = st.Close()
+		// Without the sync before a publish, the whole tail is lost here
+		// (the cursor of the previous round): nothing filled pebble's WAL
+		// block, nothing synced it.
+		t.Logf("round %d: last change at revision %d, the killed store's cursor %d", round, last, cur.Rev)
+	}
+
+	r = startHost(t, o)
+	f := r.h.Fold("routes")
+	rev, _, err := b.Retention(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCursor(t, f, uint64(rev.Last))
+	waitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+	got := streamEffects(t, ev)
+	seen := map[string]int{}
+	for _, e := range got {
+		seen[e]++
+	}
+	dups := 0
+	for e, n := range seen {
+		if n > 1 {
+			dups += n - 1
+			t.Logf("%d times: %q", n, e)
+		}
+	}
+	if len(got) != changes || dups > 0 {
+		t.Fatalf("the stream holds %d effects for %d changes (%d repeated); status %+v", len(got), changes, dups, f.Status().Effects)
+	}
+}
+
+// TestEffectsMaxWaitWhenTheFenceCannotBeRead: the effects stream is gone
+// by the time the publisher first reads its fence (deleted after the
+// start checked it; a missing permission to read messages does the same),
+// so nothing is ever published. The fold must turn not ready once its
+// outbox's first effect waited longer than effects_max_wait. Mutation
+// caught: the outbox's head noted only after a fence read that succeeded
+// (the fold stayed ready for good, its outbox growing).
+func TestEffectsMaxWaitWhenTheFenceCannotBeRead(t *testing.T) {
+	srv, nc := natstest.Start(t)
+	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed")); err != nil {
+		t.Fatal(err)
+	}
+	h, err := host.New(host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: srv.ClientURL()}}, Logger: quiet,
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "routes"),
+			EffectsStream: "EV", EffectsMaxWait: 300 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(context.Background()); err != nil {
+		h.Close()
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(context.Background(), "EV"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	defer func() { cancel(); <-done; h.Close() }()
+	f := h.Fold("routes")
+	waitCursor(t, f, put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`))
+	deadline := time.Now().Add(20 * time.Second)
+	for st := f.Status(); st.Ready; st = f.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still ready 20s after an effect was committed that cannot be published (effects_max_wait 300ms): %+v", st.Effects)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := f.Status(); !strings.Contains(st.Reason, "effects_max_wait") {
+		t.Fatalf("not ready for another reason: %q", st.Reason)
+	}
+}
+
+// TestEffectsFenceOfAnotherFold: two hosts fold one bucket through one
+// plugin into folds of different names that were given one fence subject
+// (a copy-pasted effects_fence). Each fold's effects are its own (ids
+// "a/…" and "b/…"), so the stream must hold every change once per fold.
+// A fence written by the other fold says nothing of this fold's outbox.
+// Mutation caught: the fence's fold not checked (its cover, read as this
+// fold's, deleted effects never published: lost).
+func TestEffectsFenceOfAnotherFold(t *testing.T) {
+	srv, nc := natstest.Start(t)
+	url := srv.ClientURL()
+	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin := builtPlugin(t, "example-router", "router-c")
+	var folds []*host.Fold
+	for _, name := range []string{"a", "b"} {
+		r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+			Folds: []host.FoldOptions{{Name: name, Bucket: "routes", Plugin: plugin, DataDir: filepath.Join(t.TempDir(), name),
+				EffectsStream: "EV", EffectsFence: "foldhost.fence.shared", BatchSize: 1 + len(folds)*3}}})
+		folds = append(folds, r.h.Fold(name))
+		waitState(t, r.h.Fold(name), httpapi.StateFollowing)
+	}
+	const n = 60
+	var last uint64
+	for i := range n {
+		last = put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+	}
+	for _, f := range folds {
+		waitCursor(t, f, last)
+		waitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+	}
+	per := map[string]int{}
+	for _, e := range streamAuditAll(t, ev) {
+		per[strings.SplitN(e, "/", 2)[0]]++
+	}
+	if per["a"] != n || per["b"] != n {
+		t.Fatalf("effects in the stream per fold: %v, want %d each; status a %+v, b %+v", per, n, folds[0].Status().Effects, folds[1].Status().Effects)
+	}
+}
+
+// streamAuditAll is the effect ids of every route.changed message.
+func streamAuditAll(t *testing.T, s jetstream.Stream) []string {
+	t.Helper()
+	var ids []string
+	for _, e := range streamAudit(t, s) {
+		ids = append(ids, e.id)
+	}
+	return ids
+}
