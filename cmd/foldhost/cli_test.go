@@ -53,12 +53,12 @@ func TestHelp(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("--help exit %d", code)
 	}
-	for _, want := range []string{"run ", "inspect ", "kv ", "demo ", "export ", "bootstrap ", "bench ", "Exit codes:", "3  not found"} {
+	for _, want := range []string{"run ", "inspect ", "kv ", "demo ", "export ", "bootstrap ", "bench ", "top ", "Exit codes:", "3  not found"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--help lacks %q:\n%s", want, out)
 		}
 	}
-	for _, cmd := range []string{"run", "inspect", "kv", "demo", "export", "bootstrap", "bench"} {
+	for _, cmd := range []string{"run", "inspect", "kv", "demo", "export", "bootstrap", "bench", "top"} {
 		for _, args := range [][]string{{cmd, "--help"}, {cmd, "-h"}, {"help", cmd}} {
 			code, out, errOut := runCLI(t, nil, args...)
 			if code != exitOK || !strings.HasPrefix(out, "Usage:\n  foldhost "+cmd) || errOut != "" {
