@@ -140,7 +140,14 @@ func TestTopInteractive(t *testing.T) {
 			go func() { exit <- c.main([]string{"top", "--url", d.base, "--interval", "150ms"}) }()
 			defer func() {
 				cancel()
-				<-exit
+				select {
+				case <-exit:
+				case <-time.After(10 * time.Second):
+					// A key reader left in line mode waits for a newline.
+					t.Error("top did not return when cancelled")
+					_, _ = master.Write([]byte("\n"))
+					<-exit
+				}
 			}()
 
 			// Two successive frames with a rate for both folds.
