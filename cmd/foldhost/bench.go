@@ -80,6 +80,7 @@ func cmdBench(c *cli, args []string) error {
 	seed := fs.Uint64("seed", 1, "the workload's seed")
 	only := fs.String("only", "", "measure only the variants whose name matches this `regexp` (the WatchAll read and the raw-only fold always run: the ratios need them)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the rounds to `file`")
+	probes := fs.Int("effects-probes", 200, "probes of the effects' steady-state drain latency")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -105,7 +106,10 @@ func cmdBench(c *cli, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(scratch)
-	b := &bench{c: c, dir: scratch, keys: *keys, delta: *delta, rng: rand.New(rand.NewPCG(*seed, *seed)),
+	if *probes < 1 || *probes > 100_000 {
+		return usagef("--effects-probes must be between 1 and 100000, got %d", *probes)
+	}
+	b := &bench{c: c, dir: scratch, keys: *keys, delta: *delta, probes: *probes, rng: rand.New(rand.NewPCG(*seed, *seed)),
 		prog: newProgress(c.stderr, "bench: ", 2*time.Second), only: onlyRE, cpuProfile: *cpuProfile}
 	res, err := b.run(c.ctx, *natsURL, *pluginDir, *rounds)
 	b.prog.end()
@@ -142,6 +146,7 @@ type bench struct {
 	rng        *rand.Rand
 	only       *regexp.Regexp
 	cpuProfile string
+	probes     int // the effects steady state's probes
 	prog       *progress
 	url        string
 	nc         *nats.Conn
@@ -899,7 +904,7 @@ func (b *bench) effectsFold(ctx context.Context, plugin string) (time.Duration, 
 // The load also holds back while the outbox holds more than a second of
 // it: the rate reached is what the fold and the publisher keep up with.
 func (b *bench) effectsSteady(ctx context.Context, plugin string, res *benchEffects) (err error) {
-	const probes = 200
+	probes := b.probes
 	e := b.effects
 	if err := e.stream.Purge(ctx); err != nil {
 		return err

@@ -44,7 +44,8 @@ func TestBench(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	code, out, errOut := runCLI(t, nil, "bench", "--nats", srv.ClientURL(), "--keys", "2000", "--rounds", "2", "--delta", "100", "--plugins", plugins, "--json")
+	code, out, errOut := runCLI(t, nil, "bench", "--nats", srv.ClientURL(), "--keys", "2000", "--rounds", "2", "--delta", "100", "--plugins", plugins, "--json",
+		"--effects-probes", "20") // each waits for a round trip through the publisher: 200 took minutes race-built on a busy machine
 	if code != 0 {
 		t.Fatalf("bench: exit %d: %s", code, errOut)
 	}
