@@ -411,18 +411,7 @@ func TestEffectsSmallerBatchesForAServerThatWantsThem(t *testing.T) {
 	t.Cleanup(srv.Shutdown)
 	url := srv.ClientURL()
 	client := nc(t, url)
-	b, err := natskv.OpenBucket(context.Background(), client, natskv.BucketConfig{Name: "routes", History: 64}, natskv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, _, ev := effectsBucketAndStream(t, client, 64)
 	// Written before the fold starts: one batch of 100 updates, 100 effects.
 	var last uint64
 	for i := range 100 {

@@ -46,18 +46,7 @@ func routeChanged(t *testing.T, s jetstream.Stream) int {
 func TestEffectsNoSyncKillPublishesOnce(t *testing.T) {
 	srv, nc := natstest.Start(t)
 	url := srv.ClientURL()
-	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes", History: 64}, natskv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, _, ev := effectsBucketAndStream(t, nc, 64)
 	plugin, data := builtPlugin(t, "example-router", "router-c"), filepath.Join(t.TempDir(), "routes")
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", Plugin: plugin, DataDir: data, EffectsStream: "EV"}}}
@@ -200,18 +189,7 @@ func TestEffectsMaxWaitWhenTheFenceCannotBeRead(t *testing.T) {
 func TestEffectsFenceOfAnotherFold(t *testing.T) {
 	srv, nc := natstest.Start(t)
 	url := srv.ClientURL()
-	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes"}, natskv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, _, ev := effectsBucketAndStream(t, nc, 0)
 	plugin := builtPlugin(t, "example-router", "router-c")
 	var folds []*host.Fold
 	for _, name := range []string{"a", "b"} {

@@ -81,7 +81,7 @@ func TestEffectsPoisonToDeadLetters(t *testing.T) {
 		addr := fmt.Sprintf("10.0.0.%d:80", rng.IntN(3))
 		last = put(t, b, "route."+host, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":1}]}`, addr))
 		mdl.put(host, addr+"=1")
-		if i == 140 && len(long.want) == 0 { // at least one, whatever the seed
+		if i == 140 && len(long.want) == 0 { // at least one, whatever the random draws
 			last = put(t, b, "route."+longHost(9), `{"upstreams":[{"addr":"10.0.0.9:80","weight":1}]}`)
 			long.put(longHost(9), "10.0.0.9:80=1")
 		}

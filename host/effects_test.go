@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
@@ -326,6 +327,25 @@ func TestEffectsWithoutAStreamAreDropped(t *testing.T) {
 	if n := host.OutboxLen(f); n != 0 {
 		t.Fatalf("%d effects in the outbox of a fold without a stream", n)
 	}
+}
+
+// effectsBucketAndStream makes, on nc's server, the routes bucket (with
+// history) and the effects stream EV capturing route.changed and the fences.
+func effectsBucketAndStream(t *testing.T, nc *nats.Conn, history uint8) (*natskv.Bucket, jetstream.JetStream, jetstream.Stream) {
+	t.Helper()
+	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes", History: history}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, js, ev
 }
 
 // effectsSetup is a routes bucket, an effects stream EV (duplicate window

@@ -149,7 +149,7 @@ func TestSourceMutationsAreCaught(t *testing.T) {
 	}
 }
 
-// simFailure matches TestSimulation's failure: the seed, and the violation.
+// simFailure matches TestSimulation's failure: the random schedule it ran, and the violation.
 var simFailure = regexp.MustCompile(`seed (\d+) \(maxbatch[^)]*\): ([^\n]*)`)
 
 // mutate writes src with from replaced by to (from must occur exactly
