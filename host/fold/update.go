@@ -78,6 +78,11 @@ type Event struct {
 	// Settle (Unix nanoseconds; 0 when unknown).
 	Settle     protocol.Revision
 	SettleTime int64
+	// Behind is how many messages of the watch the server still held
+	// after this update when it sent it (the consumer's pending count; 0
+	// when unknown or at the head): the loop's measure of how far the
+	// fold is from the head.
+	Behind uint64
 }
 
 // SettleOnly reports whether ev is a bare settle mark.

@@ -417,7 +417,7 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 			g.frontier, g.frontierTime = rev, u.Time
 		}
 		delivered = true
-		return send(fold.Event{Update: u, Unsettled: settling})
+		return send(fold.Event{Update: u, Unsettled: settling, Behind: e.Delta()})
 	}
 	// A resume of an unsettled cursor was settled by its resume check.
 	if settling && w.from.Unsettled {
