@@ -159,6 +159,12 @@ func subjectSubset(filter, pattern string) bool {
 	return len(f) == len(p)
 }
 
+// fenceNamespace holds every fold's default fence subject
+// (fenceNamespace + the fold's name). No plugin may emit under it: an
+// effect there would move another fold's fence (on a stream both share)
+// and make that fold's publisher take its next batch as already landed.
+const fenceNamespace = "foldhost.fence."
+
 // captures reports whether subject is one effects may go to.
 func (t *effectsTarget) captures(subject string) bool {
 	return slices.ContainsFunc(t.filters, func(f string) bool { return subjectSubset(subject, f) })
@@ -175,7 +181,7 @@ type EffectSubjectError struct {
 
 func (e *EffectSubjectError) Error() string {
 	if e.Fence {
-		return fmt.Sprintf("an effect to subject %q, the fold's effects fence (the host's record of what was published)", e.Subject)
+		return fmt.Sprintf("an effect to subject %q, a fold's effects fence (the host's record of what was published: the fold's own, or under %s, where every fold's default fence is)", e.Subject, fenceNamespace)
 	}
 	return fmt.Sprintf("an effect to subject %q, outside the fold's effects subjects %q (effects_subjects, or effects_stream's subjects)", e.Subject, e.Filters)
 }
@@ -202,7 +208,7 @@ func (f *Fold) screenEffects(out *fold.Output) error {
 		return nil
 	}
 	for _, e := range out.Effects {
-		if e.Subject == t.fence {
+		if e.Subject == t.fence || strings.HasPrefix(e.Subject, fenceNamespace) {
 			return &EffectSubjectError{Subject: e.Subject, Fence: true}
 		}
 		if !t.captures(e.Subject) {
@@ -633,7 +639,7 @@ func validEffectsOptions(f *FoldOptions) error {
 		return fmt.Errorf("EffectsStream %q is not a stream name", f.EffectsStream)
 	}
 	if f.EffectsFence == "" {
-		f.EffectsFence = "foldhost.fence." + f.Name
+		f.EffectsFence = fenceNamespace + f.Name
 	}
 	if err := validFilter(f.EffectsFence); err != nil || strings.ContainsAny(f.EffectsFence, "*>") {
 		return fmt.Errorf("EffectsFence %q is not a subject (name the fold's fence subject: the default, foldhost.fence.<fold>, needs a fold name that is one subject token)", f.EffectsFence)

@@ -512,7 +512,36 @@ func TestEffectsStreamSettingsRefused(t *testing.T) {
 	})
 	f := r.h.Fold("routes")
 	put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
-	if st := waitState(t, f, httpapi.StateFailed); !strings.Contains(st.LastError, `subject "route.changed", the fold's effects fence`) || host.OutboxLen(f) != 0 {
+	if st := waitState(t, f, httpapi.StateFailed); !strings.Contains(st.LastError, `subject "route.changed", a fold's effects fence`) || host.OutboxLen(f) != 0 {
+		t.Fatalf("status %+v (outbox %d)", st, host.OutboxLen(f))
+	}
+}
+
+// TestEffectToAnotherFoldsFenceRefused: an effect under foldhost.fence.
+// (every fold's default fence), on a stream that captures it, fails its
+// batch like one to the fold's own fence: published, it would move
+// another fold's fence and make that fold take its next batch as landed.
+// Mutation caught: the check of the namespace removed (the effect is
+// committed to the outbox).
+func TestEffectToAnotherFoldsFenceRefused(t *testing.T) {
+	url, b := natsServer(t)
+	js, err := jetstream.New(nc(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), effectsStream("EV", "probe.>")); err != nil {
+		t.Fatal(err)
+	}
+	r := startHost(t, host.Options{
+		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "testdata", "probe-c"), DataDir: filepath.Join(t.TempDir(), "r"),
+			EffectsStream: "EV"}},
+	})
+	f := r.h.Fold("routes")
+	put(t, b, "emit/probe.ok", "fine")
+	waitFor(t, func() bool { return f.Status().Effects != nil && f.Status().Effects.Published == 1 })
+	put(t, b, "emit/foldhost.fence.other", "forged")
+	if st := waitState(t, f, httpapi.StateFailed); !strings.Contains(st.LastError, `subject "foldhost.fence.other", a fold's effects fence`) || host.OutboxLen(f) != 0 {
 		t.Fatalf("status %+v (outbox %d)", st, host.OutboxLen(f))
 	}
 }

@@ -10,6 +10,8 @@
  *   log        log the value at info level
  *   stdout     write the value to stdout as it is (C probe only)
  *   stderr     write the value to stderr as it is (C probe only)
+ *   emit/<s>   emit an effect to subject <s> with the value as payload (C
+ *              probe only)
  *   fail       fail the batch with the value as message (in apply)
  *   parsefail  fail the batch with the value as message (in parse)
  *   reject...  rejected by parse
@@ -119,6 +121,9 @@ static int apply(struct rec *rs, uint32_t n) {
 			fh_log(FH_LOG_INFO, r->value.ptr, r->value.len);
 		} else if (is(r->key, "stdout") || is(r->key, "stderr")) {
 			write(is(r->key, "stdout") ? 1 : 2, r->value.ptr, r->value.len);
+		} else if (has_prefix(r->key, "emit/")) {
+			fh_bytes subj = rest(r->key, 5);
+			fh_emit(subj.ptr, subj.len, NULL, 0, r->value.ptr, r->value.len);
 		} else if (is(r->key, "fail")) {
 			return fh_fail_bytes(r->value.ptr, r->value.len);
 		}
