@@ -46,6 +46,12 @@ type Fold struct {
 	pluginErrs, commitErr atomic.Uint64
 	lastErr               atomic.Pointer[string]
 
+	// atHead is when the fold was last seen at the stream head (UnixNano;
+	// 0 before): a commit that reached the head as last known, or a head
+	// poll that found the cursor there. The status's LagSeconds is the
+	// time since, while the fold lags.
+	atHead atomic.Int64
+
 	rb   rebuilds
 	dead deadLetters
 
@@ -163,6 +169,12 @@ func (f *Fold) Status() httpapi.Status {
 	}
 	if last > st.Cursor {
 		st.Lag = last - st.Cursor
+		if at := f.atHead.Load(); at != 0 {
+			secs := max(0, time.Since(time.Unix(0, at)).Seconds())
+			st.LagSeconds = &secs
+		}
+	} else {
+		st.LagSeconds = new(float64)
 	}
 	if p := f.plug(); p != nil {
 		st.Plugin = p.status()
@@ -386,6 +398,9 @@ func (f *Fold) onApplied(a fold.Applied) {
 		if uint64(a.Cursor.Rev) <= last || f.lastSeq.CompareAndSwap(last, uint64(a.Cursor.Rev)) {
 			break
 		}
+	}
+	if uint64(a.Cursor.Rev) >= f.lastSeq.Load() {
+		f.atHead.Store(time.Now().UnixNano())
 	}
 }
 

@@ -40,6 +40,9 @@ func (f *Fold) newRepairer() *repair.Runner {
 			ret, _, err := f.bucket.Retention(ctx)
 			if err == nil {
 				f.lastSeq.Store(uint64(ret.Last)) // the lag's head
+				if uint64(ret.Last) <= uint64(f.store.Cursor().Rev) {
+					f.atHead.Store(time.Now().UnixNano())
+				}
 			}
 			return ret, err
 		},

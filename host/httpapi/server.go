@@ -51,6 +51,7 @@ type Options struct {
 
 // NewHandler returns the API's handler:
 //
+//	GET /                                 the status page: an HTML table of the folds (no script)
 //	GET /healthz                          200 "ok" while the process serves
 //	GET /readyz                           200 "ok" once every fold is ready, else 503 with the reasons
 //	GET /metrics                          Prometheus exposition
@@ -102,6 +103,7 @@ func NewHandler(o Options) http.Handler {
 		s.folds[f.Name()] = f
 	}
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.page) // exactly "/": other unknown paths stay 404
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -164,6 +166,7 @@ type server struct {
 	log        *slog.Logger
 	adminToken string
 	pages      pageSnaps
+	rates      pageRates // the status page's rates
 }
 
 type space int

@@ -104,6 +104,13 @@ type Status struct {
 	StreamLastSeq uint64 `json:"stream_last_seq"`
 	HeadAtStart   uint64 `json:"head_at_start"`
 	Lag           uint64 `json:"lag"`
+	// LagSeconds is how long the fold has been behind: 0 while Lag is 0,
+	// else the time since it was last seen at the stream head (a commit
+	// that reached the head as last polled, or a poll that found the
+	// cursor there), so exact to about one head poll interval; absent
+	// when it has not been seen at the head since the start (a resume's
+	// backlog).
+	LagSeconds *float64 `json:"lag_seconds,omitempty"`
 	// NATS is the host's connection, which every fold shares; zero when
 	// the fold has not connected (a stopped fold read offline).
 	NATS natskv.ConnStatus `json:"nats"`
