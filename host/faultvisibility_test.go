@@ -276,7 +276,7 @@ func TestEveryFaultIsVisible(t *testing.T) {
 					t.Fatal(err)
 				}
 				r := startHost(t, host.Options{
-					NATS:      host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+					NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 					// A round's lease is held to its end: rounds skip until
 					// it expires, so the next after that meets the outage.
 					Artifacts: host.ArtifactOptions{Store: store, Where: "test", Holder: "t", LeaseTTL: time.Second},
