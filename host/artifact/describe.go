@@ -152,7 +152,7 @@ func Show(ctx context.Context, s Store, keys []string, id string) (Shown, error)
 			return Shown{}, fmt.Errorf("the store holds %d keys (%s): name one, or an artifact ID", len(keys), strings.Join(keys, ", "))
 		}
 	}
-	ls, err := List(ctx, s, keys...)
+	ls, err := list(ctx, s, false, keys)
 	if err != nil {
 		return Shown{}, err
 	}

@@ -117,6 +117,12 @@ type ListedPayload struct {
 // artifact, read from its pointer, and its payloads, each with what its
 // manifest says ([ListedPayload.Manifest]).
 func List(ctx context.Context, s Store, keys ...string) ([]Listing, error) {
+	return list(ctx, s, true, keys)
+}
+
+// list is List, describing the payloads only when describe is set (Show
+// finds its artifact first and reads that one's manifest only).
+func list(ctx context.Context, s Store, describe bool, keys []string) ([]Listing, error) {
 	if len(keys) == 0 {
 		var err error
 		if keys, err = s.Keys(ctx); err != nil {
@@ -152,8 +158,10 @@ func List(ctx context.Context, s Store, keys ...string) ([]Listing, error) {
 		if l.Published != nil && l.Published.Size == 0 && l.Published.At.IsZero() {
 			l.Published.Missing = true
 		}
-		if err := describePayloads(ctx, s, &l, ptr); err != nil {
-			return nil, err
+		if describe {
+			if err := describePayloads(ctx, s, &l, ptr); err != nil {
+				return nil, err
+			}
 		}
 		out = append(out, l)
 	}
