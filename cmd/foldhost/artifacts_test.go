@@ -354,25 +354,51 @@ func itemsOf(t *testing.T, body string) string {
 	return string(r.Items)
 }
 
-// TestArtifactsCommand: `foldhost artifacts` lists what the config's store
-// holds: nothing at first, then each key's payloads with the published one
-// and its cursor (text and JSON), and a key asked for that holds nothing.
-// (There was no way to see a store's artifacts but its files.)
+// TestArtifactsCommand: `foldhost artifacts [list]` lists what the
+// config's store holds (a local directory and S3): nothing at first, then
+// each key's artifacts with what their manifests record and the published
+// one (text and JSON), and a key asked for that holds nothing; `artifacts
+// show` shows the pointer's artifact, or one by ID prefix, in full (text
+// and JSON), and names an unknown ID. (There was no way to see a store's
+// artifacts but its files, then no way to see an artifact's manifest.)
 func TestArtifactsCommand(t *testing.T) {
+	t.Run("local", func(t *testing.T) { artifactsCommand(t, "") })
+	t.Run("s3", func(t *testing.T) {
+		srv := s3test.Start(t)
+		artifactsCommand(t, fmt.Sprintf(`[artifacts]
+store = "s3"
+[artifacts.s3]
+endpoint = %q
+bucket = %q
+path_style = true
+access_key = %q
+secret_key = %q
+`, srv.Endpoint, srv.NewBucket(t), s3test.AccessKey, s3test.SecretKey))
+	})
+}
+
+// artifactsCommand runs the test with artifacts as the config's end.
+func artifactsCommand(t *testing.T, artifacts string) {
 	dir := t.TempDir()
 	store := makeStore(t)
-	cfg := writeConfig(t, dir, fmt.Sprintf("[nats]\nurl = \"nats://127.0.0.1:1\"\n[[fold]]\nname = \"routes\"\ndata_dir = %q\n", store))
+	cfg := writeConfig(t, dir, fmt.Sprintf("[nats]\nurl = \"nats://127.0.0.1:1\"\n[[fold]]\nname = \"routes\"\ndata_dir = %q\n%s", store, artifacts))
 	if code, out, errOut := runCLI(t, nil, "artifacts", "--config", cfg); code != exitOK || !strings.Contains(out, "no artifacts in") {
 		t.Fatalf("an empty store: exit %d: %s %s", code, out, errOut)
 	}
 	if code, out, errOut := runCLI(t, nil, "export", "--config", cfg, "--force"); code != exitOK {
 		t.Fatalf("export: exit %d: %s %s", code, out, errOut)
 	}
-	code, out, errOut := runCLI(t, nil, "artifacts", "--config", cfg)
-	if code != exitOK || !regexp.MustCompile(`(?m)^routes +[0-9a-f]{16}\.tar +4 +[0-9.]+ KiB +\S+ +published$`).MatchString(out) {
-		t.Fatalf("artifacts: exit %d:\n%s%s", code, out, errOut)
+	row := regexp.MustCompile(`(?m)^routes +([0-9a-f]{16}) +4 +routes +\* +- +[0-9.]+ KiB +\d+s +published$`)
+	var id string
+	for _, args := range [][]string{{"artifacts"}, {"artifacts", "list"}} {
+		code, out, errOut := runCLI(t, nil, append(args, "--config", cfg)...)
+		m := row.FindStringSubmatch(out)
+		if code != exitOK || m == nil || !strings.Contains(out, "KEY     ID ") {
+			t.Fatalf("%s: exit %d:\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+		id = m[1]
 	}
-	code, out, _ = runCLI(t, nil, "artifacts", "--config", cfg, "--json")
+	code, out, _ := runCLI(t, nil, "artifacts", "list", "--config", cfg, "--json")
 	var ls struct {
 		Store string
 		Keys  []struct {
@@ -381,14 +407,45 @@ func TestArtifactsCommand(t *testing.T) {
 			Payloads  []struct {
 				Name      string
 				Published bool
+				Manifest  *struct {
+					Cursor uint64
+					Bucket string
+				}
 			}
 		}
 	}
 	if err := json.Unmarshal([]byte(out), &ls); code != exitOK || err != nil || len(ls.Keys) != 1 || ls.Keys[0].Key != "routes" ||
-		ls.Keys[0].Published == nil || ls.Keys[0].Published.Cursor != 4 || len(ls.Keys[0].Payloads) != 1 || !ls.Keys[0].Payloads[0].Published {
-		t.Fatalf("artifacts --json: exit %d, %v:\n%s", code, err, out)
+		ls.Keys[0].Published == nil || ls.Keys[0].Published.Cursor != 4 || len(ls.Keys[0].Payloads) != 1 || !ls.Keys[0].Payloads[0].Published ||
+		ls.Keys[0].Payloads[0].Manifest == nil || ls.Keys[0].Payloads[0].Manifest.Cursor != 4 || ls.Keys[0].Payloads[0].Manifest.Bucket != "routes" {
+		t.Fatalf("artifacts list --json: exit %d, %v:\n%s", code, err, out)
 	}
 	if code, out, _ := runCLI(t, nil, "artifacts", "--config", cfg, "--key", "other"); code != exitOK || !strings.Contains(out, "other  (nothing published)") {
 		t.Errorf("artifacts --key of an empty key: exit %d:\n%s", code, out)
+	}
+
+	code, out, errOut := runCLI(t, nil, "artifacts", "show", "--config", cfg)
+	for _, re := range []string{`(?m)^id: +` + id + `$`, `(?m)^state: +published `, `(?m)^cursor: +4$`, `(?m)^bucket: +routes$`,
+		`(?m)^plugin: +\(none: a raw-only fold\)$`, `(?m)^  data/\S+ +\d+ +[0-9a-f]{64}$`} {
+		if code != exitOK || !regexp.MustCompile(re).MatchString(out) {
+			t.Fatalf("artifacts show: exit %d, no %s:\n%s%s", code, re, out, errOut)
+		}
+	}
+	code, out, errOut = runCLI(t, nil, "artifacts", "show", "--config", cfg, "--json", id[:6])
+	var sh struct {
+		Store     string
+		Key, ID   string
+		Published bool
+		Cursor    struct{ Rev uint64 }
+		Manifest  struct {
+			Bucket string
+			Files  []struct{ Path, BLAKE3 string }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &sh); code != exitOK || err != nil || sh.Store == "" || sh.Key != "routes" || sh.ID != id || !sh.Published ||
+		sh.Cursor.Rev != 4 || sh.Manifest.Bucket != "routes" || len(sh.Manifest.Files) == 0 || sh.Manifest.Files[0].BLAKE3 == "" {
+		t.Fatalf("artifacts show --json %s: exit %d, %v:\n%s%s", id[:6], code, err, out, errOut)
+	}
+	if code, _, errOut := runCLI(t, nil, "artifacts", "show", "--config", cfg, "zz"); code != exitFailure || !strings.Contains(errOut, "no such artifact") {
+		t.Errorf("artifacts show of an unknown ID: exit %d: %s", code, errOut)
 	}
 }

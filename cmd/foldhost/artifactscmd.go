@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
-	"strconv"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/foldhost/foldhost/host/artifact"
@@ -14,71 +12,127 @@ import (
 
 const artifactsAbout = `Lists what the config's artifact store ([artifacts]: a local directory or
 S3) holds: for every artifact key (every fold and node that exports to it,
-not only this config's folds), its payloads, which one is published (the
-one 'bootstrap' and a restore download) and at which cursor, their sizes and
-when each was written. The others are not published: older exports, which
-export rounds prune once they are 4 x lease_ttl old, exports that lost to a
-newer one, or one whose round died before it published. Reads only: nothing
-is changed.`
+not only this config's folds), its artifacts, each with its ID, the cursor,
+bucket, scope and plugin identity its manifest records, its size and age,
+and which one is published (the pointer's: the one 'bootstrap' and a restore
+download). The others are not published: older exports, which export
+rounds prune once they are 4 x lease_ttl old, exports that lost to a newer
+one, or one whose round died before it published. 'artifacts' alone lists
+too. Reads only: nothing is changed.`
 
+const artifactsShowAbout = `Shows one artifact of the config's artifact store in full: its key, ID,
+payload, size and age, whether it is published, and its whole manifest
+(cursor, origin, plugin identity, formats, every file with its size and
+BLAKE3 hash). ID is an artifact ID from 'artifacts list' or a unique prefix
+of one; without it, the published artifact of --key (or of the store's only
+key). Reads only.`
+
+// cmdArtifacts is `artifacts [list|show] ...`; a first argument that is
+// neither (a flag, or none) lists, as the command did before it had
+// subcommands.
 func cmdArtifacts(c *cli, args []string) error {
-	fs := c.flagSet("artifacts", "artifacts [--config FILE] [--key KEY]... [--json]", artifactsAbout)
-	configPath := fs.String("config", "config.toml", "config `file` (its [artifacts] store)")
-	var keys multiFlag
-	fs.Var(&keys, "key", "list only this artifact `key` (repeatable)")
-	asJSON := fs.Bool("json", false, "print the listing as JSON")
-	timeout := fs.Duration("timeout", time.Minute, "bound for listing the store")
-	cfg, err := c.parseConfig(fs, configPath, args)
-	if err != nil {
-		return err
+	if len(args) > 0 {
+		switch args[0] {
+		case "list":
+			return artifactsList(c, args[1:])
+		case "show":
+			return artifactsShow(c, args[1:])
+		}
 	}
-	for _, k := range keys {
+	return artifactsList(c, args)
+}
+
+// artifactsFlags are the flags list and show share.
+type artifactsFlags struct {
+	config  *string
+	keys    multiFlag
+	json    *bool
+	timeout *time.Duration
+}
+
+func newArtifactsFlags(fs *flag.FlagSet, keyHelp string) *artifactsFlags {
+	f := &artifactsFlags{}
+	f.config = fs.String("config", "config.toml", "config `file` (its [artifacts] store)")
+	fs.Var(&f.keys, "key", keyHelp)
+	f.json = fs.Bool("json", false, "print as JSON")
+	f.timeout = fs.Duration("timeout", time.Minute, "bound for reading the store")
+	return f
+}
+
+// store checks the keys and opens the config's store.
+func (f *artifactsFlags) store(c *cli, cfg *config.Config) (artifact.Store, string, error) {
+	for _, k := range f.keys {
 		if !config.ValidName(k) {
-			return usagef("--key %q: use 1 to 64 of A-Z a-z 0-9 _ -", k)
+			return nil, "", usagef("--key %q: use 1 to 64 of A-Z a-z 0-9 _ -", k)
 		}
 	}
 	opts, err := cfg.HostOptions(newLogger(cfg.Log, c.stderr))
 	if err != nil {
+		return nil, "", err
+	}
+	return opts.Artifacts.Store, opts.Artifacts.Where, nil
+}
+
+func artifactsList(c *cli, args []string) error {
+	fs := c.flagSet("artifacts list", "artifacts [list] [--config FILE] [--key KEY]... [--json]", artifactsAbout)
+	f := newArtifactsFlags(fs, "list only this artifact `key` (repeatable)")
+	cfg, err := c.parseConfig(fs, f.config, args)
+	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, *timeout)
-	defer cancel()
-	ls, err := artifact.List(ctx, opts.Artifacts.Store, keys...)
+	store, where, err := f.store(c, cfg)
 	if err != nil {
-		return fmt.Errorf("%s: %w", opts.Artifacts.Where, err)
+		return err
 	}
-	if *asJSON {
+	ctx, cancel := context.WithTimeout(c.ctx, *f.timeout)
+	defer cancel()
+	ls, err := artifact.List(ctx, store, f.keys...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	if *f.json {
 		return printJSON(c.stdout, struct {
 			Store string             `json:"store"`
 			Keys  []artifact.Listing `json:"keys"`
-		}{opts.Artifacts.Where, ls})
+		}{where, ls})
 	}
-	if len(ls) == 0 {
-		fmt.Fprintf(c.stdout, "no artifacts in %s ('foldhost export' publishes them)\n", opts.Artifacts.Where)
-		return nil
+	return artifact.WriteListing(c.stdout, where, ls, time.Now())
+}
+
+func artifactsShow(c *cli, args []string) error {
+	fs := c.flagSet("artifacts show", "artifacts show [--config FILE] [--key KEY] [--json] [ID]", artifactsShowAbout)
+	f := newArtifactsFlags(fs, "look under this artifact `key` only (repeatable); without ID, show its published artifact")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(c.stdout, "artifact store %s\n", opts.Artifacts.Where)
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tPAYLOAD\tCURSOR\tSIZE\tWRITTEN\tSTATE")
-	for _, l := range ls {
-		switch {
-		case l.PointerError != "":
-			fmt.Fprintf(tw, "%s\t(corrupt pointer: %s; the next export replaces it)\t\t\t\t\n", l.Key, l.PointerError)
-		case l.Published == nil && len(l.Payloads) == 0:
-			fmt.Fprintf(tw, "%s\t(nothing published)\t\t\t\t\n", l.Key)
-		case l.Published != nil && l.Published.Missing:
-			fmt.Fprintf(tw, "%s\t%s\t%d\t\t\tpublished, payload MISSING\n", l.Key, l.Published.Payload, l.Published.Cursor)
-		}
-		for _, p := range l.Payloads {
-			cursor, note := "-", "not published"
-			if p.Published {
-				cursor, note = strconv.FormatUint(l.Published.Cursor, 10), "published"
-				if len(l.Published.Scope) > 0 {
-					note += ", scope " + strings.Join(l.Published.Scope, " ")
-				}
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Key, p.Name, cursor, humanBytes(p.Size), p.Modified.UTC().Format(time.RFC3339), note)
-		}
+	if len(pos) > 1 {
+		return usagef("unexpected argument %q", pos[1])
 	}
-	return tw.Flush()
+	cfg, err := c.loadConfig(*f.config)
+	if err != nil {
+		return err
+	}
+	store, where, err := f.store(c, cfg)
+	if err != nil {
+		return err
+	}
+	id := ""
+	if len(pos) == 1 {
+		id = pos[0]
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, *f.timeout)
+	defer cancel()
+	sh, err := artifact.Show(ctx, store, f.keys, id)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	if *f.json {
+		return printJSON(c.stdout, struct {
+			Store string `json:"store"`
+			artifact.Shown
+		}{where, sh})
+	}
+	fmt.Fprintf(c.stdout, "artifact store %s\n", where)
+	return artifact.WriteShown(c.stdout, sh, time.Now())
 }

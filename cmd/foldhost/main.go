@@ -54,7 +54,7 @@ func commands() []command {
 		{"kv", "put, get, delete and watch keys of a NATS KV bucket", cmdKV},
 		{"demo", "a self-contained tour on embedded defaults (embedded NATS, example plugin)", cmdDemo},
 		{"export", "export folds as artifacts to the artifact store now", cmdExport},
-		{"artifacts", "list the artifacts an artifact store holds, and which are published", cmdArtifacts},
+		{"artifacts", "list the artifacts an artifact store holds (list), or show one in full (show)", cmdArtifacts},
 		{"bootstrap", "fill an empty fold from the newest published artifact", cmdBootstrap},
 		{"repair", "repair a stopped fold now (key listing or artifact restore)", cmdRepair},
 		{"top", "a terminal view of a running foldhost's folds, refreshed (HTTP API)", cmdTop},

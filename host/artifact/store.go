@@ -104,12 +104,25 @@ type ListedPayload struct {
 	PayloadInfo
 	// Published: the pointer names it.
 	Published bool `json:"published,omitempty"`
+	// Manifest summarizes the payload's manifest: the pointer's for the
+	// published one, the one inside it for the others when the store can
+	// read it ([ManifestReader]); nil otherwise, or when it is unreadable
+	// (ManifestError says why).
+	Manifest      *Summary `json:"manifest,omitempty"`
+	ManifestError string   `json:"manifest_error,omitempty"`
 }
 
 // List lists the store's keys (only those of keys, when given; a key
 // without a pointer or payloads is listed empty): each key's published
-// artifact, read from its pointer, and its payloads.
+// artifact, read from its pointer, and its payloads, each with what its
+// manifest says ([ListedPayload.Manifest]).
 func List(ctx context.Context, s Store, keys ...string) ([]Listing, error) {
+	return list(ctx, s, true, keys)
+}
+
+// list is List, describing the payloads only when describe is set (Show
+// finds its artifact first and reads that one's manifest only).
+func list(ctx context.Context, s Store, describe bool, keys []string) ([]Listing, error) {
 	if len(keys) == 0 {
 		var err error
 		if keys, err = s.Keys(ctx); err != nil {
@@ -144,6 +157,11 @@ func List(ctx context.Context, s Store, keys ...string) ([]Listing, error) {
 		}
 		if l.Published != nil && l.Published.Size == 0 && l.Published.At.IsZero() {
 			l.Published.Missing = true
+		}
+		if describe {
+			if err := describePayloads(ctx, s, &l, ptr); err != nil {
+				return nil, err
+			}
 		}
 		out = append(out, l)
 	}
@@ -331,29 +349,37 @@ func CheckKey(key string) error {
 // which must parse and have address addr (so the rank is authenticated by
 // the payload's name). Stores use it to prune ([protocol.PayloadPrunable]).
 func PayloadRank(r io.Reader, addr string) (protocol.Revision, bool) {
+	b, ok := PayloadManifest(r, addr)
+	if !ok {
+		return 0, false
+	}
+	return ManifestRank(b)
+}
+
+// PayloadManifest reads the manifest embedded in a payload tar (its
+// MANIFEST.json entry, the last one): ok only when its bytes have address
+// addr, the payload's name, so they are the manifest the payload was
+// published under. A reader that can seek skips the data files unread.
+func PayloadManifest(r io.Reader, addr string) ([]byte, bool) {
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
 		if err != nil {
-			return 0, false
+			return nil, false
 		}
 		if hdr.Name != ManifestName || hdr.Typeflag != tar.TypeReg || hdr.Size > MaxManifestSize {
 			continue
 		}
 		b, err := io.ReadAll(tr)
-		if err != nil {
-			return 0, false
+		if err != nil || Address(b) != addr {
+			return nil, false
 		}
-		return manifestRank(b, addr)
+		return b, true
 	}
 }
 
-// manifestRank is the rank of manifest bytes b if they have address addr and
-// parse.
-func manifestRank(b []byte, addr string) (protocol.Revision, bool) {
-	if Address(b) != addr {
-		return 0, false
-	}
+// ManifestRank is the rank of manifest bytes b if they parse.
+func ManifestRank(b []byte) (protocol.Revision, bool) {
 	m, err := ParseManifest(b)
 	if err != nil {
 		return 0, false

@@ -379,3 +379,25 @@ func payloadRank(p, addr string) (protocol.Revision, bool) {
 	defer f.Close()
 	return artifact.PayloadRank(f, addr)
 }
+
+// PayloadManifest implements [artifact.ManifestReader]: the tar is read
+// from the file, its data entries skipped by seeking.
+func (l *Store) PayloadManifest(_ context.Context, key string, p artifact.PayloadInfo) ([]byte, bool, error) {
+	if err := artifact.CheckKey(key); err != nil {
+		return nil, false, err
+	}
+	addr, ok := strings.CutSuffix(p.Name, ".tar")
+	if !ok || strings.ContainsAny(addr, "/\\") || strings.HasPrefix(addr, ".") {
+		return nil, false, nil
+	}
+	f, _, err := files.OpenRegular(filepath.Join(l.payloadDir(key), p.Name), math.MaxInt64)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil // pruned meanwhile
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("artifact: read payload: %w", err)
+	}
+	defer f.Close()
+	b, ok := artifact.PayloadManifest(f, addr)
+	return b, ok, nil
+}

@@ -721,41 +721,67 @@ func (s *Store) abortStaleUploads(ctx context.Context, prefix string, cutoff tim
 }
 
 // payloadRank reads the rank of payload obj (size bytes) from its embedded
-// manifest, which must have address addr. The manifest is the tar's last
-// entry, so it first looks in the payload's last rankTailWindow bytes,
-// trying each 512-byte block as a tar header; failing that it streams the
-// whole payload. A payload that vanished or cannot be parsed has an unknown
-// rank (ok false, nil error); only transport failures are errors.
+// manifest, which must have address addr ([Store.payloadManifest]). A
+// payload that vanished or cannot be parsed has an unknown rank (ok false,
+// nil error); only transport failures are errors.
 func (s *Store) payloadRank(ctx context.Context, obj string, size int64, addr string) (protocol.Revision, bool, error) {
+	b, ok, err := s.payloadManifest(ctx, obj, size, addr)
+	if !ok || err != nil {
+		return 0, false, err
+	}
+	r, ok := artifact.ManifestRank(b)
+	return r, ok, nil
+}
+
+// payloadManifest reads the manifest embedded in payload obj (size bytes),
+// which must have address addr. The manifest is the tar's last entry, so it
+// first looks in the payload's last rankTailWindow bytes, trying each
+// 512-byte block as a tar header; failing that it streams the whole
+// payload. A payload that vanished or holds no such manifest gives ok
+// false and a nil error; only transport failures are errors.
+func (s *Store) payloadManifest(ctx context.Context, obj string, size int64, addr string) ([]byte, bool, error) {
 	if size > rankTailWindow {
 		start := size - rankTailWindow
 		rng := fmt.Sprintf("bytes=%d-%d", start, size-1)
 		tail, err := s.get(ctx, obj, &rng)
 		if isNotFound(err) {
-			return 0, false, nil
+			return nil, false, nil
 		}
 		if err != nil {
-			return 0, false, err
+			return nil, false, err
 		}
 		for i := (512 - start%512) % 512; i < int64(len(tail)); i += 512 {
 			if !bytes.Contains(tail[i:min(i+512, int64(len(tail)))], []byte(artifact.ManifestName)) {
 				continue
 			}
-			if r, ok := artifact.PayloadRank(bytes.NewReader(tail[i:]), addr); ok {
-				return r, true, nil
+			if b, ok := artifact.PayloadManifest(bytes.NewReader(tail[i:]), addr); ok {
+				return b, true, nil
 			}
 		}
 	}
 	body, _, err := s.open(ctx, obj)
 	if isNotFound(err) {
-		return 0, false, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("get %s: %w", obj, err)
+		return nil, false, fmt.Errorf("get %s: %w", obj, err)
 	}
 	defer body.Close()
-	r, ok := artifact.PayloadRank(body, addr)
-	return r, ok, nil
+	b, ok := artifact.PayloadManifest(body, addr)
+	return b, ok, nil
+}
+
+// PayloadManifest implements [artifact.ManifestReader].
+func (s *Store) PayloadManifest(ctx context.Context, key string, p artifact.PayloadInfo) (_ []byte, _ bool, err error) {
+	defer func() { err = classify(ctx, err) }()
+	if err := artifact.CheckKey(key); err != nil {
+		return nil, false, err
+	}
+	addr, ok := strings.CutSuffix(p.Name, ".tar")
+	if !ok || strings.ContainsAny(addr, "/\\") {
+		return nil, false, nil
+	}
+	return s.payloadManifest(ctx, s.payloadPrefix(key)+p.Name, p.Size, addr)
 }
 
 func (s *Store) get(ctx context.Context, obj string, rng *string) ([]byte, error) {

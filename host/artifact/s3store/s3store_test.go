@@ -224,6 +224,11 @@ func TestS3Multipart(t *testing.T) {
 	if _, ok, err := s.payloadRank(context.Background(), obj, int64(len(tb)), "0000000000000000"); err != nil || ok {
 		t.Fatalf("wrong address: %v %v", ok, err)
 	}
+	// The manifest of a payload past the tail window, as listings read it.
+	if b, ok, err := s.PayloadManifest(t.Context(), "k", artifact.PayloadInfo{Name: a.Addr + ".tar", Size: int64(len(tb))}); err != nil || !ok ||
+		!bytes.Equal(b, storetest.ReadManifest(t, a.Dir)) {
+		t.Fatalf("payload manifest: %v %v %.100q", ok, err, b)
+	}
 }
 
 // A payload whose tar fails mid-stream (a data file changed after export),

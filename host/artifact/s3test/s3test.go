@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -37,6 +38,7 @@ type Server struct {
 	// Endpoint is the server's base URL (path-style addressing).
 	Endpoint string
 	buckets  atomic.Int64
+	stop     func()
 }
 
 // Start starts versitygw from $FOLDHOST_VERSITYGW, else from PATH, and
@@ -85,9 +87,15 @@ func Start(t testing.TB) *Server {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			<-exited
+		})
+	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
+		stop()
 		if t.Failed() {
 			t.Logf("versitygw output:\n%s", logBuf.String())
 		}
@@ -112,8 +120,12 @@ func Start(t testing.TB) *Server {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return &Server{Endpoint: endpoint}
+	return &Server{Endpoint: endpoint, stop: stop}
 }
+
+// Stop kills the server (an S3 outage, for fault tests) and waits until it
+// exited; the test's cleanup then has nothing left to stop.
+func (s *Server) Stop() { s.stop() }
 
 // Client returns an S3 client for the server.
 func (s *Server) Client() *s3.Client {

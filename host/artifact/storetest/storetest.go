@@ -9,8 +9,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,6 +53,101 @@ func Run(t *testing.T, newT func(t *testing.T) Harness) {
 	t.Run("PruneCollectsAbandonedUploads", func(t *testing.T) { contractAbandonedUploads(t, newT(t)) })
 	t.Run("ConcurrentPruneIsIdempotent", func(t *testing.T) { contractConcurrentPrune(t, newT(t)) })
 	t.Run("List", func(t *testing.T) { contractList(t, newT(t)) })
+	t.Run("DescribeAndShow", func(t *testing.T) { contractDescribe(t, newT(t)) })
+}
+
+// contractDescribe: the store reads the manifest inside each payload
+// ([artifact.ManifestReader]), so List describes every payload (cursor,
+// bucket, scope, plugin identity), not only the published one, and names a
+// payload without a manifest of its name; WriteListing prints them as
+// `foldhost artifacts list` does; Show finds the pointer's artifact, any
+// other by a unique ID prefix, refuses an ambiguous or unknown ID, and
+// WriteShown prints the whole manifest.
+func contractDescribe(t *testing.T, h Harness) {
+	ctx := t.Context()
+	if _, ok := h.Store.(artifact.ManifestReader); !ok {
+		t.Fatalf("%T does not read payload manifests", h.Store)
+	}
+	st := OpenStore(t)
+	a := ExportAt(t, st, 10, nil)
+	b := ExportAt(t, st, 5, []string{"route."})
+	for _, u := range []struct {
+		key string
+		a   Artifact
+	}{{"f", a}, {"f", b}, {"g", a}} {
+		if _, err := artifact.Upload(ctx, h.Store, u.key, u.a.Dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const junk = "0123456789abcdef"
+	h.PutPayload(t, "f", junk+".tar", []byte("not a tar"))
+	ls, err := artifact.List(ctx, h.Store)
+	if err != nil || len(ls) != 2 || len(ls[0].Payloads) != 3 {
+		t.Fatalf("listing: %+v, %v", ls, err)
+	}
+	byID := map[string]artifact.ListedPayload{}
+	for _, p := range ls[0].Payloads {
+		byID[artifact.ID(p.Name)] = p
+	}
+	for _, w := range []struct {
+		a         Artifact
+		scope     []string
+		published bool
+	}{{a, []string{}, false}, {b, []string{"route."}, true}} {
+		p := byID[w.a.Addr]
+		m := p.Manifest
+		if m == nil || p.Published != w.published || m.Cursor != uint64(w.a.Cursor.Rev) || m.Bucket != Origin.Bucket ||
+			!slices.Equal(m.Scope, w.scope) || m.Plugin == nil || m.Plugin.SHA256 != "abc" || m.Plugin.ViewSchema != uint32(w.a.Cursor.Rev) ||
+			m.Files == 0 || m.DataBytes == 0 || !m.StreamCreated.Equal(Origin.StreamCreated) {
+			t.Errorf("payload %s: %+v (manifest %+v); want cursor %d, scope %q, published %t", w.a.Addr, p, m, w.a.Cursor.Rev, w.scope, w.published)
+		}
+	}
+	if p := byID[junk]; p.Manifest != nil || p.ManifestError == "" {
+		t.Errorf("a payload with no manifest: %+v", p)
+	}
+
+	var out strings.Builder
+	if err := artifact.WriteListing(&out, "the store", ls, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{
+		`(?m)^KEY +ID +CURSOR +BUCKET +SCOPE +PLUGIN +SIZE +AGE +STATE$`,
+		`(?m)^f +` + a.Addr + ` +10 +routes +\* +-@-/abc +[0-9.]+ KiB +\d+s +-$`,
+		`(?m)^f +` + b.Addr + ` +15 +routes +route\. +-@-/abc +[0-9.]+ KiB +\d+s +published$`,
+		`(?m)^f +` + junk + ` +\? .* unreadable: `,
+		`(?m)^g +` + a.Addr + ` +10 +routes +\* .* published$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out.String()) {
+			t.Errorf("listing lacks %s:\n%s", re, out.String())
+		}
+	}
+
+	if _, err := artifact.Show(ctx, h.Store, nil, ""); err == nil || !strings.Contains(err.Error(), "2 keys") {
+		t.Errorf("Show of no ID in a store of two keys: %v", err)
+	}
+	sh, err := artifact.Show(ctx, h.Store, []string{"f"}, "")
+	if err != nil || sh.ID != b.Addr || !sh.Published || sh.Cursor.Rev != uint64(b.Cursor.Rev) || !sh.Cursor.EvictionSeen || sh.Size == 0 {
+		t.Errorf("Show of f's pointer: %+v, %v", sh, err)
+	}
+	if _, err := artifact.Show(ctx, h.Store, nil, a.Addr[:6]); err == nil || !strings.Contains(err.Error(), "ambiguous") {
+		t.Errorf("Show of an ID under two keys: %v", err)
+	}
+	sh, err = artifact.Show(ctx, h.Store, []string{"f"}, a.Addr[:6])
+	if err != nil || sh.ID != a.Addr || sh.Published || sh.Manifest.Bucket != Origin.Bucket || len(sh.Manifest.Files) == 0 {
+		t.Fatalf("Show of f's older artifact: %+v, %v", sh, err)
+	}
+	if _, err := artifact.Show(ctx, h.Store, nil, "zz"); !errors.Is(err, artifact.ErrNoArtifact) {
+		t.Errorf("Show of an unknown ID: %v", err)
+	}
+	out.Reset()
+	if err := artifact.WriteShown(&out, sh, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range append([]string{"not published", "cursor: ", "plugin: ", "view schema 10", a.Addr + ".tar"}, sh.Manifest.Files[0].Path, sh.Manifest.Files[0].BLAKE3) {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("shown artifact lacks %q:\n%s", want, out.String())
+		}
+	}
 }
 
 // contractList: Keys lists the keys with a pointer, corrupt ones included;
