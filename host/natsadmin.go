@@ -139,7 +139,7 @@ func (h *Host) serveAdmin(ctx context.Context) (func(), error) {
 	svc, err := micro.AddService(h.nc, micro.Config{
 		Name:        "foldhost",
 		Version:     "0.1.0",
-		Description: "foldhost admin: fold status and actions (pause, resume, reload, rebuild, export, dead letters)",
+		Description: "foldhost admin: fold status, reads and actions (pause, resume, reload, rebuild, export, dead letters)",
 		Metadata:    map[string]string{"node": node, "subject": o.Subject + "." + node},
 		// Every node answers its own subjects: no load balancing.
 		QueueGroupDisabled: true,
@@ -195,6 +195,13 @@ func (h *Host) serveAdmin(ctx context.Context) (func(), error) {
 	})); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("admin service: endpoint folds: %w", err)
+	}
+	reads := &natsReads{h: h.Handler(), maxPayload: h.nc.MaxPayload()}
+	for _, name := range []string{"get", "range"} {
+		if err := g.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) { reads.serve(r, name) })); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("admin service: endpoint %s: %w", name, err)
+		}
 	}
 	h.log.Info("admin service on NATS", "subject", o.Subject+"."+node+".>", "account", h.adminAccount, "allow_anonymous", o.AllowAnonymous)
 	return func() { _ = svc.Stop() }, nil
