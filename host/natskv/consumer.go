@@ -77,6 +77,8 @@ type consumer struct {
 	markerDue             bool
 	// active: a message arrived since the last heartbeat check.
 	active bool
+	// reconnects is the connection's reconnect count at creation.
+	reconnects uint64
 }
 
 // openWatch creates the consumer: a state-sync (the last message of each
@@ -132,12 +134,20 @@ func (c *consumer) create(ctx context.Context, from uint64) error {
 	}
 	info := pc.CachedInfo()
 	c.sub, c.msgs, c.name = sub, msgs, info.Name
-	c.dseq, c.active = 0, true
+	c.dseq, c.active, c.reconnects = 0, true, c.b.nc.Stats().Reconnects
 	if !c.initDone {
 		c.initPending, c.received = info.NumPending, 0
 		c.markerDue = info.NumPending == 0
 	}
 	return nil
+}
+
+// reconnected reports whether the connection came back from an outage
+// since the consumer was created: a gap or a silence is then the outage's,
+// and the watcher's re-arm (through the resume check, which a blind
+// re-creation would skip) is the one to replace the consumer.
+func (c *consumer) reconnected() bool {
+	return c.b.nc.Stats().Reconnects != c.reconnects
 }
 
 // recreate replaces the consumer after a gap or a silence, as nats.go's

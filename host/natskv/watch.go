@@ -341,8 +341,13 @@ func (w *Watcher) run(c *consumer, g *floorGuard, resuming bool, status chan nat
 		return true
 	}
 	// recreate replaces the consumer after a gap or a silence (false
-	// ends the watch, w.err says why).
+	// ends the watch, w.err says why). After an outage it leaves that to
+	// the re-arm the status listener is about to deliver; meanwhile the
+	// old consumer's deliveries keep failing the sequence check.
 	recreate := func() bool {
+		if c.reconnected() {
+			return true
+		}
 		if err := c.recreate(w.ctx, w.stream); err != nil {
 			w.err = err
 			return false
