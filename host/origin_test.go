@@ -312,8 +312,8 @@ func TestLiveStreamReplacementStopsTheFold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The client's consumer notices the deletion only when its heartbeats
-	// stop (~20 s); the fold must stop then, at its old cursor.
+	// The watch notices the deletion only when its consumer's heartbeats
+	// stop (~10 s); the fold must stop then, at its old cursor.
 	waitFor(t, func() bool { return f.Status().State == httpapi.StateFailed || f.Status().Cursor != last })
 	st := f.Status()
 	if !strings.Contains(st.LastError, "deleted and made again") || st.Cursor != last {

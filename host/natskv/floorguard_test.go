@@ -105,9 +105,8 @@ func TestWatchSurvivesServerRestart(t *testing.T) {
 		}
 	}
 	// The watcher re-arms itself from its frontier when the connection
-	// comes back (the client's own recovery would notice the lost consumer
-	// only after its heartbeats time out, and resume unchecked:
-	// TestWatchRearmRefusesAGapMadeInTheOutage).
+	// comes back (a consumer re-created when its heartbeats time out
+	// would resume unchecked: TestWatchRearmRefusesAGapMadeInTheOutage).
 	restarted := time.Now()
 	timeout := time.After(60 * time.Second)
 	for got := false; !got; {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -156,9 +157,11 @@ func (f feed) Watch(ctx context.Context, from protocol.Cursor) (fold.Source, err
 //
 // When the connection comes back after an outage (a server restart, a
 // network cut), the watch re-arms itself from the last revision it delivered,
-// through the same resume check, rather than trusting the client's consumer
-// recovery (which resumes silently clamped, and only after its heartbeats
-// time out).
+// through the same resume check (a consumer merely re-created from there
+// would resume silently clamped). Within a connection, a consumer sequence
+// gap or two heartbeat periods of silence re-create the consumer from the
+// last revision delivered, as nats.go's ordered consumer does, after
+// checking that the bucket's stream is still WatchOptions.Stream.
 //
 // A whole-bucket watch runs the floor guard: it ends with a *CursorError
 // (MidWatch) when a delivery skips revisions that retention evicted, or when
@@ -245,84 +248,11 @@ func (b *Bucket) resumePoint(ctx context.Context, from protocol.Cursor, stream t
 	}
 }
 
-// consumer is one server-side watch.
-type consumer struct {
-	kw     jetstream.KeyWatcher
-	cancel context.CancelFunc
-}
-
-// close unsubscribes, then drains: the client's delivery callback may be
-// blocked sending into the watcher's channel; it only exits (and the channel
-// only closes) once that send completes. The drain gives up after a quiet
-// second: a subscription that ended while the client was still creating it
-// (a cancelled creation) never closes the channel (the client sets its
-// close handler after subscribing), and a drain waiting for that would
-// hang a shutdown.
-func (c consumer) close() {
-	_ = c.kw.Stop()
-	c.cancel()
-	quiet := time.NewTimer(time.Second)
-	defer quiet.Stop()
-	for {
-		select {
-		case _, ok := <-c.kw.Updates():
-			if !ok {
-				return
-			}
-			quiet.Reset(time.Second)
-		case <-quiet.C:
-			return
-		}
-	}
-}
-
-// openWatch creates the consumer: a state-sync when start is 0, else from
-// start. The client ties the subscription's life to the context it was
-// created with (it unsubscribes when that context is done), so the consumer
-// gets a context of its own, cancelled only by close or a creation timeout.
-func (b *Bucket) openWatch(ctx context.Context, scope Scope, start protocol.Revision) (consumer, error) {
-	var wopts []jetstream.WatchOpt
-	if start != 0 {
-		wopts = append(wopts, jetstream.ResumeFromRevision(uint64(start)))
-	}
-	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
-	type created struct {
-		kw  jetstream.KeyWatcher
-		err error
-	}
-	res := make(chan created, 1)
-	go func() {
-		kw, err := b.kv.WatchFiltered(wctx, scope.filters(), wopts...)
-		res <- created{kw, err}
-	}()
-	var c created
-	select {
-	case c = <-res:
-	case <-time.After(b.opts.RequestTimeout):
-		wcancel()
-		if c = <-res; c.err == nil {
-			consumer{c.kw, wcancel}.close()
-		}
-		c.err = fmt.Errorf("creating the consumer took longer than %v: %w", b.opts.RequestTimeout, context.DeadlineExceeded)
-	case <-ctx.Done():
-		wcancel()
-		if c = <-res; c.err == nil {
-			consumer{c.kw, wcancel}.close()
-		}
-		c.err = ctx.Err()
-	}
-	if c.err != nil {
-		wcancel()
-		return consumer{}, fmt.Errorf("natskv: watch %s (%s): %w", b.name, scope, c.err)
-	}
-	return consumer{c.kw, wcancel}, nil
-}
-
-// watchDrain bounds how many entries the watcher takes from the client
-// between two looks at stop, status and the probe: the client's buffer.
+// watchDrain bounds how many messages the watcher takes from its inbox
+// between two looks at stop, status and the probe.
 const watchDrain = 256
 
-func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats.Status) {
+func (w *Watcher) run(c *consumer, g *floorGuard, resuming bool, status chan nats.Status) {
 	defer close(w.done)
 	defer w.cancel()
 	defer func() {
@@ -353,8 +283,9 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 		defer t.Stop()
 		settleTick = t.C
 	}
+	heartbeats := time.NewTicker(2 * consumerHeartbeat)
+	defer heartbeats.Stop()
 	delivered := false
-	lastRecv := time.Now()
 	send := func(ev fold.Event) bool {
 		select {
 		case w.events <- ev: // room in the buffer: one channel, no select
@@ -368,41 +299,64 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 			return false
 		}
 	}
-	// deliver hands on one entry from the client; false ends the watch
-	// (w.err says why, nil after Stop).
-	deliver := func(e jetstream.KeyValueEntry) bool {
-		if e == nil {
-			// The marker repeats after a re-armed consumer; only the
-			// first means anything.
-			if synced {
-				return true
-			}
-			synced = true
-			// Everything current up to the head at start was just
-			// delivered; what follows is live. The frontier is that
-			// head, not the highest delivered revision: the last
-			// messages before it may be gone (purged, superseded),
-			// and a frontier below them would trip the guard on the
-			// first live delivery, forever.
-			if w.headAtStart > g.frontier {
-				g.frontier = w.headAtStart
-			}
-			guarding = g.on
-			if !g.lazy || resuming {
-				// A resume's marker vouches for nothing: its
-				// backlog is settled by the probe like the rest.
-				return send(fold.Event{Synced: true})
-			}
-			// A state-sync delivered the value of every key of the
-			// scope as of the head at start (its own guarantee, as for
-			// the whole bucket); what follows is settled by the probe.
-			settling = true
-			if w.headAtStart > g.settled {
-				g.settled, g.settledTime = w.headAtStart, w.headTime
-			}
-			return send(fold.Event{Synced: true, Settle: g.settled, SettleTime: g.settledTime})
+	// marker hands on the end of the state-sync (false ends the watch).
+	marker := func() bool {
+		// The marker repeats after a re-armed consumer; only the
+		// first means anything.
+		if synced {
+			return true
 		}
-		rev := protocol.Revision(e.Revision())
+		synced = true
+		// Everything current up to the head at start was just
+		// delivered; what follows is live. The frontier is that
+		// head, not the highest delivered revision: the last
+		// messages before it may be gone (purged, superseded),
+		// and a frontier below them would trip the guard on the
+		// first live delivery, forever.
+		if w.headAtStart > g.frontier {
+			g.frontier = w.headAtStart
+		}
+		guarding = g.on
+		if !g.lazy || resuming {
+			// A resume's marker vouches for nothing: its
+			// backlog is settled by the probe like the rest.
+			return send(fold.Event{Synced: true})
+		}
+		// A state-sync delivered the value of every key of the
+		// scope as of the head at start (its own guarantee, as for
+		// the whole bucket); what follows is settled by the probe.
+		settling = true
+		if w.headAtStart > g.settled {
+			g.settled, g.settledTime = w.headAtStart, w.headTime
+		}
+		return send(fold.Event{Synced: true, Settle: g.settled, SettleTime: g.settledTime})
+	}
+	// created hands on the marker of a consumer created with nothing
+	// pending.
+	created := func() bool {
+		if c.markerDue {
+			c.markerDue, c.initDone = false, true
+			return marker()
+		}
+		return true
+	}
+	// recreate replaces the consumer after a gap or a silence (false
+	// ends the watch, w.err says why). After an outage it leaves that to
+	// the re-arm the status listener is about to deliver; meanwhile the
+	// old consumer's deliveries keep failing the sequence check.
+	recreate := func() bool {
+		if c.reconnected() {
+			return true
+		}
+		if err := c.recreate(w.ctx, w.stream); err != nil {
+			w.err = err
+			return false
+		}
+		return created()
+	}
+	// deliver hands on one update (false ends the watch).
+	deliver := func(u fold.Update, behind uint64) bool {
+		rev := u.Rev
 		if rev <= g.frontier && !synced && !resuming {
 			return true // a restarted state-sync repeating itself
 		}
@@ -412,18 +366,66 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 				return false
 			}
 		}
-		u := fold.Update{Key: e.Key(), Value: e.Value(), Rev: rev, Op: OpOf(e.Operation()), Time: e.Created().UnixNano()}
 		if rev > g.frontier {
 			g.frontier, g.frontierTime = rev, u.Time
 		}
 		delivered = true
-		return send(fold.Event{Update: u, Unsettled: settling, Behind: e.Delta()})
+		return send(fold.Event{Update: u, Unsettled: settling, Behind: behind})
+	}
+	// take handles one message of the inbox (false ends the watch).
+	take := func(m *nats.Msg) bool {
+		c.active = true
+		if isControl(m) {
+			switch d := m.Header.Get(hdrDescription); {
+			case strings.HasPrefix(d, "Flow"):
+				// Every delivery before the request was taken.
+				if m.Reply != "" {
+					_ = w.b.nc.Publish(m.Reply, nil)
+				}
+			case strings.HasPrefix(d, "Idle"):
+				// A heartbeat of a consumer stalled on a flow
+				// control reply (lost?) names it.
+				if fc := m.Header.Get(hdrStalled); fc != "" {
+					_ = w.b.nc.Publish(fc, nil)
+				}
+				if last, ok := parseUint(m.Header.Get(hdrLastConsumer)); ok && last != c.dseq {
+					return recreate() // the heartbeat says deliveries were missed
+				}
+			}
+			return true
+		}
+		d, ok := parseAck(m.Reply)
+		if !ok {
+			return true // not a delivery
+		}
+		if d.dseq != c.dseq+1 {
+			return recreate() // a delivery was missed
+		}
+		c.dseq, c.sseq = d.dseq, d.sseq
+		u, ok := c.decode(m, d)
+		if !ok {
+			return true
+		}
+		if !deliver(u, d.pending) {
+			return false
+		}
+		if !c.initDone {
+			c.received++
+			if c.received >= c.initPending || d.pending == 0 {
+				c.initDone = true
+				return marker()
+			}
+		}
+		return true
 	}
 	// A resume of an unsettled cursor was settled by its resume check.
 	if settling && w.from.Unsettled {
 		if !send(fold.Event{Settle: g.settled, SettleTime: g.settledTime}) {
 			return
 		}
+	}
+	if !created() {
+		return
 	}
 	for {
 		select {
@@ -449,7 +451,7 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 				c, err = w.b.openWatch(w.ctx, w.scope, start)
 			}
 			if err != nil {
-				c = consumer{kw: closedWatcher{}, cancel: func() {}}
+				c = nil
 				w.err = err
 				return
 			}
@@ -461,25 +463,18 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 					return
 				}
 			}
-		case e, ok := <-c.kw.Updates():
-			if ok && !w.stream.IsZero() && time.Since(lastRecv) > quietCheck {
-				if err := w.checkStream(); err != nil {
-					w.err = err
-					return
-				}
+			if !created() {
+				return
 			}
-			lastRecv = time.Now()
-			// Take what the client already buffered with single-channel
-			// receives, up to its buffer's worth, rather than this
-			// four-channel select per entry (BenchmarkFoldEndToEnd):
-			// stop, status and the probe are still polled at least once
-			// per watchDrain entries.
+		case m := <-c.msgs:
+			// Take what the inbox holds with single-channel receives,
+			// up to watchDrain messages, rather than this
+			// many-channel select per message: stop, status and the
+			// probe are still polled at least once per watchDrain
+			// messages. A re-created consumer has a new inbox: c.msgs
+			// is read afresh each time.
 			for n := 1; ; n++ {
-				if !ok {
-					w.err = ErrWatchClosed
-					return
-				}
-				if !deliver(e) {
+				if !take(m) {
 					return
 				}
 				if n == watchDrain {
@@ -487,13 +482,25 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 				}
 				var more bool
 				select {
-				case e, ok = <-c.kw.Updates():
+				case m = <-c.msgs:
 					more = true
 				default:
 				}
 				if !more {
 					break
 				}
+			}
+		case <-heartbeats.C:
+			// Two heartbeat periods without a message: the consumer is
+			// gone (a server restart, a deleted stream). Re-create it
+			// while connected; after an outage the status listener
+			// re-arms instead.
+			if c.active || len(c.msgs) > 0 || !w.b.nc.IsConnected() {
+				c.active = false
+				continue
+			}
+			if !recreate() {
+				return
 			}
 		case <-probe:
 			if guarding && !delivered {
@@ -519,38 +526,18 @@ func (w *Watcher) run(c consumer, g *floorGuard, resuming bool, status chan nats
 	}
 }
 
-// quietCheck is the silence after which a delivery first re-checks the
-// stream's identity. The client's ordered consumer re-creates itself when
-// its heartbeats stop (after many seconds of silence), on whatever stream
-// then has the bucket's name, and continues after the last revision it
-// delivered: on a bucket deleted and made again it would hand on the new
-// stream's revisions as if they followed the old ones. Every such
-// re-creation follows a silence far longer than this, and a busy watch
-// never pays for the check.
-const quietCheck = 2 * time.Second
-
 // checkStream fails with a *StreamError when the bucket's stream is not
-// the watch's; a failed read ends the watch too (the re-arm checks again).
-func (w *Watcher) checkStream() error {
-	info, err := w.b.streamInfo(w.ctx)
+// stream (not zero); a failed read is an error too.
+func (b *Bucket) checkStream(ctx context.Context, stream time.Time) error {
+	info, err := b.streamInfo(ctx)
 	if err != nil {
 		return err
 	}
-	if !info.Created.Equal(w.stream) {
-		return &StreamError{Bucket: w.b.name, Want: w.stream, Got: info.Created}
+	if !info.Created.Equal(stream) {
+		return &StreamError{Bucket: b.name, Want: stream, Got: info.Created}
 	}
 	return nil
 }
-
-// closedWatcher stands in for a consumer that could not be re-armed.
-type closedWatcher struct{}
-
-func (closedWatcher) Updates() <-chan jetstream.KeyValueEntry {
-	ch := make(chan jetstream.KeyValueEntry)
-	close(ch)
-	return ch
-}
-func (closedWatcher) Stop() error { return nil }
 
 // OpOf is the one conversion of a NATS KV operation into the fold's.
 func OpOf(op jetstream.KeyValueOp) fold.Op {
