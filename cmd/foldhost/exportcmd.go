@@ -17,6 +17,7 @@ import (
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/internal/progress"
 )
 
 const exportAbout = `Runs an export round now for each selected fold (every fold of the
@@ -174,7 +175,7 @@ func cmdBootstrap(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	p := newProgress(c.stderr, "foldhost bootstrap: downloaded ", 3*time.Second)
+	p := progress.New(c.stderr, "foldhost bootstrap: downloaded ", 3*time.Second)
 	start := time.Now()
 	res, err := host.Bootstrap(c.ctx, opts, f.Name, host.BootstrapOptions{
 		Key: *key,
@@ -185,10 +186,10 @@ func cmdBootstrap(c *cli, args []string) error {
 		},
 		Progress: func(read, size int64) {
 			rate := int64(float64(read) / max(time.Since(start).Seconds(), 1e-9))
-			p.update(read, size, fmt.Sprintf("%s / %s, %s/s", humanBytes(read), humanBytes(size), humanBytes(rate)))
+			p.Update(read, size, fmt.Sprintf("%s / %s, %s/s", humanBytes(read), humanBytes(size), humanBytes(rate)))
 		},
 	})
-	p.end()
+	p.End()
 	if err != nil {
 		return err
 	}

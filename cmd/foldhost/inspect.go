@@ -15,6 +15,7 @@ import (
 	"github.com/foldhost/foldhost/host/config"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/internal/inspect"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -127,24 +128,19 @@ func cmdInspect(c *cli, args []string) error {
 	cursor := uint64(sn.Cursor().Rev)
 	switch {
 	case action == "cursor":
-		cur := sn.Cursor()
-		out := struct {
-			Fold         string       `json:"fold,omitempty"`
-			DataDir      string       `json:"data_dir"`
-			Cursor       uint64       `json:"cursor"`
-			Settled      uint64       `json:"settled"`
-			EvictionSeen bool         `json:"eviction_seen"`
-			MsgTime      string       `json:"msg_time,omitempty"`
-			Origin       *fold.Origin `json:"origin"`
-		}{Fold: name, DataDir: dir, Cursor: cursor, Settled: uint64(cur.SettledRev()), EvictionSeen: cur.EvictionSeen, Origin: originOut}
-		if cur.MsgUnixNano != 0 {
-			out.MsgTime = time.Unix(0, cur.MsgUnixNano).UTC().Format(time.RFC3339Nano)
-		}
-		return printJSON(w, out)
+		return printJSON(w, inspect.CursorOf(sn, name, dir, originOut))
 	case action == "stats":
-		return inspectStats(w, store, sn, name, dir, originOut)
+		st, err := inspect.StatsOf(store, sn, name, dir, originOut)
+		if err != nil {
+			return err
+		}
+		return printJSON(w, st)
 	case action == "outbox":
-		return inspectOutbox(w, store, name, dir, cursor, *limit)
+		ob, err := inspect.OutboxOf(store, name, dir, cursor, *limit)
+		if err != nil {
+			return err
+		}
+		return printJSON(w, ob)
 	case action == "get" && !view:
 		e, ok, err := sn.Get(arg)
 		if err != nil {
@@ -214,93 +210,6 @@ func pickFold(cfg *config.Config, name string) (config.FoldConfig, error) {
 		return f, usagef("%v", err)
 	}
 	return f, nil
-}
-
-func inspectStats(w io.Writer, store *fold.Store, sn *fold.Snapshot, name, dir string, origin *fold.Origin) error {
-	st, err := store.Stats()
-	if err != nil {
-		return err
-	}
-	var rawKeys, viewKeys uint64
-	if err := sn.RawKeys("", func([]byte) error { rawKeys++; return nil }); err != nil {
-		return err
-	}
-	if err := sn.ViewRange(nil, func(_, _ []byte) error { viewKeys++; return nil }); err != nil {
-		return err
-	}
-	ident, hasIdent, err := sn.PluginIdentity()
-	if err != nil {
-		return err
-	}
-	out := struct {
-		Fold              string       `json:"fold,omitempty"`
-		DataDir           string       `json:"data_dir"`
-		Cursor            uint64       `json:"cursor"`
-		EvictionSeen      bool         `json:"eviction_seen"`
-		RawKeys           uint64       `json:"raw_keys"`
-		ViewKeys          uint64       `json:"view_keys"`
-		DiskBytes         uint64       `json:"disk_bytes"`
-		RawBytes          uint64       `json:"raw_bytes_approx"`
-		ViewBytes         uint64       `json:"view_bytes_approx"`
-		PluginIdentityB64 string       `json:"plugin_identity_b64,omitempty"`
-		FormatVersion     uint32       `json:"format_version"`
-		Origin            *fold.Origin `json:"origin"`
-	}{
-		Fold: name, DataDir: dir, Cursor: uint64(sn.Cursor().Rev), EvictionSeen: sn.Cursor().EvictionSeen,
-		RawKeys: rawKeys, ViewKeys: viewKeys,
-		DiskBytes: st.DiskBytes, RawBytes: st.RawBytes, ViewBytes: st.ViewBytes,
-		FormatVersion: fold.FormatVersion, Origin: origin,
-	}
-	if hasIdent {
-		out.PluginIdentityB64 = base64.StdEncoding.EncodeToString(ident)
-	}
-	return printJSON(w, out)
-}
-
-// outboxItem is one outbox entry as inspect shows it (not its payload).
-type outboxItem struct {
-	ID      string `json:"id"`
-	Subject string `json:"subject"`
-	Size    int    `json:"size"` // subject, headers and payload
-}
-
-// inspectOutbox prints the outbox: how many effects wait, the first and
-// last ids, and the oldest n. Ids name the fold (or "fold" when the store
-// is named by --data only), as the publisher's Foldhost-Effect-Id does.
-func inspectOutbox(w io.Writer, store *fold.Store, name, dir string, cursor uint64, n int) error {
-	if n == 0 {
-		n = 10
-	}
-	idName := name
-	if idName == "" {
-		idName = "fold"
-	}
-	out := struct {
-		Fold    string       `json:"fold,omitempty"`
-		DataDir string       `json:"data_dir"`
-		Cursor  uint64       `json:"cursor"`
-		Count   int64        `json:"count"`
-		First   string       `json:"first,omitempty"`
-		Last    string       `json:"last,omitempty"`
-		Oldest  []outboxItem `json:"oldest"`
-	}{Fold: name, DataDir: dir, Cursor: cursor, Count: store.OutboxLen(), Oldest: []outboxItem{}}
-	if err := store.Outbox(n, func(e fold.OutboxEntry) error {
-		out.Oldest = append(out.Oldest, outboxItem{ID: e.ID(idName), Subject: e.Subject, Size: e.Size()})
-		return nil
-	}); err != nil {
-		return err
-	}
-	if len(out.Oldest) > 0 {
-		out.First = out.Oldest[0].ID
-		last, ok, err := store.LastOutbox()
-		if err != nil {
-			return err
-		}
-		if ok {
-			out.Last = last.ID(idName)
-		}
-	}
-	return printJSON(w, out)
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -13,7 +13,7 @@ import (
 	"github.com/foldhost/foldhost/host/config"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
-	"github.com/foldhost/foldhost/protocol"
+	"github.com/foldhost/foldhost/internal/kvlines"
 )
 
 const kvAbout = `Writes and reads a NATS KV bucket, so test data can be made with foldhost
@@ -166,20 +166,7 @@ func cmdKV(c *cli, args []string) error {
 		_, err := w.Write(e.Value())
 		return err
 	}
-	return printJSON(w, entryJSON(bcfg.Name, e))
-}
-
-// kvEntry is a KV entry as kv get and kv watch print it.
-type kvEntry struct {
-	Bucket  string `json:"bucket"`
-	Op      string `json:"op"`
-	Created string `json:"created"`
-	httpapi.RawItem
-}
-
-func entryJSON(bucket string, e jetstream.KeyValueEntry) kvEntry {
-	return kvEntry{bucket, natskv.OpOf(e.Operation()).String(), e.Created().UTC().Format(time.RFC3339Nano),
-		httpapi.NewRawItem([]byte(e.Key()), protocol.Revision(e.Revision()), e.Value())}
+	return printJSON(w, kvlines.EntryOf(bcfg.Name, e))
 }
 
 func kvWatch(ctx context.Context, c *cli, kv jetstream.KeyValue, bucket, prefix string, updatesOnly bool) error {
@@ -214,7 +201,7 @@ func kvWatch(ctx context.Context, c *cli, kv jetstream.KeyValue, bucket, prefix 
 				fmt.Fprintln(c.stderr, "foldhost kv watch: current values done; watching for updates (Ctrl-C to stop)")
 				continue
 			}
-			b, err := httpapi.Compact(entryJSON(bucket, e))
+			b, err := httpapi.Compact(kvlines.EntryOf(bucket, e))
 			if err != nil {
 				return err
 			}
@@ -278,4 +265,18 @@ func existingBucket(ctx context.Context, nc *nats.Conn, name string, timeout tim
 		return nil, fmt.Errorf("bucket %q does not exist (kv put creates it; so does 'foldhost run')", name)
 	}
 	return kv, err
+}
+
+// kvPutLines is `kv put` without KEY: every line of stdin is one write
+// (package kvlines).
+func (c *cli) kvPutLines(ctx context.Context, nc *nats.Conn, bcfg natskv.BucketConfig, timeout time.Duration, noCreate bool) error {
+	b, err := c.openPutBucket(ctx, nc, bcfg, timeout, noCreate)
+	if err != nil {
+		return err
+	}
+	sum, err := kvlines.PutAll(ctx, b.KV(), bcfg.Name, c.stdin, nc.MaxPayload(), timeout)
+	if err != nil {
+		return err
+	}
+	return printJSON(c.stdout, sum)
 }

@@ -3,11 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,6 +14,7 @@ import (
 	"github.com/foldhost/foldhost/host/pluginobj"
 	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/internal/files"
+	"github.com/foldhost/foldhost/internal/textfmt"
 )
 
 const pluginsAbout = `Lists the plugin module each node runs, for the folds that load their
@@ -259,23 +257,12 @@ func (c *cli) clientConn(cfg *config.Config, natsURL string, timeout time.Durati
 	return nc, err
 }
 
-// printable is s, quoted when it holds a character that is not printable.
-func printable(s string) string {
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return strconv.Quote(s)
-		}
-	}
-	return s
-}
-
 func shortSHA(s string) string { return s[:min(len(s), 12)] }
 
-// oneLine is s on one line, cut to n runes.
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
+// humanBytes, printable and oneLine are textfmt's, under the names the
+// commands use.
+var (
+	humanBytes = textfmt.HumanBytes
+	printable  = textfmt.Printable
+	oneLine    = textfmt.OneLine
+)

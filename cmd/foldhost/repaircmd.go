@@ -10,6 +10,7 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/repair"
+	"github.com/foldhost/foldhost/internal/progress"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -74,11 +75,11 @@ func cmdRepair(c *cli, args []string) error {
 	if *reset {
 		return c.reset(opts, f.Name, *asJSON)
 	}
-	p := newProgress(c.stderr, "foldhost repair: ", 3*time.Second)
+	p := progress.New(c.stderr, "foldhost repair: ", 3*time.Second)
 	res, err := host.RepairStopped(c.ctx, opts, f.Name, mode, func(r repair.Progress) {
-		p.status(fmt.Sprintf("%s: listed %d, compared %d, folded %d (deleted %d)", r.Phase, r.Listed, r.Diffed, r.Folded, r.Deleted))
+		p.Status(fmt.Sprintf("%s: listed %d, compared %d, folded %d (deleted %d)", r.Phase, r.Listed, r.Diffed, r.Folded, r.Deleted))
 	})
-	p.end()
+	p.End()
 	if errors.Is(err, fold.ErrLocked) {
 		return fmt.Errorf("%w: stop 'foldhost run' first (a running fold repairs by itself)", err)
 	}
@@ -94,11 +95,11 @@ func cmdRepair(c *cli, args []string) error {
 }
 
 func (c *cli) reset(opts host.Options, name string, asJSON bool) error {
-	p := newProgress(c.stderr, "foldhost repair --reset: ", 3*time.Second)
+	p := progress.New(c.stderr, "foldhost repair --reset: ", 3*time.Second)
 	res, err := host.ResetStopped(c.ctx, opts, name, func(st httpapi.Status) {
-		p.status(fmt.Sprintf("refolding: cursor %d of %d, %d delivered", st.Cursor, st.StreamLastSeq, st.Counters.DeliveredSinceStart))
+		p.Status(fmt.Sprintf("refolding: cursor %d of %d, %d delivered", st.Cursor, st.StreamLastSeq, st.Counters.DeliveredSinceStart))
 	})
-	p.end()
+	p.End()
 	if errors.Is(err, fold.ErrLocked) {
 		return fmt.Errorf("%w: stop 'foldhost run' first", err)
 	}
