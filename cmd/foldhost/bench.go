@@ -14,43 +14,8 @@ import (
 	"github.com/foldhost/foldhost/internal/textfmt"
 )
 
-const benchAbout = `Measures foldhost end to end on one bucket of the example router's
-workload (route.<host> keys, ~100-byte JSON values), in one process, with
-rounds alternating between the variants, and prints each variant's rate
-(median over the rounds) and its ratios: to a plain nats.go WatchAll read
-of the same bucket (the physical limit of any fold here), and, for the
-plugin folds, to the raw-only fold. Absolute rates depend on the machine
-and its load; the ratios are what to compare.
-
-Variants: the plain WatchAll read; a hand-rolled consumer (WatchAll and a
-pebble Set per update, pebble's default options); the raw-only fold (no
-plugin); the fold through each example-router build found (--plugins); the
-fold through the router's Go code run natively in-process (no module: the
-baseline of the WASM builds). Then the restart: a raw-only fold resumes
-after a delta of --delta updates, against a full replay of the bucket; and
-a new node bootstrapped from an artifact of that fold (a local directory
-store, exported without the fleet's lease) and resumed to the head. With
-two builds or more, the hot swap: under up to 5000 writes/s (held back
-while the fold lags more than a second of them; the rate reached is
-printed), the write-to-fold latency of probes sent right after a swap was
-asked for, against probes with none in flight (p50 and p99).
-
-Effects: with the C build, the router fold with its effects (one per
-change of a host's entry) published to a stream the bench makes, timed
-from the start to the head and the outbox drained, against the same fold
-without effects; then, under up to 5000 writes/s that each change a host
-(held back while the fold or the outbox lags more than a second of them),
-the latency from a probe's write to its effect in the stream (p50, p99).
-
-The server: the embedded one by default (in a scratch directory), or
---nats URL: the bench then makes its own bucket (foldhost_bench_<random>)
-and effects stream (foldhost_bench_<random>_effects, capturing
-route.changed and the fence foldhost.fence.foldhost_bench_<random>) and
-deletes them at the end; it never touches another bucket or stream. Progress goes
-to stderr, the table (or --json) to stdout.`
-
 func cmdBench(c *cli, args []string) error {
-	fs := c.flagSet("bench", "bench [--keys N] [--rounds N] [--nats URL] [--plugins DIR] [--json]", benchAbout)
+	fs := c.flagSet("bench", "bench [--keys N] [--rounds N] [--nats URL] [--plugins DIR] [--json]", about("bench"))
 	keys := fs.Int("keys", 100_000, "route keys in the bucket")
 	rounds := fs.Int("rounds", 3, "rounds of every variant, alternating")
 	delta := fs.Int("delta", 1000, "updates written before the restart's resume")

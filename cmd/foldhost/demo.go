@@ -8,23 +8,8 @@ import (
 	"github.com/foldhost/foldhost/internal/demo"
 )
 
-const demoAbout = `A self-contained tour on embedded defaults: starts an embedded NATS server,
-writes a synthetic route workload (route.<host> keys with upstream lists),
-folds it through the example-router WASM plugin, stops, writes a delta,
-restarts, and shows that the restart received only the delta. Then it
-exports the fold as an artifact to a local artifact store, writes another
-delta, bootstraps a second fold (a new node) from the artifact, and shows
-that it received only that delta and ends identical to the first. Nothing
-outside --dir is touched; --dir is made when missing, and must not hold an
-earlier demo; without --dir a temporary directory is used and removed at
-the end.
-
-The plugin defaults to the first build found under
-plugins/example-router/build/ (scripts/build-plugins makes them, in the
-repository); anywhere else, to the C build the binary carries.`
-
 func cmdDemo(c *cli, args []string) error {
-	fs := c.flagSet("demo", "demo [--dir DIR] [--keys N] [--delta N] [--plugin FILE]", demoAbout)
+	fs := c.flagSet("demo", "demo [--dir DIR] [--keys N] [--delta N] [--plugin FILE]", about("demo"))
 	dir := fs.String("dir", "", "working `dir` (kept); default: a temporary one, removed")
 	keys := fs.Int("keys", 20000, "route keys to write")
 	delta := fs.Int("delta", 500, "updates (changes and deletes) to write while the fold is stopped")

@@ -12,36 +12,15 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host"
-	"github.com/foldhost/foldhost/host/config"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/internal/inspect"
+	"github.com/foldhost/foldhost/internal/target"
 	"github.com/foldhost/foldhost/protocol"
 )
 
-const inspectAbout = `Reads a stopped fold's store offline and prints JSON on stdout. Every
-answer comes from one snapshot and carries the cursor it reflects.
-
-  cursor              the applied cursor
-  get KEY             one raw entry (the value of a NATS key)
-  range [PREFIX]      raw entries whose key starts with PREFIX (all by default)
-  view get KEY        one plugin view entry
-  view range [PREFIX] plugin view entries by prefix
-  stats               sizes and exact key counts
-  outbox              the plugin effects committed and not yet published:
-                      count, first and last ids, the oldest --limit (10)
-                      with subject and size
-
-Name the store with --data DIR, or with --config FILE [--fold NAME] (the
-fold's data_dir; --fold may be omitted when the config has one fold). The
-store must not be in use: a running 'foldhost run' holds its lock.
-
-Byte strings follow the HTTP API's rule: "value" is the text when the bytes
-are valid UTF-8 (omitted otherwise), "value_b64" is always the base64.
-A missing key exits with code 3.`
-
 func cmdInspect(c *cli, args []string) error {
-	fs := c.flagSet("inspect", "inspect (--data DIR | --config FILE [--fold NAME]) cursor | get KEY | range [PREFIX] | view get KEY | view range [PREFIX] | stats | outbox", inspectAbout)
+	fs := c.flagSet("inspect", "inspect (--data DIR | --config FILE [--fold NAME]) cursor | get KEY | range [PREFIX] | view get KEY | view range [PREFIX] | stats | outbox", about("inspect"))
 	dataDir := fs.String("data", "", "the fold's data `dir`")
 	configPath := fs.String("config", "", "config `file` naming the fold's data dir")
 	foldName := fs.String("fold", "", "fold `name` in the config")
@@ -87,7 +66,7 @@ func cmdInspect(c *cli, args []string) error {
 		arg = string(b)
 	}
 
-	dir, fc, err := c.inspectDir(*dataDir, *configPath, *foldName)
+	dir, fc, err := target.StoreDir(*dataDir, *configPath, *foldName, c.getenv)
 	if err != nil {
 		return err
 	}
@@ -147,7 +126,7 @@ func cmdInspect(c *cli, args []string) error {
 			return err
 		}
 		if !ok {
-			return &notFoundError{fmt.Sprintf("key %q not found (cursor %d)", arg, cursor)}
+			return notFoundf("key %q not found (cursor %d)", arg, cursor)
 		}
 		return printJSON(w, struct {
 			Cursor uint64 `json:"cursor"`
@@ -159,7 +138,7 @@ func cmdInspect(c *cli, args []string) error {
 			return err
 		}
 		if !ok {
-			return &notFoundError{fmt.Sprintf("view key %q not found (cursor %d)", arg, cursor)}
+			return notFoundf("view key %q not found (cursor %d)", arg, cursor)
 		}
 		return printJSON(w, struct {
 			Cursor uint64 `json:"cursor"`
@@ -179,37 +158,6 @@ func cmdInspect(c *cli, args []string) error {
 		return err
 	}
 	return rw.End()
-}
-
-// inspectDir resolves the store directory from the flags, and the fold
-// when named through a config.
-func (c *cli) inspectDir(dataDir, configPath, foldName string) (string, *config.FoldConfig, error) {
-	switch {
-	case dataDir != "" && (configPath != "" || foldName != ""):
-		return "", nil, usagef("--data and --config/--fold are exclusive")
-	case dataDir != "":
-		return dataDir, nil, nil
-	case configPath == "":
-		return "", nil, usagef("name the store with --data DIR or --config FILE")
-	}
-	cfg, err := config.Load(configPath, c.getenv)
-	if err != nil {
-		return "", nil, err
-	}
-	f, err := pickFold(cfg, foldName)
-	if err != nil {
-		return "", nil, err
-	}
-	return f.DataDir, &f, nil
-}
-
-// pickFold returns the named fold, or the only one when name is empty.
-func pickFold(cfg *config.Config, name string) (config.FoldConfig, error) {
-	f, err := cfg.Fold(name)
-	if err != nil {
-		return f, usagef("%v", err)
-	}
-	return f, nil
 }
 
 func printJSON(w io.Writer, v any) error {

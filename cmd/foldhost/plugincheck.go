@@ -7,28 +7,12 @@ import (
 	"github.com/foldhost/foldhost/host/wasm"
 )
 
-const pluginCheckAbout = `check FILE: loads FILE through the host's own loader, with a node's
-default limits (or the flags'), prints what the plugin says about itself,
-then folds two small batches through it into a scratch store as a fold
-would: puts, a delete, and a key and a value that are not UTF-8. It prints
-PASS or FAIL per check:
-
-  load         the module validates (what a node checks before running it)
-  apply        every batch applies: no trap, timeout, out-of-memory or
-               reported error
-  output       every output decodes (the host's decoder) within the limits
-  determinism  a second, fresh instance given the same batches produces
-               byte-identical outputs
-
-Exit 0 when every check passes, 1 naming the first that failed. Nothing
-but a scratch directory (removed) is written.`
-
 // checkCacheDir, when set, keeps the modules plugin check compiles (the
 // tests set it: the Go router takes seconds to compile under -race).
 var checkCacheDir string
 
 func cmdPluginCheck(c *cli, args []string) error {
-	fs := c.flagSet("plugin check", "plugin check FILE [--memory-mb N] [--max-mb N] [--call-timeout D]", pluginCheckAbout)
+	fs := c.flagSet("plugin check", "plugin check FILE [--memory-mb N] [--max-mb N] [--call-timeout D]", about("plugin-check"))
 	memMB := fs.Int("memory-mb", wasm.DefaultMemoryLimitMB, "the plugin's memory limit in MiB (a fold's plugin_memory_mb)")
 	maxMB := fs.Int("max-mb", wasm.DefaultMaxModuleBytes>>20, "the largest module file accepted, in MiB (plugin_max_mb)")
 	timeout := fs.Duration("call-timeout", wasm.DefaultCallTimeout, "deadline of every call into the plugin; 0: none (plugin_call_timeout)")

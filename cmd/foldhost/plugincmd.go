@@ -6,14 +6,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/foldhost/foldhost/host/config"
-	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/pluginobj"
 	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/internal/files"
+	"github.com/foldhost/foldhost/internal/target"
 	"github.com/foldhost/foldhost/internal/textfmt"
 )
 
@@ -25,21 +22,6 @@ stopped stops renewing it (records expire after a day).
 
 The server: --nats URL; else the config's (--config FILE; an embedded
 server's listen address while 'foldhost run' runs).`
-
-const pluginAbout = `push FILE: validates FILE as a plugin this foldhost can run, then stores it
-as the object the fold's plugin setting names (nats-object://BUCKET/NAME;
-the bucket is created when missing). Every node running the fold loads it
-within seconds, validates it again and swaps it in at a batch boundary, or
-refuses it and keeps its module; 'foldhost plugins' shows which. Prints the
-object stored (JSON). The fold: --fold NAME, or the only fold of the
-config; or --to nats-object://BUCKET/NAME without a fold. The server as
-for 'plugins'.
-
-check FILE: loads FILE as a node would and folds a few batches through it,
-PASS or FAIL per check ('foldhost plugin check --help').
-
-new LANG DIR: writes a skeleton plugin in go, c, rust or assemblyscript
-that builds outside this repository ('foldhost plugin new --help').`
 
 func cmdPlugins(c *cli, args []string) error {
 	fs := c.flagSet("plugins", "plugins [--config FILE] [--nats URL] [--json]", pluginsAbout)
@@ -60,7 +42,7 @@ func cmdPlugins(c *cli, args []string) error {
 			return err
 		}
 	}
-	nc, js, err := c.jetStream(cfg, *natsURL, *timeout)
+	nc, js, err := target.JetStream(cfg, *natsURL, c.getenv, *timeout)
 	if err != nil {
 		return err
 	}
@@ -127,7 +109,7 @@ func cmdPlugin(c *cli, args []string) error {
 	}
 	fs := c.flagSet("plugin", "plugin push FILE [--fold NAME | --to nats-object://BUCKET/NAME] [--config FILE] [--nats URL]\n"+
 		"plugin check FILE [--memory-mb N] [--max-mb N] [--call-timeout D]\n"+
-		"plugin new go|c|rust|assemblyscript DIR", pluginAbout)
+		"plugin new go|c|rust|assemblyscript DIR", about("plugin"))
 	configPath := fs.String("config", "", "config `file` (the fold's plugin setting, server and credentials)")
 	natsURL := fs.String("nats", "", "NATS server `url` (overrides the config)")
 	foldName := fs.String("fold", "", "push to the object of fold `name`")
@@ -150,7 +132,7 @@ func cmdPlugin(c *cli, args []string) error {
 			return err
 		}
 	}
-	ref, limits, err := pushTarget(cfg, *foldName, *to)
+	ref, limits, err := target.PluginObject(cfg, *foldName, *to)
 	if err != nil {
 		return err
 	}
@@ -174,7 +156,7 @@ func cmdPlugin(c *cli, args []string) error {
 	if ref.Pin != "" && ref.Pin != id.SHA256 {
 		fmt.Fprintf(c.stderr, "foldhost: warning: %s pins sha256 %s: its nodes refuse this module (sha256 %s) until the pin changes\n", ref, ref.Pin, id.SHA256)
 	}
-	nc, js, err := c.jetStream(cfg, *natsURL, *timeout)
+	nc, js, err := target.JetStream(cfg, *natsURL, c.getenv, *timeout)
 	if err != nil {
 		return err
 	}
@@ -195,66 +177,6 @@ func cmdPlugin(c *cli, args []string) error {
 		Version    string `json:"version"`
 		ViewSchema uint32 `json:"view_schema"`
 	}{ref.String(), info.Size, info.Digest, id.SHA256, id.Name, id.Version, id.ViewSchema})
-}
-
-// pushTarget is the object a push writes (--to, or the fold's plugin
-// setting) and the limits a node running the fold validates with.
-func pushTarget(cfg *config.Config, foldName, to string) (pluginobj.Ref, wasm.Options, error) {
-	limits := wasm.Options{MaxModuleBytes: wasm.DefaultMaxModuleBytes}
-	switch {
-	case to != "" && foldName != "":
-		return pluginobj.Ref{}, limits, usagef("--to and --fold are exclusive")
-	case to != "":
-		ref, err := pluginobj.ParseRef(to)
-		if err != nil {
-			return ref, limits, usagef("--to: %v", err)
-		}
-		return ref, limits, nil
-	case cfg == nil:
-		return pluginobj.Ref{}, limits, usagef("want --fold NAME with --config FILE, or --to nats-object://BUCKET/NAME")
-	}
-	f, err := pickFold(cfg, foldName)
-	if err != nil {
-		return pluginobj.Ref{}, limits, err
-	}
-	if !pluginobj.IsRef(f.Plugin) {
-		return pluginobj.Ref{}, limits, usagef("fold %s's plugin is %q, not a nats-object://BUCKET/NAME reference: copy the file in place instead (the fold reloads it)", f.Name, f.Plugin)
-	}
-	if f.PluginMaxMB > 0 {
-		limits.MaxModuleBytes = int64(f.PluginMaxMB) << 20
-	}
-	limits.MemoryLimitPages = uint32(f.PluginMemoryMB) * 16
-	ref, err := pluginobj.ParseRef(f.Plugin)
-	return ref, limits, err
-}
-
-// jetStream is clientConn with a JetStream client of the connection.
-func (c *cli) jetStream(cfg *config.Config, natsURL string, timeout time.Duration) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := c.clientConn(cfg, natsURL, timeout)
-	if err != nil {
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return nc, js, nil
-}
-
-// clientConn connects to the NATS server of --nats, else of cfg (nil: the
-// environment's), saying what to do when cfg's embedded server is not up.
-func (c *cli) clientConn(cfg *config.Config, natsURL string, timeout time.Duration) (*nats.Conn, error) {
-	conn, embedded, err := config.ClientConn(cfg, natsURL, c.getenv)
-	if err != nil {
-		return nil, usagef("%v", err)
-	}
-	conn.Timeout = timeout
-	nc, err := natskv.Connect(conn)
-	if err != nil && embedded {
-		return nil, fmt.Errorf("%w\n(is 'foldhost run' running? The embedded NATS server lives only while it runs; pass the URL it printed with --nats)", err)
-	}
-	return nc, err
 }
 
 func shortSHA(s string) string { return s[:min(len(s), 12)] }

@@ -11,19 +11,8 @@ import (
 	"github.com/foldhost/foldhost/internal/skeleton"
 )
 
-const pluginNewAbout = `new LANG DIR: writes a skeleton plugin in DIR (made when missing; an
-existing DIR must be empty: nothing is written otherwise) for LANG, one of
-go, c, rust, assemblyscript: a minimal fold whose view mirrors the bucket
-(each key's value under the same key; a delete removes it), the SDK files
-it needs copied in, so that it builds outside this repository, and a
-README.md with its build command. The plugin's name is DIR's base name
-(when it is a plain name; else "my-plugin").
-
-Then, in DIR: build it as its README.md says, and
-'foldhost plugin check plugin.wasm'.`
-
 func cmdPluginNew(c *cli, args []string) error {
-	fs := c.flagSet("plugin new", "plugin new go|c|rust|assemblyscript DIR", pluginNewAbout)
+	fs := c.flagSet("plugin new", "plugin new go|c|rust|assemblyscript DIR", about("plugin-new"))
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err

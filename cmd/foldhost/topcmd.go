@@ -10,28 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/target"
 	"github.com/foldhost/foldhost/internal/term"
 	"github.com/foldhost/foldhost/internal/top"
 )
 
-const topAbout = `A terminal view of a running foldhost, read from its HTTP API (GETs
-only: no admin token needed), refreshed every --interval: one row per fold
-with its state, cursor, lag, rate (updates delivered per second between two
-samples), p99 (the batch apply+commit time's 99th percentile over the
-interval, estimated from the foldhost_fold_batch_duration_seconds
-histogram of /metrics), plugin (name@version) and last error.
-
-Columns are truncated, then dropped (last error, plugin, p99, rate, lag)
-to fit the terminal's width ($COLUMNS, else 80, when the output is not a
-terminal). Keys: s cycles the sort (name, lag, rate, state), q quits, as
-does Ctrl-C; the terminal is restored on exit.
-
---once prints one frame without escape codes and exits: it samples twice,
---interval apart, so that rates and p99 are shown. Exit 1 when the API
-cannot be read.`
-
 func cmdTop(c *cli, args []string) error {
-	fs := c.flagSet("top", "top [--url URL | --config FILE] [--interval D] [--sort KEY] [--once]", topAbout)
+	fs := c.flagSet("top", "top [--url URL | --config FILE] [--interval D] [--sort KEY] [--once]", about("top"))
 	base := fs.String("url", "http://127.0.0.1:8080", "the daemon's HTTP API `URL` (the default http.addr)")
 	configPath := fs.String("config", "", "take the URL from this config `file`'s http.addr")
 	interval := fs.Duration("interval", time.Second, "refresh `interval` (and, with --once, the time between the two samples)")
@@ -60,7 +45,7 @@ func cmdTop(c *cli, args []string) error {
 		if err != nil {
 			return err
 		}
-		if *base, err = daemonURL(cfg); err != nil {
+		if *base, err = target.DaemonURL(cfg); err != nil {
 			return fmt.Errorf("foldhost's HTTP API: %w", err)
 		}
 	}

@@ -1,5 +1,6 @@
-// Package kvlines reads the lines `foldhost kv put` writes from stdin, one
-// write each, in one process and one connection (a process per key took
+// Package kvlines is the lines `foldhost kv` reads and prints: watch's
+// entries, one JSON object per line, and the lines put writes from stdin,
+// one write each, in one process and one connection (a process per key took
 // 21 s for 1,000 keys). A line is KEY=VALUE (split at the first "="), or a
 // JSON object with key (or key_b64) and value (or value_b64; a value that
 // is not a JSON string is written as its JSON text), as foldhost's own
@@ -23,6 +24,7 @@ import (
 
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/command"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -194,4 +196,51 @@ func textOrB64(name string, text, b64 *string) ([]byte, error) {
 		return []byte(*text), nil
 	}
 	return fromB64, nil
+}
+
+// Watch prints the current values of kv (bucket) under prefix (a
+// whole-token prefix such as "route."; empty: all), unless updatesOnly,
+// then its updates, one JSON object (an Entry) per line to out, until ctx
+// ends; the end of the current values is told on stderr.
+func Watch(ctx context.Context, kv jetstream.KeyValue, bucket, prefix string, updatesOnly bool, out, stderr io.Writer) error {
+	filter := ">"
+	if prefix != "" {
+		if err := (natskv.Scope{Prefixes: []string{prefix}}).Validate(); err != nil {
+			return command.Usagef("%v", err)
+		}
+		filter = prefix + ">"
+	}
+	var opts []jetstream.WatchOpt
+	if updatesOnly {
+		opts = append(opts, jetstream.UpdatesOnly())
+	}
+	kw, err := kv.Watch(ctx, filter, opts...)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", bucket, err)
+	}
+	defer kw.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-kw.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("watch ended: the connection closed")
+			}
+			if e == nil {
+				fmt.Fprintln(stderr, "foldhost kv watch: current values done; watching for updates (Ctrl-C to stop)")
+				continue
+			}
+			b, err := httpapi.Compact(EntryOf(bucket, e))
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintf(out, "%s\n", b); err != nil {
+				return err
+			}
+		}
+	}
 }
