@@ -2,16 +2,13 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/foldhost/foldhost/host/config"
-	"github.com/foldhost/foldhost/host/httpapi"
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact"
@@ -51,7 +48,7 @@ func cmdExport(c *cli, args []string) error {
 	for _, f := range folds {
 		res, err := host.ExportStopped(c.ctx, opts, f.Name, *force)
 		if errors.Is(err, fold.ErrLocked) {
-			res, err = exportViaDaemon(c.ctx, cfg, f, *force, c.adminToken(), log)
+			res, err = target.ExportViaDaemon(c.ctx, cfg, f, *force, c.adminToken(), log)
 		}
 		switch {
 		case errors.Is(err, host.ErrNoStore):
@@ -74,21 +71,6 @@ func cmdExport(c *cli, args []string) error {
 		}
 	}
 	return errors.Join(failed...)
-}
-
-// exportViaDaemon asks the running foldhost that holds the fold's store to
-// run the round on its live fold, through its HTTP API.
-func exportViaDaemon(ctx context.Context, cfg *config.Config, f config.FoldConfig, force bool, token string, log *slog.Logger) (host.ExportResult, error) {
-	base, err := target.DaemonURL(cfg)
-	if err != nil {
-		return host.ExportResult{}, fmt.Errorf("the fold's store is held by a running foldhost: %w", err)
-	}
-	log.Info("the fold is running: exporting through the daemon's HTTP API", "url", base)
-	var res host.ExportResult
-	if err := httpapi.Export(ctx, base, f.Name, force, token, &res); err != nil {
-		return host.ExportResult{}, fmt.Errorf("the fold's store is held by a running foldhost, whose API answered: %w", err)
-	}
-	return res, nil
 }
 
 // adminToken is the admin token the commands send to the daemon (and the

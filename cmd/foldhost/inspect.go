@@ -9,14 +9,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"time"
 
 	"github.com/foldhost/foldhost/host"
-	"github.com/foldhost/foldhost/host/fold"
-	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/internal/inspect"
 	"github.com/foldhost/foldhost/internal/target"
-	"github.com/foldhost/foldhost/protocol"
 )
 
 func cmdInspect(c *cli, args []string) error {
@@ -83,24 +79,16 @@ func cmdInspect(c *cli, args []string) error {
 		return err
 	}
 	defer sn.Close()
-	origin, hasOrigin, err := sn.Origin()
-	if errors.Is(err, fold.ErrCorrupt) { // still inspectable: it is what an operator needs now
-		fmt.Fprintf(c.stderr, "foldhost inspect: WARNING: %v ('foldhost run --adopt FOLD' records the config's)\n", err)
-	} else if err != nil {
+	originOut, warnings, err := inspect.Origin(sn, fc, dir)
+	if err != nil {
 		return err
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(c.stderr, "foldhost inspect: WARNING: %s\n", w)
 	}
 	name := ""
 	if fc != nil {
 		name = fc.Name
-		want := fold.NewOrigin(fc.Bucket, fc.Scope, time.Time{})
-		if d := origin.Mismatch(want); hasOrigin && d != "" {
-			fmt.Fprintf(c.stderr, "foldhost inspect: WARNING: the store in %s is of another source than fold %s (the store's %s): 'run' and 'export' refuse it\n",
-				dir, name, d)
-		}
-	}
-	var originOut *fold.Origin
-	if hasOrigin {
-		originOut = &origin
 	}
 	w := bufio.NewWriter(c.stdout)
 	defer w.Flush()
@@ -121,43 +109,25 @@ func cmdInspect(c *cli, args []string) error {
 		}
 		return printJSON(w, ob)
 	case action == "get" && !view:
-		e, ok, err := sn.Get(arg)
+		e, ok, err := inspect.Get(sn, arg)
+		if err == nil && !ok {
+			err = notFoundf("key %q not found (cursor %d)", arg, cursor)
+		}
 		if err != nil {
 			return err
 		}
-		if !ok {
-			return notFoundf("key %q not found (cursor %d)", arg, cursor)
-		}
-		return printJSON(w, struct {
-			Cursor uint64 `json:"cursor"`
-			httpapi.RawItem
-		}{cursor, httpapi.NewRawItem([]byte(arg), e.Rev, e.Value)})
+		return printJSON(w, e)
 	case action == "get":
-		v, ok, err := sn.ViewGet([]byte(arg))
+		e, ok, err := inspect.ViewGet(sn, arg)
+		if err == nil && !ok {
+			err = notFoundf("view key %q not found (cursor %d)", arg, cursor)
+		}
 		if err != nil {
 			return err
 		}
-		if !ok {
-			return notFoundf("view key %q not found (cursor %d)", arg, cursor)
-		}
-		return printJSON(w, struct {
-			Cursor uint64 `json:"cursor"`
-			httpapi.ViewItem
-		}{cursor, httpapi.NewViewItem([]byte(arg), v)})
+		return printJSON(w, e)
 	}
-	// range: streamed, so memory does not grow with the fold.
-	rw := httpapi.NewRangeWriter(w, *limit, cursor, arg)
-	if view {
-		err = sn.ViewRange([]byte(arg), func(k, v []byte) error { return rw.Item(httpapi.NewViewItem(k, v)) })
-	} else {
-		err = sn.RawRange(arg, func(k []byte, rev protocol.Revision, v []byte) error {
-			return rw.Item(httpapi.NewRawItem(k, rev, v))
-		})
-	}
-	if err != nil && !errors.Is(err, httpapi.ErrRangeLimit) {
-		return err
-	}
-	return rw.End()
+	return inspect.Range(w, sn, view, arg, *limit)
 }
 
 func printJSON(w io.Writer, v any) error {

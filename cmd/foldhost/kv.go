@@ -82,7 +82,7 @@ func cmdKV(c *cli, args []string) error {
 		} else if value, err = io.ReadAll(c.stdin); err != nil {
 			return fmt.Errorf("read value from stdin: %w", err)
 		}
-		b, err := c.openPutBucket(ctx, nc, bcfg, *timeout, noCreate)
+		b, err := target.PutBucket(ctx, nc, bcfg, *timeout, noCreate, c.stderr)
 		if err != nil {
 			return err
 		}
@@ -144,28 +144,10 @@ func cmdKV(c *cli, args []string) error {
 	return printJSON(w, kvlines.EntryOf(bcfg.Name, e))
 }
 
-// openPutBucket opens the bucket a put writes to: created when missing
-// (saying so on stderr, with the settings), unless noCreate (its fold's
-// create_bucket = false).
-func (c *cli) openPutBucket(ctx context.Context, nc *nats.Conn, bcfg natskv.BucketConfig, timeout time.Duration, noCreate bool) (*natskv.Bucket, error) {
-	b, err := natskv.OpenBucket(ctx, nc, bcfg, natskv.Options{RequestTimeout: timeout, NoCreate: noCreate})
-	if errors.Is(err, natskv.ErrNoBucket) {
-		return nil, fmt.Errorf("bucket %q does not exist, and its fold's create_bucket = false: put creates it neither", bcfg.Name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if b.Created() {
-		fmt.Fprintf(c.stderr, "foldhost kv: bucket %q did not exist: created it (history %d, max_age %v, max_bytes %d, replicas %d, memory %v, limit_marker_ttl %v)\n",
-			bcfg.Name, bcfg.History, bcfg.MaxAge, bcfg.MaxBytes, bcfg.Replicas, bcfg.Memory, bcfg.LimitMarkerTTL)
-	}
-	return b, nil
-}
-
 // kvPutLines is `kv put` without KEY: every line of stdin is one write
 // (package kvlines).
 func (c *cli) kvPutLines(ctx context.Context, nc *nats.Conn, bcfg natskv.BucketConfig, timeout time.Duration, noCreate bool) error {
-	b, err := c.openPutBucket(ctx, nc, bcfg, timeout, noCreate)
+	b, err := target.PutBucket(ctx, nc, bcfg, timeout, noCreate, c.stderr)
 	if err != nil {
 		return err
 	}

@@ -95,35 +95,8 @@ func run(args []string) int {
 	defer signal.Stop(sigs)
 	done := make(chan struct{})
 	defer close(done)
-	go c.watchSignals(sigs, done, cancel, os.Exit)
+	go command.WatchSignals(c.stderr, func() time.Duration { return time.Duration(c.grace.Load()) }, sigs, done, cancel, os.Exit)
 	return c.main(args)
-}
-
-// watchSignals turns the first signal into the cancellation of c.ctx; a
-// second signal, or the shutdown grace running out, exits at once with
-// exitFailure (nothing is left half-written: every commit is atomic, and
-// what was not committed is folded again after a restart).
-func (c *cli) watchSignals(sigs <-chan os.Signal, done <-chan struct{}, cancel func(), exit func(int)) {
-	var sig os.Signal
-	select {
-	case sig = <-sigs:
-	case <-done:
-		return
-	}
-	cancel()
-	grace := time.Duration(c.grace.Load())
-	fmt.Fprintf(c.stderr, "foldhost: %v: shutting down (within %v; a second signal exits at once)\n", sig, grace)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case sig = <-sigs:
-		fmt.Fprintf(c.stderr, "foldhost: %v again: exiting now\n", sig)
-	case <-t.C:
-		fmt.Fprintf(c.stderr, "foldhost: shutdown did not finish within %v (shutdown_grace): exiting now\n", grace)
-	case <-done:
-		return
-	}
-	exit(exitFailure)
 }
 
 // main dispatches args and maps the result to an exit code.

@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/foldhost/foldhost/host/config"
+	"github.com/foldhost/foldhost/host/plugincheck"
 	"github.com/foldhost/foldhost/host/pluginobj"
-	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/internal/files"
+	"github.com/foldhost/foldhost/internal/pluginrecords"
 	"github.com/foldhost/foldhost/internal/target"
 	"github.com/foldhost/foldhost/internal/textfmt"
 )
@@ -67,33 +70,8 @@ func cmdPlugins(c *cli, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FOLD\tNODE\tMODULE\tNAME\tVERSION\tSCHEMA\tSEEN\tLAST RELOAD")
-	now := time.Now()
-	for _, r := range recs {
-		last := "-"
-		if rl := r.LastReload; rl != nil {
-			last = rl.Outcome + " " + rl.At.Local().Format(time.DateTime)
-			if rl.Module != "" {
-				last += " " + shortSHA(rl.Module)
-			}
-			if rl.Reason != "" {
-				last += ": " + oneLine(rl.Reason, 80)
-			}
-		}
-		if rb := r.LastRebuild; rb != nil && rb.Outcome != "done" {
-			last += fmt.Sprintf("; view rebuild for %s %s", shortSHA(rb.Module), rb.Outcome)
-			if rb.Error != "" {
-				last += ": " + oneLine(rb.Error, 60)
-			}
-		}
-		seen := "-"
-		if !r.At.IsZero() {
-			seen = max(now.Sub(r.At), 0).Round(time.Second).String() + " ago"
-		}
-		// Records are written by any client of the server: nothing in
-		// them reaches the terminal unescaped.
-		fmt.Fprintf(tw, "%s\t%s\t%.12s\t%s\t%s\t%d\t%s\t%s\n", printable(r.Fold), printable(r.Node), printable(r.Module),
-			printable(r.Name), printable(r.Version), r.ViewSchema, seen, printable(last))
+	for _, row := range append([][]string{pluginrecords.Header}, pluginrecords.Rows(recs, time.Now())...) {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	return tw.Flush()
 }
@@ -140,19 +118,13 @@ func cmdPlugin(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The same checks a node makes before it swaps a module in, with the
-	// fold's limits: a module that fails them is never pushed.
-	rt, err := wasm.NewRuntime(c.ctx, limits)
+	id, err := plugincheck.Validate(c.ctx, b, limits)
+	if r := (*plugincheck.Refused)(nil); errors.As(err, &r) {
+		return fmt.Errorf("%s is not a plugin foldhost can run (nothing pushed): %w", file, r.Err)
+	}
 	if err != nil {
 		return err
 	}
-	defer rt.Close(context.Background())
-	m, err := rt.Load(c.ctx, b)
-	if err != nil {
-		return fmt.Errorf("%s is not a plugin foldhost can run (nothing pushed): %w", file, err)
-	}
-	id := m.Identity()
-	m.Close(context.Background())
 	if ref.Pin != "" && ref.Pin != id.SHA256 {
 		fmt.Fprintf(c.stderr, "foldhost: warning: %s pins sha256 %s: its nodes refuse this module (sha256 %s) until the pin changes\n", ref, ref.Pin, id.SHA256)
 	}
@@ -179,12 +151,5 @@ func cmdPlugin(c *cli, args []string) error {
 	}{ref.String(), info.Size, info.Digest, id.SHA256, id.Name, id.Version, id.ViewSchema})
 }
 
-func shortSHA(s string) string { return s[:min(len(s), 12)] }
-
-// humanBytes, printable and oneLine are textfmt's, under the names the
-// commands use.
-var (
-	humanBytes = textfmt.HumanBytes
-	printable  = textfmt.Printable
-	oneLine    = textfmt.OneLine
-)
+// humanBytes is textfmt's, under the name the commands use.
+var humanBytes = textfmt.HumanBytes

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
@@ -12,8 +10,7 @@ import (
 	"syscall"
 
 	"github.com/foldhost/foldhost/host"
-	"github.com/foldhost/foldhost/host/config"
-	"github.com/foldhost/foldhost/internal/httpserve"
+	"github.com/foldhost/foldhost/internal/daemon"
 )
 
 func cmdRun(c *cli, args []string) error {
@@ -54,7 +51,7 @@ func cmdRun(c *cli, args []string) error {
 	if url := h.EmbeddedURL(); url != "" {
 		fmt.Fprintf(c.stdout, "foldhost: embedded NATS server listening on %s (JetStream in %s)\n", url, cfg.NATS.EmbeddedDir)
 	}
-	stopHTTP, err := httpserve.Serve(cfg.HTTP.Addr, h.Handler(), opts.AdminToken != "", log, c.stdout)
+	stopHTTP, err := daemon.Serve(cfg.HTTP.Addr, h.Handler(), opts.AdminToken != "", log, c.stdout)
 	if err != nil {
 		return err
 	}
@@ -67,37 +64,12 @@ func cmdRun(c *cli, args []string) error {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
-	wg.Go(func() { reloadOnHUP(ctx, h, hup, log) })
+	wg.Go(func() { daemon.ReloadOnHUP(ctx, h, hup, log) })
 
 	err = h.Run(ctx)
 	log.Info("shut down")
 	return err
 }
 
-func newLogger(lc config.LogConfig, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(lc.Level))
-	opts := &slog.HandlerOptions{Level: level}
-	if lc.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// reloadOnHUP reloads every plugin on SIGHUP until ctx ends: each module is
-// validated off the hot path and swapped in at its fold's next batch
-// boundary; one that fails validation leaves the running module in place.
-func reloadOnHUP(ctx context.Context, h *host.Host, hup <-chan os.Signal, log *slog.Logger) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-		}
-		if err := h.ReloadPlugins(ctx); err != nil {
-			log.Error("plugin reload refused (SIGHUP); the running modules stay", "err", err)
-		} else {
-			log.Info("plugins reloaded (SIGHUP)")
-		}
-	}
-}
+// newLogger is the logger of the config's [log] section (daemon.Logger).
+var newLogger = daemon.Logger

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -150,24 +149,4 @@ func (t *topView) draw(prev, cur *top.Sample, fetchErr error, keys bool) {
 	io.WriteString(t.c.stdout, top.Frame(head, prev, cur, fetchErr, t.sort, width, height))
 }
 
-// size is the output's width and height: the terminal's when the output
-// is one, else $COLUMNS (default 80) and $LINES (default 0: no limit).
-func (t *topView) size() (width, height int) {
-	if f, ok := t.c.stdout.(*os.File); ok {
-		if w, h, ok := term.Size(f); ok && w > 0 {
-			return w, h
-		}
-	}
-	width, height = 80, 0
-	if v, ok := t.c.getenv("COLUMNS"); ok {
-		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
-			width = n
-		}
-	}
-	if v, ok := t.c.getenv("LINES"); ok {
-		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
-			height = n
-		}
-	}
-	return width, height
-}
+func (t *topView) size() (width, height int) { return term.SizeOf(t.c.stdout, t.c.getenv) }

@@ -2,8 +2,8 @@
 // reusable by Go benchmarks: the example router's workload written to a
 // bucket, the baselines (a plain WatchAll read, a hand-rolled consumer),
 // the folds measured against them in alternating rounds, the restart,
-// bootstrap, hot swap and effects runs, and the Result they produce. The
-// CLI parses the flags and prints the Result.
+// bootstrap, hot swap and effects runs, and the Result they produce (and
+// its table). The CLI parses the flags and prints the Result.
 package bench
 
 import (
@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"text/tabwriter"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -35,6 +36,7 @@ import (
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/internal/progress"
+	"github.com/foldhost/foldhost/internal/textfmt"
 	"github.com/foldhost/foldhost/plugins/example-router/embedded"
 	"github.com/foldhost/foldhost/plugins/example-router/go/router"
 	"github.com/foldhost/foldhost/plugins/example-router/workload"
@@ -991,4 +993,64 @@ func Median(xs []float64) float64 {
 		return (s[n/2-1] + s[n/2]) / 2
 	}
 	return s[len(s)/2]
+}
+
+// WriteTable writes r as the table `foldhost bench` prints: the variants'
+// rates and ratios, then a line for the restart, the hot swap and the
+// effects, and the checks that failed.
+func (r *Result) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "foldhost bench: %d keys, %d rounds, %s NATS server (median of the rounds; rates vary with the machine's load, ratios hold)\n\n", r.Keys, r.Rounds, r.Server)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VARIANT\tUPDATES/S\tVS WATCHALL\tVS RAW FOLD")
+	for _, v := range r.Variants {
+		vsRaw := ""
+		if v.VsRawFold > 0 {
+			vsRaw = fmt.Sprintf("%.2f×", v.VsRawFold)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.2f×\t%s\n", v.Name, humanRate(v.Rate), v.VsWatchAll, vsRaw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if rs := r.Restart; rs != nil {
+		fmt.Fprintf(w, "\nrestart, raw-only fold: resume after a delta of %d updates %s; full replay of the bucket %s; resume / replay = %.1f%%\n",
+			rs.Delta, fmtSeconds(rs.ResumeSeconds), fmtSeconds(rs.ReplaySeconds), 100*rs.Ratio)
+		fmt.Fprintf(w, "new node, raw-only fold: bootstrap from an artifact (%s, local directory) and resume %s; bootstrap / replay = %.1f%%\n",
+			textfmt.HumanBytes(rs.ArtifactBytes), fmtSeconds(rs.BootstrapSeconds), 100*rs.BootstrapRatio)
+	}
+	if sw := r.Swap; sw != nil {
+		fmt.Fprintf(w, "hot swap under %.0f writes/s (%s, %d swaps): write-to-fold latency p50 %s p99 %s with a swap in flight, p50 %s p99 %s without\n",
+			sw.LoadRate, sw.Modules, sw.Swaps, fmtSeconds(sw.SwapP50Seconds), fmtSeconds(sw.SwapP99Seconds), fmtSeconds(sw.BaselineP50Seconds), fmtSeconds(sw.BaselineP99Seconds))
+	}
+	if ef := r.Effects; ef != nil {
+		fmt.Fprintf(w, "effects (%s, %.2f effects per update): fold to the head and the outbox drained %s (to the head %s); time vs the fold without effects %.2f× (%+.0f%%)\n",
+			ef.Module, ef.EffectsPerUpdate, fmtSeconds(Median(ef.Seconds)), fmtSeconds(Median(ef.HeadSeconds)), ef.TimeRatio, 100*(ef.TimeRatio-1))
+		if ef.EffectsPerUpdate < 0.5 {
+			fmt.Fprintf(w, "note: far fewer effects than updates (%.2f per update): the ratio is not that of one effect per update\n", ef.EffectsPerUpdate)
+		}
+		if ef.Probes > 0 {
+			fmt.Fprintf(w, "effects under %.0f writes/s (one effect each): write-to-effect-in-stream latency p50 %s p99 %s (%d probes)\n",
+				ef.LoadRate, fmtSeconds(ef.DrainP50Seconds), fmtSeconds(ef.DrainP99Seconds), ef.Probes)
+		}
+	}
+	for _, c := range r.Checks {
+		fmt.Fprintf(w, "\nCHECK FAILED: %s\n", c)
+	}
+	return nil
+}
+
+// humanRate is r with a k or M suffix.
+func humanRate(r float64) string {
+	switch {
+	case r >= 1e6:
+		return fmt.Sprintf("%.2fM", r/1e6)
+	case r >= 1e3:
+		return fmt.Sprintf("%.1fk", r/1e3)
+	}
+	return fmt.Sprintf("%.0f", r)
+}
+
+// fmtSeconds is s seconds as a duration, to the millisecond.
+func fmtSeconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
 }

@@ -204,3 +204,27 @@ func foldCheckBatches(ctx context.Context, p fold.Plugin, dir string) (checkRun,
 	}
 	return run, nil
 }
+
+// Refused is a module that fails Validate's checks.
+type Refused struct{ Err error }
+
+func (e *Refused) Error() string { return e.Err.Error() }
+func (e *Refused) Unwrap() error { return e.Err }
+
+// Validate makes the checks a node makes before it swaps a module in, on
+// the module's bytes b, with its fold's limits: the load check alone. It
+// returns the module's identity, or a *Refused when the module fails them
+// (another error: the checks could not run).
+func Validate(ctx context.Context, b []byte, limits wasm.Options) (fold.PluginIdentity, error) {
+	rt, err := wasm.NewRuntime(ctx, limits)
+	if err != nil {
+		return fold.PluginIdentity{}, err
+	}
+	defer rt.Close(context.Background())
+	m, err := rt.Load(ctx, b)
+	if err != nil {
+		return fold.PluginIdentity{}, &Refused{err}
+	}
+	defer m.Close(context.Background())
+	return m.Identity(), nil
+}

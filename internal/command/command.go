@@ -2,7 +2,8 @@
 // the commands themselves: a flag set whose help lists the synopsis, the
 // text about the command and its flags; flags parsed anywhere among the
 // arguments; the error kinds that choose the exit code (usage, not found)
-// and that code, with the error printed as the CLI prints it.
+// and that code, with the error printed as the CLI prints it; signals
+// turned into a graceful shutdown.
 package command
 
 import (
@@ -10,7 +11,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/foldhost/foldhost/host/config"
 )
@@ -113,4 +116,32 @@ func Parse(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// WatchSignals turns the first signal of sigs into cancel (the command's
+// graceful shutdown, which stderr is told of); a second signal, or the
+// shutdown grace (grace's, read then) running out, exits at once with
+// ExitFailure (nothing is left half-written: every commit is atomic, and
+// what was not committed is folded again after a restart).
+func WatchSignals(stderr io.Writer, grace func() time.Duration, sigs <-chan os.Signal, done <-chan struct{}, cancel func(), exit func(int)) {
+	var sig os.Signal
+	select {
+	case sig = <-sigs:
+	case <-done:
+		return
+	}
+	cancel()
+	g := grace()
+	fmt.Fprintf(stderr, "foldhost: %v: shutting down (within %v; a second signal exits at once)\n", sig, g)
+	t := time.NewTimer(g)
+	defer t.Stop()
+	select {
+	case sig = <-sigs:
+		fmt.Fprintf(stderr, "foldhost: %v again: exiting now\n", sig)
+	case <-t.C:
+		fmt.Fprintf(stderr, "foldhost: shutdown did not finish within %v (shutdown_grace): exiting now\n", g)
+	case <-done:
+		return
+	}
+	exit(ExitFailure)
 }

@@ -1,13 +1,21 @@
 // Package inspect makes the records `foldhost inspect` prints of a
 // stopped fold's store, each from one snapshot: the cursor, the stats
-// (sizes and exact key counts) and the outbox.
+// (sizes and exact key counts), the outbox, raw and view entries and
+// ranges (byte strings as the HTTP API prints them), and the warnings of
+// its origin record.
 package inspect
 
 import (
 	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
 	"time"
 
+	"github.com/foldhost/foldhost/host/config"
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/protocol"
 )
 
 // Cursor is the applied cursor and the store's origin.
@@ -125,4 +133,77 @@ func OutboxOf(store *fold.Store, name, dir string, cursor uint64, n int) (Outbox
 		}
 	}
 	return out, nil
+}
+
+// Origin is sn's origin record (nil: none), and warnings an operator
+// needs: a record that does not parse (the store is still inspectable),
+// or another source than the config's fold fc (nil: the store is named by
+// its directory).
+func Origin(sn *fold.Snapshot, fc *config.FoldConfig, dir string) (*fold.Origin, []string, error) {
+	var warnings []string
+	origin, hasOrigin, err := sn.Origin()
+	if errors.Is(err, fold.ErrCorrupt) {
+		warnings = append(warnings, fmt.Sprintf("%v ('foldhost run --adopt FOLD' records the config's)", err))
+	} else if err != nil {
+		return nil, nil, err
+	}
+	if fc != nil {
+		want := fold.NewOrigin(fc.Bucket, fc.Scope, time.Time{})
+		if d := origin.Mismatch(want); hasOrigin && d != "" {
+			warnings = append(warnings, fmt.Sprintf("the store in %s is of another source than fold %s (the store's %s): 'run' and 'export' refuse it", dir, fc.Name, d))
+		}
+	}
+	if !hasOrigin {
+		return nil, warnings, nil
+	}
+	return &origin, warnings, nil
+}
+
+// Raw is one raw entry, with the cursor the answer reflects.
+type Raw struct {
+	Cursor uint64 `json:"cursor"`
+	httpapi.RawItem
+}
+
+// View is one view entry, with the cursor the answer reflects.
+type View struct {
+	Cursor uint64 `json:"cursor"`
+	httpapi.ViewItem
+}
+
+// Get is the raw entry of key; ok false when there is none.
+func Get(sn *fold.Snapshot, key string) (Raw, bool, error) {
+	e, ok, err := sn.Get(key)
+	if err != nil || !ok {
+		return Raw{}, ok, err
+	}
+	return Raw{uint64(sn.Cursor().Rev), httpapi.NewRawItem([]byte(key), e.Rev, e.Value)}, true, nil
+}
+
+// ViewGet is the view entry of key; ok false when there is none.
+func ViewGet(sn *fold.Snapshot, key string) (View, bool, error) {
+	v, ok, err := sn.ViewGet([]byte(key))
+	if err != nil || !ok {
+		return View{}, ok, err
+	}
+	return View{uint64(sn.Cursor().Rev), httpapi.NewViewItem([]byte(key), v)}, true, nil
+}
+
+// Range writes the raw entries (view: the view's) whose key starts with
+// prefix, at most limit (0: all), to w as the HTTP API's range answers
+// are written: streamed, so memory does not grow with the fold.
+func Range(w io.Writer, sn *fold.Snapshot, view bool, prefix string, limit int) error {
+	rw := httpapi.NewRangeWriter(w, limit, uint64(sn.Cursor().Rev), prefix)
+	var err error
+	if view {
+		err = sn.ViewRange([]byte(prefix), func(k, v []byte) error { return rw.Item(httpapi.NewViewItem(k, v)) })
+	} else {
+		err = sn.RawRange(prefix, func(k []byte, rev protocol.Revision, v []byte) error {
+			return rw.Item(httpapi.NewRawItem(k, rev, v))
+		})
+	}
+	if err != nil && !errors.Is(err, httpapi.ErrRangeLimit) {
+		return err
+	}
+	return rw.End()
 }

@@ -1,20 +1,25 @@
 // Package target resolves what a foldhost command acts on from its flags
 // and the config: the fold, the store directory, the NATS connection, the
 // KV bucket, the plugin object a push writes and the running daemon's API
-// URL. What the flags get wrong is a usage error (package command).
+// URL (and an export asked of that daemon). What the flags get wrong is a
+// usage error (package command).
 package target
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/config"
+	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/pluginobj"
 	"github.com/foldhost/foldhost/host/wasm"
@@ -161,4 +166,37 @@ func DaemonURL(cfg *config.Config) (string, error) {
 		h = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(h, port), nil
+}
+
+// PutBucket opens the bucket a put writes to: created when missing
+// (saying so on notice, with the settings), unless noCreate (its fold's
+// create_bucket = false).
+func PutBucket(ctx context.Context, nc *nats.Conn, bcfg natskv.BucketConfig, timeout time.Duration, noCreate bool, notice io.Writer) (*natskv.Bucket, error) {
+	b, err := natskv.OpenBucket(ctx, nc, bcfg, natskv.Options{RequestTimeout: timeout, NoCreate: noCreate})
+	if errors.Is(err, natskv.ErrNoBucket) {
+		return nil, fmt.Errorf("bucket %q does not exist, and its fold's create_bucket = false: put creates it neither", bcfg.Name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if b.Created() {
+		fmt.Fprintf(notice, "foldhost kv: bucket %q did not exist: created it (history %d, max_age %v, max_bytes %d, replicas %d, memory %v, limit_marker_ttl %v)\n",
+			bcfg.Name, bcfg.History, bcfg.MaxAge, bcfg.MaxBytes, bcfg.Replicas, bcfg.Memory, bcfg.LimitMarkerTTL)
+	}
+	return b, nil
+}
+
+// ExportViaDaemon asks the running foldhost that holds the fold's store to
+// run the round on its live fold, through its HTTP API.
+func ExportViaDaemon(ctx context.Context, cfg *config.Config, f config.FoldConfig, force bool, token string, log *slog.Logger) (host.ExportResult, error) {
+	base, err := DaemonURL(cfg)
+	if err != nil {
+		return host.ExportResult{}, fmt.Errorf("the fold's store is held by a running foldhost: %w", err)
+	}
+	log.Info("the fold is running: exporting through the daemon's HTTP API", "url", base)
+	var res host.ExportResult
+	if err := httpapi.Export(ctx, base, f.Name, force, token, &res); err != nil {
+		return host.ExportResult{}, fmt.Errorf("the fold's store is held by a running foldhost, whose API answered: %w", err)
+	}
+	return res, nil
 }

@@ -1,7 +1,8 @@
-// Package httpserve serves foldhost's HTTP API for `foldhost run`: bound
-// before anything is printed, its URL printed, warnings when it listens
-// beyond loopback, and a shutdown bounded in time.
-package httpserve
+// Package daemon is what `foldhost run` adds around a host: the logger of
+// the config's [log] section, the HTTP API served (bound before anything
+// is printed, its URL printed, warnings when it listens beyond loopback,
+// a shutdown bounded in time), and plugin reloads on SIGHUP.
+package daemon
 
 import (
 	"context"
@@ -11,9 +12,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/config"
 )
 
 // Serve binds addr, prints the URL, and serves h until the returned
@@ -64,4 +67,33 @@ func isLoopbackHost(h string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// Logger is the logger of the config's [log] section, writing to w.
+func Logger(lc config.LogConfig, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(lc.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if lc.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// ReloadOnHUP reloads every plugin on SIGHUP until ctx ends: each module is
+// validated off the hot path and swapped in at its fold's next batch
+// boundary; one that fails validation leaves the running module in place.
+func ReloadOnHUP(ctx context.Context, h *host.Host, hup <-chan os.Signal, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		if err := h.ReloadPlugins(ctx); err != nil {
+			log.Error("plugin reload refused (SIGHUP); the running modules stay", "err", err)
+		} else {
+			log.Info("plugins reloaded (SIGHUP)")
+		}
+	}
 }
