@@ -30,7 +30,7 @@ const (
 // cli is one invocation's environment, injectable for tests.
 type cli struct {
 	// ctx is cancelled by the first SIGINT or SIGTERM: every command shuts
-	// down gracefully from there (watchSignals).
+	// down gracefully from there (command.WatchSignals).
 	ctx    context.Context
 	stdout io.Writer
 	stderr io.Writer
@@ -161,8 +161,8 @@ var (
 func (c *cli) exitCode(cmd string, err error) int { return command.ExitCode(c.stderr, cmd, err) }
 
 // flagSet makes a command's flag set; its usage goes to the help text.
-func (c *cli) flagSet(name, synopsis, about string) *flag.FlagSet {
-	return command.FlagSet(c.stdout, name, synopsis, about)
+func (c *cli) flagSet(name, synopsis, text string) *flag.FlagSet {
+	return command.FlagSet(c.stdout, name, synopsis, text)
 }
 
 // parseConfig parses a command that takes flags only, then loads and
