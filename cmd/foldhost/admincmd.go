@@ -8,26 +8,13 @@ import (
 	"strings"
 
 	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/internal/target"
 )
-
-const adminAbout = `Runs an admin action on a fold of the running foldhost, through its HTTP
-API (the config's http.addr), and prints the answer (JSON):
-
-  pause     end the fold's watch at a batch boundary; it stays paused
-  resume    restart a paused or failed fold from its cursor
-  reload    validate the plugin file again; retry a failed fold
-  rebuild   rebuild the fold's views through the plugin file's module
-  replay    fold the dead letters again (--key: only those of one key)
-
-The daemon serves admin actions on a loopback listener, or to requests
-bearing its FOLDHOST_ADMIN_TOKEN: when it has one, set the same in this
-command's environment. Exit 1 when the daemon refuses or fails the action
-(409: the fold's state rules it out).`
 
 var adminActions = []string{"pause", "resume", "reload", "rebuild", "replay"}
 
 func cmdAdmin(c *cli, args []string) error {
-	fs := c.flagSet("admin", "admin ACTION [--config FILE] [--fold NAME] [--key KEY]", adminAbout)
+	fs := c.flagSet("admin", "admin ACTION [--config FILE] [--fold NAME] [--key KEY]", about("admin"))
 	configPath := fs.String("config", "config.toml", "config `file`")
 	name := fs.String("fold", "", "the fold `name` (may be omitted when the config has one fold)")
 	key := fs.String("key", "", "replay: only the dead letters of `key`")
@@ -54,11 +41,11 @@ func cmdAdmin(c *cli, args []string) error {
 	if *key != "" && action != "replay" {
 		return usagef("--key goes with replay only")
 	}
-	f, err := pickFold(cfg, *name)
+	f, err := target.Fold(cfg, *name)
 	if err != nil {
 		return err
 	}
-	base, err := daemonURL(cfg)
+	base, err := target.DaemonURL(cfg)
 	if err != nil {
 		return fmt.Errorf("foldhost's HTTP API: %w", err)
 	}

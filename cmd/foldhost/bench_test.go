@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/foldhost/foldhost/host/bench"
 	"github.com/foldhost/foldhost/internal/natstest"
 )
 
@@ -49,18 +50,18 @@ func TestBench(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("bench: exit %d: %s", code, errOut)
 	}
-	var res benchResult
+	var res bench.Result
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("bench --json printed %s: %v", out, err)
 	}
-	names := map[string]benchVariant{}
+	names := map[string]bench.Variant{}
 	for _, v := range res.Variants {
 		names[v.Name] = v
 		if v.Rate <= 0 || len(v.Seconds) != 2 || v.VsWatchAll <= 0 {
 			t.Errorf("variant %+v", v)
 		}
 	}
-	for _, want := range []string{benchWatchAll, benchHand, benchRawFold, "fold, router c", benchEffectsV, benchNative} {
+	for _, want := range []string{bench.WatchAll, bench.Hand, bench.RawFold, "fold, router c", bench.EffectsV, bench.Native} {
 		if _, ok := names[want]; !ok {
 			t.Errorf("no variant %q in %s", want, out)
 		}
@@ -76,7 +77,7 @@ func TestBench(t *testing.T) {
 	} else {
 		t.Logf("hot swap under %.0f writes/s: p99 %.3fs with a swap, %.3fs without", sw.LoadRate, sw.SwapP99Seconds, sw.BaselineP99Seconds)
 	}
-	if v := names[benchEffectsV]; v.VsNoEffects <= 0 || math.IsInf(v.VsNoEffects, 0) || v.VsRawFold <= 0 {
+	if v := names[bench.EffectsV]; v.VsNoEffects <= 0 || math.IsInf(v.VsNoEffects, 0) || v.VsRawFold <= 0 {
 		t.Errorf("the effects variant has no ratio to the fold without effects: %+v", v)
 	}
 	// The state-sync of 2000 keys, one in twenty malformed: 1900 effects.
@@ -118,9 +119,9 @@ func TestBench(t *testing.T) {
 // (it used to exit 1 with none of them: "40 swaps asked for, 41
 // accepted"), and still fails.
 func TestBenchPrintsItsFiguresWhateverFails(t *testing.T) {
-	res := &benchResult{Keys: 10, Rounds: 1, Server: "embedded",
-		Variants: []benchVariant{{Name: benchWatchAll, Seconds: []float64{1}, Rate: 10, VsWatchAll: 1}},
-		Swap:     &benchSwap{Swaps: 40, Accepted: 41, Modules: "a <-> b"},
+	res := &bench.Result{Keys: 10, Rounds: 1, Server: "embedded",
+		Variants: []bench.Variant{{Name: bench.WatchAll, Seconds: []float64{1}, Rate: 10, VsWatchAll: 1}},
+		Swap:     &bench.Swap{Swaps: 40, Accepted: 41, Modules: "a <-> b"},
 		Checks:   []string{"hot swap: 40 swaps asked for, 41 accepted"}}
 	for _, asJSON := range []bool{false, true} {
 		var out strings.Builder
@@ -128,13 +129,13 @@ func TestBenchPrintsItsFiguresWhateverFails(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "41 accepted") {
 			t.Errorf("json %v: err %v, want the failed check", asJSON, err)
 		}
-		if !strings.Contains(out.String(), benchWatchAll) || !strings.Contains(out.String(), "41") {
+		if !strings.Contains(out.String(), bench.WatchAll) || !strings.Contains(out.String(), "41") {
 			t.Errorf("json %v: the figures are not printed:\n%s", asJSON, out.String())
 		}
 	}
 	var out strings.Builder
 	phase := errors.New("bench: restart: boom")
-	if err := printBench(&out, res, phase, false); !errors.Is(err, phase) || !strings.Contains(out.String(), benchWatchAll) {
+	if err := printBench(&out, res, phase, false); !errors.Is(err, phase) || !strings.Contains(out.String(), bench.WatchAll) {
 		t.Errorf("a failed phase: %v, printed:\n%s", err, out.String())
 	}
 }

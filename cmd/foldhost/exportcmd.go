@@ -2,49 +2,23 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"strings"
 	"time"
 
 	"github.com/foldhost/foldhost/host/config"
-	"github.com/foldhost/foldhost/host/httpapi"
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/internal/progress"
+	"github.com/foldhost/foldhost/internal/target"
 )
 
-const exportAbout = `Runs an export round now for each selected fold (every fold of the
-config when no --fold is given): the fold's store is checkpointed, verified,
-uploaded to the [artifacts] store under the fold's artifact_key, and
-published as the key's pointer unless the store already holds a newer
-artifact ("superseded", a normal outcome); payloads older than 4 x lease_ttl
-that the pointer no longer needs are pruned.
-
-When 'foldhost run' is running the fold, the round runs inside it, on the
-live fold, through its HTTP API (POST /v1/folds/NAME/export on http.addr).
-Otherwise the stopped fold's store is exported as it is.
-
-Rounds take the fleet-wide export lease (NATS KV bucket
-artifacts.lease_bucket), so one node exports a key per lease_ttl; a round
-that finds the lease held is "skipped" and names the holder. --force exports
-without the lease: safe, since the pointer never moves backward. A stopped
-fold on the embedded NATS server (a single node) is exported without the
-lease.
-
-A fold that has folded nothing yet (no cursor) has nothing to export: its
-round is "skipped" with "reason": "empty", which is no failure.
-
-Prints one line per fold (--json: one JSON object per fold, "outcome":
-"failed" with "error" for a failed round) and exits 1 if any round failed.`
-
 func cmdExport(c *cli, args []string) error {
-	fs := c.flagSet("export", "export [--config FILE] [--fold NAME]... [--force] [--json]", exportAbout)
+	fs := c.flagSet("export", "export [--config FILE] [--fold NAME]... [--force] [--json]", about("export"))
 	configPath := fs.String("config", "config.toml", "config `file`")
 	var names multiFlag
 	fs.Var(&names, "fold", "export only the fold `name` (repeatable)")
@@ -58,7 +32,7 @@ func cmdExport(c *cli, args []string) error {
 	if len(names) > 0 {
 		folds = nil
 		for _, n := range names {
-			f, err := pickFold(cfg, n)
+			f, err := target.Fold(cfg, n)
 			if err != nil {
 				return err
 			}
@@ -74,7 +48,7 @@ func cmdExport(c *cli, args []string) error {
 	for _, f := range folds {
 		res, err := host.ExportStopped(c.ctx, opts, f.Name, *force)
 		if errors.Is(err, fold.ErrLocked) {
-			res, err = exportViaDaemon(c.ctx, cfg, f, *force, c.adminToken(), log)
+			res, err = target.ExportViaDaemon(c.ctx, cfg, f, *force, c.adminToken(), log)
 		}
 		switch {
 		case errors.Is(err, host.ErrNoStore):
@@ -99,34 +73,6 @@ func cmdExport(c *cli, args []string) error {
 	return errors.Join(failed...)
 }
 
-// exportViaDaemon asks the running foldhost that holds the fold's store to
-// run the round on its live fold, through its HTTP API.
-func exportViaDaemon(ctx context.Context, cfg *config.Config, f config.FoldConfig, force bool, token string, log *slog.Logger) (host.ExportResult, error) {
-	base, err := daemonURL(cfg)
-	if err != nil {
-		return host.ExportResult{}, fmt.Errorf("the fold's store is held by a running foldhost: %w", err)
-	}
-	log.Info("the fold is running: exporting through the daemon's HTTP API", "url", base)
-	var res host.ExportResult
-	if err := httpapi.Export(ctx, base, f.Name, force, token, &res); err != nil {
-		return host.ExportResult{}, fmt.Errorf("the fold's store is held by a running foldhost, whose API answered: %w", err)
-	}
-	return res, nil
-}
-
-// daemonURL is the base URL of the running daemon's HTTP API, from the
-// config's http.addr (an unspecified host is asked on loopback).
-func daemonURL(cfg *config.Config) (string, error) {
-	h, port, _ := net.SplitHostPort(cfg.HTTP.Addr) // validated
-	if port == "0" {
-		return "", fmt.Errorf("its HTTP port is not configured (http.addr %s): POST to the address it printed", cfg.HTTP.Addr)
-	}
-	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
-		h = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(h, port), nil
-}
-
 // adminToken is the admin token the commands send to the daemon (and the
 // daemon requires): the environment's FOLDHOST_ADMIN_TOKEN, trimmed (a
 // token file read into the variable brings its newline).
@@ -141,21 +87,8 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-const bootstrapAbout = `Fills an empty fold from the newest artifact published in the
-[artifacts] store under the fold's artifact_key (or --key): downloads the
-payload named by the published manifest, verifies every file's BLAKE3 hash
-and the manifest, opens the staged copy and checks its cursor, then moves it
-into the fold's data_dir in one rename. A following 'foldhost run' resumes
-from the artifact's cursor and receives only the updates written since.
-
-Refuses (and downloads nothing) when the fold's data_dir holds a store that
-folded something, or when the artifact was exported from another bucket or
-scope. A store that folded nothing (no cursor, no entry: what a first run
-against an empty bucket leaves) is replaced, once an artifact was found. A failed or
-interrupted bootstrap leaves the data_dir as it was. Progress goes to stderr.`
-
 func cmdBootstrap(c *cli, args []string) error {
-	fs := c.flagSet("bootstrap", "bootstrap [--config FILE] [--fold NAME] [--key KEY]", bootstrapAbout)
+	fs := c.flagSet("bootstrap", "bootstrap [--config FILE] [--fold NAME] [--key KEY]", about("bootstrap"))
 	configPath := fs.String("config", "config.toml", "config `file`")
 	name := fs.String("fold", "", "the fold `name` (may be omitted when the config has one fold)")
 	key := fs.String("key", "", "the artifact `key` (default: the fold's artifact_key)")
@@ -163,7 +96,7 @@ func cmdBootstrap(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	f, err := pickFold(cfg, *name)
+	f, err := target.Fold(cfg, *name)
 	if err != nil {
 		return err
 	}
@@ -174,7 +107,7 @@ func cmdBootstrap(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	p := newProgress(c.stderr, "foldhost bootstrap: downloaded ", 3*time.Second)
+	p := progress.New(c.stderr, "foldhost bootstrap: downloaded ", 3*time.Second)
 	start := time.Now()
 	res, err := host.Bootstrap(c.ctx, opts, f.Name, host.BootstrapOptions{
 		Key: *key,
@@ -185,10 +118,10 @@ func cmdBootstrap(c *cli, args []string) error {
 		},
 		Progress: func(read, size int64) {
 			rate := int64(float64(read) / max(time.Since(start).Seconds(), 1e-9))
-			p.update(read, size, fmt.Sprintf("%s / %s, %s/s", humanBytes(read), humanBytes(size), humanBytes(rate)))
+			p.Update(read, size, fmt.Sprintf("%s / %s, %s/s", humanBytes(read), humanBytes(size), humanBytes(rate)))
 		},
 	})
-	p.end()
+	p.End()
 	if err != nil {
 		return err
 	}

@@ -9,38 +9,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"time"
 
 	"github.com/foldhost/foldhost/host"
-	"github.com/foldhost/foldhost/host/config"
-	"github.com/foldhost/foldhost/host/fold"
-	"github.com/foldhost/foldhost/host/httpapi"
-	"github.com/foldhost/foldhost/protocol"
+	"github.com/foldhost/foldhost/internal/inspect"
+	"github.com/foldhost/foldhost/internal/target"
 )
 
-const inspectAbout = `Reads a stopped fold's store offline and prints JSON on stdout. Every
-answer comes from one snapshot and carries the cursor it reflects.
-
-  cursor              the applied cursor
-  get KEY             one raw entry (the value of a NATS key)
-  range [PREFIX]      raw entries whose key starts with PREFIX (all by default)
-  view get KEY        one plugin view entry
-  view range [PREFIX] plugin view entries by prefix
-  stats               sizes and exact key counts
-  outbox              the plugin effects committed and not yet published:
-                      count, first and last ids, the oldest --limit (10)
-                      with subject and size
-
-Name the store with --data DIR, or with --config FILE [--fold NAME] (the
-fold's data_dir; --fold may be omitted when the config has one fold). The
-store must not be in use: a running 'foldhost run' holds its lock.
-
-Byte strings follow the HTTP API's rule: "value" is the text when the bytes
-are valid UTF-8 (omitted otherwise), "value_b64" is always the base64.
-A missing key exits with code 3.`
-
 func cmdInspect(c *cli, args []string) error {
-	fs := c.flagSet("inspect", "inspect (--data DIR | --config FILE [--fold NAME]) cursor | get KEY | range [PREFIX] | view get KEY | view range [PREFIX] | stats | outbox", inspectAbout)
+	fs := c.flagSet("inspect", "inspect (--data DIR | --config FILE [--fold NAME]) cursor | get KEY | range [PREFIX] | view get KEY | view range [PREFIX] | stats | outbox", about("inspect"))
 	dataDir := fs.String("data", "", "the fold's data `dir`")
 	configPath := fs.String("config", "", "config `file` naming the fold's data dir")
 	foldName := fs.String("fold", "", "fold `name` in the config")
@@ -86,7 +62,7 @@ func cmdInspect(c *cli, args []string) error {
 		arg = string(b)
 	}
 
-	dir, fc, err := c.inspectDir(*dataDir, *configPath, *foldName)
+	dir, fc, err := target.StoreDir(*dataDir, *configPath, *foldName, c.getenv)
 	if err != nil {
 		return err
 	}
@@ -103,204 +79,55 @@ func cmdInspect(c *cli, args []string) error {
 		return err
 	}
 	defer sn.Close()
-	origin, hasOrigin, err := sn.Origin()
-	if errors.Is(err, fold.ErrCorrupt) { // still inspectable: it is what an operator needs now
-		fmt.Fprintf(c.stderr, "foldhost inspect: WARNING: %v ('foldhost run --adopt FOLD' records the config's)\n", err)
-	} else if err != nil {
+	originOut, warnings, err := inspect.Origin(sn, fc, dir)
+	if err != nil {
 		return err
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(c.stderr, "foldhost inspect: WARNING: %s\n", w)
 	}
 	name := ""
 	if fc != nil {
 		name = fc.Name
-		want := fold.NewOrigin(fc.Bucket, fc.Scope, time.Time{})
-		if d := origin.Mismatch(want); hasOrigin && d != "" {
-			fmt.Fprintf(c.stderr, "foldhost inspect: WARNING: the store in %s is of another source than fold %s (the store's %s): 'run' and 'export' refuse it\n",
-				dir, name, d)
-		}
-	}
-	var originOut *fold.Origin
-	if hasOrigin {
-		originOut = &origin
 	}
 	w := bufio.NewWriter(c.stdout)
 	defer w.Flush()
 	cursor := uint64(sn.Cursor().Rev)
 	switch {
 	case action == "cursor":
-		cur := sn.Cursor()
-		out := struct {
-			Fold         string       `json:"fold,omitempty"`
-			DataDir      string       `json:"data_dir"`
-			Cursor       uint64       `json:"cursor"`
-			Settled      uint64       `json:"settled"`
-			EvictionSeen bool         `json:"eviction_seen"`
-			MsgTime      string       `json:"msg_time,omitempty"`
-			Origin       *fold.Origin `json:"origin"`
-		}{Fold: name, DataDir: dir, Cursor: cursor, Settled: uint64(cur.SettledRev()), EvictionSeen: cur.EvictionSeen, Origin: originOut}
-		if cur.MsgUnixNano != 0 {
-			out.MsgTime = time.Unix(0, cur.MsgUnixNano).UTC().Format(time.RFC3339Nano)
-		}
-		return printJSON(w, out)
+		return printJSON(w, inspect.CursorOf(sn, name, dir, originOut))
 	case action == "stats":
-		return inspectStats(w, store, sn, name, dir, originOut)
+		st, err := inspect.StatsOf(store, sn, name, dir, originOut)
+		if err != nil {
+			return err
+		}
+		return printJSON(w, st)
 	case action == "outbox":
-		return inspectOutbox(w, store, name, dir, cursor, *limit)
+		ob, err := inspect.OutboxOf(store, name, dir, cursor, *limit)
+		if err != nil {
+			return err
+		}
+		return printJSON(w, ob)
 	case action == "get" && !view:
-		e, ok, err := sn.Get(arg)
+		e, ok, err := inspect.Get(sn, arg)
+		if err == nil && !ok {
+			err = notFoundf("key %q not found (cursor %d)", arg, cursor)
+		}
 		if err != nil {
 			return err
 		}
-		if !ok {
-			return &notFoundError{fmt.Sprintf("key %q not found (cursor %d)", arg, cursor)}
-		}
-		return printJSON(w, struct {
-			Cursor uint64 `json:"cursor"`
-			httpapi.RawItem
-		}{cursor, httpapi.NewRawItem([]byte(arg), e.Rev, e.Value)})
+		return printJSON(w, e)
 	case action == "get":
-		v, ok, err := sn.ViewGet([]byte(arg))
+		e, ok, err := inspect.ViewGet(sn, arg)
+		if err == nil && !ok {
+			err = notFoundf("view key %q not found (cursor %d)", arg, cursor)
+		}
 		if err != nil {
 			return err
 		}
-		if !ok {
-			return &notFoundError{fmt.Sprintf("view key %q not found (cursor %d)", arg, cursor)}
-		}
-		return printJSON(w, struct {
-			Cursor uint64 `json:"cursor"`
-			httpapi.ViewItem
-		}{cursor, httpapi.NewViewItem([]byte(arg), v)})
+		return printJSON(w, e)
 	}
-	// range: streamed, so memory does not grow with the fold.
-	rw := httpapi.NewRangeWriter(w, *limit, cursor, arg)
-	if view {
-		err = sn.ViewRange([]byte(arg), func(k, v []byte) error { return rw.Item(httpapi.NewViewItem(k, v)) })
-	} else {
-		err = sn.RawRange(arg, func(k []byte, rev protocol.Revision, v []byte) error {
-			return rw.Item(httpapi.NewRawItem(k, rev, v))
-		})
-	}
-	if err != nil && !errors.Is(err, httpapi.ErrRangeLimit) {
-		return err
-	}
-	return rw.End()
-}
-
-// inspectDir resolves the store directory from the flags, and the fold
-// when named through a config.
-func (c *cli) inspectDir(dataDir, configPath, foldName string) (string, *config.FoldConfig, error) {
-	switch {
-	case dataDir != "" && (configPath != "" || foldName != ""):
-		return "", nil, usagef("--data and --config/--fold are exclusive")
-	case dataDir != "":
-		return dataDir, nil, nil
-	case configPath == "":
-		return "", nil, usagef("name the store with --data DIR or --config FILE")
-	}
-	cfg, err := config.Load(configPath, c.getenv)
-	if err != nil {
-		return "", nil, err
-	}
-	f, err := pickFold(cfg, foldName)
-	if err != nil {
-		return "", nil, err
-	}
-	return f.DataDir, &f, nil
-}
-
-// pickFold returns the named fold, or the only one when name is empty.
-func pickFold(cfg *config.Config, name string) (config.FoldConfig, error) {
-	f, err := cfg.Fold(name)
-	if err != nil {
-		return f, usagef("%v", err)
-	}
-	return f, nil
-}
-
-func inspectStats(w io.Writer, store *fold.Store, sn *fold.Snapshot, name, dir string, origin *fold.Origin) error {
-	st, err := store.Stats()
-	if err != nil {
-		return err
-	}
-	var rawKeys, viewKeys uint64
-	if err := sn.RawKeys("", func([]byte) error { rawKeys++; return nil }); err != nil {
-		return err
-	}
-	if err := sn.ViewRange(nil, func(_, _ []byte) error { viewKeys++; return nil }); err != nil {
-		return err
-	}
-	ident, hasIdent, err := sn.PluginIdentity()
-	if err != nil {
-		return err
-	}
-	out := struct {
-		Fold              string       `json:"fold,omitempty"`
-		DataDir           string       `json:"data_dir"`
-		Cursor            uint64       `json:"cursor"`
-		EvictionSeen      bool         `json:"eviction_seen"`
-		RawKeys           uint64       `json:"raw_keys"`
-		ViewKeys          uint64       `json:"view_keys"`
-		DiskBytes         uint64       `json:"disk_bytes"`
-		RawBytes          uint64       `json:"raw_bytes_approx"`
-		ViewBytes         uint64       `json:"view_bytes_approx"`
-		PluginIdentityB64 string       `json:"plugin_identity_b64,omitempty"`
-		FormatVersion     uint32       `json:"format_version"`
-		Origin            *fold.Origin `json:"origin"`
-	}{
-		Fold: name, DataDir: dir, Cursor: uint64(sn.Cursor().Rev), EvictionSeen: sn.Cursor().EvictionSeen,
-		RawKeys: rawKeys, ViewKeys: viewKeys,
-		DiskBytes: st.DiskBytes, RawBytes: st.RawBytes, ViewBytes: st.ViewBytes,
-		FormatVersion: fold.FormatVersion, Origin: origin,
-	}
-	if hasIdent {
-		out.PluginIdentityB64 = base64.StdEncoding.EncodeToString(ident)
-	}
-	return printJSON(w, out)
-}
-
-// outboxItem is one outbox entry as inspect shows it (not its payload).
-type outboxItem struct {
-	ID      string `json:"id"`
-	Subject string `json:"subject"`
-	Size    int    `json:"size"` // subject, headers and payload
-}
-
-// inspectOutbox prints the outbox: how many effects wait, the first and
-// last ids, and the oldest n. Ids name the fold (or "fold" when the store
-// is named by --data only), as the publisher's Foldhost-Effect-Id does.
-func inspectOutbox(w io.Writer, store *fold.Store, name, dir string, cursor uint64, n int) error {
-	if n == 0 {
-		n = 10
-	}
-	idName := name
-	if idName == "" {
-		idName = "fold"
-	}
-	out := struct {
-		Fold    string       `json:"fold,omitempty"`
-		DataDir string       `json:"data_dir"`
-		Cursor  uint64       `json:"cursor"`
-		Count   int64        `json:"count"`
-		First   string       `json:"first,omitempty"`
-		Last    string       `json:"last,omitempty"`
-		Oldest  []outboxItem `json:"oldest"`
-	}{Fold: name, DataDir: dir, Cursor: cursor, Count: store.OutboxLen(), Oldest: []outboxItem{}}
-	if err := store.Outbox(n, func(e fold.OutboxEntry) error {
-		out.Oldest = append(out.Oldest, outboxItem{ID: e.ID(idName), Subject: e.Subject, Size: e.Size()})
-		return nil
-	}); err != nil {
-		return err
-	}
-	if len(out.Oldest) > 0 {
-		out.First = out.Oldest[0].ID
-		last, ok, err := store.LastOutbox()
-		if err != nil {
-			return err
-		}
-		if ok {
-			out.Last = last.ID(idName)
-		}
-	}
-	return printJSON(w, out)
+	return inspect.Range(w, sn, view, arg, *limit)
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -11,38 +11,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host/config"
-	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
-	"github.com/foldhost/foldhost/protocol"
+	"github.com/foldhost/foldhost/internal/kvlines"
+	"github.com/foldhost/foldhost/internal/target"
 )
 
-const kvAbout = `Writes and reads a NATS KV bucket, so test data can be made with foldhost
-alone. Prints JSON on stdout (watch: one JSON object per line).
-
-  put KEY [VALUE]   write VALUE (read from stdin when omitted); creates the
-                    bucket if missing (with the fold's create_bucket settings,
-                    saying so on stderr; not when it is create_bucket = false)
-  put               write many keys, one per line of stdin: KEY=VALUE (split
-                    at the first "="), or NDJSON {"key":…,"value":…} (or
-                    key_b64, value_b64; "op":"delete" deletes), as kv watch
-                    and the HTTP API's listings print them; prints the count
-  get KEY           read the current value (--raw: the bytes only); exit 3
-                    when the key does not exist
-  del KEY           delete the key (--purge: also drop its history)
-  watch [PREFIX]    print current values, then updates, until interrupted;
-                    PREFIX is a whole-token prefix such as "route."
-
-The server: --nats URL; else the config's nats.url (--config FILE); with an
-embedded config, nats://<nats.embedded_listen>. The embedded server lives only
-while 'foldhost run' runs, so start 'run' first. Without --nats and --config:
-$FOLDHOST_NATS_URL, else nats://127.0.0.1:4222. Credentials come from the
-config, or from $FOLDHOST_NATS_CREDS / $FOLDHOST_NATS_CREDS_FILE.
-
-The bucket: --bucket NAME; else the bucket of --fold NAME, or of the only
-fold in the config.`
-
 func cmdKV(c *cli, args []string) error {
-	fs := c.flagSet("kv", "kv [flags] put KEY [VALUE]\nkv [flags] put < LINES\nkv [flags] get KEY\nkv [flags] del KEY\nkv [flags] watch [PREFIX]", kvAbout)
+	fs := c.flagSet("kv", "kv [flags] put KEY [VALUE]\nkv [flags] put < LINES\nkv [flags] get KEY\nkv [flags] del KEY\nkv [flags] watch [PREFIX]", about("kv"))
 	configPath := fs.String("config", "", "config `file` (server, credentials, bucket)")
 	natsURL := fs.String("nats", "", "NATS server `url` (overrides the config)")
 	bucketName := fs.String("bucket", "", "bucket `name`")
@@ -84,11 +59,11 @@ func cmdKV(c *cli, args []string) error {
 			return err
 		}
 	}
-	bcfg, noCreate, err := kvBucket(cfg, *bucketName, *foldName)
+	bcfg, noCreate, err := target.Bucket(cfg, *bucketName, *foldName)
 	if err != nil {
 		return err
 	}
-	nc, err := c.clientConn(cfg, *natsURL, *timeout)
+	nc, err := target.Conn(cfg, *natsURL, c.getenv, *timeout)
 	if err != nil {
 		return err
 	}
@@ -107,7 +82,7 @@ func cmdKV(c *cli, args []string) error {
 		} else if value, err = io.ReadAll(c.stdin); err != nil {
 			return fmt.Errorf("read value from stdin: %w", err)
 		}
-		b, err := c.openPutBucket(ctx, nc, bcfg, *timeout, noCreate)
+		b, err := target.PutBucket(ctx, nc, bcfg, *timeout, noCreate, c.stderr)
 		if err != nil {
 			return err
 		}
@@ -123,7 +98,7 @@ func cmdKV(c *cli, args []string) error {
 			Revision uint64 `json:"revision"`
 		}{bcfg.Name, rest[0], rev})
 	case "watch":
-		kv, err := existingBucket(ctx, nc, bcfg.Name, *timeout)
+		kv, err := target.ExistingBucket(ctx, nc, bcfg.Name, *timeout)
 		if err != nil {
 			return err
 		}
@@ -131,9 +106,9 @@ func cmdKV(c *cli, args []string) error {
 		if len(rest) == 1 {
 			prefix = rest[0]
 		}
-		return kvWatch(ctx, c, kv, bcfg.Name, prefix, *updatesOnly)
+		return kvlines.Watch(ctx, kv, bcfg.Name, prefix, *updatesOnly, c.stdout, c.stderr)
 	}
-	kv, err := existingBucket(ctx, nc, bcfg.Name, *timeout)
+	kv, err := target.ExistingBucket(ctx, nc, bcfg.Name, *timeout)
 	if err != nil {
 		return err
 	}
@@ -157,7 +132,7 @@ func cmdKV(c *cli, args []string) error {
 	}
 	e, err := kv.Get(rctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return &notFoundError{fmt.Sprintf("key %q not found in bucket %s", key, bcfg.Name)}
+		return notFoundf("key %q not found in bucket %s", key, bcfg.Name)
 	}
 	if err != nil {
 		return fmt.Errorf("get %q: %w", key, err)
@@ -166,116 +141,19 @@ func cmdKV(c *cli, args []string) error {
 		_, err := w.Write(e.Value())
 		return err
 	}
-	return printJSON(w, entryJSON(bcfg.Name, e))
+	return printJSON(w, kvlines.EntryOf(bcfg.Name, e))
 }
 
-// kvEntry is a KV entry as kv get and kv watch print it.
-type kvEntry struct {
-	Bucket  string `json:"bucket"`
-	Op      string `json:"op"`
-	Created string `json:"created"`
-	httpapi.RawItem
-}
-
-func entryJSON(bucket string, e jetstream.KeyValueEntry) kvEntry {
-	return kvEntry{bucket, natskv.OpOf(e.Operation()).String(), e.Created().UTC().Format(time.RFC3339Nano),
-		httpapi.NewRawItem([]byte(e.Key()), protocol.Revision(e.Revision()), e.Value())}
-}
-
-func kvWatch(ctx context.Context, c *cli, kv jetstream.KeyValue, bucket, prefix string, updatesOnly bool) error {
-	filter := ">"
-	if prefix != "" {
-		if err := (natskv.Scope{Prefixes: []string{prefix}}).Validate(); err != nil {
-			return usagef("%v", err)
-		}
-		filter = prefix + ">"
-	}
-	var opts []jetstream.WatchOpt
-	if updatesOnly {
-		opts = append(opts, jetstream.UpdatesOnly())
-	}
-	kw, err := kv.Watch(ctx, filter, opts...)
+// kvPutLines is `kv put` without KEY: every line of stdin is one write
+// (package kvlines).
+func (c *cli) kvPutLines(ctx context.Context, nc *nats.Conn, bcfg natskv.BucketConfig, timeout time.Duration, noCreate bool) error {
+	b, err := target.PutBucket(ctx, nc, bcfg, timeout, noCreate, c.stderr)
 	if err != nil {
-		return fmt.Errorf("watch %s: %w", bucket, err)
+		return err
 	}
-	defer kw.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-kw.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("watch ended: the connection closed")
-			}
-			if e == nil {
-				fmt.Fprintln(c.stderr, "foldhost kv watch: current values done; watching for updates (Ctrl-C to stop)")
-				continue
-			}
-			b, err := httpapi.Compact(entryJSON(bucket, e))
-			if err != nil {
-				return err
-			}
-			if _, err := fmt.Fprintf(c.stdout, "%s\n", b); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// kvBucket picks the bucket (how to create it, and whether its fold's
-// create_bucket = false forbids that) from the flags and the config.
-// openPutBucket opens the bucket a put writes to: created when missing
-// (saying so on stderr, with the settings), unless noCreate (its fold's
-// create_bucket = false).
-func (c *cli) openPutBucket(ctx context.Context, nc *nats.Conn, bcfg natskv.BucketConfig, timeout time.Duration, noCreate bool) (*natskv.Bucket, error) {
-	b, err := natskv.OpenBucket(ctx, nc, bcfg, natskv.Options{RequestTimeout: timeout, NoCreate: noCreate})
-	if errors.Is(err, natskv.ErrNoBucket) {
-		return nil, fmt.Errorf("bucket %q does not exist, and its fold's create_bucket = false: put creates it neither", bcfg.Name)
-	}
+	sum, err := kvlines.PutAll(ctx, b.KV(), bcfg.Name, c.stdin, nc.MaxPayload(), timeout)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if b.Created() {
-		fmt.Fprintf(c.stderr, "foldhost kv: bucket %q did not exist: created it (history %d, max_age %v, max_bytes %d, replicas %d, memory %v, limit_marker_ttl %v)\n",
-			bcfg.Name, bcfg.History, bcfg.MaxAge, bcfg.MaxBytes, bcfg.Replicas, bcfg.Memory, bcfg.LimitMarkerTTL)
-	}
-	return b, nil
-}
-
-func kvBucket(cfg *config.Config, bucket, foldName string) (natskv.BucketConfig, bool, error) {
-	switch {
-	case bucket != "" && foldName != "":
-		return natskv.BucketConfig{}, false, usagef("--bucket and --fold are exclusive")
-	case bucket != "":
-		if !config.ValidBucket(bucket) {
-			return natskv.BucketConfig{}, false, usagef("%q is not a valid bucket name (A-Z a-z 0-9 _ -)", bucket)
-		}
-		if cfg != nil {
-			for _, f := range cfg.Folds {
-				if f.Bucket == bucket {
-					return f.CreateBucket, f.NoCreateBucket, nil
-				}
-			}
-		}
-		return natskv.BucketConfig{Name: bucket, History: 1, Replicas: 1}, false, nil
-	case cfg == nil:
-		return natskv.BucketConfig{}, false, usagef("name the bucket with --bucket NAME (or --config FILE [--fold NAME])")
-	}
-	f, err := pickFold(cfg, foldName)
-	if err != nil {
-		return natskv.BucketConfig{}, false, err
-	}
-	return f.CreateBucket, f.NoCreateBucket, nil
-}
-
-// existingBucket opens a bucket without creating it.
-func existingBucket(ctx context.Context, nc *nats.Conn, name string, timeout time.Duration) (jetstream.KeyValue, error) {
-	kv, err := natskv.OpenExisting(ctx, nc, name, timeout)
-	if errors.Is(err, natskv.ErrNoBucket) {
-		return nil, fmt.Errorf("bucket %q does not exist (kv put creates it; so does 'foldhost run')", name)
-	}
-	return kv, err
+	return printJSON(c.stdout, sum)
 }

@@ -5,32 +5,32 @@ package main
 
 import (
 	"context"
-	"errors"
+	"embed"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/foldhost/foldhost/host/config"
+	"github.com/foldhost/foldhost/internal/command"
 )
 
-// Exit codes. Documented in the top-level help and the README.
+// Exit codes (package command's).
 const (
-	exitOK       = 0 // success; `run` shut down cleanly on SIGINT/SIGTERM
-	exitFailure  = 1 // runtime failure: NATS unreachable, a store error, a fold that stopped on an error
-	exitUsage    = 2 // usage or config error: nothing was started
-	exitNotFound = 3 // the key asked for does not exist (inspect get, kv get)
+	exitOK       = command.ExitOK
+	exitFailure  = command.ExitFailure
+	exitUsage    = command.ExitUsage
+	exitNotFound = command.ExitNotFound
 )
 
 // cli is one invocation's environment, injectable for tests.
 type cli struct {
 	// ctx is cancelled by the first SIGINT or SIGTERM: every command shuts
-	// down gracefully from there (watchSignals).
+	// down gracefully from there (command.WatchSignals).
 	ctx    context.Context
 	stdout io.Writer
 	stderr io.Writer
@@ -41,14 +41,14 @@ type cli struct {
 	grace atomic.Int64
 }
 
-type command struct {
+type subcommand struct {
 	name    string
 	summary string
 	run     func(c *cli, args []string) error
 }
 
-func commands() []command {
-	return []command{
+func commands() []subcommand {
+	return []subcommand{
 		{"run", "run the folds of a config file and serve the HTTP API", cmdRun},
 		{"inspect", "read a stopped fold's store offline (JSON)", cmdInspect},
 		{"kv", "put, get, delete and watch keys of a NATS KV bucket", cmdKV},
@@ -67,6 +67,21 @@ func commands() []command {
 
 func main() { os.Exit(run(os.Args[1:])) }
 
+// helpTexts are the commands' help texts, prose kept as text files.
+//
+//go:embed help/*.txt
+var helpTexts embed.FS
+
+// about is the help text of help/NAME.txt (a missing one panics: every
+// command's --help, which TestHelp runs, finds it).
+func about(name string) string {
+	b, err := helpTexts.ReadFile("help/" + name + ".txt")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
 // run is the process: signals installed before anything else happens, so
 // they work in every state (config loading, plugin loading, start,
 // bootstrap, export, shutdown).
@@ -80,35 +95,8 @@ func run(args []string) int {
 	defer signal.Stop(sigs)
 	done := make(chan struct{})
 	defer close(done)
-	go c.watchSignals(sigs, done, cancel, os.Exit)
+	go command.WatchSignals(c.stderr, func() time.Duration { return time.Duration(c.grace.Load()) }, sigs, done, cancel, os.Exit)
 	return c.main(args)
-}
-
-// watchSignals turns the first signal into the cancellation of c.ctx; a
-// second signal, or the shutdown grace running out, exits at once with
-// exitFailure (nothing is left half-written: every commit is atomic, and
-// what was not committed is folded again after a restart).
-func (c *cli) watchSignals(sigs <-chan os.Signal, done <-chan struct{}, cancel func(), exit func(int)) {
-	var sig os.Signal
-	select {
-	case sig = <-sigs:
-	case <-done:
-		return
-	}
-	cancel()
-	grace := time.Duration(c.grace.Load())
-	fmt.Fprintf(c.stderr, "foldhost: %v: shutting down (within %v; a second signal exits at once)\n", sig, grace)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case sig = <-sigs:
-		fmt.Fprintf(c.stderr, "foldhost: %v again: exiting now\n", sig)
-	case <-t.C:
-		fmt.Fprintf(c.stderr, "foldhost: shutdown did not finish within %v (shutdown_grace): exiting now\n", grace)
-	case <-done:
-		return
-	}
-	exit(exitFailure)
 }
 
 // main dispatches args and maps the result to an exit code.
@@ -162,84 +150,19 @@ Exit codes:
 `)
 }
 
-// Error kinds that choose the exit code.
-type (
-	usageError    struct{ msg string }
-	notFoundError struct{ msg string }
+// usagef, parse and notFoundf are package command's, under the names the
+// commands use.
+var (
+	usagef    = command.Usagef
+	notFoundf = command.NotFoundf
+	parse     = command.Parse
 )
 
-func (e *usageError) Error() string    { return e.msg }
-func (e *notFoundError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error {
-	return &usageError{fmt.Sprintf(format, args...)}
-}
-
-func (c *cli) exitCode(cmd string, err error) int {
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	var ue *usageError
-	var ce *config.Error
-	var nf *notFoundError
-	switch {
-	case errors.As(err, &ue):
-		fmt.Fprintf(c.stderr, "foldhost %s: %v\nRun 'foldhost %s --help' for usage.\n", cmd, err, cmd)
-		return exitUsage
-	case errors.As(err, &ce):
-		fmt.Fprintf(c.stderr, "foldhost %s: invalid %v\n", cmd, err)
-		return exitUsage
-	case errors.As(err, &nf):
-		fmt.Fprintf(c.stderr, "foldhost %s: %v\n", cmd, err)
-		return exitNotFound
-	}
-	fmt.Fprintf(c.stderr, "foldhost %s: %v\n", cmd, err)
-	return exitFailure
-}
+func (c *cli) exitCode(cmd string, err error) int { return command.ExitCode(c.stderr, cmd, err) }
 
 // flagSet makes a command's flag set; its usage goes to the help text.
-func (c *cli) flagSet(name, synopsis, about string) *flag.FlagSet {
-	fs := flag.NewFlagSet("foldhost "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
-		w := c.stdout
-		fmt.Fprintf(w, "Usage:\n")
-		for _, l := range strings.Split(synopsis, "\n") {
-			fmt.Fprintf(w, "  foldhost %s\n", l)
-		}
-		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(about))
-		var has bool
-		fs.VisitAll(func(*flag.Flag) { has = true })
-		if has {
-			fmt.Fprintf(w, "\nFlags:\n")
-			fs.SetOutput(w)
-			fs.PrintDefaults()
-			fs.SetOutput(io.Discard)
-		}
-	}
-	return fs
-}
-
-// parse parses flags anywhere among args (flags may follow positional
-// arguments; "--" ends flag parsing) and returns the positional arguments.
-// --help prints the usage to stdout and returns flag.ErrHelp.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err // the flag package printed the usage
-			}
-			return nil, usagef("%v", err)
-		}
-		rest := fs.Args()
-		consumed := len(args) - len(rest)
-		if len(rest) == 0 || (consumed > 0 && args[consumed-1] == "--") {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
+func (c *cli) flagSet(name, synopsis, text string) *flag.FlagSet {
+	return command.FlagSet(c.stdout, name, synopsis, text)
 }
 
 // parseConfig parses a command that takes flags only, then loads and

@@ -1,70 +1,18 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"fmt"
-	"io"
 	"log/slog"
-	"os"
-	"time"
 
-	"github.com/foldhost/foldhost/abi"
-	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/plugincheck"
 	"github.com/foldhost/foldhost/host/wasm"
-	"github.com/foldhost/foldhost/protocol"
 )
-
-const pluginCheckAbout = `check FILE: loads FILE through the host's own loader, with a node's
-default limits (or the flags'), prints what the plugin says about itself,
-then folds two small batches through it into a scratch store as a fold
-would: puts, a delete, and a key and a value that are not UTF-8. It prints
-PASS or FAIL per check:
-
-  load         the module validates (what a node checks before running it)
-  apply        every batch applies: no trap, timeout, out-of-memory or
-               reported error
-  output       every output decodes (the host's decoder) within the limits
-  determinism  a second, fresh instance given the same batches produces
-               byte-identical outputs
-
-Exit 0 when every check passes, 1 naming the first that failed. Nothing
-but a scratch directory (removed) is written.`
 
 // checkCacheDir, when set, keeps the modules plugin check compiles (the
 // tests set it: the Go router takes seconds to compile under -race).
 var checkCacheDir string
 
-// checkBatches are the updates plugin check folds: a put of a router
-// entry (the example's key space, so its builds emit views), a put whose
-// key and value are not UTF-8, a replacement, a delete and a delete of a
-// key never written. A plugin of another key space rejects or ignores
-// them, which passes: only failures, malformed outputs and differing
-// outputs fail.
-func checkBatches() [][]fold.Update {
-	var rev protocol.Revision
-	u := func(op fold.Op, key, value string) fold.Update {
-		rev++
-		if op != fold.OpPut {
-			value = ""
-		}
-		return fold.Update{Op: op, Key: key, Value: []byte(value), Rev: rev, Time: 1_700_000_000_000_000_000 + int64(rev)}
-	}
-	const binKey = "route.\xff\xfe\x00\x80bin"
-	return [][]fold.Update{{
-		u(fold.OpPut, "route.check.example", `{"upstreams":[{"addr":"10.0.0.1:80","weight":2},{"addr":"10.0.0.2:80"}]}`),
-		u(fold.OpPut, binKey, `{"upstreams":[{"addr":"10.0.0.3:80"}]}`),
-		u(fold.OpPut, "check.\xc3\x28", "\xff\xfe not JSON, not UTF-8"),
-	}, {
-		u(fold.OpPut, "route.check.example", `{"upstreams":[{"addr":"10.0.0.2:80","weight":5}]}`),
-		u(fold.OpDelete, binKey, ""),
-		u(fold.OpDelete, "route.never.written", ""),
-	}}
-}
-
 func cmdPluginCheck(c *cli, args []string) error {
-	fs := c.flagSet("plugin check", "plugin check FILE [--memory-mb N] [--max-mb N] [--call-timeout D]", pluginCheckAbout)
+	fs := c.flagSet("plugin check", "plugin check FILE [--memory-mb N] [--max-mb N] [--call-timeout D]", about("plugin-check"))
 	memMB := fs.Int("memory-mb", wasm.DefaultMemoryLimitMB, "the plugin's memory limit in MiB (a fold's plugin_memory_mb)")
 	maxMB := fs.Int("max-mb", wasm.DefaultMaxModuleBytes>>20, "the largest module file accepted, in MiB (plugin_max_mb)")
 	timeout := fs.Duration("call-timeout", wasm.DefaultCallTimeout, "deadline of every call into the plugin; 0: none (plugin_call_timeout)")
@@ -90,156 +38,5 @@ func cmdPluginCheck(c *cli, args []string) error {
 	if *timeout == 0 {
 		opts.CallTimeout = wasm.NoCallTimeout
 	}
-	return checkPlugin(c.ctx, c.stdout, pos[0], opts)
-}
-
-// checkFailed is the first check that failed.
-type checkFailed struct {
-	check string
-	err   error
-}
-
-func (e *checkFailed) Error() string { return fmt.Sprintf("check %s failed: %v", e.check, e.err) }
-func (e *checkFailed) Unwrap() error { return e.err }
-
-// checkPlugin runs the checks of 'plugin check' on the module at path,
-// printing a line per check to w.
-func checkPlugin(ctx context.Context, w io.Writer, path string, opts wasm.Options) error {
-	fail := func(check string, err error) error {
-		fmt.Fprintf(w, "FAIL %-11s %s\n", check, printable(oneLine(err.Error(), 2000))) // guest names and messages: no raw escapes
-		return &checkFailed{check, err}
-	}
-	rt, err := wasm.NewRuntime(ctx, opts)
-	if err != nil {
-		return err
-	}
-	defer rt.Close(context.Background())
-	start := time.Now()
-	m, err := rt.LoadFile(ctx, path) // a regular file within MaxModuleBytes only: never /dev/zero
-	if err != nil {
-		return fail("load", err)
-	}
-	id := m.Identity()
-	fmt.Fprintf(w, "plugin %s: name %s, version %s, view schema %d, ABI %s, sha256 %s\n",
-		path, printable(id.Name), printable(id.Version), id.ViewSchema, id.ABI, id.SHA256)
-	fmt.Fprintf(w, "PASS %-11s validated and instantiated in %v (memory limit %d MiB)\n", "load",
-		time.Since(start).Round(time.Millisecond), opts.MemoryLimitPages/16)
-
-	// Each run on a fresh instance of m: the Plugin of the last run hands
-	// its module on and its instance goes.
-	var p *wasm.Plugin
-	defer func() {
-		if p != nil {
-			p.Close(context.Background())
-		} else {
-			m.Close(context.Background())
-		}
-	}()
-	fresh := func() fold.Plugin {
-		if p != nil {
-			m = p.Release(context.Background())
-		}
-		p = rt.NewPlugin(m)
-		return p
-	}
-	return checkRuns(ctx, w, fail, fresh)
-}
-
-// checkRuns runs the apply, output and determinism checks: the check
-// batches folded twice, each time through a plugin fresh returns (a fresh
-// instance), into a scratch store of its own.
-func checkRuns(ctx context.Context, w io.Writer, fail func(string, error) error, fresh func() fold.Plugin) error {
-	scratch, err := os.MkdirTemp("", "foldhost-plugin-check-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(scratch)
-	first, err := foldCheckBatches(ctx, fresh(), scratch+"/1")
-	if errors.Is(err, errScratch) {
-		return err
-	}
-	if err != nil {
-		return failOfApply(fail, err)
-	}
-	fmt.Fprintf(w, "PASS %-11s %d batches, %d updates: %d view mutations, %d rejected\n", "apply",
-		len(first.outs), first.updates, first.views, first.rejected)
-	fmt.Fprintf(w, "PASS %-11s every output decodes within the limits (%d bytes in all)\n", "output", first.bytes)
-	second, err := foldCheckBatches(ctx, fresh(), scratch+"/2")
-	if errors.Is(err, errScratch) {
-		return err
-	}
-	if err != nil {
-		return fail("determinism", fmt.Errorf("the second instance failed where the first did not: %w", err))
-	}
-	for i := range first.outs {
-		if !bytes.Equal(first.outs[i], second.outs[i]) {
-			return fail("determinism", fmt.Errorf("batch %d: a second, fresh instance produced a different output (%d bytes, the first %d): "+
-				"the plugin depends on something besides its input and its reads", i+1, len(second.outs[i]), len(first.outs[i])))
-		}
-	}
-	fmt.Fprintf(w, "PASS %-11s a second, fresh instance produced byte-identical outputs\n", "determinism")
-	fmt.Fprintf(w, "all checks passed\n")
-	return nil
-}
-
-// failOfApply names the check a failed Apply fails: output for what the
-// host refused of an output, apply for everything else.
-func failOfApply(fail func(string, error) error, err error) error {
-	var pe *wasm.PluginError
-	if errors.As(err, &pe) && (pe.Kind == wasm.KindMalformed || pe.Kind == wasm.KindLimit) {
-		return fail("output", err)
-	}
-	return fail("apply", err)
-}
-
-// errScratch marks a failure of the scratch store: not the plugin's.
-var errScratch = errors.New("plugin check: scratch store")
-
-// checkRun is what one run of the check batches produced.
-type checkRun struct {
-	outs                            [][]byte // each batch's output, re-encoded
-	updates, views, rejected, bytes int
-}
-
-// foldCheckBatches folds checkBatches through p into a new store in dir,
-// committing each batch as the fold loop does (so the next batch's reads
-// see it), and keeps each output encoded as the ABI encodes it. The
-// encoding is canonical (the host's decoder refuses anything but an exact
-// record), so equal encodings mean equal guest outputs.
-func foldCheckBatches(ctx context.Context, p fold.Plugin, dir string) (checkRun, error) {
-	var run checkRun
-	st, _, err := fold.Open(dir, fold.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		return run, fmt.Errorf("%w: %w", errScratch, err)
-	}
-	defer st.Close()
-	var enc abi.OutputWriter
-	for _, batch := range checkBatches() {
-		out, err := p.Apply(ctx, batch, st)
-		if err != nil {
-			return run, err
-		}
-		enc.Reset()
-		for _, v := range out.Views {
-			if v.Op == fold.ViewPut {
-				enc.Put(v.Key, v.Value)
-			} else {
-				enc.Delete(v.Key)
-			}
-		}
-		for range out.Rejected {
-			enc.Reject()
-		}
-		b := enc.Bytes()
-		run.outs = append(run.outs, bytes.Clone(b))
-		run.updates += len(batch)
-		run.views += len(out.Views)
-		run.rejected += out.Rejected
-		run.bytes += len(b)
-		if err := st.Commit(fold.Commit{Raw: batch, Views: out.Views, Cursor: protocol.Cursor{Rev: batch[len(batch)-1].Rev},
-			PluginIdentity: out.Identity}); err != nil {
-			return run, fmt.Errorf("%w: %w", errScratch, err)
-		}
-	}
-	return run, nil
+	return plugincheck.Check(c.ctx, c.stdout, pos[0], opts)
 }

@@ -1,16 +1,10 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"unicode/utf8"
-
-	"github.com/foldhost/foldhost/host/fold"
-	"github.com/foldhost/foldhost/host/wasm"
 )
 
 func init() {
@@ -80,79 +74,4 @@ func TestPluginCheckFailsClearly(t *testing.T) {
 	if code, _, errOut := runCLI(t, nil, "plugin", "check"); code != exitUsage {
 		t.Errorf("plugin check without FILE: exit %d: %s", code, errOut)
 	}
-}
-
-// TestPluginCheckRunsOnFreshPlugins drives the apply, output and
-// determinism checks with fakes (fault injection: no module in the host's
-// sandbox varies between instances, and none of the built ones makes an
-// output the host refuses on the check's batches).
-func TestPluginCheckRunsOnFreshPlugins(t *testing.T) {
-	ctx := context.Background()
-	run := func(fresh func() fold.Plugin) (string, error) {
-		var out bytes.Buffer
-		fail := func(check string, err error) error {
-			out.WriteString("FAIL " + check + " " + err.Error() + "\n")
-			return &checkFailed{check, err}
-		}
-		err := checkRuns(ctx, &out, fail, fresh)
-		return out.String(), err
-	}
-	// The batches: a put, a delete, and a key that is not UTF-8.
-	var seen []fold.Update
-	runs := 0
-	out, err := run(func() fold.Plugin {
-		runs++
-		return fold.PluginFunc(func(_ context.Context, batch []fold.Update, _ fold.Reader) (fold.Output, error) {
-			if runs == 1 {
-				seen = append(seen, batch...)
-			}
-			return fold.Output{Views: []fold.ViewMutation{{Op: fold.ViewPut, Key: []byte("n"), Value: []byte{byte('0' + len(batch))}}}}, nil
-		})
-	})
-	if err != nil || runs != 2 || !strings.Contains(out, "PASS determinism") {
-		t.Fatalf("a deterministic fake: %v after %d runs:\n%s", err, runs, out)
-	}
-	var put, del, binary bool
-	for _, u := range seen {
-		put = put || u.Op == fold.OpPut
-		del = del || u.Op == fold.OpDelete
-		binary = binary || !utf8.ValidString(u.Key)
-	}
-	if !put || !del || !binary {
-		t.Errorf("the check batches lack a put (%v), a delete (%v) or a key that is not UTF-8 (%v): %+v", put, del, binary, seen)
-	}
-
-	// nondeterministicFake: the second instance puts another value of the
-	// same length.
-	runs = 0
-	out, err = run(func() fold.Plugin {
-		runs++
-		v := []byte{byte('a' + runs)}
-		return fold.PluginFunc(func(context.Context, []fold.Update, fold.Reader) (fold.Output, error) {
-			return fold.Output{Views: []fold.ViewMutation{{Op: fold.ViewPut, Key: []byte("k"), Value: v}}}, nil
-		})
-	})
-	var cf *checkFailed
-	if !asCheckFailed(err, &cf) || cf.check != "determinism" || !strings.Contains(out, "FAIL determinism batch 1") {
-		t.Errorf("a nondeterministic fake: %v:\n%s", err, out)
-	}
-
-	// malformedFake: what the host refuses of an output fails the output
-	// check, anything else the apply check.
-	for kind, check := range map[wasm.Kind]string{wasm.KindMalformed: "output", wasm.KindLimit: "output", wasm.KindTrap: "apply", wasm.KindTimeout: "apply"} {
-		out, err = run(func() fold.Plugin {
-			return fold.PluginFunc(func(context.Context, []fold.Update, fold.Reader) (fold.Output, error) {
-				return fold.Output{}, &wasm.PluginError{Kind: kind, Module: "fake", Err: os.ErrInvalid}
-			})
-		})
-		if !asCheckFailed(err, &cf) || cf.check != check || strings.Contains(out, "PASS") {
-			t.Errorf("a fake failing with %s: %v, want check %s failed:\n%s", kind, err, check, out)
-		}
-	}
-}
-
-func asCheckFailed(err error, cf **checkFailed) bool {
-	c, ok := err.(*checkFailed)
-	*cf = c
-	return ok
 }

@@ -2,21 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host/config"
-	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/host/plugincheck"
 	"github.com/foldhost/foldhost/host/pluginobj"
-	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/internal/files"
+	"github.com/foldhost/foldhost/internal/pluginrecords"
+	"github.com/foldhost/foldhost/internal/target"
+	"github.com/foldhost/foldhost/internal/textfmt"
 )
 
 const pluginsAbout = `Lists the plugin module each node runs, for the folds that load their
@@ -27,21 +25,6 @@ stopped stops renewing it (records expire after a day).
 
 The server: --nats URL; else the config's (--config FILE; an embedded
 server's listen address while 'foldhost run' runs).`
-
-const pluginAbout = `push FILE: validates FILE as a plugin this foldhost can run, then stores it
-as the object the fold's plugin setting names (nats-object://BUCKET/NAME;
-the bucket is created when missing). Every node running the fold loads it
-within seconds, validates it again and swaps it in at a batch boundary, or
-refuses it and keeps its module; 'foldhost plugins' shows which. Prints the
-object stored (JSON). The fold: --fold NAME, or the only fold of the
-config; or --to nats-object://BUCKET/NAME without a fold. The server as
-for 'plugins'.
-
-check FILE: loads FILE as a node would and folds a few batches through it,
-PASS or FAIL per check ('foldhost plugin check --help').
-
-new LANG DIR: writes a skeleton plugin in go, c, rust or assemblyscript
-that builds outside this repository ('foldhost plugin new --help').`
 
 func cmdPlugins(c *cli, args []string) error {
 	fs := c.flagSet("plugins", "plugins [--config FILE] [--nats URL] [--json]", pluginsAbout)
@@ -62,7 +45,7 @@ func cmdPlugins(c *cli, args []string) error {
 			return err
 		}
 	}
-	nc, js, err := c.jetStream(cfg, *natsURL, *timeout)
+	nc, js, err := target.JetStream(cfg, *natsURL, c.getenv, *timeout)
 	if err != nil {
 		return err
 	}
@@ -87,33 +70,8 @@ func cmdPlugins(c *cli, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FOLD\tNODE\tMODULE\tNAME\tVERSION\tSCHEMA\tSEEN\tLAST RELOAD")
-	now := time.Now()
-	for _, r := range recs {
-		last := "-"
-		if rl := r.LastReload; rl != nil {
-			last = rl.Outcome + " " + rl.At.Local().Format(time.DateTime)
-			if rl.Module != "" {
-				last += " " + shortSHA(rl.Module)
-			}
-			if rl.Reason != "" {
-				last += ": " + oneLine(rl.Reason, 80)
-			}
-		}
-		if rb := r.LastRebuild; rb != nil && rb.Outcome != "done" {
-			last += fmt.Sprintf("; view rebuild for %s %s", shortSHA(rb.Module), rb.Outcome)
-			if rb.Error != "" {
-				last += ": " + oneLine(rb.Error, 60)
-			}
-		}
-		seen := "-"
-		if !r.At.IsZero() {
-			seen = max(now.Sub(r.At), 0).Round(time.Second).String() + " ago"
-		}
-		// Records are written by any client of the server: nothing in
-		// them reaches the terminal unescaped.
-		fmt.Fprintf(tw, "%s\t%s\t%.12s\t%s\t%s\t%d\t%s\t%s\n", printable(r.Fold), printable(r.Node), printable(r.Module),
-			printable(r.Name), printable(r.Version), r.ViewSchema, seen, printable(last))
+	for _, row := range append([][]string{pluginrecords.Header}, pluginrecords.Rows(recs, time.Now())...) {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	return tw.Flush()
 }
@@ -129,7 +87,7 @@ func cmdPlugin(c *cli, args []string) error {
 	}
 	fs := c.flagSet("plugin", "plugin push FILE [--fold NAME | --to nats-object://BUCKET/NAME] [--config FILE] [--nats URL]\n"+
 		"plugin check FILE [--memory-mb N] [--max-mb N] [--call-timeout D]\n"+
-		"plugin new go|c|rust|assemblyscript DIR", pluginAbout)
+		"plugin new go|c|rust|assemblyscript DIR", about("plugin"))
 	configPath := fs.String("config", "", "config `file` (the fold's plugin setting, server and credentials)")
 	natsURL := fs.String("nats", "", "NATS server `url` (overrides the config)")
 	foldName := fs.String("fold", "", "push to the object of fold `name`")
@@ -152,7 +110,7 @@ func cmdPlugin(c *cli, args []string) error {
 			return err
 		}
 	}
-	ref, limits, err := pushTarget(cfg, *foldName, *to)
+	ref, limits, err := target.PluginObject(cfg, *foldName, *to)
 	if err != nil {
 		return err
 	}
@@ -160,23 +118,17 @@ func cmdPlugin(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The same checks a node makes before it swaps a module in, with the
-	// fold's limits: a module that fails them is never pushed.
-	rt, err := wasm.NewRuntime(c.ctx, limits)
+	id, err := plugincheck.Validate(c.ctx, b, limits)
+	if r := (*plugincheck.Refused)(nil); errors.As(err, &r) {
+		return fmt.Errorf("%s is not a plugin foldhost can run (nothing pushed): %w", file, r.Err)
+	}
 	if err != nil {
 		return err
 	}
-	defer rt.Close(context.Background())
-	m, err := rt.Load(c.ctx, b)
-	if err != nil {
-		return fmt.Errorf("%s is not a plugin foldhost can run (nothing pushed): %w", file, err)
-	}
-	id := m.Identity()
-	m.Close(context.Background())
 	if ref.Pin != "" && ref.Pin != id.SHA256 {
 		fmt.Fprintf(c.stderr, "foldhost: warning: %s pins sha256 %s: its nodes refuse this module (sha256 %s) until the pin changes\n", ref, ref.Pin, id.SHA256)
 	}
-	nc, js, err := c.jetStream(cfg, *natsURL, *timeout)
+	nc, js, err := target.JetStream(cfg, *natsURL, c.getenv, *timeout)
 	if err != nil {
 		return err
 	}
@@ -199,83 +151,5 @@ func cmdPlugin(c *cli, args []string) error {
 	}{ref.String(), info.Size, info.Digest, id.SHA256, id.Name, id.Version, id.ViewSchema})
 }
 
-// pushTarget is the object a push writes (--to, or the fold's plugin
-// setting) and the limits a node running the fold validates with.
-func pushTarget(cfg *config.Config, foldName, to string) (pluginobj.Ref, wasm.Options, error) {
-	limits := wasm.Options{MaxModuleBytes: wasm.DefaultMaxModuleBytes}
-	switch {
-	case to != "" && foldName != "":
-		return pluginobj.Ref{}, limits, usagef("--to and --fold are exclusive")
-	case to != "":
-		ref, err := pluginobj.ParseRef(to)
-		if err != nil {
-			return ref, limits, usagef("--to: %v", err)
-		}
-		return ref, limits, nil
-	case cfg == nil:
-		return pluginobj.Ref{}, limits, usagef("want --fold NAME with --config FILE, or --to nats-object://BUCKET/NAME")
-	}
-	f, err := pickFold(cfg, foldName)
-	if err != nil {
-		return pluginobj.Ref{}, limits, err
-	}
-	if !pluginobj.IsRef(f.Plugin) {
-		return pluginobj.Ref{}, limits, usagef("fold %s's plugin is %q, not a nats-object://BUCKET/NAME reference: copy the file in place instead (the fold reloads it)", f.Name, f.Plugin)
-	}
-	if f.PluginMaxMB > 0 {
-		limits.MaxModuleBytes = int64(f.PluginMaxMB) << 20
-	}
-	limits.MemoryLimitPages = uint32(f.PluginMemoryMB) * 16
-	ref, err := pluginobj.ParseRef(f.Plugin)
-	return ref, limits, err
-}
-
-// jetStream is clientConn with a JetStream client of the connection.
-func (c *cli) jetStream(cfg *config.Config, natsURL string, timeout time.Duration) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := c.clientConn(cfg, natsURL, timeout)
-	if err != nil {
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return nc, js, nil
-}
-
-// clientConn connects to the NATS server of --nats, else of cfg (nil: the
-// environment's), saying what to do when cfg's embedded server is not up.
-func (c *cli) clientConn(cfg *config.Config, natsURL string, timeout time.Duration) (*nats.Conn, error) {
-	conn, embedded, err := config.ClientConn(cfg, natsURL, c.getenv)
-	if err != nil {
-		return nil, usagef("%v", err)
-	}
-	conn.Timeout = timeout
-	nc, err := natskv.Connect(conn)
-	if err != nil && embedded {
-		return nil, fmt.Errorf("%w\n(is 'foldhost run' running? The embedded NATS server lives only while it runs; pass the URL it printed with --nats)", err)
-	}
-	return nc, err
-}
-
-// printable is s, quoted when it holds a character that is not printable.
-func printable(s string) string {
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return strconv.Quote(s)
-		}
-	}
-	return s
-}
-
-func shortSHA(s string) string { return s[:min(len(s), 12)] }
-
-// oneLine is s on one line, cut to n runes.
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
+// humanBytes is textfmt's, under the name the commands use.
+var humanBytes = textfmt.HumanBytes

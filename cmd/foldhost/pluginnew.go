@@ -1,100 +1,42 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
-	sdkfiles "github.com/foldhost/foldhost"
+	"github.com/foldhost/foldhost/internal/skeleton"
 )
 
-const pluginNewAbout = `new LANG DIR: writes a skeleton plugin in DIR (made when missing; an
-existing DIR must be empty: nothing is written otherwise) for LANG, one of
-go, c, rust, assemblyscript: a minimal fold whose view mirrors the bucket
-(each key's value under the same key; a delete removes it), the SDK files
-it needs copied in, so that it builds outside this repository, and a
-README.md with its build command. The plugin's name is DIR's base name
-(when it is a plain name; else "my-plugin").
-
-Then, in DIR: build it as its README.md says, and
-'foldhost plugin check plugin.wasm'.`
-
-// Build commands of the skeletons: README.md's plugin table, run in the
-// skeleton's directory (each skeleton lays its SDK out so the command
-// works as written).
-var skeletonBuild = map[string]string{
-	"go":             "GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o plugin.wasm .",
-	"c":              "clang --target=wasm32-wasi -mexec-model=reactor -O2 -mbulk-memory -Wl,--stack-first -Wl,--strip-debug -I abi/sdk/c abi/sdk/c/foldhost.c plugin.c -o plugin.wasm",
-	"rust":           "rustc --edition 2021 --target wasm32-unknown-unknown --crate-type cdylib -O -C lto=fat -C codegen-units=1 -C target-feature=+bulk-memory -C link-arg=-zstack-size=65536 -C strip=debuginfo plugin.rs -o plugin.wasm",
-	"assemblyscript": "npx asc assembly/index.ts --target release",
-}
-
-func skeletonLangs() []string {
-	langs := make([]string, 0, len(skeletonBuild))
-	for l := range skeletonBuild {
-		langs = append(langs, l)
-	}
-	slices.Sort(langs)
-	return langs
-}
-
 func cmdPluginNew(c *cli, args []string) error {
-	fs := c.flagSet("plugin new", "plugin new go|c|rust|assemblyscript DIR", pluginNewAbout)
+	fs := c.flagSet("plugin new", "plugin new go|c|rust|assemblyscript DIR", about("plugin-new"))
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 2 {
-		return usagef("want: plugin new LANG DIR, LANG one of %s", strings.Join(skeletonLangs(), ", "))
+		return usagef("want: plugin new LANG DIR, LANG one of %s", strings.Join(skeleton.Langs(), ", "))
 	}
 	lang, dir := pos[0], pos[1]
-	files, err := skeleton(lang, pluginName(dir))
+	if !slices.Contains(skeleton.Langs(), lang) {
+		return usagef("unknown language %q: want one of %s", lang, strings.Join(skeleton.Langs(), ", "))
+	}
+	files, err := skeleton.Files(lang, skeleton.Name(dir))
 	if err != nil {
 		return err
 	}
 	if err := emptyDir(dir); err != nil {
 		return err
 	}
-	for _, name := range sortedKeys(files) {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, files[name], 0o644); err != nil {
-			return err
-		}
+	if err := skeleton.Write(dir, files); err != nil {
+		return err
 	}
 	fmt.Fprintf(c.stdout, "wrote the %s plugin skeleton to %s (%d files). Build it there:\n  %s\nthen check it:\n  foldhost plugin check plugin.wasm\n",
-		lang, dir, len(files), skeletonBuildSteps(lang))
+		lang, dir, len(files), skeleton.BuildSteps(lang))
 	return nil
-}
-
-// skeletonBuildSteps is the build as a user types it: with the npm
-// install the AssemblyScript build needs first.
-func skeletonBuildSteps(lang string) string {
-	if lang == "assemblyscript" {
-		return "npm ci && " + skeletonBuild[lang]
-	}
-	return skeletonBuild[lang]
-}
-
-var plainName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
-
-// pluginName is the skeleton's plugin name: dir's base name when it is a
-// plain name (it goes into source strings, a Go module path and an npm
-// package name unescaped), else "my-plugin".
-func pluginName(dir string) string {
-	if base := filepath.Base(filepath.Clean(dir)); plainName.MatchString(base) {
-		return base
-	}
-	return "my-plugin"
 }
 
 // emptyDir makes dir, or accepts it when it exists empty.
@@ -110,357 +52,3 @@ func emptyDir(dir string) error {
 	}
 	return nil
 }
-
-// skeleton is every file of lang's skeleton, by slash-separated path.
-func skeleton(lang, name string) (map[string][]byte, error) {
-	files := map[string][]byte{}
-	sdk := func(from, to string) error {
-		b, err := sdkfiles.SDKFiles.ReadFile(from)
-		files[to] = b
-		return err
-	}
-	// sdkDir copies the SDK files under dir (not its tests) to under to.
-	sdkDir := func(dir, to string) error {
-		return fs.WalkDir(sdkfiles.SDKFiles, dir, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || strings.HasSuffix(p, "_test.go") {
-				return err
-			}
-			return sdk(p, path.Join(to, strings.TrimPrefix(p, dir+"/")))
-		})
-	}
-	r := strings.NewReplacer("NAME", name, "BUILD", skeletonBuildSteps(lang))
-	text := func(to, s string) { files[to] = []byte(r.Replace(s)) }
-	var err error
-	switch lang {
-	case "go":
-		text("go.mod", goMod)
-		text("main.go", goMain)
-		text("foldhost-sdk/go.mod", goSDKMod)
-		// abi holds abi/sdk/go too: one walk copies both (and nothing
-		// else: the embed holds no other Go files under abi).
-		err = sdkDir("abi", "foldhost-sdk/abi")
-		for p := range files {
-			if strings.HasPrefix(p, "foldhost-sdk/abi/sdk/") && !strings.HasPrefix(p, "foldhost-sdk/abi/sdk/go/") {
-				delete(files, p)
-			}
-		}
-	case "c":
-		text("plugin.c", cMain)
-		err = errors.Join(sdk("abi/sdk/c/foldhost.c", "abi/sdk/c/foldhost.c"), sdk("abi/sdk/c/foldhost.h", "abi/sdk/c/foldhost.h"))
-	case "rust":
-		text("plugin.rs", rustMain)
-		err = sdk("abi/sdk/rust/foldhost.rs", "foldhost.rs")
-	case "assemblyscript":
-		text("assembly/index.ts", asMain)
-		text("assembly/tsconfig.json", asTSConfig)
-		text("asconfig.json", asConfig)
-		err = errors.Join(sdkDir("abi/sdk/assemblyscript", "foldhost-sdk"), asPackage(files, name))
-	default:
-		return nil, usagef("unknown language %q: want one of %s", lang, strings.Join(skeletonLangs(), ", "))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("plugin new: the SDK files this binary carries: %w", err)
-	}
-	text(".gitignore", "plugin.wasm\nnode_modules/\n")
-	text("README.md", readmeHead+readmeOf[lang]+readmeTail)
-	return files, nil
-}
-
-// asPackage writes package.json and package-lock.json: the example
-// plugin's lock, with the SDK where the skeleton keeps it, so 'npm ci'
-// installs the compiler version this repository builds with.
-func asPackage(files map[string][]byte, name string) error {
-	lock, err := sdkfiles.SDKFiles.ReadFile("plugins/example-router/assemblyscript/package-lock.json")
-	if err != nil {
-		return err
-	}
-	var l struct {
-		Packages map[string]struct{ Version string } `json:"packages"`
-	}
-	if err := json.Unmarshal(lock, &l); err != nil {
-		return err
-	}
-	version := l.Packages["node_modules/assemblyscript"].Version
-	if version == "" {
-		return errors.New("the example's package-lock.json names no assemblyscript version")
-	}
-	s := strings.ReplaceAll(string(lock), "../../../abi/sdk/assemblyscript", "foldhost-sdk")
-	s = strings.ReplaceAll(s, `"example-router-assemblyscript"`, fmt.Sprintf("%q", name))
-	files["package-lock.json"] = []byte(s)
-	files["package.json"] = []byte(strings.NewReplacer("NAME", name, "VERSION", version).Replace(asPackageJSON))
-	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-// The skeletons. Every one folds the same way: the view mirrors the
-// bucket, each key's value under the same key; a delete or purge removes
-// it. NAME is the plugin's name, BUILD its build command.
-
-const goMod = `module NAME
-
-go 1.24
-
-require github.com/foldhost/foldhost v0.0.0
-
-// The SDK, copied in (see README.md): no download, no network.
-replace github.com/foldhost/foldhost => ./foldhost-sdk
-`
-
-const goSDKMod = `// A copy of the foldhost Go SDK (abi/sdk/go) and the ABI package it
-// imports (abi), standard library only, under the foldhost module's path.
-module github.com/foldhost/foldhost
-
-go 1.24
-`
-
-const goMain = `//go:build wasip1
-
-// Command NAME is a foldhost plugin whose view mirrors the bucket: each
-// key's value under the same key; a delete removes it. Build:
-//
-//	BUILD
-package main
-
-import (
-	"github.com/foldhost/foldhost/abi"
-	foldhost "github.com/foldhost/foldhost/abi/sdk/go"
-)
-
-// record is what Apply needs of one update. The SDK reuses records from
-// batch to batch: Parse sets every field.
-type record struct {
-	key, value []byte
-	remove     bool
-}
-
-type plugin struct{}
-
-// Info names the plugin. Bump ViewSchema whenever the layout or meaning
-// of the view keys changes: the host then rebuilds the views.
-func (plugin) Info() abi.Info { return abi.Info{Name: "NAME", Version: "0.1.0", ViewSchema: 1} }
-
-// Parse keeps what Apply needs of u, copied (u's bytes are valid during
-// Parse only). Returning false rejects u: counted, never fatal.
-func (plugin) Parse(u *foldhost.Update, rec *record) bool {
-	rec.key = append(rec.key[:0], u.Key...)
-	rec.value = append(rec.value[:0], u.Value...)
-	rec.remove = u.Removes()
-	return true
-}
-
-// Apply turns the batch's records, in revision order, into view
-// mutations. An error fails the batch: nothing of it is committed.
-func (plugin) Apply(b *foldhost.Batch, recs []record) error {
-	for i := range recs {
-		if r := &recs[i]; r.remove {
-			b.Delete(r.key)
-		} else {
-			b.Put(r.key, r.value)
-		}
-	}
-	return nil
-}
-
-func init() { foldhost.Register[record](plugin{}) }
-
-func main() {}
-`
-
-const cMain = `/* NAME: a foldhost plugin whose view mirrors the bucket: each key's
- * value under the same key; a delete or purge removes it. Build:
- *
- *   BUILD
- */
-#include "foldhost.h"
-
-/* What apply needs of one update. Its bytes point into the batch, valid
- * until apply returns. */
-struct rec {
-	uint8_t op;
-	fh_bytes key, value;
-};
-
-/* parse: update -> record; FH_REJECT rejects it (counted, never fatal). */
-static int parse(const fh_update *u, struct rec *r) {
-	r->op = u->op;
-	r->key = u->key;
-	r->value = u->value;
-	return FH_ACCEPT;
-}
-
-/* apply: the batch's records, in revision order -> view mutations.
- * return fh_fail("why") fails the batch: nothing of it is committed. */
-static int apply(struct rec *rs, uint32_t n) {
-	for (uint32_t i = 0; i < n; i++) {
-		struct rec *r = &rs[i];
-		if (r->op == FH_OP_PUT)
-			fh_put(r->key.ptr, r->key.len, r->value.ptr, r->value.len);
-		else
-			fh_delete(r->key.ptr, r->key.len);
-	}
-	return FH_OK;
-}
-
-/* name, version, view schema (bump it whenever the layout or meaning of
- * the view keys changes: the host then rebuilds the views). */
-FOLDHOST_PLUGIN("NAME", "0.1.0", 1, struct rec, parse, apply);
-`
-
-const rustMain = `//! NAME: a foldhost plugin whose view mirrors the bucket: each key's value
-//! under the same key; a delete or purge removes it. Build:
-//!
-//!     BUILD
-
-mod foldhost; // the SDK, foldhost.rs
-
-use foldhost::{Batch, Fail, Op, Parsed, Update};
-
-/// What apply needs of one update; it borrows the batch, valid until
-/// apply returns.
-struct Rec<'a> {
-    key: &'a [u8],
-    value: &'a [u8],
-    remove: bool,
-}
-
-/// update -> record, or Ok(Parsed::Reject) (counted, never fatal).
-fn parse<'a>(u: &Update<'a>) -> Result<Parsed<Rec<'a>>, Fail> {
-    Ok(Parsed::Accept(Rec { key: u.key, value: u.value, remove: u.op != Op::Put }))
-}
-
-/// The batch's records, in revision order -> view mutations.
-/// Err(Fail::new("why")) fails the batch: nothing of it is committed.
-fn apply(rs: &mut [Rec], b: &mut Batch) -> Result<(), Fail> {
-    for r in rs.iter() {
-        if r.remove {
-            b.delete(r.key);
-        } else {
-            b.put(r.key, r.value);
-        }
-    }
-    Ok(())
-}
-
-// name, version, view schema (bump it whenever the layout or meaning of
-// the view keys changes: the host then rebuilds the views).
-foldhost_plugin!("NAME", "0.1.0", 1, parse, apply);
-`
-
-const asMain = `// NAME: a foldhost plugin whose view mirrors the bucket: each key's value
-// under the same key; a delete or purge removes it. Build:
-//
-//   BUILD
-
-import { Plugin, Update, register, put, del, OP_PUT } from "@foldhost/sdk-assemblyscript";
-
-// AssemblyScript exports only what the entry file exports: re-export the ABI.
-export * from "@foldhost/sdk-assemblyscript/assembly/exports";
-
-// What apply needs of one update: pointers into the batch, valid until
-// apply returns.
-class Rec {
-  constructor(public keyPtr: usize, public keyLen: u32,
-              public valuePtr: usize, public valueLen: u32, public remove: bool) {}
-}
-
-class Mirror extends Plugin<Rec> {
-  // update -> record, or null to reject it (counted, never fatal)
-  parse(u: Update): Rec | null {
-    return new Rec(u.keyPtr, u.keyLen, u.valuePtr, u.valueLen, u.op != OP_PUT);
-  }
-  // the batch's records, in revision order -> view mutations
-  apply(rs: Array<Rec>): void {
-    for (let i = 0; i < rs.length; i++) {
-      const r = rs[i];
-      if (r.remove) del(r.keyPtr, r.keyLen);
-      else put(r.keyPtr, r.keyLen, r.valuePtr, r.valueLen);
-    }
-  }
-}
-
-// name, version, view schema (bump it whenever the layout or meaning of
-// the view keys changes: the host then rebuilds the views)
-register(new Mirror("NAME", "0.1.0", 1));
-`
-
-const asTSConfig = `{
-  "extends": "assemblyscript/std/assembly.json",
-  "include": ["./**/*.ts"]
-}
-`
-
-const asConfig = `{
-  "targets": {
-    "release": { "outFile": "plugin.wasm", "optimizeLevel": 3, "shrinkLevel": 0 }
-  },
-  "options": {
-    "runtime": "incremental",
-    "use": ["abort=~lib/@foldhost/sdk-assemblyscript/assembly/index/abort"]
-  }
-}
-`
-
-const asPackageJSON = `{
-  "name": "NAME",
-  "version": "0.1.0",
-  "private": true,
-  "type": "module",
-  "dependencies": {
-    "@foldhost/sdk-assemblyscript": "file:foldhost-sdk"
-  },
-  "devDependencies": {
-    "assemblyscript": "VERSION"
-  },
-  "scripts": {
-    "build": "asc assembly/index.ts --target release"
-  }
-}
-`
-
-const readmeHead = "# NAME\n\nA foldhost plugin (ABI v1) whose view mirrors the bucket: each key's\nvalue under the same key; a delete or purge removes it. Change parse and\napply to fold what you need.\n\n"
-
-var readmeOf = map[string]string{
-	"go": "Go, with the foldhost Go SDK. `foldhost-sdk/` is a copy of the SDK\n" +
-		"(`abi/sdk/go`) and of the ABI package it imports (`abi`), standard\n" +
-		"library only, as a module of the foldhost module's path; `go.mod`\n" +
-		"requires that module and replaces it with the copy. So the build needs\n" +
-		"no network and downloads nothing: requiring the published foldhost\n" +
-		"module instead would fetch its whole dependency graph (NATS, pebble,\n" +
-		"wazero, ...) for two standard-library packages. To follow a newer SDK,\n" +
-		"copy a newer `foldhost-sdk/` in (`foldhost plugin new go` writes one).\n\n" +
-		"Build (Go 1.24 or newer; `-buildmode=c-shared` makes the WASI reactor a\n" +
-		"plugin must be: without it Go makes a command module, which the host\n" +
-		"refuses):\n\n    BUILD\n",
-	"c": "C, with the foldhost C SDK (`abi/sdk/c/foldhost.c`, `foldhost.h`).\n" +
-		"Toolchain: clang with wasi-libc (Debian: `clang lld wasi-libc\n" +
-		"libclang-rt-14-dev-wasm32`). Keep binaryen's `wasm-opt` off `PATH`\n" +
-		"while clang runs (clang 14 runs it after linking).\n\nBuild:\n\n    BUILD\n",
-	"rust": "Rust, std only, no cargo: `plugin.rs` includes the foldhost Rust SDK\n" +
-		"(`foldhost.rs`) as a module. Toolchain: rustc 1.63 or newer with the\n" +
-		"wasm32-unknown-unknown standard library (Debian: `rustc\n" +
-		"libstd-rust-dev-wasm32 lld-14`; a rustup `rustc` needs `rustup target\n" +
-		"add wasm32-unknown-unknown`).\n\nBuild:\n\n    BUILD\n",
-	"assemblyscript": "AssemblyScript, with the foldhost AssemblyScript SDK in\n" +
-		"`foldhost-sdk/` (a `file:` dependency). `npm ci` installs the\n" +
-		"compiler version `package-lock.json` pins (Node 20 or newer).\n\n" +
-		"Build:\n\n    BUILD\n",
-}
-
-const readmeTail = `
-The output is ` + "`plugin.wasm`" + `. Check it as a foldhost node would run it:
-
-    foldhost plugin check plugin.wasm
-
-Then name it in a fold of the config (` + "`plugin = \"path/to/plugin.wasm\"`" + `;
-the fold reloads it when the file changes) or push it to a fold that loads
-its module from NATS (` + "`foldhost plugin push plugin.wasm --fold FOLD`" + `).
-The ABI the SDK implements is abi/ABI.md in the foldhost repository.
-`

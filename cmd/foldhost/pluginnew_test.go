@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/foldhost/foldhost/internal/skeleton"
 )
 
 // TestPluginNewBuildsAndChecks: the skeleton of every language builds
@@ -17,16 +19,16 @@ import (
 // folding the check batches as every other skeleton does.
 func TestPluginNewBuildsAndChecks(t *testing.T) {
 	applied := map[string]string{}
-	for _, lang := range skeletonLangs() {
+	for _, lang := range skeleton.Langs() {
 		t.Run(lang, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "my-"+lang)
 			code, out, errOut := runCLI(t, nil, "plugin", "new", lang, dir)
-			if code != exitOK || !strings.Contains(out, skeletonBuild[lang]) {
+			if code != exitOK || !strings.Contains(out, skeleton.BuildCommand(lang)) {
 				t.Fatalf("plugin new %s: exit %d: %s %s", lang, code, out, errOut)
 			}
 			readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
-			if err != nil || !strings.Contains(string(readme), "    "+skeletonBuildSteps(lang)+"\n") {
-				t.Errorf("README.md lacks the build command %q (%v):\n%s", skeletonBuildSteps(lang), err, readme)
+			if err != nil || !strings.Contains(string(readme), "    "+skeleton.BuildSteps(lang)+"\n") {
+				t.Errorf("README.md lacks the build command %q (%v):\n%s", skeleton.BuildSteps(lang), err, readme)
 			}
 			start := time.Now()
 			buildSkeleton(t, lang, dir)
@@ -123,10 +125,10 @@ func buildSkeleton(t *testing.T, lang, dir string) {
 	env = append(env, "PATH="+strings.Join(path, string(filepath.ListSeparator)))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "sh", "-c", skeletonBuild[lang])
+	cmd := exec.CommandContext(ctx, "sh", "-c", skeleton.BuildCommand(lang))
 	cmd.Dir, cmd.Env = dir, env
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s in %s: %v\n%s", skeletonBuild[lang], dir, err, out)
+		t.Fatalf("%s in %s: %v\n%s", skeleton.BuildCommand(lang), dir, err, out)
 	}
 }
 
@@ -169,19 +171,4 @@ func repoRoot(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return abs
-}
-
-// TestSkeletonBuildsAreTheREADMEs: each skeleton's build command is the
-// one README.md's plugin table gives for its language, so a change to
-// either shows here.
-func TestSkeletonBuildsAreTheREADMEs(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, lang := range skeletonLangs() {
-		if !strings.Contains(string(readme), "`"+skeletonBuild[lang]+"`") {
-			t.Errorf("README.md's plugin table lacks the %s skeleton's build command `%s`", lang, skeletonBuild[lang])
-		}
-	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -12,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/foldhost/foldhost/internal/syncbuf"
 )
 
 // proc is foldhost running in a child process (the test binary, through
@@ -215,40 +212,4 @@ name = "a"
 			t.Fatalf("no word of the grace:\n%s", p.log())
 		}
 	})
-}
-
-// TestWatchSignals: the first signal cancels, the second exits; with no
-// signal, done ends the watcher.
-func TestWatchSignals(t *testing.T) {
-	c := &cli{stderr: &syncbuf.Buffer{}}
-	c.grace.Store(int64(time.Hour))
-	sigs := make(chan os.Signal, 2)
-	done := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	exited := make(chan int, 1)
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		c.watchSignals(sigs, done, cancel, func(code int) { exited <- code })
-	}()
-	sigs <- syscall.SIGTERM
-	<-ctx.Done()
-	select {
-	case code := <-exited:
-		t.Fatalf("exited (%d) on the first signal", code)
-	default:
-	}
-	sigs <- syscall.SIGTERM
-	if code := <-exited; code != exitFailure {
-		t.Fatalf("exit %d on the second signal", code)
-	}
-	<-finished
-
-	finished = make(chan struct{})
-	go func() {
-		defer close(finished)
-		c.watchSignals(sigs, done, cancel, func(code int) { exited <- code })
-	}()
-	close(done)
-	<-finished
 }

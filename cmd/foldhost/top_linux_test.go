@@ -20,6 +20,24 @@ const (
 	ptyECHO   = syscall.ECHO
 )
 
+// ioctl is internal/term's, for the test's own terminal setup.
+func ioctl(f *os.File, req uintptr, arg unsafe.Pointer) error {
+	rc, err := f.SyscallConn() // not f.Fd(): that would make f blocking
+	if err != nil {
+		return err
+	}
+	var errno syscall.Errno
+	if err := rc.Control(func(fd uintptr) {
+		_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, req, uintptr(arg))
+	}); err != nil {
+		return err
+	}
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
 // openPTY opens a pseudo-terminal of cols x rows with the standard
 // library (/dev/ptmx, unlocked, its slave named by TIOCGPTN). The slave is
 // opened blocking (as a shell hands stdin over: not in the runtime's

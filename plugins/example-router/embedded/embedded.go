@@ -11,6 +11,9 @@ package embedded
 
 import (
 	"embed"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 )
 
@@ -27,4 +30,15 @@ func Router(lang string) ([]byte, bool) {
 	}
 	b, err := files.ReadFile("router-" + lang + ".wasm")
 	return b, err == nil
+}
+
+// WriteFile writes the embedded router build of lang into dir, as
+// router-<lang>.wasm, and returns its path.
+func WriteFile(dir, lang string) (string, error) {
+	b, ok := Router(lang)
+	if !ok {
+		return "", fmt.Errorf("no embedded %s build of the example router", lang)
+	}
+	p := filepath.Join(dir, "router-"+lang+".wasm")
+	return p, os.WriteFile(p, b, 0o644)
 }

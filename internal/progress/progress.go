@@ -1,4 +1,8 @@
-package main
+// Package progress shows a long operation's progress on a writer: a bar
+// (or a status line) redrawn in place on a terminal, otherwise a line per
+// interval and the final one. The CLI's bootstrap, repair, demo and bench
+// draw with it.
+package progress
 
 import (
 	"fmt"
@@ -8,9 +12,9 @@ import (
 	"time"
 )
 
-// progress shows a long operation's progress: a bar redrawn in place on a
-// terminal, otherwise a line per interval and the final one.
-type progress struct {
+// Progress is one operation's progress display. Not safe for concurrent
+// use.
+type Progress struct {
 	w      io.Writer
 	tty    bool
 	prefix string        // the line's start, off a terminal
@@ -20,12 +24,14 @@ type progress struct {
 	final  bool
 }
 
-func newProgress(w io.Writer, prefix string, every time.Duration) *progress {
-	return &progress{w: w, tty: isTerminal(w), prefix: prefix, every: every}
+// New draws on w; off a terminal its lines start with prefix and come at
+// most once per every (and the last one).
+func New(w io.Writer, prefix string, every time.Duration) *Progress {
+	return &Progress{w: w, tty: isTerminal(w), prefix: prefix, every: every}
 }
 
-// update shows done of total, and what describes it.
-func (p *progress) update(done, total int64, what string) {
+// Update shows done of total, and what describes it.
+func (p *Progress) Update(done, total int64, what string) {
 	pct := 100.0
 	if total > 0 {
 		pct = 100 * float64(done) / float64(total)
@@ -47,9 +53,9 @@ func (p *progress) update(done, total int64, what string) {
 	}
 }
 
-// status shows a line of figures for work of unknown size: redrawn in place
+// Status shows a line of figures for work of unknown size: redrawn in place
 // on a terminal, otherwise printed once per interval.
-func (p *progress) status(what string) {
+func (p *Progress) Status(what string) {
 	if p.tty {
 		if time.Since(p.last) < 100*time.Millisecond {
 			return
@@ -65,25 +71,12 @@ func (p *progress) status(what string) {
 	}
 }
 
-// end finishes a drawn bar's line.
-func (p *progress) end() {
+// End finishes a drawn bar's line.
+func (p *Progress) End() {
 	if p.drawn {
 		fmt.Fprintln(p.w)
 		p.drawn = false
 	}
-}
-
-// humanBytes formats n bytes in B, KiB, MiB or GiB.
-func humanBytes(n int64) string {
-	switch {
-	case n < 1<<10:
-		return fmt.Sprintf("%d B", n)
-	case n < 1<<20:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	case n < 1<<30:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
 }
 
 func isTerminal(w io.Writer) bool {

@@ -1,4 +1,4 @@
-package main
+package term
 
 import (
 	"errors"
@@ -9,8 +9,7 @@ import (
 	"unsafe"
 )
 
-// The terminal control `foldhost top` needs, with the standard library's
-// ioctls (no terminal package).
+// The ioctls, with the standard library (no terminal package).
 
 func ioctl(f *os.File, req uintptr, arg unsafe.Pointer) error {
 	rc, err := f.SyscallConn() // not f.Fd(): that would make f blocking
@@ -29,9 +28,9 @@ func ioctl(f *os.File, req uintptr, arg unsafe.Pointer) error {
 	return nil
 }
 
-// termSize is the terminal's columns and rows; ok false when f is not a
+// Size is the terminal's columns and rows; ok false when f is not a
 // terminal.
-func termSize(f *os.File) (cols, rows int, ok bool) {
+func Size(f *os.File) (cols, rows int, ok bool) {
 	var ws struct{ Row, Col, Xpixel, Ypixel uint16 }
 	if ioctl(f, syscall.TIOCGWINSZ, unsafe.Pointer(&ws)) != nil {
 		return 0, 0, false
@@ -39,8 +38,8 @@ func termSize(f *os.File) (cols, rows int, ok bool) {
 	return int(ws.Col), int(ws.Row), true
 }
 
-// rawTerm is a terminal whose input is read a key at a time, without echo.
-type rawTerm struct {
+// Raw is a terminal whose input is read a key at a time, without echo.
+type Raw struct {
 	f     *os.File
 	saved syscall.Termios
 	// pollable: f is in the runtime's poller, so a read deadline ends a
@@ -48,10 +47,10 @@ type rawTerm struct {
 	pollable bool
 }
 
-// enterRaw turns off line editing and echo on the terminal f (signals
+// EnterRaw turns off line editing and echo on the terminal f (signals
 // stay: Ctrl-C still interrupts); an error when f is not a terminal.
-func enterRaw(f *os.File) (*rawTerm, error) {
-	t := &rawTerm{f: f, pollable: f.SetReadDeadline(time.Time{}) == nil}
+func EnterRaw(f *os.File) (*Raw, error) {
+	t := &Raw{f: f, pollable: f.SetReadDeadline(time.Time{}) == nil}
 	if err := ioctl(f, syscall.TCGETS, unsafe.Pointer(&t.saved)); err != nil {
 		return nil, err
 	}
@@ -67,14 +66,14 @@ func enterRaw(f *os.File) (*rawTerm, error) {
 	return t, nil
 }
 
-// restore puts the terminal back as enterRaw found it.
-func (t *rawTerm) restore() error {
+// Restore puts the terminal back as EnterRaw found it.
+func (t *Raw) Restore() error {
 	return ioctl(t.f, syscall.TCSETS, unsafe.Pointer(&t.saved))
 }
 
-// readKeys sends the bytes typed to keys until done is closed; the
+// ReadKeys sends the bytes typed to keys until done is closed; the
 // returned channel is closed when the reader has returned.
-func (t *rawTerm) readKeys(keys chan<- byte, done <-chan struct{}) <-chan struct{} {
+func (t *Raw) ReadKeys(keys chan<- byte, done <-chan struct{}) <-chan struct{} {
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
