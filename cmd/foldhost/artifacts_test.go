@@ -16,6 +16,7 @@ import (
 	"github.com/foldhost/foldhost/host/artifact/s3test"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/command"
 )
 
 // freeAddr returns a loopback address with a port free right now (for a
@@ -213,10 +214,10 @@ lease_ttl = "1s"
 	bData := filepath.Join(bDir, "data", "folds", "routes")
 	cDir := filepath.Join(root, "c")
 	cCfg := writeConfig(t, cDir, strings.Replace(bText, `scope = ["route."]`, `scope = ["other."]`, 1))
-	if code, _, errOut := runCLI(t, nil, "bootstrap", "--config", cCfg, "--key", "routes"); code != exitFailure || !strings.Contains(errOut, "scope") {
+	if code, _, errOut := runCLI(t, nil, "bootstrap", "--config", cCfg, "--key", "routes"); code != command.ExitFailure || !strings.Contains(errOut, "scope") {
 		t.Errorf("bootstrap of another scope: exit %d: %s", code, errOut)
 	}
-	if code, _, errOut := runCLI(t, nil, "bootstrap", "--config", bCfg, "--key", "nothing"); code != exitFailure || !strings.Contains(errOut, `no artifact published under key "nothing"`) {
+	if code, _, errOut := runCLI(t, nil, "bootstrap", "--config", bCfg, "--key", "nothing"); code != command.ExitFailure || !strings.Contains(errOut, `no artifact published under key "nothing"`) {
 		t.Errorf("bootstrap of a missing key: exit %d: %s", code, errOut)
 	}
 	for _, d := range []string{bData, filepath.Join(cDir, "data", "folds", "routes")} {
@@ -236,7 +237,7 @@ lease_ttl = "1s"
 	if code, out, errOut := runCLI(t, nil, "export", "--config", bCfg, "--json"); code != 0 || !strings.Contains(out, `"outcome":"skipped"`) || !strings.Contains(out, `"reason":"empty"`) {
 		t.Errorf("export of an empty fold: exit %d: %s %s", code, out, errOut)
 	}
-	if code, _, errOut := runCLI(t, nil, "bootstrap", "--config", bCfg, "--key", "nothing"); code != exitFailure || !strings.Contains(errOut, `no artifact published under key "nothing"`) {
+	if code, _, errOut := runCLI(t, nil, "bootstrap", "--config", bCfg, "--key", "nothing"); code != command.ExitFailure || !strings.Contains(errOut, `no artifact published under key "nothing"`) {
 		t.Errorf("bootstrap of an empty fold from a missing key: exit %d: %s", code, errOut)
 	}
 	if m, _ := filepath.Glob(filepath.Join(bData, "MANIFEST-*")); len(m) == 0 {
@@ -258,7 +259,7 @@ lease_ttl = "1s"
 	if !strings.Contains(errOut, "downloaded") || !strings.Contains(errOut, fmt.Sprintf("artifact at cursor %d", exported)) {
 		t.Errorf("bootstrap progress on stderr: %q", errOut)
 	}
-	if code, _, errOut := runCLI(t, nil, "bootstrap", "--config", bCfg); code != exitFailure || !strings.Contains(errOut, "already has data") {
+	if code, _, errOut := runCLI(t, nil, "bootstrap", "--config", bCfg); code != command.ExitFailure || !strings.Contains(errOut, "already has data") {
 		t.Errorf("second bootstrap: exit %d: %s", code, errOut)
 	}
 
@@ -334,12 +335,12 @@ name = "never-run"
 		t.Errorf("staging dir holds %d entries after the round (a stale one, or the round's artifact)", len(left))
 	}
 	code, _, errOut = runCLI(t, nil, "export", "--config", cfg, "--fold", "routes")
-	if code != exitFailure || !strings.Contains(errOut, "--force exports without it") {
+	if code != command.ExitFailure || !strings.Contains(errOut, "--force exports without it") {
 		t.Errorf("offline export with NATS down: exit %d: %s", code, errOut)
 	}
 	code, out, errOut = runCLI(t, nil, "export", "--config", cfg, "--force", "--json")
 	r := exportResults(t, out)
-	if code != exitFailure || len(r) != 2 || r[0].Outcome != host.ExportPublished || r[1].Outcome != host.ExportFailed || !strings.Contains(r[1].Error, "no fold store") {
+	if code != command.ExitFailure || len(r) != 2 || r[0].Outcome != host.ExportPublished || r[1].Outcome != host.ExportFailed || !strings.Contains(r[1].Error, "no fold store") {
 		t.Errorf("export with a never-run fold: exit %d: %s %s", code, out, errOut)
 	}
 }
@@ -382,10 +383,10 @@ func artifactsCommand(t *testing.T, artifacts string) {
 	dir := t.TempDir()
 	store := makeStore(t)
 	cfg := writeConfig(t, dir, fmt.Sprintf("[nats]\nurl = \"nats://127.0.0.1:1\"\n[[fold]]\nname = \"routes\"\ndata_dir = %q\n%s", store, artifacts))
-	if code, out, errOut := runCLI(t, nil, "artifacts", "--config", cfg); code != exitOK || !strings.Contains(out, "no artifacts in") {
+	if code, out, errOut := runCLI(t, nil, "artifacts", "--config", cfg); code != command.ExitOK || !strings.Contains(out, "no artifacts in") {
 		t.Fatalf("an empty store: exit %d: %s %s", code, out, errOut)
 	}
-	if code, out, errOut := runCLI(t, nil, "export", "--config", cfg, "--force"); code != exitOK {
+	if code, out, errOut := runCLI(t, nil, "export", "--config", cfg, "--force"); code != command.ExitOK {
 		t.Fatalf("export: exit %d: %s %s", code, out, errOut)
 	}
 	row := regexp.MustCompile(`(?m)^routes +([0-9a-f]{16}) +4 +routes +\* +- +[0-9.]+ KiB +\d+s +published$`)
@@ -393,7 +394,7 @@ func artifactsCommand(t *testing.T, artifacts string) {
 	for _, args := range [][]string{{"artifacts"}, {"artifacts", "list"}} {
 		code, out, errOut := runCLI(t, nil, append(args, "--config", cfg)...)
 		m := row.FindStringSubmatch(out)
-		if code != exitOK || m == nil || !strings.Contains(out, "KEY     ID ") {
+		if code != command.ExitOK || m == nil || !strings.Contains(out, "KEY     ID ") {
 			t.Fatalf("%s: exit %d:\n%s%s", strings.Join(args, " "), code, out, errOut)
 		}
 		id = m[1]
@@ -414,19 +415,19 @@ func artifactsCommand(t *testing.T, artifacts string) {
 			}
 		}
 	}
-	if err := json.Unmarshal([]byte(out), &ls); code != exitOK || err != nil || len(ls.Keys) != 1 || ls.Keys[0].Key != "routes" ||
+	if err := json.Unmarshal([]byte(out), &ls); code != command.ExitOK || err != nil || len(ls.Keys) != 1 || ls.Keys[0].Key != "routes" ||
 		ls.Keys[0].Published == nil || ls.Keys[0].Published.Cursor != 4 || len(ls.Keys[0].Payloads) != 1 || !ls.Keys[0].Payloads[0].Published ||
 		ls.Keys[0].Payloads[0].Manifest == nil || ls.Keys[0].Payloads[0].Manifest.Cursor != 4 || ls.Keys[0].Payloads[0].Manifest.Bucket != "routes" {
 		t.Fatalf("artifacts list --json: exit %d, %v:\n%s", code, err, out)
 	}
-	if code, out, _ := runCLI(t, nil, "artifacts", "--config", cfg, "--key", "other"); code != exitOK || !strings.Contains(out, "other  (nothing published)") {
+	if code, out, _ := runCLI(t, nil, "artifacts", "--config", cfg, "--key", "other"); code != command.ExitOK || !strings.Contains(out, "other  (nothing published)") {
 		t.Errorf("artifacts --key of an empty key: exit %d:\n%s", code, out)
 	}
 
 	code, out, errOut := runCLI(t, nil, "artifacts", "show", "--config", cfg)
 	for _, re := range []string{`(?m)^id: +` + id + `$`, `(?m)^state: +published `, `(?m)^cursor: +4$`, `(?m)^bucket: +routes$`,
 		`(?m)^plugin: +\(none: a raw-only fold\)$`, `(?m)^  data/\S+ +\d+ +[0-9a-f]{64}$`} {
-		if code != exitOK || !regexp.MustCompile(re).MatchString(out) {
+		if code != command.ExitOK || !regexp.MustCompile(re).MatchString(out) {
 			t.Fatalf("artifacts show: exit %d, no %s:\n%s%s", code, re, out, errOut)
 		}
 	}
@@ -441,11 +442,11 @@ func artifactsCommand(t *testing.T, artifacts string) {
 			Files  []struct{ Path, BLAKE3 string }
 		}
 	}
-	if err := json.Unmarshal([]byte(out), &sh); code != exitOK || err != nil || sh.Store == "" || sh.Key != "routes" || sh.ID != id || !sh.Published ||
+	if err := json.Unmarshal([]byte(out), &sh); code != command.ExitOK || err != nil || sh.Store == "" || sh.Key != "routes" || sh.ID != id || !sh.Published ||
 		sh.Cursor.Rev != 4 || sh.Manifest.Bucket != "routes" || len(sh.Manifest.Files) == 0 || sh.Manifest.Files[0].BLAKE3 == "" {
 		t.Fatalf("artifacts show --json %s: exit %d, %v:\n%s%s", id[:6], code, err, out, errOut)
 	}
-	if code, _, errOut := runCLI(t, nil, "artifacts", "show", "--config", cfg, "zz"); code != exitFailure || !strings.Contains(errOut, "no such artifact") {
+	if code, _, errOut := runCLI(t, nil, "artifacts", "show", "--config", cfg, "zz"); code != command.ExitFailure || !strings.Contains(errOut, "no such artifact") {
 		t.Errorf("artifacts show of an unknown ID: exit %d: %s", code, errOut)
 	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 func cmdBench(c *cli, args []string) error {
-	fs := c.flagSet("bench", "bench [--keys N] [--rounds N] [--nats URL] [--plugins DIR] [--json]", about("bench"))
+	fs := c.flagSet("bench", "bench [--keys N] [--rounds N] [--shape S] [--nats URL] [--plugins DIR] [--json]", about("bench"))
 	keys := fs.Int("keys", 100_000, "route keys in the bucket")
 	rounds := fs.Int("rounds", 3, "rounds of every variant, alternating")
 	delta := fs.Int("delta", 1000, "updates written before the restart's resume")
@@ -22,8 +22,9 @@ func cmdBench(c *cli, args []string) error {
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	seed := fs.Uint64("seed", 1, "the workload's seed")
 	only := fs.String("only", "", "measure only the variants whose name matches this `regexp` (the WatchAll read and the raw-only fold always run: the ratios need them)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the rounds to `file`")
-	probes := fs.Int("effects-probes", 200, "probes of the effects' steady-state drain latency")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of each shape's rounds to `file`.<shape>")
+	probes := fs.Int("probes", 200, "probes of each steady-state latency (write to fold, read your writes, effects)")
+	shape := fs.String("shape", "both", "the workload's `shape`: ordered (ascending keys, clustered upstreams), random (random key order and upstreams) or both")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -49,11 +50,12 @@ func cmdBench(c *cli, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(scratch)
-	if *probes < 1 || *probes > 100_000 {
-		return usagef("--effects-probes must be between 1 and 100000, got %d", *probes)
+	shapes, ok := bench.Shapes[*shape]
+	if *probes < 1 || *probes > 100_000 || !ok {
+		return usagef("--probes must be between 1 and 100000 (got %d), --shape ordered, random or both (got %q)", *probes, *shape)
 	}
 	prog := progress.New(c.stderr, "bench: ", 2*time.Second)
-	res, err := bench.Run(c.ctx, bench.Config{Dir: scratch, Keys: *keys, Rounds: *rounds, Delta: *delta, Probes: *probes, Seed: *seed,
+	res, err := bench.Run(c.ctx, bench.Config{Dir: scratch, Keys: *keys, Rounds: *rounds, Delta: *delta, Probes: *probes, Seed: *seed, Shapes: shapes,
 		NATSURL: *natsURL, PluginDir: *pluginDir, Only: onlyRE, CPUProfile: *cpuProfile, Progress: prog, Warn: c.stderr})
 	prog.End()
 	return printBench(c.stdout, res, err, *asJSON)

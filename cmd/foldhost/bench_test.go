@@ -17,11 +17,13 @@ import (
 )
 
 // TestBench: `foldhost bench` against a server that holds another bucket
-// measures every variant (a rate for each, the plugin fold's ratio to the
-// raw-only fold, the restart, the effects variant's ratio to the fold
-// without effects and its drain latency, with the stream holding every
-// effect the fold published), and leaves the server with only the bucket
-// and stream it found: its own are deleted, the other untouched.
+// measures every variant on both workload shapes (a rate for each, the
+// plugin fold's ratio to the raw-only fold), the restart, the steady state
+// of the raw-only and the C router's folds (write-to-fold and
+// read-your-writes latencies under load), the effects variant's ratio to
+// the fold without effects and its drain latency, with the stream holding
+// every effect the fold published), and leaves the server with only the
+// bucket and stream it found: its own are deleted, the other untouched.
 func TestBench(t *testing.T) {
 	srv, nc := natstest.Start(t)
 	js, err := jetstream.New(nc)
@@ -46,7 +48,7 @@ func TestBench(t *testing.T) {
 		}
 	}
 	code, out, errOut := runCLI(t, nil, "bench", "--nats", srv.ClientURL(), "--keys", "2000", "--rounds", "2", "--delta", "100", "--plugins", plugins, "--json",
-		"--effects-probes", "20") // each waits for a round trip through the publisher: 200 took minutes race-built on a busy machine
+		"--probes", "20") // each waits for a round trip through the fold or the publisher: 200 took minutes race-built on a busy machine
 	if code != 0 {
 		t.Fatalf("bench: exit %d: %s", code, errOut)
 	}
@@ -54,20 +56,41 @@ func TestBench(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("bench --json printed %s: %v", out, err)
 	}
-	names := map[string]bench.Variant{}
+	names, random := map[string]bench.Variant{}, map[string]bench.Variant{}
 	for _, v := range res.Variants {
-		names[v.Name] = v
-		if v.Rate <= 0 || len(v.Seconds) != 2 || v.VsWatchAll <= 0 {
+		if v.Shape == "random" {
+			random[v.Name] = v
+		} else {
+			names[v.Name] = v
+		}
+		if v.Rate <= 0 || len(v.Seconds) != 2 || v.VsWatchAll <= 0 || (v.Shape != "random" && v.Shape != "ordered") {
 			t.Errorf("variant %+v", v)
 		}
 	}
 	for _, want := range []string{bench.WatchAll, bench.Hand, bench.RawFold, "fold, router c", bench.EffectsV, bench.Native} {
 		if _, ok := names[want]; !ok {
-			t.Errorf("no variant %q in %s", want, out)
+			t.Errorf("no variant %q of the ordered shape in %s", want, out)
 		}
 	}
-	if v := names["fold, router c"]; v.VsRawFold <= 0 {
-		t.Errorf("the C router's fold has no ratio to the raw fold: %+v", v)
+	for _, want := range []string{bench.WatchAll, bench.RawFold, "fold, router c", "fold, router as", bench.Native} {
+		if _, ok := random[want]; !ok {
+			t.Errorf("no variant %q of the random shape in %s", want, out)
+		}
+	}
+	if v, r := names["fold, router c"], random["fold, router c"]; v.VsRawFold <= 0 || r.VsRawFold <= 0 {
+		t.Errorf("the C router's fold has no ratio to the raw fold: %+v %+v", v, r)
+	}
+	if len(res.Steady) != 2 {
+		t.Errorf("steady state: %+v, want the raw-only and the C router's folds", res.Steady)
+	}
+	for _, st := range res.Steady {
+		if st.Probes != 20 || st.FoldP50Seconds <= 0 || st.FoldP99Seconds < st.FoldP50Seconds || st.ReadP50Seconds <= 0 ||
+			st.ReadP99Seconds < st.ReadP50Seconds || st.ReadTimeouts != 0 || st.LoadRate <= 0 || st.LoadRate > 6000 {
+			t.Errorf("steady state %+v", st)
+		} else {
+			t.Logf("steady state, %s, under %.0f writes/s: to the fold p50 %.3fs p99 %.3fs; read your writes p50 %.3fs p99 %.3fs",
+				st.Variant, st.LoadRate, st.FoldP50Seconds, st.FoldP99Seconds, st.ReadP50Seconds, st.ReadP99Seconds)
+		}
 	}
 	if r := res.Restart; r == nil || r.ResumeSeconds <= 0 || r.ReplaySeconds <= 0 || r.Delta != 100 || r.BootstrapSeconds <= 0 || r.ArtifactBytes <= 0 {
 		t.Errorf("restart %+v", res.Restart)
@@ -107,8 +130,9 @@ func TestBench(t *testing.T) {
 		t.Errorf("the other bucket's key: %v %v", e, err)
 	}
 	// The table form.
-	code, out, errOut = runCLI(t, nil, "bench", "--nats", srv.ClientURL(), "--keys", "1000", "--rounds", "1", "--delta", "10", "--plugins", plugins)
-	if code != 0 || !strings.Contains(out, "VS RAW FOLD") || !strings.Contains(out, "resume / replay") || !strings.Contains(out, "bootstrap / replay") ||
+	code, out, errOut = runCLI(t, nil, "bench", "--nats", srv.ClientURL(), "--keys", "1000", "--rounds", "1", "--delta", "10", "--plugins", plugins,
+		"--probes", "10", "--shape", "ordered")
+	if code != 0 || !strings.Contains(out, "VS RAW FOLD") || !strings.Contains(out, "read your writes (HTTP, ?min_revision)") || !strings.Contains(out, "resume / replay") || !strings.Contains(out, "bootstrap / replay") ||
 		!strings.Contains(out, "time vs the fold without effects") || !strings.Contains(out, "write-to-effect-in-stream latency") {
 		t.Errorf("bench table: exit %d: %s %s", code, out, errOut)
 	}

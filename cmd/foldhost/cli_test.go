@@ -19,6 +19,7 @@ import (
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/command"
 	"github.com/foldhost/foldhost/internal/syncbuf"
 	"github.com/foldhost/foldhost/protocol"
 )
@@ -50,7 +51,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 
 func TestHelp(t *testing.T) {
 	code, out, _ := runCLI(t, nil, "--help")
-	if code != exitOK {
+	if code != command.ExitOK {
 		t.Fatalf("--help exit %d", code)
 	}
 	for _, want := range []string{"run ", "inspect ", "kv ", "demo ", "export ", "bootstrap ", "bench ", "top ", "Exit codes:", "3  not found"} {
@@ -61,15 +62,15 @@ func TestHelp(t *testing.T) {
 	for _, cmd := range []string{"run", "inspect", "kv", "demo", "export", "bootstrap", "bench", "top"} {
 		for _, args := range [][]string{{cmd, "--help"}, {cmd, "-h"}, {"help", cmd}} {
 			code, out, errOut := runCLI(t, nil, args...)
-			if code != exitOK || !strings.HasPrefix(out, "Usage:\n  foldhost "+cmd) || errOut != "" {
+			if code != command.ExitOK || !strings.HasPrefix(out, "Usage:\n  foldhost "+cmd) || errOut != "" {
 				t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
 			}
 		}
 	}
-	if code, _, errOut := runCLI(t, nil); code != exitUsage || !strings.Contains(errOut, "Commands:") {
+	if code, _, errOut := runCLI(t, nil); code != command.ExitUsage || !strings.Contains(errOut, "Commands:") {
 		t.Errorf("no args: exit %d, stderr %q", code, errOut)
 	}
-	if code, _, errOut := runCLI(t, nil, "frobnicate"); code != exitUsage || !strings.Contains(errOut, `unknown command "frobnicate"`) {
+	if code, _, errOut := runCLI(t, nil, "frobnicate"); code != command.ExitUsage || !strings.Contains(errOut, `unknown command "frobnicate"`) {
 		t.Errorf("unknown command: exit %d, stderr %q", code, errOut)
 	}
 }
@@ -106,7 +107,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"kv", "--bucket", "a.b", "get", "k"}, "not a valid bucket name"},
 	} {
 		code, _, errOut := runCLI(t, nil, tc.args...)
-		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+		if code != command.ExitUsage || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want exit 2 and %q", tc.args, code, errOut, tc.want)
 		}
 	}
@@ -153,7 +154,7 @@ func TestInspect(t *testing.T) {
 	jsonOf := func(args ...string) map[string]any {
 		t.Helper()
 		code, out, errOut := runCLI(t, nil, append([]string{"inspect", "--data", dir}, args...)...)
-		if code != exitOK {
+		if code != command.ExitOK {
 			t.Fatalf("inspect %v: exit %d: %s", args, code, errOut)
 		}
 		var m map[string]any
@@ -193,7 +194,7 @@ func TestInspect(t *testing.T) {
 		t.Errorf("stats = %v", m)
 	}
 	code, out, errOut := runCLI(t, nil, "inspect", "--data", dir, "get", "nope")
-	if code != exitNotFound || out != "" || !strings.Contains(errOut, `key "nope" not found (cursor 4)`) {
+	if code != command.ExitNotFound || out != "" || !strings.Contains(errOut, `key "nope" not found (cursor 4)`) {
 		t.Errorf("missing key: exit %d, %q, %q", code, out, errOut)
 	}
 	// A store in use is refused, with the reason.
@@ -203,7 +204,7 @@ func TestInspect(t *testing.T) {
 	}
 	defer s.Close()
 	code, _, errOut = runCLI(t, nil, "inspect", "--data", dir, "cursor")
-	if code != exitFailure || !strings.Contains(errOut, "store in use") {
+	if code != command.ExitFailure || !strings.Contains(errOut, "store in use") {
 		t.Errorf("locked store: exit %d, %q", code, errOut)
 	}
 }
@@ -217,10 +218,10 @@ func TestInspectByConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut := runCLI(t, nil, "inspect", "--config", cfg, "--fold", "a", "cursor")
-	if code != exitOK || !strings.Contains(out, `"fold": "a"`) || !strings.Contains(out, `"cursor": 4`) {
+	if code != command.ExitOK || !strings.Contains(out, `"fold": "a"`) || !strings.Contains(out, `"cursor": 4`) {
 		t.Errorf("exit %d, %s %s", code, out, errOut)
 	}
-	if code, _, errOut := runCLI(t, nil, "inspect", "--config", cfg, "cursor"); code != exitUsage || !strings.Contains(errOut, "choose one with --fold") {
+	if code, _, errOut := runCLI(t, nil, "inspect", "--config", cfg, "cursor"); code != command.ExitUsage || !strings.Contains(errOut, "choose one with --fold") {
 		t.Errorf("exit %d, %s", code, errOut)
 	}
 	if strings.Contains(errOut, "WARNING") || !strings.Contains(out, `"origin": null`) {
@@ -238,7 +239,7 @@ func TestInspectByConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut = runCLI(t, nil, "inspect", "--config", cfg, "--fold", "a", "stats")
-	if code != exitOK || !strings.Contains(out, `"bucket": "elsewhere"`) || !strings.Contains(out, `"stream_created": "2023-11-14T22:13:20Z"`) {
+	if code != command.ExitOK || !strings.Contains(out, `"bucket": "elsewhere"`) || !strings.Contains(out, `"stream_created": "2023-11-14T22:13:20Z"`) {
 		t.Errorf("stats of a recorded store: exit %d, %s %s", code, out, errOut)
 	}
 	if !strings.Contains(errOut, "WARNING") || !strings.Contains(errOut, `bucket "elsewhere", not "a"`) {
@@ -246,7 +247,7 @@ func TestInspectByConfig(t *testing.T) {
 	}
 	// export refuses it, naming the fold once.
 	code, _, errOut = runCLI(t, nil, "export", "--config", cfg, "--fold", "a", "--force")
-	if code != exitFailure || !strings.Contains(errOut, `folds bucket "elsewhere"`) || strings.Count(errOut, "fold a:") != 1 {
+	if code != command.ExitFailure || !strings.Contains(errOut, `folds bucket "elsewhere"`) || strings.Count(errOut, "fold a:") != 1 {
 		t.Errorf("export of a store of another bucket: exit %d, %q", code, errOut)
 	}
 	// An unreadable record does not lock the operator out of inspect.
@@ -261,7 +262,7 @@ func TestInspectByConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut = runCLI(t, nil, "inspect", "--config", cfg, "--fold", "a", "range")
-	if code != exitOK || !strings.Contains(out, `"count": 3`) || !strings.Contains(errOut, "origin record") {
+	if code != command.ExitOK || !strings.Contains(out, `"count": 3`) || !strings.Contains(errOut, "origin record") {
 		t.Errorf("inspect of a store with a garbled record: exit %d, %s %q", code, out, errOut)
 	}
 }
@@ -278,7 +279,7 @@ func TestRunRefusesAnInvalidPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, errOut := runCLI(t, nil, "run", "--config", cfg)
-	if code != exitFailure || !strings.Contains(errOut, "invalid plugin module") || !strings.Contains(errOut, "p.wasm") {
+	if code != command.ExitFailure || !strings.Contains(errOut, "invalid plugin module") || !strings.Contains(errOut, "p.wasm") {
 		t.Fatalf("exit %d, %s", code, errOut)
 	}
 }
@@ -483,8 +484,8 @@ data_dir = "stale"
 		t.Errorf("metrics = %d", code)
 	}
 
-	if code := d.stop(t); code != exitFailure {
-		t.Fatalf("exit %d, want %d (a fold failed)", code, exitFailure)
+	if code := d.stop(t); code != command.ExitFailure {
+		t.Fatalf("exit %d, want %d (a fold failed)", code, command.ExitFailure)
 	}
 	if s := d.errb.String(); !strings.Contains(s, "fold stale stopped on an error") || !strings.Contains(s, `msg="fold stopped" fold=good cursor=20`) {
 		t.Errorf("stderr:\n%s", s)
@@ -566,7 +567,7 @@ sync = true   # an fsync per update: hydration takes a while even without -race
 		t.Errorf("readyz after catching up = %d %s %v", code, body, err)
 	}
 	cancel()
-	if code := <-exit; code != exitOK {
+	if code := <-exit; code != command.ExitOK {
 		t.Fatalf("exit %d", code)
 	}
 }
@@ -619,7 +620,7 @@ func TestInspectOutbox(t *testing.T) {
 	outbox := func(dir string, args ...string) map[string]any {
 		t.Helper()
 		code, out, errOut := runCLI(t, nil, append([]string{"inspect", "--data", dir, "outbox"}, args...)...)
-		if code != exitOK {
+		if code != command.ExitOK {
 			t.Fatalf("inspect outbox: exit %d: %s", code, errOut)
 		}
 		var m map[string]any

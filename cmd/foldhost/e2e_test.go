@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/command"
 	"github.com/foldhost/foldhost/internal/syncbuf"
 )
 
@@ -263,8 +264,8 @@ batch_window = "2ms"
 	if code != 0 || !strings.Contains(out, `"value": "v5"`) {
 		t.Errorf("kv get: exit %d: %s", code, out)
 	}
-	if code, _, _ := foldhost(t, bin, "kv", "--nats", d.natsURL, "--bucket", "routes", "get", "route.nope"); code != exitNotFound {
-		t.Errorf("kv get of a missing key: exit %d, want %d", code, exitNotFound)
+	if code, _, _ := foldhost(t, bin, "kv", "--nats", d.natsURL, "--bucket", "routes", "get", "route.nope"); code != command.ExitNotFound {
+		t.Errorf("kv get of a missing key: exit %d, want %d", code, command.ExitNotFound)
 	}
 	if code := d.stop(t); code != 0 {
 		t.Fatalf("second run: exit %d after SIGTERM, want 0", code)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/foldhost/foldhost/internal/command"
 	"github.com/foldhost/foldhost/internal/natstest"
 	"github.com/foldhost/foldhost/internal/syncbuf"
 )
@@ -42,7 +43,7 @@ func TestKVPutLines(t *testing.T) {
 	start := time.Now()
 	code, out, errOut := runCLIStdin(t, in.String(), "kv", "--nats", srv.ClientURL(), "--bucket", "routes", "put")
 	took := time.Since(start)
-	if code != exitOK || !strings.Contains(out, fmt.Sprintf(`"put": %d`, n+2)) || !strings.Contains(out, `"deleted": 1`) {
+	if code != command.ExitOK || !strings.Contains(out, fmt.Sprintf(`"put": %d`, n+2)) || !strings.Contains(out, `"deleted": 1`) {
 		t.Fatalf("kv put < lines: exit %d\n%s\n%s", code, out, errOut)
 	}
 	t.Logf("%d lines in %v, one process", n+3, took.Round(time.Millisecond))
@@ -70,7 +71,7 @@ func TestKVPutLines(t *testing.T) {
 		{"a=" + strings.Repeat("v", 2<<20) + "\n", "stdin line 1: longer than"},
 	} {
 		code, _, errOut := runCLIStdin(t, tc.in, "kv", "--nats", srv.ClientURL(), "--bucket", "routes", "put")
-		if code != exitFailure || !strings.Contains(errOut, tc.want) {
+		if code != command.ExitFailure || !strings.Contains(errOut, tc.want) {
 			t.Errorf("input %.40q: exit %d: %s, want %q", tc.in, code, errOut, tc.want)
 		}
 	}

@@ -19,14 +19,6 @@ import (
 	"github.com/foldhost/foldhost/internal/command"
 )
 
-// Exit codes (package command's).
-const (
-	exitOK       = command.ExitOK
-	exitFailure  = command.ExitFailure
-	exitUsage    = command.ExitUsage
-	exitNotFound = command.ExitNotFound
-)
-
 // cli is one invocation's environment, injectable for tests.
 type cli struct {
 	// ctx is cancelled by the first SIGINT or SIGTERM: every command shuts
@@ -103,17 +95,17 @@ func run(args []string) int {
 func (c *cli) main(args []string) int {
 	if len(args) == 0 {
 		c.usage(c.stderr)
-		return exitUsage
+		return command.ExitUsage
 	}
 	name := args[0]
 	switch name {
 	case "-h", "-help", "--help":
 		c.usage(c.stdout)
-		return exitOK
+		return command.ExitOK
 	case "help":
 		if len(args) == 1 {
 			c.usage(c.stdout)
-			return exitOK
+			return command.ExitOK
 		}
 		name, args = args[1], []string{args[1], "--help"}
 	}
@@ -124,7 +116,7 @@ func (c *cli) main(args []string) int {
 	}
 	fmt.Fprintf(c.stderr, "foldhost: unknown command %q\n\n", name)
 	c.usage(c.stderr)
-	return exitUsage
+	return command.ExitUsage
 }
 
 func (c *cli) usage(w io.Writer) {

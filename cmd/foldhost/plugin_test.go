@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/command"
 	"github.com/foldhost/foldhost/internal/syncbuf"
 )
 
@@ -87,7 +88,7 @@ batch_window = "2ms"
 	if st.Plugin["name"] != "example-router" || st.Plugin["abi"] != "v1.1" || len(st.Plugin["sha256"].(string)) != 64 || st.Plugin["view_schema"] != 1.0 || st.Counters["rejected"] != 1 {
 		t.Errorf("status = %s", body)
 	}
-	if code := d.stop(t); code != exitOK {
+	if code := d.stop(t); code != command.ExitOK {
 		t.Fatalf("exit %d", code)
 	}
 }
@@ -97,7 +98,7 @@ func TestDemo(t *testing.T) {
 	c := &cli{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: noEnv}
 	start := time.Now()
 	code := c.main([]string{"demo", "--keys", "3000", "--delta", "120", "--plugin", routerBuild(t)})
-	if code != exitOK {
+	if code != command.ExitOK {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
 	s := out.String()
@@ -125,7 +126,7 @@ func TestDemoOutsideTheRepository(t *testing.T) {
 	t.Chdir(t.TempDir())
 	var out, errb syncbuf.Buffer
 	c := &cli{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: noEnv}
-	if code := c.main([]string{"demo", "--keys", "1000", "--delta", "50"}); code != exitOK {
+	if code := c.main([]string{"demo", "--keys", "1000", "--delta", "50"}); code != command.ExitOK {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
 	if s := out.String(); !strings.Contains(s, "received 50 updates: the delta") || !strings.Contains(s, "both folds hold identical raw entries and views") {
@@ -141,17 +142,17 @@ func TestDemoDir(t *testing.T) {
 	t.Chdir(t.TempDir()) // outside the repository: the demo writes the C build it carries into DIR
 	dir := filepath.Join(t.TempDir(), "new", "demo")
 	code, out, errOut := runCLI(t, nil, "demo", "--dir", dir, "--keys", "500", "--delta", "20")
-	if code != exitOK || !strings.Contains(out, "both folds hold identical raw entries and views") {
+	if code != command.ExitOK || !strings.Contains(out, "both folds hold identical raw entries and views") {
 		t.Fatalf("demo --dir of a missing directory: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	hint := "foldhost inspect --data " + filepath.Join(dir, "fold") + " view get host/h00042"
 	if !strings.Contains(out, hint) {
 		t.Fatalf("the demo's closing hint lacks %q:\n%s", hint, out)
 	}
-	if code, out, errOut := runCLI(t, nil, strings.Fields(strings.TrimPrefix(hint, "foldhost "))...); code != exitOK || !strings.Contains(out, `"key": "host/h00042"`) {
+	if code, out, errOut := runCLI(t, nil, strings.Fields(strings.TrimPrefix(hint, "foldhost "))...); code != command.ExitOK || !strings.Contains(out, `"key": "host/h00042"`) {
 		t.Errorf("the hint %q: exit %d: %s %s", hint, code, out, errOut)
 	}
-	if code, _, errOut := runCLI(t, nil, "demo", "--dir", dir, "--keys", "500", "--delta", "20"); code != exitUsage || !strings.Contains(errOut, "earlier demo") {
+	if code, _, errOut := runCLI(t, nil, "demo", "--dir", dir, "--keys", "500", "--delta", "20"); code != command.ExitUsage || !strings.Contains(errOut, "earlier demo") {
 		t.Errorf("a second demo in the same --dir: exit %d: %s", code, errOut)
 	}
 }

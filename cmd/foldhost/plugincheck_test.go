@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/foldhost/foldhost/internal/command"
 )
 
 func init() {
@@ -28,7 +30,7 @@ func TestPluginCheckPassesOnEveryRouterBuild(t *testing.T) {
 func wantCheckPass(t *testing.T, file, want string) string {
 	t.Helper()
 	code, out, errOut := runCLI(t, nil, "plugin", "check", file)
-	if code != exitOK {
+	if code != command.ExitOK {
 		t.Fatalf("plugin check %s: exit %d\nstdout:\n%s\nstderr:\n%s", file, code, out, errOut)
 	}
 	for _, line := range []string{want, "PASS load", "PASS apply", "PASS output", "PASS determinism", "all checks passed"} {
@@ -62,16 +64,16 @@ func TestPluginCheckFailsClearly(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, out, errOut := runCLI(t, nil, "plugin", "check", c.file)
-			if code != exitFailure || !strings.Contains(out, "FAIL "+c.check) || !strings.Contains(out, c.reason) ||
+			if code != command.ExitFailure || !strings.Contains(out, "FAIL "+c.check) || !strings.Contains(out, c.reason) ||
 				!strings.Contains(errOut, "check "+c.check+" failed") {
-				t.Errorf("exit %d, want %d with FAIL %s and %q\nstdout:\n%s\nstderr:\n%s", code, exitFailure, c.check, c.reason, out, errOut)
+				t.Errorf("exit %d, want %d with FAIL %s and %q\nstdout:\n%s\nstderr:\n%s", code, command.ExitFailure, c.check, c.reason, out, errOut)
 			}
 			if strings.Contains(out, "all checks passed") {
 				t.Errorf("a failed check printed success:\n%s", out)
 			}
 		})
 	}
-	if code, _, errOut := runCLI(t, nil, "plugin", "check"); code != exitUsage {
+	if code, _, errOut := runCLI(t, nil, "plugin", "check"); code != command.ExitUsage {
 		t.Errorf("plugin check without FILE: exit %d: %s", code, errOut)
 	}
 }

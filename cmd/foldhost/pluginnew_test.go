@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/command"
 	"github.com/foldhost/foldhost/internal/skeleton"
 )
 
@@ -23,7 +24,7 @@ func TestPluginNewBuildsAndChecks(t *testing.T) {
 		t.Run(lang, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "my-"+lang)
 			code, out, errOut := runCLI(t, nil, "plugin", "new", lang, dir)
-			if code != exitOK || !strings.Contains(out, skeleton.BuildCommand(lang)) {
+			if code != command.ExitOK || !strings.Contains(out, skeleton.BuildCommand(lang)) {
 				t.Fatalf("plugin new %s: exit %d: %s %s", lang, code, out, errOut)
 			}
 			readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
@@ -140,7 +141,7 @@ func TestPluginNewRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, errOut := runCLI(t, nil, "plugin", "new", "go", dir)
-	if code != exitUsage || !strings.Contains(errOut, "is not empty (nothing written)") {
+	if code != command.ExitUsage || !strings.Contains(errOut, "is not empty (nothing written)") {
 		t.Errorf("plugin new into a directory that is not empty: exit %d: %s", code, errOut)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
@@ -148,16 +149,16 @@ func TestPluginNewRefuses(t *testing.T) {
 	}
 	missing := filepath.Join(t.TempDir(), "new")
 	code, _, errOut = runCLI(t, nil, "plugin", "new", "java", missing)
-	if code != exitUsage || !strings.Contains(errOut, `unknown language "java": want one of assemblyscript, c, go, rust`) {
+	if code != command.ExitUsage || !strings.Contains(errOut, `unknown language "java": want one of assemblyscript, c, go, rust`) {
 		t.Errorf("plugin new java: exit %d: %s", code, errOut)
 	}
 	if _, err := os.Stat(missing); !os.IsNotExist(err) {
 		t.Errorf("plugin new java made its directory: %v", err)
 	}
-	if code, _, errOut := runCLI(t, nil, "plugin", "new", "go", filepath.Join(dir, "keep.txt")); code != exitUsage {
+	if code, _, errOut := runCLI(t, nil, "plugin", "new", "go", filepath.Join(dir, "keep.txt")); code != command.ExitUsage {
 		t.Errorf("plugin new into a file: exit %d: %s", code, errOut)
 	}
-	if code, _, errOut := runCLI(t, nil, "plugin", "new", "go"); code != exitUsage || !strings.Contains(errOut, "assemblyscript, c, go, rust") {
+	if code, _, errOut := runCLI(t, nil, "plugin", "new", "go"); code != command.ExitUsage || !strings.Contains(errOut, "assemblyscript, c, go, rust") {
 		t.Errorf("plugin new without DIR: exit %d: %s", code, errOut)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/command"
 	"github.com/foldhost/foldhost/internal/natstest"
 )
 
@@ -51,11 +52,11 @@ func TestRepairCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if code, _, errOut := runCLI(t, nil, "repair", "--config", cfg, "--mode", "sometimes"); code != exitUsage || !strings.Contains(errOut, "--mode") {
+	if code, _, errOut := runCLI(t, nil, "repair", "--config", cfg, "--mode", "sometimes"); code != command.ExitUsage || !strings.Contains(errOut, "--mode") {
 		t.Errorf("bad --mode: exit %d: %s", code, errOut)
 	}
 	code, out, errOut := runCLI(t, nil, "repair", "--config", cfg, "--mode", "restore")
-	if code != exitFailure || !strings.Contains(errOut, "repair refused") {
+	if code != command.ExitFailure || !strings.Contains(errOut, "repair refused") {
 		t.Errorf("restore with no artifact: exit %d: %s %s", code, out, errOut)
 	}
 	if n := len(rawKeys(t, data)); n != 5 {
@@ -136,7 +137,7 @@ func TestRepairResetCommand(t *testing.T) {
 	}
 	put("x", "y", "z", "w", "v", "u", "t") // written past the old cursor
 
-	if code, _, errOut := runCLI(t, nil, "repair", "--config", cfg, "--reset", "--mode", "relist"); code != exitUsage {
+	if code, _, errOut := runCLI(t, nil, "repair", "--config", cfg, "--reset", "--mode", "relist"); code != command.ExitUsage {
 		t.Errorf("--reset with --mode: exit %d: %s", code, errOut)
 	}
 	code, out, errOut := runCLI(t, nil, "repair", "--config", cfg, "--reset", "--json")

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/foldhost/foldhost/internal/command"
 )
 
 // proc is foldhost running in a child process (the test binary, through
@@ -163,7 +165,7 @@ plugin_call_timeout = "0s"
 	p := startProc(t, "run", "--config", cfg)
 	p.waitLine(t, "loading plugin")
 	p.signal(t, syscall.SIGTERM)
-	if code := p.waitExit(t, 2*time.Minute); code != exitOK {
+	if code := p.waitExit(t, 2*time.Minute); code != command.ExitOK {
 		t.Fatalf("exit %d after SIGTERM during the plugin load, want 0:\n%s", code, p.log())
 	}
 	if !strings.Contains(p.log(), "start interrupted by a signal") {
@@ -194,8 +196,8 @@ name = "a"
 		p.signal(t, syscall.SIGTERM)
 		p.waitLine(t, "shutting down")
 		p.signal(t, syscall.SIGINT)
-		if code := p.waitExit(t, 2*time.Minute); code != exitFailure {
-			t.Fatalf("exit %d, want %d:\n%s", code, exitFailure, p.log())
+		if code := p.waitExit(t, 2*time.Minute); code != command.ExitFailure {
+			t.Fatalf("exit %d, want %d:\n%s", code, command.ExitFailure, p.log())
 		}
 		if !strings.Contains(p.log(), "again: exiting now") {
 			t.Fatalf("no word of the forced exit:\n%s", p.log())
@@ -205,8 +207,8 @@ name = "a"
 		p := startProc(t, "run", "--config", config("1s"))
 		p.waitLine(t, "connecting to NATS")
 		p.signal(t, syscall.SIGTERM)
-		if code := p.waitExit(t, 2*time.Minute); code != exitFailure {
-			t.Fatalf("exit %d, want %d:\n%s", code, exitFailure, p.log())
+		if code := p.waitExit(t, 2*time.Minute); code != command.ExitFailure {
+			t.Fatalf("exit %d, want %d:\n%s", code, command.ExitFailure, p.log())
 		}
 		if !strings.Contains(p.log(), "did not finish within 1s") {
 			t.Fatalf("no word of the grace:\n%s", p.log())

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/command"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -102,10 +103,10 @@ func TestTopOnce(t *testing.T) {
 			t.Errorf("no plugin %s in %q", wantPlugin, lines[2])
 		}
 	}
-	if code, _, errOut := runCLI(t, nil, "top", "--once", "--sort", "size", "--url", d.base); code != exitUsage || !strings.Contains(errOut, `--sort "size"`) {
+	if code, _, errOut := runCLI(t, nil, "top", "--once", "--sort", "size", "--url", d.base); code != command.ExitUsage || !strings.Contains(errOut, `--sort "size"`) {
 		t.Errorf("a bad --sort: exit %d: %s", code, errOut)
 	}
-	if code, _, errOut := runCLI(t, nil, "top", "--once", "--url", "http://"+freeAddr(t)); code != exitFailure || !strings.Contains(errOut, "connect") {
+	if code, _, errOut := runCLI(t, nil, "top", "--once", "--url", "http://"+freeAddr(t)); code != command.ExitFailure || !strings.Contains(errOut, "connect") {
 		t.Errorf("nothing listening: exit %d: %s", code, errOut)
 	}
 }

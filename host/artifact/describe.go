@@ -273,9 +273,10 @@ func WriteListing(w io.Writer, where string, ls []Listing, now time.Time) error 
 	return tw.Flush()
 }
 
-// WriteShown writes sh in human form (`foldhost artifacts show`), its age
-// taken at now.
-func WriteShown(w io.Writer, sh Shown, now time.Time) error {
+// WriteShown writes sh, read from the store where, in human form
+// (`foldhost artifacts show`), its age taken at now.
+func WriteShown(w io.Writer, where string, sh Shown, now time.Time) error {
+	fmt.Fprintf(w, "artifact store %s\n", where)
 	m := sh.Manifest
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, f string, args ...any) { fmt.Fprintf(tw, "%s\t"+f+"\n", append([]any{k}, args...)...) }

@@ -13,6 +13,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -42,13 +44,27 @@ import (
 	"github.com/foldhost/foldhost/plugins/example-router/workload"
 )
 
+// Shapes are the --shape values: the workload shapes each measures (the
+// last one's bucket also serves the restart, hot swap, steady-state and
+// effects runs).
+var Shapes = map[string][]workload.Shape{
+	"ordered": {workload.Ordered},
+	"random":  {workload.Random},
+	"both":    {workload.Random, workload.Ordered},
+}
+
 // Config is one bench's setup. The CLI checks the ranges of its figures.
 type Config struct {
 	Dir    string // a scratch directory the bench fills (the caller removes it)
 	Keys   int    // route keys in the bucket
 	Rounds int    // rounds of every variant, alternating
 	Delta  int    // updates written before the restart's resume
-	Probes int    // probes of the effects' steady-state drain latency
+	Probes int    // probes of each steady-state latency (the fold's, read-your-writes, the effects')
+	// Shapes are the workload shapes measured (default both): each gets
+	// its own bucket and rounds of the fold variants; the restart, hot
+	// swap, steady-state and effects runs use the Ordered one's bucket
+	// (or the only one).
+	Shapes []workload.Shape
 	Seed   uint64 // the workload's seed
 	// NATSURL is the server; empty: an embedded one in Dir.
 	NATSURL string
@@ -68,11 +84,15 @@ type Config struct {
 // failed (with that phase's error): the figures stand on their own.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	b := &bench{warn: cfg.Warn, dir: cfg.Dir, keys: cfg.Keys, delta: cfg.Delta, probes: cfg.Probes,
-		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed)), prog: cfg.Progress, only: cfg.Only, cpuProfile: cfg.CPUProfile}
+		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed)), prog: cfg.Progress, only: cfg.Only, cpuProfile: cfg.CPUProfile, shapes: cfg.Shapes}
+	if len(b.shapes) == 0 {
+		b.shapes = []workload.Shape{workload.Random, workload.Ordered}
+	}
 	return b.run(ctx, cfg.NATSURL, cfg.PluginDir, cfg.Rounds)
 }
 
 type bench struct {
+	shapes     []workload.Shape
 	warn       io.Writer // the bench's warnings (stderr)
 	dir        string
 	keys       int
@@ -102,6 +122,7 @@ type Result struct {
 	Variants []Variant `json:"variants"`
 	Restart  *Restart  `json:"restart,omitempty"`
 	Swap     *Swap     `json:"hot_swap,omitempty"`
+	Steady   []Steady  `json:"steady,omitempty"`
 	Effects  *Effects  `json:"effects,omitempty"`
 	// Checks are the bench's own checks that did not hold (the command
 	// exits 1 after printing the figures).
@@ -120,6 +141,21 @@ type Swap struct {
 	BaselineP99Seconds float64 `json:"baseline_p99_seconds"`
 	SwapP50Seconds     float64 `json:"swap_p50_seconds"`
 	SwapP99Seconds     float64 `json:"swap_p99_seconds"`
+}
+
+// Steady is a fold's live path near the head, under a steady load of
+// writes: the latency from a write to its fold (the cursor past it), and
+// from a write to the answer of a read of it with ?min_revision (read
+// your writes, over the HTTP API), each over Probes probes.
+type Steady struct {
+	Variant        string  `json:"variant"`
+	LoadRate       float64 `json:"load_rate"` // writes/s the load reached (held back while the fold lags)
+	Probes         int     `json:"probes"`
+	FoldP50Seconds float64 `json:"fold_p50_seconds"`
+	FoldP99Seconds float64 `json:"fold_p99_seconds"`
+	ReadP50Seconds float64 `json:"read_p50_seconds"`
+	ReadP99Seconds float64 `json:"read_p99_seconds"`
+	ReadTimeouts   int     `json:"read_timeouts"` // reads answered 504 (counted at their wait)
 }
 
 // Effects is what the router's effects cost: the effects variant's
@@ -152,6 +188,8 @@ type Effects struct {
 // Variant is one variant's figures: its rounds and its ratios.
 type Variant struct {
 	Name string `json:"name"`
+	// Shape is the workload's ("ordered" or "random", workload.Shape).
+	Shape string `json:"shape"`
 	// Seconds of each round; Rate is keys over the median.
 	Seconds    []float64 `json:"seconds"`
 	Rate       float64   `json:"rate"`
@@ -214,140 +252,38 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 	if b.js, err = jetstream.New(b.nc); err != nil {
 		return nil, err
 	}
-	b.bucket = fmt.Sprintf("foldhost_bench_%08x", rand.Uint32())
-	if _, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b.bucket, History: 1}); err != nil {
-		return nil, fmt.Errorf("bench bucket %s: %w", b.bucket, err)
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := b.js.DeleteKeyValue(dctx, b.bucket); err != nil {
-			fmt.Fprintf(b.warn, "foldhost: bench: could not delete its bucket %s: %v\n", b.bucket, err)
-		}
-	}()
-
-	w := &workload.Writer{JS: b.js, Bucket: b.bucket, Hosts: b.keys, Rand: b.rng}
-	b.prog.Status(fmt.Sprintf("writing %d keys to bucket %s", b.keys, b.bucket))
-	if err := w.Initial(ctx); err != nil {
-		return nil, err
-	}
-	if err := b.readHead(ctx); err != nil {
-		return nil, err
-	}
-
-	// A variant returns the time it took to reach the head: from its
-	// start (Start for a host, opening the store for the native fold and
-	// the hand-rolled consumer) to the last update folded, leaving out
-	// what follows (closing the store, which flushes its memtables, and
-	// removing its directory).
-	type variant struct {
-		name, desc string
-		run        func(context.Context) (time.Duration, error)
-	}
-	variants := []variant{
-		{WatchAll, "a plain nats.go KV WatchAll read of the bucket", b.watchAll},
-		{Hand, "WatchAll and a pebble Set per update, default options", b.handRolled},
-		{RawFold, "foldhost, no plugin, from Start", func(ctx context.Context) (time.Duration, error) { return b.hostFold(ctx, "") }},
-	}
-	builds, _ := filepath.Glob(filepath.Join(pluginDir, "router-*.wasm"))
-	slices.Sort(builds)
-	if len(builds) == 0 && pluginDir == DefaultPlugins {
-		// Outside the repository: the builds the binary carries.
-		for _, lang := range embedded.Langs {
-			p, err := embedded.WriteFile(b.dir, lang)
-			if err != nil {
-				return nil, err
-			}
-			builds = append(builds, p)
-		}
-	}
-	effectsBuild := ""
-	for _, p := range builds {
-		lang := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "router-"), ".wasm")
-		variants = append(variants, variant{"fold, router " + lang, "foldhost through the example router's " + lang + " build (" + filepath.Base(p) + ")",
-			func(ctx context.Context) (time.Duration, error) { return b.hostFold(ctx, p) }})
-		if lang == "c" {
-			effectsBuild = p
-			variants = append(variants, variant{EffectsV, "the same, its effects published to a stream: from Start to the head and the outbox drained",
-				func(ctx context.Context) (time.Duration, error) { return b.effectsFold(ctx, p) }})
-		}
-	}
-	variants = append(variants, variant{Native, "fold.Follow through the router's Go code run natively (no module)", b.nativeFold})
-	if len(builds) == 0 {
-		fmt.Fprintf(b.warn, "foldhost: bench: no router-*.wasm in %s: plugin folds not measured\n", pluginDir)
-	}
-
-	if b.only != nil {
-		// The effects variant's ratio needs the same fold without them.
-		keepEffectsOf := b.only.MatchString(EffectsV)
-		variants = slices.DeleteFunc(variants, func(v variant) bool {
-			return v.name != WatchAll && v.name != RawFold && !b.only.MatchString(v.name) &&
-				!(v.name == EffectsOf && keepEffectsOf)
-		})
-	}
-	if slices.ContainsFunc(variants, func(v variant) bool { return v.name == EffectsV }) {
-		if b.effects, err = b.makeEffectsStream(ctx, effectsBuild); err != nil {
-			return nil, err
-		}
-		defer b.effects.delete(b)
-	}
-	if b.cpuProfile != "" {
-		f, err := os.Create(b.cpuProfile)
+	var builds []string
+	var effectsBuild string
+	var w *workload.Writer
+	for si, shape := range b.shapes {
+		last := si == len(b.shapes)-1
+		wr, done, err := b.makeBucket(ctx, shape)
 		if err != nil {
-			return nil, err
+			return res, err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return nil, err
+		variants, bs, eb := b.variants(pluginDir, shape, last)
+		builds, effectsBuild = bs, eb
+		vs, err := b.measure(ctx, variants, shape, rounds, eb)
+		res.Variants = append(res.Variants, vs...)
+		if err == nil && b.effects != nil && last {
+			res.Effects = &b.effects.res
 		}
-		defer pprof.StopCPUProfile()
-	}
-	secs := make([][]float64, len(variants))
-	total := rounds * len(variants)
-	for r := range rounds {
-		for i, v := range variants {
-			b.prog.Update(int64(r*len(variants)+i), int64(total), fmt.Sprintf("round %d/%d: %s", r+1, rounds, v.name))
-			var took time.Duration
-			var err error
-			// Labelled, so that a profile can be cut to one variant
-			// (go tool pprof -tagfocus variant=...): goroutines the
-			// variant starts inherit the label.
-			pprof.Do(ctx, pprof.Labels("variant", v.name), func(ctx context.Context) { took, err = v.run(ctx) })
-			if err != nil {
-				return nil, fmt.Errorf("bench: %s: %w", v.name, err)
+		if !last || err != nil {
+			done()
+			if b.effects != nil {
+				b.effects.delete(b)
+				b.effects = nil
 			}
-			secs[i] = append(secs[i], took.Seconds())
+			if err != nil {
+				return res, err
+			}
+			continue
 		}
-	}
-	b.prog.Update(int64(total), int64(total), "rounds done")
-	b.prog.End()
-	var watchAll, rawFold, effectsOf float64
-	for i, v := range variants {
-		if v.name == EffectsOf {
-			effectsOf = Median(secs[i])
+		defer done()
+		if b.effects != nil {
+			defer b.effects.delete(b)
 		}
-	}
-	for i, v := range variants {
-		med := Median(secs[i])
-		bv := Variant{Name: v.name, Seconds: secs[i], Rate: float64(b.head) / med, Description: v.desc}
-		switch v.name {
-		case WatchAll:
-			watchAll = bv.Rate
-		case RawFold:
-			rawFold = bv.Rate
-		}
-		bv.VsWatchAll = bv.Rate / watchAll
-		if strings.HasPrefix(v.name, "fold, router") {
-			bv.VsRawFold = bv.Rate / rawFold
-		}
-		if v.name == EffectsV {
-			bv.VsNoEffects = effectsOf / med
-			e := &b.effects.res
-			e.Seconds, e.TimeRatio = secs[i], med/effectsOf
-			e.EffectsPerUpdate = float64(e.Published) / float64(b.head)
-			res.Effects = e
-		}
-		res.Variants = append(res.Variants, bv)
+		w = wr
 	}
 	res.Checks = append(res.Checks, b.checks...)
 	b.prog.Status("restart: full replay, then a resume after a delta")
@@ -363,6 +299,14 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 			res.Checks = append(res.Checks, fmt.Sprintf("hot swap: %d swaps asked for, %d accepted", res.Swap.Swaps, n))
 		}
 	}
+	for _, sv := range b.steadyVariants(builds) {
+		b.prog.Status("steady state: " + sv.name + ": write-to-fold and read-your-writes latency under load")
+		st, err := b.steady(ctx, sv.name, sv.plugin)
+		if err != nil {
+			return res, fmt.Errorf("bench: steady state, %s: %w", sv.name, err)
+		}
+		res.Steady = append(res.Steady, *st)
+	}
 	if res.Effects != nil {
 		b.prog.Status("effects: probes' write-to-effect latency under load")
 		if err := b.effectsSteady(ctx, effectsBuild, res.Effects); err != nil {
@@ -370,6 +314,174 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 		}
 	}
 	return res, nil
+}
+
+// variant is one way to read the bucket to its head, timed.
+type variant struct {
+	name, desc string
+	run        func(context.Context) (time.Duration, error)
+}
+
+// makeBucket makes a bucket of the workload's shape (b.bucket), fills it
+// and reads its head; done deletes it.
+func (b *bench) makeBucket(ctx context.Context, shape workload.Shape) (*workload.Writer, func(), error) {
+	b.bucket = fmt.Sprintf("foldhost_bench_%08x", rand.Uint32())
+	if _, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b.bucket, History: 1}); err != nil {
+		return nil, nil, fmt.Errorf("bench bucket %s: %w", b.bucket, err)
+	}
+	bucket := b.bucket
+	done := func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.js.DeleteKeyValue(dctx, bucket); err != nil {
+			fmt.Fprintf(b.warn, "foldhost: bench: could not delete its bucket %s: %v\n", bucket, err)
+		}
+	}
+	start := time.Now()
+	what := fmt.Sprintf("writing %d keys (%s shape) to bucket %s", b.keys, shape, b.bucket)
+	w := &workload.Writer{JS: b.js, Bucket: b.bucket, Hosts: b.keys, Rand: b.rng, Shape: shape,
+		Progress: func(n int) { b.prog.Update(int64(n), int64(b.keys), what+eta(start, n, b.keys)) }}
+	b.prog.Status(what)
+	if err := w.Initial(ctx); err != nil {
+		done()
+		return nil, nil, err
+	}
+	b.prog.End()
+	if err := b.readHead(ctx); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return w, done, nil
+}
+
+// eta is ", ETA <d>" for n of total done since start ("" until known).
+func eta(start time.Time, n, total int) string {
+	el := time.Since(start)
+	if n == 0 || n >= total || el < time.Second {
+		return ""
+	}
+	return ", ETA " + (time.Duration(float64(el) / float64(n) * float64(total-n))).Round(time.Second).String()
+}
+
+// variants are the variants measured on a bucket of shape: all of them on
+// the last shape's (the effects variant included); on another, the
+// baselines and the folds (not the hand-rolled consumer, nor effects).
+// builds are the router builds found, effectsBuild the C one.
+func (b *bench) variants(pluginDir string, shape workload.Shape, last bool) (variants []variant, builds []string, effectsBuild string) {
+	variants = []variant{
+		{WatchAll, "a plain nats.go KV WatchAll read of the bucket", b.watchAll},
+		{Hand, "WatchAll and a pebble Set per update, default options", b.handRolled},
+		{RawFold, "foldhost, no plugin, from Start", func(ctx context.Context) (time.Duration, error) { return b.hostFold(ctx, "") }},
+	}
+	if !last {
+		variants = slices.Delete(variants, 1, 2)
+	}
+	builds, _ = filepath.Glob(filepath.Join(pluginDir, "router-*.wasm"))
+	slices.Sort(builds)
+	if len(builds) == 0 && pluginDir == DefaultPlugins {
+		// Outside the repository: the builds the binary carries.
+		for _, lang := range embedded.Langs {
+			p, err := embedded.WriteFile(b.dir, lang)
+			if err == nil {
+				builds = append(builds, p)
+			}
+		}
+	}
+	for _, p := range builds {
+		lang := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "router-"), ".wasm")
+		variants = append(variants, variant{"fold, router " + lang, "foldhost through the example router's " + lang + " build (" + filepath.Base(p) + ")",
+			func(ctx context.Context) (time.Duration, error) { return b.hostFold(ctx, p) }})
+		if lang == "c" {
+			effectsBuild = p
+			if last {
+				variants = append(variants, variant{EffectsV, "the same, its effects published to a stream: from Start to the head and the outbox drained",
+					func(ctx context.Context) (time.Duration, error) { return b.effectsFold(ctx, p) }})
+			}
+		}
+	}
+	variants = append(variants, variant{Native, "fold.Follow through the router's Go code run natively (no module)", b.nativeFold})
+	if len(builds) == 0 && last {
+		fmt.Fprintf(b.warn, "foldhost: bench: no router-*.wasm in %s: plugin folds not measured\n", pluginDir)
+	}
+	if b.only != nil {
+		// The effects variant's ratio needs the same fold without them.
+		keepEffectsOf := b.only.MatchString(EffectsV)
+		variants = slices.DeleteFunc(variants, func(v variant) bool {
+			return v.name != WatchAll && v.name != RawFold && !b.only.MatchString(v.name) &&
+				!(v.name == EffectsOf && keepEffectsOf)
+		})
+	}
+	return variants, builds, effectsBuild
+}
+
+// measure runs the variants' rounds, alternating, on the current bucket
+// (of shape), and returns their figures.
+func (b *bench) measure(ctx context.Context, variants []variant, shape workload.Shape, rounds int, effectsBuild string) ([]Variant, error) {
+	if slices.ContainsFunc(variants, func(v variant) bool { return v.name == EffectsV }) {
+		var err error
+		if b.effects, err = b.makeEffectsStream(ctx, effectsBuild); err != nil {
+			return nil, err
+		}
+	}
+	if b.cpuProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%s", b.cpuProfile, shape))
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	secs := make([][]float64, len(variants))
+	total := rounds * len(variants)
+	for r := range rounds {
+		for i, v := range variants {
+			b.prog.Update(int64(r*len(variants)+i), int64(total), fmt.Sprintf("%s shape, round %d/%d: %s", shape, r+1, rounds, v.name))
+			var took time.Duration
+			var err error
+			// Labelled, so that a profile can be cut to one variant
+			// (go tool pprof -tagfocus variant=...): goroutines the
+			// variant starts inherit the label.
+			pprof.Do(ctx, pprof.Labels("variant", v.name), func(ctx context.Context) { took, err = v.run(ctx) })
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s (%s shape): %w", v.name, shape, err)
+			}
+			secs[i] = append(secs[i], took.Seconds())
+		}
+	}
+	b.prog.Update(int64(total), int64(total), "rounds done")
+	b.prog.End()
+	var watchAll, rawFold, effectsOf float64
+	for i, v := range variants {
+		if v.name == EffectsOf {
+			effectsOf = Median(secs[i])
+		}
+	}
+	var out []Variant
+	for i, v := range variants {
+		med := Median(secs[i])
+		bv := Variant{Name: v.name, Shape: shape.String(), Seconds: secs[i], Rate: float64(b.head) / med, Description: v.desc}
+		switch v.name {
+		case WatchAll:
+			watchAll = bv.Rate
+		case RawFold:
+			rawFold = bv.Rate
+		}
+		bv.VsWatchAll = bv.Rate / watchAll
+		if strings.HasPrefix(v.name, "fold, router") {
+			bv.VsRawFold = bv.Rate / rawFold
+		}
+		if v.name == EffectsV {
+			bv.VsNoEffects = effectsOf / med
+			e := &b.effects.res
+			e.Seconds, e.TimeRatio = secs[i], med/effectsOf
+			e.EffectsPerUpdate = float64(e.Published) / float64(b.head)
+		}
+		out = append(out, bv)
+	}
+	return out, nil
 }
 
 func (b *bench) readHead(ctx context.Context) error {
@@ -670,6 +782,91 @@ func (b *bench) hotSwap(ctx context.Context, a, c string) (*Swap, error) {
 		LoadRate:           load.stop(b.js),
 		BaselineP50Seconds: quantile(base, 0.5), BaselineP99Seconds: quantile(base, 0.99),
 		SwapP50Seconds: quantile(swapped, 0.5), SwapP99Seconds: quantile(swapped, 0.99)}, nil
+}
+
+type steadyVariant struct{ name, plugin string }
+
+// steadyVariants are the folds whose live path the steady run measures:
+// the raw-only fold, and the router's C build when found (and --only
+// keeps it).
+func (b *bench) steadyVariants(builds []string) []steadyVariant {
+	out := []steadyVariant{{RawFold, ""}}
+	for _, p := range builds {
+		if filepath.Base(p) == "router-c.wasm" && (b.only == nil || b.only.MatchString(EffectsOf)) {
+			out = append(out, steadyVariant{EffectsOf, p})
+		}
+	}
+	return out
+}
+
+// steady measures a fold's live path: caught up, under steadyLoad's
+// writes, half of the probes time a write to its fold (the cursor past
+// it), the other half a write to the answer of a read of its key with
+// ?min_revision=<its revision> over the HTTP API (read your writes).
+func (b *bench) steady(ctx context.Context, name, plugin string) (*Steady, error) {
+	h, err := host.New(b.hostOptions(filepath.Join(b.nextDir(), "fold"), plugin))
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	f := h.Folds()[0]
+	if err := waitUntil(ctx, func() (bool, error) { return uint64(f.Store().Cursor().Rev) >= b.head, nil }); err != nil {
+		return nil, err
+	}
+	web := httptest.NewServer(h.Handler())
+	defer web.Close()
+	load := b.steadyLoad(ctx, func(head uint64) bool { return head > uint64(f.Store().Cursor().Rev)+swapMaxLag },
+		func(int) []byte { return []byte(`{"upstreams":[{"addr":"10.9.9.9:80"}]}`) })
+	defer load.stop(b.js)
+	kv, err := b.js.KeyValue(ctx, b.bucket)
+	if err != nil {
+		return nil, err
+	}
+	st := &Steady{Variant: name, Probes: b.probes}
+	var folds, reads []float64
+	for i := range b.probes {
+		key := workload.Key((i * 7919) % b.keys)
+		t0 := time.Now()
+		rev, err := kv.Put(ctx, key, []byte(`{"upstreams":[{"addr":"10.8.8.8:80"}]}`))
+		if err != nil {
+			return nil, err
+		}
+		if i%2 == 0 {
+			pctx, pcancel := context.WithTimeout(ctx, 2*time.Minute)
+			err = waitUntil(pctx, func() (bool, error) { return uint64(f.Store().Cursor().Rev) >= rev, nil })
+			pcancel()
+			if err != nil {
+				return nil, fmt.Errorf("the fold did not reach probe revision %d in 2 minutes (at %d): %w", rev, f.Store().Cursor().Rev, err)
+			}
+			folds = append(folds, time.Since(t0).Seconds())
+			continue
+		}
+		resp, err := http.Get(fmt.Sprintf("%s/v1/folds/%s/raw?key=%s&min_revision=%d&wait=10s", web.URL, f.Name(), key, rev))
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK:
+		case http.StatusGatewayTimeout:
+			st.ReadTimeouts++
+		default:
+			return nil, fmt.Errorf("read of probe %s at min_revision %d: %s", key, rev, resp.Status)
+		}
+		reads = append(reads, time.Since(t0).Seconds())
+	}
+	st.LoadRate = load.stop(b.js)
+	st.FoldP50Seconds, st.FoldP99Seconds = quantile(folds, 0.5), quantile(folds, 0.99)
+	st.ReadP50Seconds, st.ReadP99Seconds = quantile(reads, 0.5), quantile(reads, 0.99)
+	return st, nil
 }
 
 // writeLoad is a steady load of writes (steadyLoad).
@@ -1001,13 +1198,13 @@ func Median(xs []float64) float64 {
 func (r *Result) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "foldhost bench: %d keys, %d rounds, %s NATS server (median of the rounds; rates vary with the machine's load, ratios hold)\n\n", r.Keys, r.Rounds, r.Server)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VARIANT\tUPDATES/S\tVS WATCHALL\tVS RAW FOLD")
+	fmt.Fprintln(tw, "SHAPE\tVARIANT\tUPDATES/S\tVS WATCHALL\tVS RAW FOLD")
 	for _, v := range r.Variants {
 		vsRaw := ""
 		if v.VsRawFold > 0 {
 			vsRaw = fmt.Sprintf("%.2f×", v.VsRawFold)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.2f×\t%s\n", v.Name, humanRate(v.Rate), v.VsWatchAll, vsRaw)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f×\t%s\n", v.Shape, v.Name, humanRate(v.Rate), v.VsWatchAll, vsRaw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -1021,6 +1218,14 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if sw := r.Swap; sw != nil {
 		fmt.Fprintf(w, "hot swap under %.0f writes/s (%s, %d swaps): write-to-fold latency p50 %s p99 %s with a swap in flight, p50 %s p99 %s without\n",
 			sw.LoadRate, sw.Modules, sw.Swaps, fmtSeconds(sw.SwapP50Seconds), fmtSeconds(sw.SwapP99Seconds), fmtSeconds(sw.BaselineP50Seconds), fmtSeconds(sw.BaselineP99Seconds))
+	}
+	for _, st := range r.Steady {
+		fmt.Fprintf(w, "steady state, %s, under %.0f writes/s: write-to-fold latency p50 %s p99 %s; read your writes (HTTP, ?min_revision) p50 %s p99 %s (%d probes",
+			st.Variant, st.LoadRate, fmtSeconds(st.FoldP50Seconds), fmtSeconds(st.FoldP99Seconds), fmtSeconds(st.ReadP50Seconds), fmtSeconds(st.ReadP99Seconds), st.Probes)
+		if st.ReadTimeouts > 0 {
+			fmt.Fprintf(w, ", %d reads timed out", st.ReadTimeouts)
+		}
+		fmt.Fprintln(w, ")")
 	}
 	if ef := r.Effects; ef != nil {
 		fmt.Fprintf(w, "effects (%s, %.2f effects per update): fold to the head and the outbox drained %s (to the head %s); time vs the fold without effects %.2f× (%+.0f%%)\n",

@@ -140,7 +140,7 @@ func contractDescribe(t *testing.T, h Harness) {
 		t.Errorf("Show of an unknown ID: %v", err)
 	}
 	out.Reset()
-	if err := artifact.WriteShown(&out, sh, time.Now()); err != nil {
+	if err := artifact.WriteShown(&out, "test", sh, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range append([]string{"not published", "cursor: ", "plugin: ", "view schema 10", a.Addr + ".tar"}, sh.Manifest.Files[0].Path, sh.Manifest.Files[0].BLAKE3) {
