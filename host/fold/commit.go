@@ -199,6 +199,20 @@ func (s *Store) Commit(c Commit) error {
 	if err := b.Set(metaCursorKey, cur, nil); err != nil {
 		return fmt.Errorf("fold: commit: batch: %w", err)
 	}
+	// The filters learn the keys before the data lands (keyfilter.go); a
+	// switch to a rebuild's views drops the view filter: it knows the old
+	// keyspace's keys, not the new one's.
+	rf := s.rawFilter.Load()
+	for i := range c.Raw {
+		rf.addString(c.Raw[i].Key)
+	}
+	if c.Activate != nil {
+		s.viewFilter.Store(nil)
+	} else if vf := s.viewFilter.Load(); vf != nil {
+		for i := range c.Views {
+			vf.add(c.Views[i].Key)
+		}
+	}
 	if c.Activate != nil {
 		// No Store view read between the switch and the flip below.
 		s.viewMu.Lock()

@@ -60,6 +60,9 @@ func (s *Store) Get(key string) (Entry, bool, error) {
 		return Entry{}, false, ErrClosed
 	}
 	defer s.gate.exit()
+	if s.rawFilter.Load().absentString(key) {
+		return Entry{}, false, nil // never held (keyfilter.go)
+	}
 	return getRaw(s.db, key)
 }
 
@@ -90,6 +93,9 @@ func (s *Store) ViewGet(key []byte) ([]byte, bool, error) {
 	defer s.gate.exit()
 	s.viewMu.RLock()
 	defer s.viewMu.RUnlock()
+	if s.viewFilter.Load().absent(key) {
+		return nil, false, nil // never held (keyfilter.go)
+	}
 	return viewGet(s.db, s.viewSpace(), key)
 }
 

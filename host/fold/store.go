@@ -46,6 +46,10 @@ type Store struct {
 	outboxFloor atomic.Pointer[[]byte]
 	cursor      atomic.Pointer[protocol.Cursor]
 	view        atomic.Uint32          // the view keyspace (spaceView or spaceView2); changed by a commit
+	// rawFilter and viewFilter: the keys the raw keyspace and the views
+	// in place ever held since the store opened them empty (keyfilter.go);
+	// nil: no filter.
+	rawFilter, viewFilter atomic.Pointer[keyFilter]
 	shadow      atomic.Pointer[Shadow] // the last BeginShadow's, until activated
 	// viewMu orders the Store's own view reads (which resolve the view
 	// keyspace, then read it) with a commit that switches keyspaces and
@@ -126,6 +130,19 @@ func (s *Store) recover() (protocol.Cursor, error) {
 		return protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", s.dir, err)
 	}
 	s.view.Store(uint32(view))
+	for _, f := range []struct {
+		space byte
+		p     *atomic.Pointer[keyFilter]
+	}{{spaceRaw, &s.rawFilter}, {view, &s.viewFilter}} {
+		has, err := hasKeys(s.db, f.space)
+		if err != nil {
+			return protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", s.dir, err)
+		}
+		f.p.Store(nil)
+		if !has {
+			f.p.Store(newKeyFilter())
+		}
+	}
 	if s.outboxHigh, s.outboxNext, err = readOutboxHigh(s.db); err != nil {
 		return protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", s.dir, err)
 	}

@@ -28,23 +28,40 @@ func (s *Store) ViewGetBatch(keys [][]byte, fn func(i int, value []byte, found b
 	defer s.gate.exit()
 	s.viewMu.RLock()
 	defer s.viewMu.RUnlock()
-	return viewGetBatch(s.db, s.viewSpace(), keys, fn)
+	return viewGetBatch(s.db, s.viewSpace(), s.viewFilter.Load(), keys, fn)
 }
 
-func viewGetBatch(r pebble.Reader, space byte, keys [][]byte, fn func(int, []byte, bool) error) error {
+// viewGetBatch reads keys of space from r; a key filter says absent
+// (keyfilter.go; nil: none) is answered without a seek.
+func viewGetBatch(r pebble.Reader, space byte, filter *keyFilter, keys [][]byte, fn func(int, []byte, bool) error) error {
 	order := make([]int, len(keys))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(keys[a], keys[b]) })
-	lower, upper := prefixBounds(space, "")
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-	if err != nil {
-		return fmt.Errorf("fold: view get: %w", err)
-	}
-	defer it.Close() // fn may panic (a plugin call's deadline)
+	// The iterator is opened at the first key the filter does not rule
+	// out: a batch of keys the fold never held opens none.
+	var it *pebble.Iterator
+	defer func() {
+		if it != nil {
+			it.Close() // fn may panic (a plugin call's deadline)
+		}
+	}()
 	var full []byte
 	for _, i := range order {
+		if filter.absent(keys[i]) {
+			if err := fn(i, nil, false); err != nil {
+				return err
+			}
+			continue
+		}
+		if it == nil {
+			lower, upper := prefixBounds(space, "")
+			var err error
+			if it, err = r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper}); err != nil {
+				return fmt.Errorf("fold: view get: %w", err)
+			}
+		}
 		full = appendKey(full[:0], space, keys[i])
 		var v []byte
 		found := it.SeekGE(full) && bytes.Equal(it.Key(), full)
@@ -59,8 +76,10 @@ func viewGetBatch(r pebble.Reader, space byte, keys [][]byte, fn func(int, []byt
 			return err
 		}
 	}
-	if err := it.Error(); err != nil {
-		return fmt.Errorf("fold: view get: %w", err)
+	if it != nil {
+		if err := it.Error(); err != nil {
+			return fmt.Errorf("fold: view get: %w", err)
+		}
 	}
 	return nil
 }
