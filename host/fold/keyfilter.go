@@ -36,7 +36,7 @@ type keyFilter struct {
 // cache miss. At 10 bits a key its false positive rate is about 1%.
 type filterLevel struct {
 	blocks []atomic.Uint64 // 8 words a block
-	n, cap int            // keys added (by the one writer), capacity
+	n, cap int             // keys added (by the one writer), capacity
 }
 
 const (

@@ -46,16 +46,17 @@ type Store struct {
 	outboxFloor atomic.Pointer[[]byte]
 	cursor      atomic.Pointer[protocol.Cursor]
 	view        atomic.Uint32          // the view keyspace (spaceView or spaceView2); changed by a commit
-	// rawFilter and viewFilter: the keys the raw keyspace and the views
-	// in place ever held since the store opened them empty (keyfilter.go);
-	// nil: no filter.
-	rawFilter, viewFilter atomic.Pointer[keyFilter]
 	shadow      atomic.Pointer[Shadow] // the last BeginShadow's, until activated
 	// viewMu orders the Store's own view reads (which resolve the view
 	// keyspace, then read it) with a commit that switches keyspaces and
 	// drops the old one: held for reading by ViewGet and ViewRange, for
 	// writing by an activating Commit.
 	viewMu sync.RWMutex
+
+	// rawFilter and viewFilter: the keys the raw keyspace and the views
+	// in place ever held since the store opened them empty (keyfilter.go);
+	// nil: no filter.
+	rawFilter, viewFilter atomic.Pointer[keyFilter]
 
 	snapMu sync.Mutex
 	snaps  map[*Snapshot]struct{}
