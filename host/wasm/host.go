@@ -18,17 +18,17 @@ import (
 // travels in the call's context (host functions are shared by every
 // instance of the runtime).
 type callState struct {
-	fold    fold.Reader // the committed fold, for read
+	fold fold.Reader // the committed fold, for read
 	// snap is the snapshot a query reads, for range; nil in an apply
 	// (range is refused there: the SDKs' overlay of the batch's own
 	// writes covers point reads only).
 	snap     RangeReader
 	rangeBuf []byte // a range answer's entries, reused
-	resp    []byte      // pending read response, for read_result
-	logger  *slog.Logger
-	logs    *logLimiter // the runtime's, shared by its instances
-	module  string
-	maxResp int // a read's response must fit the guest's memory limit
+	resp     []byte // pending read response, for read_result
+	logger   *slog.Logger
+	logs     *logLimiter // the runtime's, shared by its instances
+	module   string
+	maxResp  int // a read's response must fit the guest's memory limit
 
 	// Read bounds (Options.MaxReadBytes, MaxCallReadBytes), and the bytes
 	// answered since the call started.
