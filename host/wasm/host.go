@@ -228,8 +228,13 @@ func hostRange(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 			more = true
 			return errRangeStop
 		}
-		if _, stop = st.expired(ctx); stop != nil { // as a read: between every two keys
-			return errRangeStop
+		// The deadline as a read's, but every 32 keys: a scan's next key
+		// is a step of an iterator, not a seek, and the clock read cost
+		// as much as the step (12% of a range-heavy query's time).
+		if count%32 == 0 {
+			if _, stop = st.expired(ctx); stop != nil {
+				return errRangeStop
+			}
 		}
 		if size := 5 + len(body) + abi.RangeEntrySize(k, v); size > bound {
 			if count == 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,6 +187,14 @@ func TestQueryFailures(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Kind != c.kind || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("%s: %v, want a %s naming %q", c.name, err, c.kind, c.msg)
 		}
+		// One query at a time: one instance, kept after the plugin's own
+		// verdict, discarded after anything else.
+		p.queries.mu.Lock()
+		idle := len(p.queries.idle)
+		p.queries.mu.Unlock()
+		if want := map[bool]int{true: 1, false: 0}[c.kind == KindGuest]; idle != want {
+			t.Errorf("%s: %d idle query instances after it, want %d", c.name, idle, want)
+		}
 		// The next query answers, on a fresh instance when that one died.
 		if got := query(t, p, sn, "get", "k"); got != "v" {
 			t.Fatalf("after %s: get = %q", c.name, got)
@@ -272,5 +281,66 @@ func TestQueryRunsTheSwappedInModule(t *testing.T) {
 	p.Swap(g)
 	if _, err := p.Query(context.Background(), "top_upstreams", nil, sn); !errors.Is(err, ErrNoQueries) {
 		t.Fatalf("a module without queries: %v", err)
+	}
+}
+
+// TestConcurrentQueriesBesideSwapsAndApplies: more queries at once than
+// query instances, while modules are swapped in and batches applied: every
+// query answers, and every module is released in the end (a query holds
+// its module while it instantiates; the last holder closes it).
+func TestConcurrentQueriesBesideSwapsAndApplies(t *testing.T) {
+	r := newRuntime(t, Options{})
+	before := OpenModules()
+	p, st := pluginAndStore(t, r, testPlugin(t, "query"))
+	commitBatch(t, p, st, putU(1, "k", "v"))
+	sn := snapshotOf(t, st)
+	const workers, each = 6, 15
+	errs := make(chan error, workers*each)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				a, err := p.Query(context.Background(), "get", []byte("k"), sn)
+				if err == nil && string(a.Body) != "v" {
+					err = fmt.Errorf("answer %q", a.Body)
+				}
+				errs <- err
+			}
+		})
+	}
+	swapped := make(chan struct{})
+	go func() {
+		defer close(swapped)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			m, err := r.LoadFile(context.Background(), testPlugin(t, "query"))
+			if err != nil {
+				errs <- err
+				return
+			}
+			p.Swap(m)
+			if _, err := p.Apply(context.Background(), []fold.Update{putU(protocol.Revision(i+2), "x", "y")}, st); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-swapped
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Close(context.Background())
+	if n := OpenModules(); n != before {
+		t.Fatalf("%d modules open after the plugin closed, %d before", n, before)
 	}
 }
