@@ -368,3 +368,37 @@ func TestConcurrentQueriesBesideSwapsAndApplies(t *testing.T) {
 		t.Fatalf("%d modules open after the plugin closed, %d before", n, before)
 	}
 }
+
+// TestAModuleClosedWhileHeldLivesUntilReleased: a query holding a module
+// (acquire) can still instantiate it after its owner closed it (a swap
+// meanwhile); the last release frees its compiled code, and a closed
+// module cannot be acquired again.
+func TestAModuleClosedWhileHeldLivesUntilReleased(t *testing.T) {
+	r := newRuntime(t, Options{})
+	before := OpenModules()
+	m, err := r.LoadFile(context.Background(), testPlugin(t, "query"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.acquire() {
+		t.Fatal("could not acquire a fresh module")
+	}
+	m.Close(context.Background())
+	if m.acquire() {
+		t.Fatal("acquired a closed module")
+	}
+	st := r.newCallState(m.Short())
+	st.start(time.Minute)
+	in, err := r.instantiate(withCallState(context.Background(), st), m)
+	if err != nil {
+		t.Fatalf("instantiating a held module after its Close: %v", err)
+	}
+	in.close(context.Background())
+	if n := OpenModules(); n != before+1 {
+		t.Fatalf("%d modules open while held, want %d", n, before+1)
+	}
+	m.release(context.Background())
+	if n := OpenModules(); n != before {
+		t.Fatalf("%d modules open after the release, want %d", n, before)
+	}
+}
