@@ -179,10 +179,13 @@ func TestATrappingQueryLeavesTheFoldAlone(t *testing.T) {
 	if got.code != 500 || !strings.Contains(got.body, "query.wasm: about to trap") || !strings.Contains(got.body, "trap") {
 		t.Fatalf("trap: %+v", got)
 	}
+	if st := f.Status(); st.State != httpapi.StateFollowing || st.Counters.PluginErrors != 0 || st.LastError != "" {
+		t.Fatalf("the fold after a trapping query: %+v", st)
+	}
 	rev = put(t, b, "k2", "v2")
 	waitCursor(t, f, rev)
 	if st := f.Status(); st.State != httpapi.StateFollowing || st.Counters.PluginErrors != 0 || st.LastError != "" {
-		t.Fatalf("the fold after a trapping query: %+v", st)
+		t.Fatalf("the fold folding after a trapping query: %+v", st)
 	}
 	if got := doQuery(t, "GET", q+"get?input=k2", ""); got.code != 200 || got.body != "v2" || got.ctype != "application/octet-stream" {
 		t.Fatalf("get after the trap: %+v", got)
