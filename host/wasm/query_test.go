@@ -402,3 +402,15 @@ func TestAModuleClosedWhileHeldLivesUntilReleased(t *testing.T) {
 		t.Fatalf("%d modules open after the release, want %d", n, before)
 	}
 }
+
+// TestRangeIsRefusedDuringApply: the range import answers -1 in an apply
+// (the SDKs could not overlay the batch's writes on it); query.wasm calls
+// it past its SDK and records what the host returned.
+func TestRangeIsRefusedDuringApply(t *testing.T) {
+	r := newRuntime(t, Options{})
+	p, st := pluginAndStore(t, r, testPlugin(t, "query"))
+	commitBatch(t, p, st, putU(1, "a", "x"), putU(2, "range-in-apply", ""))
+	if got := query(t, p, snapshotOf(t, st), "get", "range-in-apply"); got != "-1" {
+		t.Fatalf("range during apply returned %s, want -1", got)
+	}
+}

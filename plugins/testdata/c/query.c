@@ -12,6 +12,11 @@
  *   write   calls fh_put (a query cannot write: it fails)
  *   fill    answers as many 'x' bytes as the decimal input says
  *   echo    answers its input (content type text/plain)
+ *
+ * A put of the key "range-in-apply" calls the range import during apply,
+ * past the SDK (which refuses it there itself), with a valid request, and
+ * sets view "range-in-apply" to what the host returned, in decimal: -1,
+ * as the host refuses range outside a query.
  */
 #include <stdio.h>
 #include <string.h>
@@ -30,8 +35,23 @@ static int parse(const fh_update *u, struct rec *r) {
 	return FH_ACCEPT;
 }
 
+__attribute__((import_module("foldhost"), import_name("range"))) int32_t host_range(int32_t space, int32_t ptr, int32_t len);
+
+static int range_in_apply(void) {
+	/* flags 0, limit 10, start "", end "" */
+	static const uint8_t req[] = {0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+	char num[16];
+	int n = snprintf(num, sizeof num, "%d", (int)host_range(0, (int32_t)(uintptr_t)req, (int32_t)sizeof req));
+	fh_put("range-in-apply", 14, num, (uint32_t)n);
+	return FH_OK;
+}
+
 static int apply(struct rec *rs, uint32_t n) {
 	for (uint32_t i = 0; i < n; i++) {
+		if (rs[i].key.len == 14 && memcmp(rs[i].key.ptr, "range-in-apply", 14) == 0) {
+			range_in_apply();
+			continue;
+		}
 		if (rs[i].op == FH_OP_PUT)
 			fh_put(rs[i].key.ptr, rs[i].key.len, rs[i].value.ptr, rs[i].value.len);
 		else
