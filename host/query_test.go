@@ -88,6 +88,12 @@ func TestQueriesOverHTTP(t *testing.T) {
 	put(t, b, "route.b", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
 	rev := put(t, b, "route.c", `{"upstreams":[{"addr":"10.0.0.2:80"},{"addr":"10.0.0.3:80"}]}`)
 	q := web.URL + "/v1/folds/routes/query/"
+	if qs := f.Status().Plugin.Queries; len(qs) != 2 || qs[0] != (httpapi.PluginQuery{Name: "hosts_of_upstream", ContentType: "application/json"}) || qs[1].Name != "top_upstreams" {
+		t.Fatalf("the status's queries: %+v", qs)
+	}
+	if qs := r.h.Fold("gorouter").Status().Plugin.Queries; qs != nil {
+		t.Fatalf("a plugin without queries lists %+v", qs)
+	}
 
 	got := doQuery(t, "GET", fmt.Sprintf("%shosts_of_upstream?input=10.0.0.2:80&min_revision=%d", q, rev), "")
 	if got.code != 200 || got.body != `{"upstream":"10.0.0.2:80","hosts":["a","b","c"]}` || got.ctype != "application/json" ||
