@@ -152,6 +152,12 @@ static int q_echo(fh_bytes in) {
 	return FH_OK;
 }
 
+#ifdef BAD_QUERY_NAME
+/* query-badname.wasm: a query list the host refuses (a name with a space). */
+FOLDHOST_QUERIES({"get", "", q_get}, {"scan", "", q_scan}, {"rscan", "", q_rscan}, {"trap", "", q_trap},
+		 {"spin", "", q_spin}, {"write", "", q_write}, {"fill", "", q_fill}, {"bad name", "", q_echo});
+#else
 FOLDHOST_QUERIES({"get", "", q_get}, {"scan", "text/plain", q_scan}, {"rscan", "text/plain", q_rscan},
 		 {"trap", "", q_trap}, {"spin", "", q_spin}, {"write", "", q_write}, {"fill", "", q_fill},
 		 {"echo", "text/plain", q_echo});
+#endif
