@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/httpapi"
@@ -211,5 +212,45 @@ func TestATrappingQueryLeavesTheFoldAlone(t *testing.T) {
 	}
 	if got := doQuery(t, "GET", q+"get?input=k2", ""); got.code != 404 {
 		t.Fatalf("the old module's query after the reload: %+v", got)
+	}
+}
+
+// TestQueriesWaitForTheirViewSchema: a fold started with a module of
+// another view schema than its views' rebuilds them before following, the
+// old views serving meanwhile; a query then would run the new module over
+// the old schema's views, and is refused (503, saying why) until the
+// rebuilt views are switched in.
+func TestQueriesWaitForTheirViewSchema(t *testing.T) {
+	url, b := natsServer(t)
+	dir := t.TempDir()
+	pluginFile := filepath.Join(dir, "plugin.wasm")
+	copyFile(t, builtPlugin(t, "testdata", "keyview2"), pluginFile)
+	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, PluginCacheDir: filepath.Join(dir, "cache"),
+		Folds: []host.FoldOptions{{Name: "q", Bucket: "routes", Plugin: pluginFile, DataDir: filepath.Join(dir, "q")}}}
+	r := startHost(t, o)
+	rev := put(t, b, "k", "v")
+	waitCursor(t, r.h.Fold("q"), rev)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	copyFile(t, builtPlugin(t, "testdata", "query"), pluginFile) // view schema 1
+	replayed, unblock := holdRebuilds(t)
+	r = startHost(t, o)
+	f := r.h.Fold("q")
+	web := loopbackAPI(t, r.h.Handler())
+	defer web.Close()
+	select {
+	case <-replayed:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("no view rebuild at the start: %+v", f.Status())
+	}
+	if got := doQuery(t, "GET", web.URL+"/v1/folds/q/query/get?input=k", ""); got.code != 503 || !strings.Contains(got.body, "view schema 2, the plugin's is 1") {
+		t.Fatalf("a query over the old schema's views: %+v", got)
+	}
+	unblock()
+	waitState(t, f, httpapi.StateFollowing)
+	if got := doQuery(t, "GET", web.URL+"/v1/folds/q/query/get?input=k", ""); got.code != 200 || got.body != "v" {
+		t.Fatalf("a query over the rebuilt views: %+v", got)
 	}
 }
