@@ -12,7 +12,8 @@ import "errors"
 const (
 	Major = 1
 	// Minor 1: an ok output may carry effects (StatusOKEffects).
-	Minor = 1
+	// Minor 2: queries (ExportQueries, ExportQuery, ImportRange).
+	Minor = 2
 	// MarkerPrefix + major is the name of the version-marker export.
 	MarkerPrefix = "foldhost_abi_v"
 	Marker       = "foldhost_abi_v1"

@@ -210,6 +210,10 @@ func (p *plugin) status() httpapi.PluginStatus {
 	if rl := ws.LastReload; rl != nil {
 		st.LastReload = &httpapi.PluginReload{At: rl.At.UTC(), Outcome: rl.Outcome, Module: rl.Module, Reason: rl.Reason}
 	}
+	qs, _ := p.Queries()
+	for _, q := range qs {
+		st.Queries = append(st.Queries, httpapi.PluginQuery{Name: q.Name, ContentType: q.ContentType})
+	}
 	return st
 }
 

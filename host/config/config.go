@@ -517,6 +517,7 @@ func extractLimits(f *table) wasm.Limits {
 		{wasm.KeyMaxError, &l.MaxErrorBytes, wasm.DefaultMaxErrorBytes, 1, 1 << 20, 1},
 		{wasm.KeyMaxEffects, &l.MaxEffects, wasm.DefaultMaxEffects, 1, 1_000_000, 1},
 		{wasm.KeyMaxEffect, &l.MaxEffectBytes, wasm.DefaultMaxEffectBytes >> 10, 1, 64 << 10, 1 << 10},
+		{wasm.KeyMaxQueryInput, &l.MaxQueryInputBytes, wasm.DefaultMaxQueryInputBytes >> 10, 1, 64 << 10, 1 << 10},
 	} {
 		v := k.def
 		if f.integer(k.key, &v) && (v < k.lo || v > k.hi) {

@@ -117,7 +117,7 @@ func TestConfigDefaults(t *testing.T) {
 			PluginCallTimeout: wasm.DefaultCallTimeout, PluginMaxMB: 64,
 			PluginLimits: wasm.Limits{MaxOutputBytes: 16 << 20, MaxViewMutations: 100_000, MaxViewKeyBytes: 4096,
 				MaxViewValueBytes: 1 << 20, MaxReadBytes: 16 << 20, MaxCallReadBytes: 256 << 20, MaxErrorBytes: 4096,
-				MaxEffects: 10_000, MaxEffectBytes: 1 << 20},
+				MaxEffects: 10_000, MaxEffectBytes: 1 << 20, MaxQueryInputBytes: 1 << 20},
 			OnPluginError: "stop", DeadLetterMax: 10000, DeadLetterMaxAge: 7 * 24 * time.Hour,
 			Repair: protocol.RepairAuto, CreateBucket: natskv.BucketConfig{Name: "a", History: 1, Replicas: 1},
 			EffectsMaxWait: 5 * time.Minute,
@@ -163,6 +163,7 @@ plugin_max_call_read_mb = 8
 plugin_max_error_bytes = 100
 plugin_max_effects = 7
 plugin_max_effect_kb = 2
+plugin_max_query_input_kb = 4
 effects_stream = "ROUTE_EVENTS"
 effects_subjects = ["route.changed"]
 effects_max_wait = "90s"
@@ -195,7 +196,7 @@ limit_marker_ttl = "1m"
 		PluginCallTimeout: wasm.DefaultCallTimeout, PluginMaxMB: 64,
 		PluginLimits: wasm.Limits{MaxOutputBytes: 32 << 20, MaxViewMutations: 5000, MaxViewKeyBytes: 512,
 			MaxViewValueBytes: 64 << 10, MaxReadBytes: 2 << 20, MaxCallReadBytes: 8 << 20, MaxErrorBytes: 100,
-			MaxEffects: 7, MaxEffectBytes: 2 << 10},
+			MaxEffects: 7, MaxEffectBytes: 2 << 10, MaxQueryInputBytes: 4 << 10},
 		CreateBucket: natskv.BucketConfig{Name: "routes", History: 5, MaxAge: 24 * time.Hour, MaxBytes: 1 << 20,
 			Replicas: 3, Memory: true, LimitMarkerTTL: time.Minute},
 		EffectsStream: "ROUTE_EVENTS", EffectsSubjects: []string{"route.changed"}, EffectsMaxWait: 90 * time.Second,

@@ -62,6 +62,8 @@ type Options struct {
 //	GET /v1/folds/{name}/raw/{key...}     one raw entry
 //	GET /v1/folds/{name}/raw?prefix=P&limit=N[&next=T]    raw entries by prefix, a page at a time (or ?key=K: one entry)
 //	GET /v1/folds/{name}/raw?prefix=P&format=ndjson  every raw entry of the prefix, streamed (also view)
+//	GET /v1/folds/{name}/query/{query}?input=I   a plugin query's answer ([Querier]; or ?input_b64=)
+//	POST /v1/folds/{name}/query/{query}   the same, the body as the input (a read, not an admin action)
 //	POST /v1/folds/{name}/export[?force=true]    run an export round now ([Exporter]); its result
 //	POST /v1/folds/{name}/pause           stop the watch at a batch boundary ([Controller])
 //	POST /v1/folds/{name}/resume          restart a paused or failed fold from its cursor
@@ -78,7 +80,7 @@ type Options struct {
 // DecodeB64) for bytes a URL cannot carry as text; every key an answer
 // holds is in key_b64, so a listed key always reads back.
 //
-// Every POST is an admin action: refused (403) unless it bears the
+// Every POST but a query's is an admin action: refused (403) unless it bears the
 // configured admin token, or, with none configured, came in on a
 // loopback-only listener (Options.AdminToken); each one is logged with its
 // caller, and each refusal with its reason.
@@ -116,6 +118,8 @@ func NewHandler(o Options) http.Handler {
 	mux.HandleFunc("GET /v1/folds/{name}/raw/{key...}", s.getOne(rawSpace))
 	mux.HandleFunc("GET /v1/folds/{name}/view", s.collection(viewSpace))
 	mux.HandleFunc("GET /v1/folds/{name}/raw", s.collection(rawSpace))
+	mux.HandleFunc("GET /v1/folds/{name}/query/{query}", s.query)
+	mux.HandleFunc("POST /v1/folds/{name}/query/{query}", s.query)
 	mux.HandleFunc("POST /v1/folds/{name}/export", s.export)
 	mux.HandleFunc("GET /v1/folds/{name}/deadletter", s.deadLetters)
 	mux.HandleFunc("POST /v1/folds/{name}/deadletter/replay", s.replay)

@@ -190,6 +190,16 @@ type PluginStatus struct {
 	LastReload *PluginReload `json:"last_reload,omitempty"`
 	// Reloads counts the verdicts since start.
 	Reloads PluginReloads `json:"reloads"`
+	// Queries are the queries the plugin declares (ABI minor 2; served at
+	// /v1/folds/{name}/query/{query}), of the module the next batch runs;
+	// absent when none.
+	Queries []PluginQuery `json:"queries,omitempty"`
+}
+
+// PluginQuery is one query a plugin declares.
+type PluginQuery struct {
+	Name        string `json:"name"`
+	ContentType string `json:"content_type,omitempty"` // absent: application/octet-stream
 }
 
 // PluginReload is one reload verdict.

@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/foldhost/foldhost/abi"
@@ -85,6 +86,17 @@ func Check(ctx context.Context, w io.Writer, path string, opts wasm.Options) err
 		path, textfmt.Printable(id.Name), textfmt.Printable(id.Version), id.ViewSchema, id.ABI, id.SHA256)
 	fmt.Fprintf(w, "PASS %-11s validated and instantiated in %v (memory limit %d MiB)\n", "load",
 		time.Since(start).Round(time.Millisecond), opts.MemoryLimitPages/16)
+	if len(m.Queries) > 0 { // validated by the load (names, content types); not run here
+		var qs []string
+		for _, q := range m.Queries {
+			ct := q.ContentType
+			if ct == "" {
+				ct = "application/octet-stream"
+			}
+			qs = append(qs, q.Name+" ("+textfmt.Printable(ct)+")")
+		}
+		fmt.Fprintf(w, "queries: %s\n", strings.Join(qs, ", "))
+	}
 
 	// Each run on a fresh instance of m: the Plugin of the last run hands
 	// its module on and its instance goes.

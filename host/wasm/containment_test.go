@@ -203,7 +203,7 @@ func spinChild(t *testing.T, mode string) {
 		contain = containNone
 	}
 	spinning := make(chan struct{}, 1)
-	logger := slog.New(logSignal{spinning})
+	logger := slog.New(logSignal{ch: spinning})
 	r, err := NewRuntime(context.Background(), Options{CallTimeout: NoCallTimeout, Retries: -1, Logger: logger, containment: contain})
 	if err != nil {
 		t.Fatal(err)
@@ -235,11 +235,16 @@ func spinChild(t *testing.T, mode string) {
 }
 
 // logSignal is a slog handler that signals when spin.wasm says it spins.
-type logSignal struct{ ch chan struct{} }
+// logSignal signals ch when a log record's message is msg (default
+// "spin.wasm: spinning").
+type logSignal struct {
+	ch  chan struct{}
+	msg string
+}
 
 func (h logSignal) Enabled(context.Context, slog.Level) bool { return true }
 func (h logSignal) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == "spin.wasm: spinning" {
+	if want := h.msg; r.Message == want || want == "" && r.Message == "spin.wasm: spinning" {
 		select {
 		case h.ch <- struct{}{}:
 		default:

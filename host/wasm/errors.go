@@ -71,4 +71,5 @@ const (
 	KeyMaxError         = "plugin_max_error_bytes"
 	KeyMaxEffects       = "plugin_max_effects"
 	KeyMaxEffect        = "plugin_max_effect_kb"
+	KeyMaxQueryInput    = "plugin_max_query_input_kb"
 )

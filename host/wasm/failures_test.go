@@ -26,6 +26,8 @@ func TestInvalidModulesAreRefusedWithTheReason(t *testing.T) {
 		// The Go router built without -buildmode=c-shared: its exports
 		// trap ("call _start first"), which said nothing of the fix.
 		"router-go-command": "built without -buildmode=c-shared",
+		// ABI minor 2: a query list breaking a rule.
+		"query-badname": `foldhost_queries: abi: malformed record: query name "bad name"`,
 	} {
 		_, err := r.LoadFile(context.Background(), testPlugin(t, name))
 		if !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), want) {

@@ -18,12 +18,17 @@ import (
 // travels in the call's context (host functions are shared by every
 // instance of the runtime).
 type callState struct {
-	fold    fold.Reader // the committed fold, for read
-	resp    []byte      // pending read response, for read_result
-	logger  *slog.Logger
-	logs    *logLimiter // the runtime's, shared by its instances
-	module  string
-	maxResp int // a read's response must fit the guest's memory limit
+	fold fold.Reader // the committed fold, for read
+	// snap is the snapshot a query reads, for range; nil in an apply
+	// (range is refused there: the SDKs' overlay of the batch's own
+	// writes covers point reads only).
+	snap     RangeReader
+	rangeBuf []byte // a range answer's entries, reused
+	resp     []byte // pending read response, for read_result
+	logger   *slog.Logger
+	logs     *logLimiter // the runtime's, shared by its instances
+	module   string
+	maxResp  int // a read's response must fit the guest's memory limit
 
 	// Read bounds (Options.MaxReadBytes, MaxCallReadBytes), and the bytes
 	// answered since the call started.
@@ -82,14 +87,24 @@ var errDeadline = errors.New("plugin call ran past its deadline")
 // checkDeadline ends the call (a panic wazero turns into the call's error)
 // when its context is done or its deadline passed; it returns the time.
 func (s *callState) checkDeadline(ctx context.Context) time.Time {
+	now, err := s.expired(ctx)
+	if err != nil {
+		panic(err)
+	}
+	return now
+}
+
+// expired is checkDeadline's verdict, without the panic (for a check made
+// where a panic would skip cleanup: inside a store iteration).
+func (s *callState) expired(ctx context.Context) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
-		panic(fmt.Errorf("plugin call cancelled: %w", err))
+		return time.Time{}, fmt.Errorf("plugin call cancelled: %w", err)
 	}
 	now := time.Now()
 	if !s.deadline.IsZero() && now.After(s.deadline) {
-		panic(errDeadline)
+		return now, errDeadline
 	}
-	return now
+	return now, nil
 }
 
 // hostYield is the meter's import: it ends the call when its deadline
@@ -136,6 +151,7 @@ func installHost(ctx context.Context, rt wazero.Runtime) error {
 		NewFunctionBuilder().WithFunc(hostRead).Export(abi.ImportRead).
 		NewFunctionBuilder().WithFunc(hostReadResult).Export(abi.ImportReadResult).
 		NewFunctionBuilder().WithFunc(hostLog).Export(abi.ImportLog).
+		NewFunctionBuilder().WithFunc(hostRange).Export(abi.ImportRange).
 		Instantiate(ctx)
 	if err != nil {
 		return fmt.Errorf("wasm: host module: %w", err)
@@ -177,6 +193,74 @@ func hostRead(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 	}
 	st.callRead += len(resp)
 	return int32(len(resp))
+}
+
+// RangeReader is what a query's range reads: a fold snapshot's views
+// ([fold.Snapshot.ViewScan]).
+type RangeReader interface {
+	ViewScan(start, end []byte, reverse bool, fn func(key, value []byte) error) error
+}
+
+// errRangeStop ends a range scan early (its limit, or its size bound).
+var errRangeStop = errors.New("range answered")
+
+// hostRange answers a range request of a query (ABI minor 2): returns the
+// answer's length for read_result, or -1 (a bad request, a space other
+// than the views, or a call that is not a query). The answer stops before
+// an entry that would take it past the read bounds, saying more; an
+// entry that does not fit alone ends the call with a *LimitError, as a
+// read's answer does.
+func hostRange(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
+	st := stateOf(ctx)
+	req, ok := m.Memory().Read(ptr, n)
+	if st == nil || st.snap == nil || !ok || space != abi.SpaceView {
+		return -1
+	}
+	flags, limit, start, end, err := abi.DecodeRangeRequest(req)
+	if err != nil {
+		return -1
+	}
+	bound := min(st.maxRead, st.maxResp, st.maxCallRead-st.callRead)
+	body, count, more, tooBig := st.rangeBuf[:0], uint32(0), false, 0
+	var stop error // a deadline or cancellation met inside the scan
+	err = st.snap.ViewScan(start, end, flags&abi.RangeReverse != 0, func(k, v []byte) error {
+		if count == limit {
+			more = true
+			return errRangeStop
+		}
+		// The deadline as a read's, but every 32 keys: a scan's next key
+		// is a step of an iterator, not a seek, and the clock read cost
+		// as much as the step (12% of a range-heavy query's time).
+		if count%32 == 0 {
+			if _, stop = st.expired(ctx); stop != nil {
+				return errRangeStop
+			}
+		}
+		if size := 5 + len(body) + abi.RangeEntrySize(k, v); size > bound {
+			if count == 0 {
+				tooBig = size
+			}
+			more = true
+			return errRangeStop
+		}
+		body = abi.AppendRangeEntry(body, k, v)
+		count++
+		return nil
+	})
+	st.rangeBuf = body
+	switch {
+	case stop != nil:
+		panic(stop)
+	case tooBig > 0:
+		st.resp = nil
+		panic(st.readLimitError(tooBig))
+	case err != nil && !errors.Is(err, errRangeStop):
+		st.logger.Warn("wasm: plugin range read failed", "module", st.module, "err", err)
+		return -1
+	}
+	st.resp = abi.AppendRangeAnswer(st.resp[:0], more, count, body)
+	st.callRead += len(st.resp)
+	return int32(len(st.resp))
 }
 
 // readLimitError names the read bound an answer of size bytes crossed:

@@ -20,7 +20,8 @@ type instance struct {
 	mod              api.Module
 	m                *Module
 	alloc, apply, gc api.Function
-	stack            [1]uint64
+	query, queryList api.Function // nil without queries (ABI minor 2)
+	stack            [2]uint64
 	stderr           *tail // stdout and stderr's last bytes, for errors
 	outputs          [2]*guestOutput
 	batches          int
@@ -82,16 +83,18 @@ func (r *Runtime) instantiate(ctx context.Context, m *Module) (*instance, error)
 		return nil, err
 	}
 	return &instance{
-		mod:      mod,
-		m:        m,
-		alloc:    mod.ExportedFunction(abi.ExportAlloc),
-		apply:    mod.ExportedFunction(abi.ExportApply),
-		gc:       mod.ExportedFunction(abi.ExportGC),
-		marker:   mod.ExportedFunction(abi.Marker),
-		info:     mod.ExportedFunction(abi.ExportInfo),
-		stderr:   errTail,
-		outputs:  [2]*guestOutput{out, errOut},
-		memLimit: r.opts.MemoryLimitPages,
+		mod:       mod,
+		m:         m,
+		alloc:     mod.ExportedFunction(abi.ExportAlloc),
+		apply:     mod.ExportedFunction(abi.ExportApply),
+		gc:        mod.ExportedFunction(abi.ExportGC),
+		query:     mod.ExportedFunction(abi.ExportQuery),
+		queryList: mod.ExportedFunction(abi.ExportQueries),
+		marker:    mod.ExportedFunction(abi.Marker),
+		info:      mod.ExportedFunction(abi.ExportInfo),
+		stderr:    errTail,
+		outputs:   [2]*guestOutput{out, errOut},
+		memLimit:  r.opts.MemoryLimitPages,
 	}, nil
 }
 
@@ -109,6 +112,32 @@ func (in *instance) call(ctx context.Context, fn api.Function, arg uint64) (uint
 		return 0, in.classify(err)
 	}
 	return in.stack[0], nil
+}
+
+// call2 runs fn with two arguments; the result is stack[0].
+func (in *instance) call2(ctx context.Context, fn api.Function, a, b uint64) (uint64, error) {
+	in.stack[0], in.stack[1] = a, b
+	if err := fn.CallWithStack(ctx, in.stack[:]); err != nil {
+		return 0, in.classify(err)
+	}
+	return in.stack[0], nil
+}
+
+// queries calls the foldhost_queries export and decodes its list.
+func (in *instance) queries(ctx context.Context) ([]abi.Query, error) {
+	packed, err := in.call(ctx, in.queryList, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", abi.ExportQueries, err)
+	}
+	b, err := in.read(packed)
+	if err != nil {
+		return nil, err
+	}
+	qs, err := abi.DecodeQueries(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", abi.ExportQueries, err)
+	}
+	return qs, nil
 }
 
 // describe calls the marker and info exports.

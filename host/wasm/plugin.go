@@ -29,6 +29,8 @@ type Plugin struct {
 	arena []byte
 	effs  []fold.Effect
 	espan []effectSpan
+
+	queries queryPool // the query instances (query.go)
 }
 
 // effectSpan locates one effect in Plugin.arena: its subject and payload,
@@ -77,6 +79,7 @@ const (
 // releases it.
 func (r *Runtime) NewPlugin(m *Module) *Plugin {
 	p := &Plugin{r: r, current: m, state: r.newCallState(m.Short())}
+	p.queries.init(r.opts.QueryInstances)
 	p.setStatus(m)
 	return p
 }
@@ -187,6 +190,7 @@ func (p *Plugin) Running() fold.PluginIdentity {
 // concurrently with Apply; the Plugin is unusable afterwards.
 func (p *Plugin) Release(ctx context.Context) *Module {
 	p.closeInstance(ctx)
+	p.closeQueries(ctx)
 	p.mu.Lock()
 	cur, next := p.current, p.next
 	p.current, p.next = nil, nil
@@ -202,6 +206,7 @@ func (p *Plugin) Release(ctx context.Context) *Module {
 // run concurrently with Apply.
 func (p *Plugin) Close(ctx context.Context) {
 	p.closeInstance(ctx)
+	p.closeQueries(ctx)
 	p.mu.Lock()
 	cur, next := p.current, p.next
 	p.current, p.next = nil, nil
@@ -209,6 +214,10 @@ func (p *Plugin) Close(ctx context.Context) {
 	cur.Close(ctx)
 	next.Close(ctx)
 }
+
+// closeQueries closes the idle query instances and keeps the ones in use
+// from being kept (Release and Close).
+func (p *Plugin) closeQueries(ctx context.Context) { p.queries.close(ctx) }
 
 func (p *Plugin) closeInstance(ctx context.Context) {
 	if p.in != nil {

@@ -49,6 +49,10 @@ type Options struct {
 	Retries int
 	// Limits bound what one call into a plugin can make the host hold.
 	Limits
+	// QueryInstances is how many queries of one Plugin run at once (ABI
+	// minor 2), each on an instance of its own, never the one apply runs
+	// on; more wait for one. Default DefaultQueryInstances.
+	QueryInstances int
 	// Logger receives the plugin's log lines and stdout/stderr; default
 	// slog.Default().
 	Logger *slog.Logger
@@ -98,6 +102,10 @@ type Limits struct {
 	// effect's subject, header names and values and payload together
 	// (abi.Effect.Size); defaults DefaultMaxEffects, DefaultMaxEffectBytes.
 	MaxEffects, MaxEffectBytes int
+	// MaxQueryInputBytes caps a query's input (ABI minor 2); default
+	// DefaultMaxQueryInputBytes. A query's answer is held to
+	// MaxOutputBytes, its reads to the read bounds, as an apply's.
+	MaxQueryInputBytes int
 }
 
 func (o *Options) notifyReload(rl Reload) {
@@ -136,6 +144,11 @@ const (
 	// DefaultMaxEffectBytes is NATS's default max_payload (headers and
 	// payload count against it).
 	DefaultMaxEffectBytes = 1 << 20
+	// DefaultMaxQueryInputBytes bounds a query's input.
+	DefaultMaxQueryInputBytes = 1 << 20
+	// DefaultQueryInstances is how many queries of one plugin run at once,
+	// each on an instance of its own (kept between queries).
+	DefaultQueryInstances = 2
 )
 
 func (o Options) withDefaults() Options {
@@ -170,6 +183,8 @@ func (o Options) withDefaults() Options {
 		{&o.MaxReadBytes, DefaultMaxReadBytes}, {&o.MaxCallReadBytes, DefaultMaxCallReadBytes},
 		{&o.MaxErrorBytes, DefaultMaxErrorBytes},
 		{&o.MaxEffects, DefaultMaxEffects}, {&o.MaxEffectBytes, DefaultMaxEffectBytes},
+		{&o.MaxQueryInputBytes, DefaultMaxQueryInputBytes},
+		{&o.QueryInstances, DefaultQueryInstances},
 	} {
 		if *l.v <= 0 {
 			*l.v = l.def
@@ -235,8 +250,19 @@ type Module struct {
 	Info     abi.Info // what the plugin says about itself
 	ABIMinor uint32
 	Path     string
+	// Queries are the read-only queries the module declares (ABI minor
+	// 2, its foldhost_queries export); none without the export.
+	Queries  []abi.Query
 	id       fold.PluginIdentity
 	identity []byte // id encoded, once: every commit carries it
+
+	// Query instances are made off the Plugin's lock, so a module swapped
+	// out meanwhile may be closed while one is being instantiated: a
+	// query holds a reference (acquire) while it instantiates, and Close
+	// then leaves the compiled code to the last release.
+	refMu  sync.Mutex
+	refs   int
+	closed bool
 }
 
 // Short is the module's short identity for logs.
@@ -343,6 +369,18 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	if fn, ok := exports[abi.ExportGC]; ok && (len(fn.ParamTypes()) != 0 || len(fn.ResultTypes()) != 0) {
 		return fail("export %s must be () -> ()", abi.ExportGC)
 	}
+	// Queries (minor 2): both exports or neither.
+	qlist, hasList := exports[abi.ExportQueries]
+	qcall, hasCall := exports[abi.ExportQuery]
+	switch {
+	case hasList != hasCall:
+		return fail("exports one of %s and %s without the other (queries need both)", abi.ExportQueries, abi.ExportQuery)
+	case hasList && (len(qlist.ParamTypes()) != 0 || !sameTypes(qlist.ResultTypes(), []api.ValueType{api.ValueTypeI64})):
+		return fail("export %s must be () -> i64", abi.ExportQueries)
+	case hasCall && (!sameTypes(qcall.ParamTypes(), []api.ValueType{api.ValueTypeI32, api.ValueTypeI32}) ||
+		!sameTypes(qcall.ResultTypes(), []api.ValueType{api.ValueTypeI64})):
+		return fail("export %s must be (i32, i32) -> i64", abi.ExportQuery)
+	}
 	mems := compiled.ExportedMemories()
 	mem, ok := mems[abi.ExportMemory]
 	if !ok {
@@ -375,6 +413,11 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	if err != nil {
 		return fail("%v", err)
 	}
+	if hasList {
+		if m.Queries, err = in.queries(cctx); err != nil {
+			return fail("%v", err)
+		}
+	}
 	openModules.Add(1)
 	m.ABIMinor, m.Info = minor, info
 	m.id = fold.PluginIdentity{SHA256: m.SHA256, Name: info.Name, Version: info.Version, ViewSchema: info.ViewSchema,
@@ -385,11 +428,59 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 
 // Close releases the module's compiled code. Instances already made keep
 // running; the Module must not be loaded into a Plugin afterwards.
+//
+// A query instantiating from m at that moment keeps its compiled code
+// until it is done (acquire, release).
 func (m *Module) Close(ctx context.Context) {
-	if m != nil && m.compiled != nil {
-		_ = m.compiled.Close(ctx)
-		m.compiled = nil
+	if m == nil {
+		return
+	}
+	m.refMu.Lock()
+	if m.closed || m.compiled == nil {
+		m.refMu.Unlock()
+		return
+	}
+	m.closed = true
+	if m.refs > 0 {
+		m.refMu.Unlock()
+		return // the last release closes it
+	}
+	m.refMu.Unlock()
+	m.closeCompiled(ctx)
+}
+
+func (m *Module) closeCompiled(ctx context.Context) {
+	m.refMu.Lock()
+	c := m.compiled
+	m.compiled = nil
+	m.refMu.Unlock()
+	if c != nil {
+		_ = c.Close(ctx)
 		openModules.Add(-1)
+	}
+}
+
+// acquire keeps m's compiled code from being released until release; it
+// reports false when m is closed already.
+func (m *Module) acquire() bool {
+	m.refMu.Lock()
+	defer m.refMu.Unlock()
+	if m.closed || m.compiled == nil {
+		return false
+	}
+	m.refs++
+	return true
+}
+
+// release ends an acquire; the last one of a closed module releases its
+// compiled code.
+func (m *Module) release(ctx context.Context) {
+	m.refMu.Lock()
+	m.refs--
+	last := m.refs == 0 && m.closed
+	m.refMu.Unlock()
+	if last {
+		m.closeCompiled(ctx)
 	}
 }
 

@@ -21,6 +21,7 @@
 FH_IMPORT("read") int32_t fh_host_read(int32_t space, int32_t req_ptr, int32_t req_len);
 FH_IMPORT("read_result") void fh_host_read_result(int32_t dst_ptr);
 FH_IMPORT("log") void fh_host_log(int32_t level, int32_t ptr, int32_t len);
+FH_IMPORT("range") int32_t fh_host_range(int32_t space, int32_t req_ptr, int32_t req_len);
 
 enum { MUT_PUT = 1, MUT_DELETE = 2 };
 enum { STATUS_OK = 0, STATUS_ERROR = 1, STATUS_OK_EFFECTS = 2 };
@@ -174,6 +175,9 @@ static int failed;
 
 static buf req; /* a read request being built */
 
+static int in_query; /* a query runs: writes fail it, ranges are allowed */
+static buf answer;   /* the query's answer */
+
 /* ---- the read/overlay table ---- */
 
 enum { FETCH_NONE, FETCH_PENDING, FETCH_FOUND, FETCH_MISSING };
@@ -322,7 +326,16 @@ static void index_writes(void) {
 
 /* ---- output ---- */
 
+static int query_write(const char *what) {
+	if (!in_query)
+		return 0;
+	fh_fail(what);
+	return 1;
+}
+
 void fh_put(const void *key, uint32_t key_len, const void *value, uint32_t value_len) {
+	if (query_write("foldhost: a query cannot write (fh_put)"))
+		return;
 	buf_reserve(&out, 1 + 4 + (size_t)key_len + 4 + (size_t)value_len);
 	buf_u8(&out, MUT_PUT);
 	buf_bytes(&out, key, key_len);
@@ -331,6 +344,8 @@ void fh_put(const void *key, uint32_t key_len, const void *value, uint32_t value
 }
 
 void fh_delete(const void *key, uint32_t key_len) {
+	if (query_write("foldhost: a query cannot write (fh_delete)"))
+		return;
 	buf_reserve(&out, 1 + 4 + (size_t)key_len);
 	buf_u8(&out, MUT_DELETE);
 	buf_bytes(&out, key, key_len);
@@ -339,6 +354,8 @@ void fh_delete(const void *key, uint32_t key_len) {
 
 void fh_emit(const void *subject, uint32_t subject_len, const fh_header *headers, uint32_t header_count,
 	     const void *payload, uint32_t payload_len) {
+	if (query_write("foldhost: a query cannot emit effects (fh_emit)"))
+		return;
 	size_t n = 4 + (size_t)subject_len + 4 + 4 + (size_t)payload_len;
 	for (uint32_t i = 0; i < header_count; i++)
 		n += 8 + (size_t)headers[i].name_len + (size_t)headers[i].value_len;
@@ -451,7 +468,7 @@ int fh_fetch(void) {
 }
 
 static int get(uint8_t space, const void *key, uint32_t len, uint64_t *rev, fh_bytes *value) {
-	if (space == FH_SPACE_VIEW)
+	if (space == FH_SPACE_VIEW && !in_query)
 		index_writes();
 	uint32_t i = table_find(space, key, len, 1, 0, 0);
 	entry *e = &ents[i];
@@ -629,5 +646,124 @@ FH_EXPORT("foldhost_apply") int64_t foldhost_apply(int32_t len) {
 			memcpy(out.p + out.len, effects.p, effects.len);
 		out.len += effects.len;
 	}
+	return pack(out.p, out.len);
+}
+
+/* ---- queries (ABI minor 2) ---- */
+
+void fh_answer(const void *p, uint32_t len) {
+	buf_reserve(&answer, len);
+	if (len)
+		memcpy(answer.p + answer.len, p, len);
+	answer.len += len;
+}
+
+void fh_answers(const char *s) { fh_answer(s, (uint32_t)strlen(s)); }
+
+int fh_range_view(const void *start, uint32_t start_len, const void *end, uint32_t end_len,
+		  uint32_t limit, int reverse, fh_range *res) {
+	res->items = NULL;
+	res->count = 0;
+	res->more = 0;
+	if (!in_query)
+		return fh_fail("foldhost: fh_range_view outside a query");
+	if (limit == 0)
+		return failed ? FH_FAIL : FH_OK;
+	req.len = 0;
+	buf_reserve(&req, 1 + 4 + 4 + (size_t)start_len + 4 + (size_t)end_len);
+	buf_u8(&req, reverse ? 1 : 0);
+	buf_u32(&req, limit);
+	buf_bytes(&req, start, start_len);
+	buf_bytes(&req, end, end_len);
+	int32_t n = fh_host_range(FH_SPACE_VIEW, (int32_t)addr32(req.p), (int32_t)req.len);
+	if (n < 0)
+		return fh_fail("foldhost: the host refused a range request");
+	uint8_t *resp = fh_alloc(n ? (size_t)n : 1);
+	fh_host_read_result((int32_t)addr32(resp));
+	size_t off = 0, total = (size_t)n;
+	if (total < 5 || resp[0] > 1)
+		goto malformed;
+	int more = resp[0];
+	uint32_t count = ld32(resp + 1);
+	off = 5;
+	if ((uint64_t)count * 8 > total - off)
+		goto malformed;
+	fh_kv *items = fh_alloc((count ? count : 1) * sizeof *items);
+	for (uint32_t i = 0; i < count; i++) {
+		fh_bytes *f[2] = {&items[i].key, &items[i].value};
+		for (int j = 0; j < 2; j++) {
+			if (total - off < 4)
+				goto malformed;
+			uint32_t len = ld32(resp + off);
+			off += 4;
+			if (total - off < len)
+				goto malformed;
+			f[j]->ptr = resp + off;
+			f[j]->len = len;
+			off += len;
+		}
+	}
+	if (off != total)
+		goto malformed;
+	res->items = items;
+	res->count = count;
+	res->more = more;
+	return failed ? FH_FAIL : FH_OK;
+malformed:
+	return fh_fail("foldhost: malformed range answer from the host");
+}
+
+int fh_prefix_view(const void *prefix, uint32_t prefix_len, uint32_t limit, int reverse, fh_range *res) {
+	/* The end is the smallest key after every key with the prefix: trailing
+	 * 0xff bytes dropped, the last other byte incremented; none (all 0xff,
+	 * or no prefix): no upper bound. */
+	uint8_t *end = fh_alloc(prefix_len ? prefix_len : 1);
+	uint32_t end_len = prefix_len;
+	if (prefix_len)
+		memcpy(end, prefix, prefix_len);
+	while (end_len && end[end_len - 1] == 0xff)
+		end_len--;
+	if (end_len)
+		end[end_len - 1]++;
+	return fh_range_view(prefix, prefix_len, end, end_len, limit, reverse, res);
+}
+
+int64_t fh_queries_export_(const fh_query *qs, uint32_t n) {
+	static buf list;
+	if (!list.len) {
+		size_t need = 4;
+		for (uint32_t i = 0; i < n; i++)
+			need += 8 + strlen(qs[i].name) + strlen(qs[i].content_type ? qs[i].content_type : "");
+		buf_reserve(&list, need);
+		buf_u32(&list, n);
+		for (uint32_t i = 0; i < n; i++) {
+			const char *ct = qs[i].content_type ? qs[i].content_type : "";
+			buf_bytes(&list, qs[i].name, (uint32_t)strlen(qs[i].name));
+			buf_bytes(&list, ct, (uint32_t)strlen(ct));
+		}
+	}
+	return pack(list.p, list.len);
+}
+
+int64_t fh_query_export_(const fh_query *qs, uint32_t n, int32_t name_len, int32_t input_len) {
+	begin_batch();
+	answer.len = 0;
+	if (name_len < 0 || input_len < 0 || !in_buf || (size_t)name_len + (size_t)input_len > in_cap)
+		return error_output("foldhost: query name and input exceed the input buffer");
+	const fh_query *q = NULL;
+	for (uint32_t i = 0; i < n && !q; i++)
+		if (strlen(qs[i].name) == (size_t)name_len && memcmp(qs[i].name, in_buf, (size_t)name_len) == 0)
+			q = &qs[i];
+	if (!q)
+		return error_output("foldhost: no such query");
+	in_query = 1;
+	int r = q->fn((fh_bytes){in_buf + name_len, (uint32_t)input_len});
+	in_query = 0;
+	if (failed || r != FH_OK)
+		return error_output(r == FH_OK || r == FH_FAIL ? NULL : "foldhost: the query returned an unknown result");
+	out.len = 0;
+	buf_reserve(&out, 8 + answer.len);
+	buf_u32(&out, 0);
+	buf_bytes(&out, answer.p, (uint32_t)answer.len);
 	return pack(out.p, out.len);
 }

@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define FOLDHOST_ABI_MAJOR 1
-#define FOLDHOST_ABI_MINOR 1
+#define FOLDHOST_ABI_MINOR 2
 
 /* Update ops (the batch). */
 enum { FH_OP_PUT = 1, FH_OP_DELETE = 2, FH_OP_PURGE = 3 };
@@ -163,6 +163,76 @@ int fh_get_view(const void *key, uint32_t key_len, fh_bytes *value);
 /* fh_get_raw reads the raw fold (the KV entry as the host stored it): 1 with
  * its revision and value, 0, or FH_FAIL. Raw entries are never overlaid. */
 int fh_get_raw(const void *key, uint32_t key_len, uint64_t *revision, fh_bytes *value);
+
+/* ---- queries (ABI minor 2) ----
+ *
+ * A plugin may export named, read-only queries: input bytes in, answer bytes
+ * out, reading the fold's views (and raw entries) at one snapshot with the
+ * gets above and the ranges below. A query cannot write: fh_put, fh_delete
+ * and fh_emit fail it. Declare them once, after FOLDHOST_PLUGIN:
+ *
+ *   static int by_owner(fh_bytes input) { ...; fh_answer(p, n); return FH_OK; }
+ *   FOLDHOST_QUERIES({"by_owner", "application/json", by_owner},
+ *                    {"count", "", count});
+ *
+ * A name is 1 to 64 of [A-Za-z0-9_.-]; the content type ("" means
+ * application/octet-stream) is what the host's HTTP API answers it with. A
+ * query returns FH_OK after fh_answer (the answer is everything appended,
+ * possibly nothing), or FH_FAIL after fh_fail (the caller sees the message).
+ * input and everything the SDK hands out during the query stay valid until
+ * it returns. A plugin without FOLDHOST_QUERIES exports no queries.
+ */
+typedef int (*fh_query_fn)(fh_bytes input);
+
+typedef struct fh_query {
+	const char *name;
+	const char *content_type;
+	fh_query_fn fn;
+} fh_query;
+
+/* fh_answer appends to the query's answer (copied). */
+void fh_answer(const void *p, uint32_t len);
+void fh_answers(const char *s);
+
+/* One entry of a range: key and value alias SDK memory valid until the
+ * query returns. */
+typedef struct fh_kv {
+	fh_bytes key;
+	fh_bytes value;
+} fh_kv;
+
+typedef struct fh_range {
+	fh_kv *items;
+	uint32_t count;
+	int more; /* the range holds entries past the last one answered */
+} fh_range;
+
+/* fh_range_view reads the view keys k with start <= k < end (end_len 0: no
+ * upper bound) at the query's snapshot, at most limit of them, in key order
+ * or, with reverse, from the end down. An answer stops early (more set)
+ * where it would pass the host's read bound; continue after the last key
+ * (its bytes followed by a 0 byte) or, in reverse, before it (the last key
+ * as the new end). Returns FH_OK, or FH_FAIL (the query has failed: the
+ * host refused it, or it was called outside a query). limit 0 answers
+ * nothing. */
+int fh_range_view(const void *start, uint32_t start_len, const void *end, uint32_t end_len,
+		  uint32_t limit, int reverse, fh_range *res);
+
+/* fh_prefix_view is fh_range_view over the keys starting with prefix. */
+int fh_prefix_view(const void *prefix, uint32_t prefix_len, uint32_t limit, int reverse, fh_range *res);
+
+/* The exports FOLDHOST_QUERIES defines call these. */
+int64_t fh_queries_export_(const fh_query *qs, uint32_t n);
+int64_t fh_query_export_(const fh_query *qs, uint32_t n, int32_t name_len, int32_t input_len);
+
+#define FOLDHOST_QUERIES(...)                                                                 \
+	static const fh_query fh_queries_[] = {__VA_ARGS__};                                    \
+	__attribute__((export_name("foldhost_queries"))) int64_t foldhost_queries(void) {        \
+		return fh_queries_export_(fh_queries_, sizeof fh_queries_ / sizeof fh_queries_[0]); \
+	}                                                                                     \
+	__attribute__((export_name("foldhost_query"))) int64_t foldhost_query(int32_t nl, int32_t il) { \
+		return fh_query_export_(fh_queries_, sizeof fh_queries_ / sizeof fh_queries_[0], nl, il); \
+	}
 
 /* ---- memory and logging ---- */
 

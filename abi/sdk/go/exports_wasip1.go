@@ -15,8 +15,12 @@ import (
 // host links this package too (Native), and must never lose its GC.
 func init() { debug.SetGCPercent(-1) }
 
+// sdkMinor is the ABI minor the Go SDK speaks: 1 (effects). Queries
+// (minor 2) are not in the Go SDK yet.
+const sdkMinor = 1
+
 //go:wasmexport foldhost_abi_v1
-func abiV1() int32 { return abi.Minor }
+func abiV1() int32 { return sdkMinor }
 
 //go:wasmexport foldhost_alloc
 func alloc(size int32) int32 {

@@ -534,3 +534,165 @@ static int route_apply(struct route *rs, uint32_t count) {
 }
 
 FOLDHOST_PLUGIN("example-router", "1.0.0", 1, struct route, route_parse, route_apply);
+
+/* ---- queries (ABI minor 2; SPEC.md, "Queries") ---- */
+
+/* json_str appends s as a JSON string: '"' and '\' escaped, control
+ * characters as \u00XX (a stored addr or host holds none; an input might). */
+static void json_str(const uint8_t *s, uint32_t n) {
+	static const char hex[] = "0123456789abcdef";
+	fh_answer("\"", 1);
+	uint32_t run = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t c = s[i];
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		fh_answer(s + run, i - run);
+		run = i + 1;
+		if (c == '"' || c == '\\') {
+			uint8_t e[2] = {'\\', c};
+			fh_answer(e, 2);
+		} else {
+			uint8_t e[6] = {'\\', 'u', '0', '0', (uint8_t)hex[c >> 4], (uint8_t)hex[c & 15]};
+			fh_answer(e, 6);
+		}
+	}
+	fh_answer(s + run, n - run);
+	fh_answer("\"", 1);
+}
+
+/* after returns the smallest key greater than k: k followed by a 0 byte,
+ * where the next page of a range starts. */
+static fh_bytes after(fh_bytes k) {
+	uint8_t *p = fh_alloc(k.len + 1);
+	memcpy(p, k.ptr, k.len);
+	p[k.len] = 0;
+	return (fh_bytes){p, k.len + 1};
+}
+
+#define QUERY_PAGE 1024
+
+/* hosts_of_upstream: input an upstream addr; answers
+ * {"upstream":"<addr>","hosts":["<host>",...]} in host order, from one
+ * prefix range over the reverse index upstream/<addr>/, paged. */
+static int hosts_of_upstream(fh_bytes in) {
+	if (!valid_addr(in.ptr, in.len))
+		return fh_fail("hosts_of_upstream: the input must be an upstream addr (1 to 255 bytes, no ',', '=', '/' or control characters)");
+	uint8_t *prefix = fh_alloc(9 + in.len + 1);
+	memcpy(prefix, "upstream/", 9);
+	memcpy(prefix + 9, in.ptr, in.len);
+	prefix[9 + in.len] = '/';
+	uint32_t pl = 9 + in.len + 1;
+	uint8_t *end = fh_alloc(pl);
+	memcpy(end, prefix, pl);
+	end[pl - 1] = '/' + 1; /* just past every upstream/<addr>/... key */
+	fh_answers("{\"upstream\":");
+	json_str(in.ptr, in.len);
+	fh_answers(",\"hosts\":[");
+	fh_bytes start = {prefix, pl};
+	uint32_t n = 0;
+	for (;;) {
+		fh_range r;
+		if (fh_range_view(start.ptr, start.len, end, pl, QUERY_PAGE, 0, &r) != FH_OK)
+			return FH_FAIL;
+		for (uint32_t i = 0; i < r.count; i++) {
+			if (n++)
+				fh_answer(",", 1);
+			json_str(r.items[i].key.ptr + pl, r.items[i].key.len - pl);
+		}
+		if (!r.more || r.count == 0)
+			break;
+		start = after(r.items[r.count - 1].key);
+	}
+	fh_answers("]}");
+	return FH_OK;
+}
+
+struct ranked {
+	const uint8_t *addr;
+	uint32_t addr_len, hosts;
+};
+
+/* rank_insert keeps top[0..*n) (at most max) ordered by hosts descending;
+ * addrs come in ascending order, so a tie keeps the earlier (smaller) addr
+ * first. */
+static void rank_insert(struct ranked *top, uint32_t *n, uint32_t max, struct ranked c) {
+	uint32_t i = *n;
+	if (i == max) {
+		if (top[max - 1].hosts >= c.hosts)
+			return;
+		i = max - 1;
+	} else {
+		(*n)++;
+	}
+	while (i > 0 && top[i - 1].hosts < c.hosts) {
+		top[i] = top[i - 1];
+		i--;
+	}
+	top[i] = c;
+}
+
+/* top_upstreams: input n, a decimal 1..1000 (empty: 10); answers the n
+ * upstreams serving the most hosts, [{"addr":"<addr>","hosts":<count>},...],
+ * most first, ties in addr order, from one range over upstream/, paged. */
+static int top_upstreams(fh_bytes in) {
+	uint32_t max = 10;
+	if (in.len) {
+		if (in.len > 4)
+			return fh_fail("top_upstreams: the input must be a count from 1 to 1000");
+		max = 0;
+		for (uint32_t i = 0; i < in.len; i++) {
+			if (in.ptr[i] < '0' || in.ptr[i] > '9')
+				return fh_fail("top_upstreams: the input must be a count from 1 to 1000");
+			max = max * 10 + (uint32_t)(in.ptr[i] - '0');
+		}
+		if (max < 1 || max > 1000)
+			return fh_fail("top_upstreams: the input must be a count from 1 to 1000");
+	}
+	struct ranked *top = fh_alloc(max * sizeof *top);
+	uint32_t ntop = 0;
+	struct ranked cur = {NULL, 0, 0};
+	static const char prefix[] = "upstream/";
+	const uint32_t pl = sizeof prefix - 1;
+	fh_bytes start = {(const uint8_t *)prefix, pl};
+	static const char end[] = "upstream0"; /* '/' + 1 */
+	for (;;) {
+		fh_range r;
+		if (fh_range_view(start.ptr, start.len, end, pl, QUERY_PAGE, 0, &r) != FH_OK)
+			return FH_FAIL;
+		for (uint32_t i = 0; i < r.count; i++) {
+			const uint8_t *a = r.items[i].key.ptr + pl;
+			uint32_t rest = r.items[i].key.len - pl, al = 0;
+			while (al < rest && a[al] != '/')
+				al++;
+			if (cur.addr && cur.addr_len == al && memcmp(cur.addr, a, al) == 0) {
+				cur.hosts++;
+				continue;
+			}
+			if (cur.addr)
+				rank_insert(top, &ntop, max, cur);
+			cur = (struct ranked){a, al, 1}; /* a lives until the query returns */
+		}
+		if (!r.more || r.count == 0)
+			break;
+		start = after(r.items[r.count - 1].key);
+	}
+	if (cur.addr)
+		rank_insert(top, &ntop, max, cur);
+	fh_answer("[", 1);
+	for (uint32_t i = 0; i < ntop; i++) {
+		uint8_t num[10];
+		if (i)
+			fh_answer(",", 1);
+		fh_answers("{\"addr\":");
+		json_str(top[i].addr, top[i].addr_len);
+		fh_answers(",\"hosts\":");
+		fh_answer(num, put_uint(num, top[i].hosts));
+		fh_answer("}", 1);
+	}
+	fh_answer("]", 1);
+	return FH_OK;
+}
+
+FOLDHOST_QUERIES({"hosts_of_upstream", "application/json", hosts_of_upstream},
+		 {"top_upstreams", "application/json", top_upstreams});
