@@ -77,6 +77,12 @@ batch_window = "2ms"
 	if code != 200 || !strings.Contains(body, `"count":1`) {
 		t.Errorf("reverse index = %d %s", code, body)
 	}
+	// Both puts folded (the map's order is random: route.bad may come
+	// second, after the view above is there).
+	waitFor(t, 20*time.Second, "both puts folded", func() (bool, string) {
+		_, body, err := httpGet(base + "/v1/folds/routes")
+		return err == nil && strings.Contains(body, `"cursor":2,`), body
+	})
 	_, body, _ = httpGet(base + "/v1/folds/routes")
 	var st struct {
 		Plugin   map[string]any    `json:"plugin"`
