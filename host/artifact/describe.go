@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/internal/textfmt"
 )
 
 // ManifestReader is implemented by stores that can read the manifest a
@@ -267,7 +268,7 @@ func WriteListing(w io.Writer, where string, ls []Listing, now time.Time) error 
 				state = "unreadable: " + p.ManifestError
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Key, ID(p.Name), cursor, bucket, scope, plugin,
-				HumanBytes(p.Size), Age(now.Sub(p.Modified)), state)
+				textfmt.HumanBytes(p.Size), Age(now.Sub(p.Modified)), state)
 		}
 	}
 	return tw.Flush()
@@ -292,7 +293,7 @@ func WriteShown(w io.Writer, where string, sh Shown, now time.Time) error {
 		row("state:", "not published (an older export, or one that lost to a newer; pruned once 4 x lease_ttl old)")
 	}
 	if !sh.Missing {
-		row("size:", "%s (%d bytes)", HumanBytes(sh.Size), sh.Size)
+		row("size:", "%s (%d bytes)", textfmt.HumanBytes(sh.Size), sh.Size)
 		row("written:", "%s (%s ago)", sh.Written.UTC().Format(time.RFC3339), Age(now.Sub(sh.Written)))
 	}
 	c := sh.Cursor
@@ -324,7 +325,7 @@ func WriteShown(w io.Writer, where string, sh Shown, now time.Time) error {
 	for _, f := range m.Files {
 		data += f.Size
 	}
-	row("files:", "%d (%s of data)", len(m.Files), HumanBytes(data))
+	row("files:", "%d (%s of data)", len(m.Files), textfmt.HumanBytes(data))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -378,19 +379,6 @@ func pluginCell(p *fold.PluginIdentity, raw string) string {
 		return "?"
 	}
 	return "-"
-}
-
-// HumanBytes is n in B, KiB, MiB or GiB.
-func HumanBytes(n int64) string {
-	switch {
-	case n < 1<<10:
-		return fmt.Sprintf("%d B", n)
-	case n < 1<<20:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	case n < 1<<30:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
 }
 
 // Age is d in its two largest units: 45s, 12m5s, 3h20m, 2d4h.

@@ -721,18 +721,11 @@ func (b *bench) hotSwap(ctx context.Context, a, c string) (*Swap, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := h.Start(ctx); err != nil {
+	f, stop, err := b.caughtUp(ctx, h)
+	if err != nil {
 		return nil, err
 	}
-	defer h.Close()
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- h.Run(rctx) }()
-	defer func() { cancel(); <-done }()
-	f := h.Folds()[0]
-	if err := waitUntil(ctx, func() (bool, error) { return uint64(f.Store().Cursor().Rev) >= b.head, nil }); err != nil {
-		return nil, err
-	}
+	defer stop()
 	// The load holds back while the fold is more than a second of it behind.
 	load := b.steadyLoad(ctx, func(head uint64) bool { return head > uint64(f.Store().Cursor().Rev)+swapMaxLag },
 		func(int) []byte { return []byte(`{"upstreams":[{"addr":"10.9.9.9:80"}]}`) })
@@ -808,18 +801,11 @@ func (b *bench) steady(ctx context.Context, name, plugin string) (*Steady, error
 	if err != nil {
 		return nil, err
 	}
-	if err := h.Start(ctx); err != nil {
+	f, stop, err := b.caughtUp(ctx, h)
+	if err != nil {
 		return nil, err
 	}
-	defer h.Close()
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- h.Run(rctx) }()
-	defer func() { cancel(); <-done }()
-	f := h.Folds()[0]
-	if err := waitUntil(ctx, func() (bool, error) { return uint64(f.Store().Cursor().Rev) >= b.head, nil }); err != nil {
-		return nil, err
-	}
+	defer stop()
 	web := httptest.NewServer(h.Handler())
 	defer web.Close()
 	load := b.steadyLoad(ctx, func(head uint64) bool { return head > uint64(f.Store().Cursor().Rev)+swapMaxLag },
@@ -867,6 +853,25 @@ func (b *bench) steady(ctx context.Context, name, plugin string) (*Steady, error
 	st.FoldP50Seconds, st.FoldP99Seconds = quantile(folds, 0.5), quantile(folds, 0.99)
 	st.ReadP50Seconds, st.ReadP99Seconds = quantile(reads, 0.5), quantile(reads, 0.99)
 	return st, nil
+}
+
+// caughtUp starts h, runs it, and waits until its fold reached the
+// bucket's head; stop ends the run and closes h (on an error h is closed).
+func (b *bench) caughtUp(ctx context.Context, h *host.Host) (*host.Fold, func(), error) {
+	if err := h.Start(ctx); err != nil {
+		h.Close()
+		return nil, nil, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.Run(rctx) }()
+	stop := func() { cancel(); <-done; h.Close() }
+	f := h.Folds()[0]
+	if err := waitUntil(ctx, func() (bool, error) { return uint64(f.Store().Cursor().Rev) >= b.head, nil }); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return f, stop, nil
 }
 
 // writeLoad is a steady load of writes (steadyLoad).
