@@ -249,7 +249,11 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 		return nil, err
 	}
 	defer b.nc.Close()
-	if b.js, err = jetstream.New(b.nc); err != nil {
+	// The bench saturates the server on purpose: an API answer slower
+	// than nats.go's 5 s default (a put's ack, a stream's info) is the load
+	// it made, not a failure (race-built on a busy machine, a put's ack took
+	// longer). A stall is still caught: every probe has 2 minutes.
+	if b.js, err = jetstream.New(b.nc, jetstream.WithDefaultTimeout(time.Minute)); err != nil {
 		return nil, err
 	}
 	var builds []string

@@ -70,6 +70,9 @@ var simN = flag.Int("repair.sim.schedules", 0, "run this many simulation schedul
 
 const simSchedules = 300
 
+// raceSchedules: the count under the race detector (race_on_test.go).
+const raceSchedules = 30
+
 // simMsg is one message of the simulated stream.
 type simMsg struct {
 	seq   protocol.Revision
@@ -1174,6 +1177,9 @@ func schedules() int {
 	if *simN > 0 {
 		return *simN
 	}
+	if raceEnabled {
+		return raceSchedules
+	}
 	return simSchedules
 }
 
@@ -1226,6 +1232,9 @@ func joinLines(s []string) string {
 // TestSimulationCatchesEachMutation: each repair step, removed from the
 // outside, makes some schedule fail.
 func TestSimulationCatchesEachMutation(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a property of the checker, not of concurrency: the run without the race detector asserts it (race_on_test.go)")
+	}
 	muts := []mutation{
 		{name: "noSyntheticDeletes", plugin: func(p fold.Plugin) fold.Plugin { return dropSynthetic{p} },
 			target: func(t fold.Target) fold.Target { return dropSyntheticTarget{t} }},
