@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,20 @@ import (
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/wasm"
 )
+
+// holdLoop holds f's loop (StallLoop) until the returned func (which may
+// be called again) or the test's end.
+func holdLoop(t testing.TB, f *host.Fold) func() {
+	t.Helper()
+	release, err := f.StallLoop(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	rel := func() { once.Do(release) }
+	t.Cleanup(rel)
+	return rel
+}
 
 // natsQuery sends one query over NATS and returns its reply as a
 // queryReply: code is the micro error code, 200 when there is none.
@@ -132,16 +147,7 @@ func TestQueriesOverNATS(t *testing.T) {
 	}
 
 	// Read your writes, with the loop held.
-	release, err := f.StallLoop(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	released := false
-	defer func() {
-		if !released {
-			release()
-		}
-	}()
+	release := holdLoop(t, f)
 	held := put(t, b, "route.d", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
 	want := `{"upstream":"10.0.0.2:80","hosts":["a","b","c"]}`
 	if got := natsQuery(t, c, subj+"hosts_of_upstream", "10.0.0.2:80", nil); got.code != 200 || got.body != want || got.cursor != rev {
@@ -152,7 +158,6 @@ func TestQueriesOverNATS(t *testing.T) {
 		t.Fatalf("min_revision %d while held: %+v", held, got)
 	}
 	release()
-	released = true
 	wait["Foldhost-Wait"] = "1m"
 	if got := natsQuery(t, c, subj+"hosts_of_upstream", "10.0.0.2:80", wait); got.code != 200 ||
 		got.body != `{"upstream":"10.0.0.2:80","hosts":["a","b","c","d"]}` || got.cursor < held {
