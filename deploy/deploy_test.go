@@ -120,6 +120,14 @@ func realHost(t *testing.T) exported {
 
 	api := httptest.NewServer(h.Handler())
 	defer api.Close()
+	// Queries, declared and not, for the query metrics' series.
+	for _, q := range []string{"hosts_of_upstream?input=10.0.0.1:80", "top_upstreams", "no_such_query"} {
+		resp, err := http.Get(api.URL + "/v1/folds/routes/query/" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
 	resp, err := http.Get(api.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -401,10 +409,14 @@ var wantAlerts = []string{"FoldhostFoldFailed", "FoldhostFoldLagging", "Foldhost
 // each with every value it can take: a label outside them, or a value
 // outside its set, would make a series per something unbounded (a key, an
 // error text, a module hash).
+// The query label is bounded by the plugin: the names it declares (at
+// most 256, abi/ABI.md), every other name counted as
+// httpapi.UnknownQueryLabel; these are the C router's.
 var boundedLabels = map[string][]string{
 	"state":   stateNames(),
-	"outcome": {"published", "superseded", "skipped", "failed", "accepted", "refused", "done"},
+	"outcome": append([]string{"published", "superseded", "skipped", "failed", "accepted", "refused", "done"}, httpapi.QueryOutcomes...),
 	"plan":    {"key-listing-diff", "relist-only", "refuse", "restore"},
+	"query":   {"hosts_of_upstream", "top_upstreams", httpapi.UnknownQueryLabel},
 }
 
 func stateNames() []string {
@@ -489,7 +501,8 @@ func TestDashboardAndAlerts(t *testing.T) {
 	}
 	// Without these the checks above would pass vacuously.
 	for _, n := range []string{"foldhost_fold_export_last_published_timestamp_seconds", "foldhost_fold_export_interval_seconds",
-		"foldhost_fold_last_commit_timestamp_seconds", "foldhost_fold_plugin_reloads_total", "process_resident_memory_bytes", "go_gc_duration_seconds"} {
+		"foldhost_fold_last_commit_timestamp_seconds", "foldhost_fold_plugin_reloads_total", "process_resident_memory_bytes", "go_gc_duration_seconds",
+		"foldhost_fold_queries_total", "foldhost_fold_query_duration_seconds"} {
 		if _, ok := e.scraped[n]; !ok {
 			t.Errorf("the host's scrape lacks %s", n)
 		}

@@ -139,7 +139,7 @@ func (h *Host) serveAdmin(ctx context.Context) (func(), error) {
 	svc, err := micro.AddService(h.nc, micro.Config{
 		Name:        "foldhost",
 		Version:     "0.1.0",
-		Description: "foldhost admin: fold status, reads and actions (pause, resume, reload, rebuild, export, dead letters)",
+		Description: "foldhost admin: fold status, reads, queries and actions (pause, resume, reload, rebuild, export, dead letters)",
 		Metadata:    map[string]string{"node": node, "subject": o.Subject + "." + node},
 		// Every node answers its own subjects: no load balancing.
 		QueueGroupDisabled: true,
@@ -201,6 +201,17 @@ func (h *Host) serveAdmin(ctx context.Context) (func(), error) {
 		if err := g.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) { reads.serve(r, name) })); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("admin service: endpoint %s: %w", name, err)
+		}
+	}
+	// Queries: an endpoint per fold (its own stats), the query's name the
+	// subject's rest (a name may hold dots).
+	for _, f := range h.folds {
+		prefix := o.Subject + "." + node + ".query." + f.o.Name + "."
+		name := f.o.Name
+		if err := g.AddEndpoint("query-"+name, micro.HandlerFunc(func(r micro.Request) { reads.serveQuery(r, name, prefix) }),
+			micro.WithEndpointSubject("query."+name+".>")); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("admin service: endpoint query-%s: %w", name, err)
 		}
 	}
 	h.log.Info("admin service on NATS", "subject", o.Subject+"."+node+".>", "account", h.adminAccount, "allow_anonymous", o.AllowAnonymous)

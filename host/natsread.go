@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -34,15 +35,28 @@ type readRequest struct {
 	Wait        string `json:"wait,omitempty"`
 }
 
-// readHeader carries a read's cursor in the reply (the HTTP API's
-// X-Foldhost-Cursor).
-const readHeader = "Foldhost-Cursor"
+// Reply headers of the reads and queries over NATS: the HTTP API's
+// answer headers without their X- prefix (the cursor read at, the module
+// that answered a query, a repair's mark) and the content type.
+var replyHeaders = map[string]string{
+	httpapi.CursorHeader:        "Foldhost-Cursor",
+	httpapi.ModuleHeader:        "Foldhost-Module",
+	httpapi.RepairPendingHeader: "Foldhost-Repair-Pending",
+	"Content-Type":              "Content-Type",
+}
 
-// natsReads serves the read endpoints through the HTTP API's own handler:
-// one implementation of every read rule (key forms, paging of one
-// snapshot, min_revision and wait, errors), so a read over NATS answers
-// exactly what the same read over HTTP does (RATIONALE.md, "Reads over
-// NATS").
+// Request headers of a query over NATS: read your writes, as a read's
+// min_revision and wait (the payload is the query's input).
+const (
+	minRevisionHeader = "Foldhost-Min-Revision"
+	waitHeader        = "Foldhost-Wait"
+)
+
+// natsReads serves the read and query endpoints through the HTTP API's
+// own handler: one implementation of every read rule (key forms, paging
+// of one snapshot, min_revision and wait, query limits, errors), so a
+// read or query over NATS answers exactly what the same one over HTTP
+// does (RATIONALE.md, "Reads over NATS").
 type natsReads struct {
 	h          http.Handler // a handler of its own: its page tokens are its own
 	maxPayload int64        // the connection's: a larger answer is refused, not cut
@@ -60,12 +74,37 @@ func (n *natsReads) serve(r micro.Request, endpoint string) {
 		_ = r.Error("400", err.Error(), nil)
 		return
 	}
+	n.forward(r, httptest.NewRequest(http.MethodGet, target, nil))
+}
+
+// serveQuery answers one query of fold: the query is the subject's rest
+// after prefix, its input the payload, as a POST over HTTP takes it;
+// min_revision and wait are headers.
+func (n *natsReads) serveQuery(r micro.Request, fold, prefix string) {
+	q := url.Values{}
+	for hdr, param := range map[string]string{minRevisionHeader: "min_revision", waitHeader: "wait"} {
+		if v := r.Headers().Values(hdr); len(v) > 0 {
+			q[param] = v // more than one: the handler's 400
+		}
+	}
+	target := "/v1/folds/" + url.PathEscape(fold) + "/query/" + url.PathEscape(strings.TrimPrefix(r.Subject(), prefix))
+	if len(q) > 0 {
+		target += "?" + q.Encode()
+	}
+	n.forward(r, httptest.NewRequest(http.MethodPost, target, bytes.NewReader(r.Data())))
+}
+
+// forward answers r with the HTTP API's answer to req: its body, and its
+// status as the micro error code when it is not 200.
+func (n *natsReads) forward(r micro.Request, req *http.Request) {
 	rec := httptest.NewRecorder()
-	n.h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
+	n.h.ServeHTTP(rec, req)
 	body := rec.Body.Bytes()
 	hdr := micro.Headers{}
-	if c := rec.Header().Get(httpapi.CursorHeader); c != "" {
-		hdr[readHeader] = []string{c}
+	for from, to := range replyHeaders {
+		if v := rec.Header().Get(from); v != "" {
+			hdr[to] = []string{v}
+		}
 	}
 	if rec.Code != http.StatusOK {
 		var e struct {

@@ -120,16 +120,7 @@ func TestReadsOverNATS(t *testing.T) {
 	}
 
 	// Read your writes, with the loop held.
-	release, err := f.StallLoop(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	released := false
-	defer func() {
-		if !released {
-			release()
-		}
-	}()
+	release := holdLoop(t, f)
 	rev := put(t, b, "k.new", "5")
 	if body, code, _ := natsRead(t, c, "get", `{"fold":"routes","space":"raw","key":"k.new"}`); code != "404" {
 		t.Fatalf("plain get while held: %q %s", code, body)
@@ -139,7 +130,6 @@ func TestReadsOverNATS(t *testing.T) {
 		t.Fatalf("held get with min_revision %d: %q cursor %q %s", rev, code, cursor, body)
 	}
 	release()
-	released = true
 	body, code, cursor = natsRead(t, c, "get", fmt.Sprintf(`{"fold":"routes","space":"raw","key":"k.new","min_revision":%d,"wait":"1m"}`, rev))
 	if n, err := strconv.ParseUint(cursor, 10, 64); code != "" || err != nil || n < rev {
 		t.Fatalf("get with min_revision %d after the release: %q cursor %q %s", rev, code, cursor, body)

@@ -38,16 +38,7 @@ func TestReadYourWrites(t *testing.T) {
 	defer web.Close()
 	waitCursor(t, f, put(t, b, "k.old", "1"))
 
-	release, err := f.StallLoop(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	released := false
-	defer func() {
-		if !released {
-			release()
-		}
-	}()
+	release := holdLoop(t, f)
 	rev := put(t, b, "k.new", "2")
 
 	// Without min_revision: at once, from the cursor before the put.
@@ -101,7 +92,6 @@ func TestReadYourWrites(t *testing.T) {
 	case <-time.After(300 * time.Millisecond): // a wrong answer would come at once; a right one never while held
 	}
 	release()
-	released = true
 	var got []string
 	for range paths {
 		a := <-answers

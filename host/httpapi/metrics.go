@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/foldhost/foldhost/host/natskv"
@@ -16,8 +17,10 @@ import (
 // through ObserveBatch. Each Metrics has its own registry (not the global
 // one), so several can coexist in one process (tests).
 type Metrics struct {
-	reg     *prometheus.Registry
-	latency *prometheus.HistogramVec
+	reg          *prometheus.Registry
+	latency      *prometheus.HistogramVec
+	queries      *prometheus.CounterVec
+	queryLatency *prometheus.HistogramVec
 }
 
 // NewMetrics returns a registry with the runtime collectors and the batch
@@ -34,8 +37,64 @@ func NewMetrics() *Metrics {
 		// 100us .. ~6.5s
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9),
 	}, []string{"fold"})
-	reg.MustRegister(latency)
-	return &Metrics{reg: reg, latency: latency}
+	queries := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "foldhost_fold_queries_total",
+		Help: "Plugin queries answered (over HTTP and NATS), by query (" + UnknownQueryLabel + ": a name the fold's plugin does not declare) and outcome (" + strings.Join(QueryOutcomes, ", ") + ").",
+	}, []string{"fold", "query", "outcome"})
+	queryLatency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "foldhost_fold_query_duration_seconds",
+		Help: "Time to answer one plugin query that ran the plugin (outcomes ok, refused, error), its snapshot wait included.",
+		// 100us .. ~6.5s, as the batches'
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9),
+	}, []string{"fold", "query"})
+	reg.MustRegister(latency, queries, queryLatency)
+	return &Metrics{reg: reg, latency: latency, queries: queries, queryLatency: queryLatency}
+}
+
+// UnknownQueryLabel is the query label of a query the fold's plugin does
+// not declare (no query name has parentheses): a caller cannot grow the
+// series with names of its own.
+const UnknownQueryLabel = "(unknown)"
+
+// QueryOutcomes are the outcome label's values of
+// foldhost_fold_queries_total, from the answer's status: 200 ok, 400
+// bad_request, 404 not_found, 413 too_large, 422 refused (the plugin's
+// verdict on its input), 500 error (a trap, a timeout, a bound crossed),
+// 503 unavailable, 504 timeout (min_revision not reached within wait),
+// canceled (the client left before an answer).
+var QueryOutcomes = []string{"ok", "bad_request", "not_found", "too_large", "refused", "error", "unavailable", "timeout", "canceled"}
+
+// queryOutcome is the outcome label of an answer's status (0: none sent).
+func queryOutcome(code int) string {
+	switch code {
+	case 0:
+		return "canceled"
+	case http.StatusOK:
+		return "ok"
+	case http.StatusBadRequest:
+		return "bad_request"
+	case http.StatusNotFound:
+		return "not_found"
+	case http.StatusRequestEntityTooLarge:
+		return "too_large"
+	case http.StatusUnprocessableEntity:
+		return "refused"
+	case http.StatusServiceUnavailable:
+		return "unavailable"
+	case http.StatusGatewayTimeout:
+		return "timeout"
+	}
+	return "error"
+}
+
+// observeQuery records one answered query of fold (query: its label).
+func (m *Metrics) observeQuery(fold, query string, code int, took time.Duration) {
+	outcome := queryOutcome(code)
+	m.queries.WithLabelValues(fold, query, outcome).Inc()
+	switch outcome {
+	case "ok", "refused", "error":
+		m.queryLatency.WithLabelValues(fold, query).Observe(took.Seconds())
+	}
 }
 
 // Track registers the per-fold metrics of folds. Call it once.

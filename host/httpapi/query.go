@@ -62,15 +62,53 @@ const (
 // ?input= or ?input_b64= (GET) or the body (POST); ?min_revision and ?wait
 // as every read. The answer is the plugin's bytes, with the content type
 // the query declares and the snapshot's cursor in CursorHeader. A POST
-// here is a read, not an admin action.
+// here is a read, not an admin action. Every answer of a known fold is
+// counted in the metrics (Metrics.observeQuery).
 func (s *server) query(w http.ResponseWriter, r *http.Request) {
 	// A POST is not given the reads' write deadline by the handler's
 	// wrapper (admin actions run long): a query is a read.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(ReadWriteTimeout))
 	f := s.fold(w, r)
 	if f == nil {
-		return
+		return // an unknown fold: no series for a name the caller chose
 	}
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	s.answerQuery(sw, r, f)
+	name, label := r.PathValue("query"), UnknownQueryLabel
+	if qr, ok := f.(Querier); ok {
+		if _, err := qr.QueryLookup(name); err == nil {
+			label = name
+		}
+	}
+	s.metrics.observeQuery(f.Name(), label, sw.code, time.Since(start))
+}
+
+// statusWriter notes the status a handler answered (0: none).
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's deadlines.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// answerQuery answers a query of f.
+func (s *server) answerQuery(w http.ResponseWriter, r *http.Request, f Fold) {
 	name := r.PathValue("query")
 	q := r.URL.Query()
 	post := r.Method == http.MethodPost

@@ -96,7 +96,7 @@ func NewHandler(o Options) http.Handler {
 		o.Metrics = NewMetrics()
 		o.Metrics.Track(o.Folds)
 	}
-	s := &server{folds: map[string]Fold{}, order: o.Folds, log: o.Logger, adminToken: o.AdminToken}
+	s := &server{folds: map[string]Fold{}, order: o.Folds, log: o.Logger, adminToken: o.AdminToken, metrics: o.Metrics}
 	s.pages.ttl = o.PageSnapshotTTL
 	if s.pages.ttl <= 0 {
 		s.pages.ttl = DefaultPageSnapshotTTL
@@ -169,6 +169,7 @@ type server struct {
 	order      []Fold
 	log        *slog.Logger
 	adminToken string
+	metrics    *Metrics
 	pages      pageSnaps
 	rates      pageRates // the status page's rates
 }

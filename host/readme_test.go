@@ -1,0 +1,227 @@
+package host_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// readmeCommand is one command of a README.md example block, with the
+// section it is in and the answer the comment lines right under it give
+// ("" when none).
+type readmeCommand struct {
+	section string
+	line    int
+	args    []string
+	want    string
+}
+
+// shellWords splits a command line as sh does for the quoting README's
+// examples use: words apart by blanks, '…' and "…" quoting.
+func shellWords(t testing.TB, line string) []string {
+	t.Helper()
+	var words []string
+	var cur strings.Builder
+	in, quote := false, byte(0)
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case quote != 0 && c == quote:
+			quote = 0
+		case quote != 0:
+			cur.WriteByte(c)
+		case c == '\'' || c == '"':
+			quote, in = c, true
+		case c == ' ' || c == '\t':
+			if in {
+				words = append(words, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteByte(c)
+			in = true
+		}
+	}
+	if quote != 0 {
+		t.Fatalf("unclosed quote in %q", line)
+	}
+	if in {
+		words = append(words, cur.String())
+	}
+	return words
+}
+
+// readmeQueryExamples returns the commands of every README.md code block
+// that runs a query (a curl of …/query/, a nats req of ….query.).
+func readmeQueryExamples(t testing.TB) []readmeCommand {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []readmeCommand
+	section := ""
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i < len(lines); i++ {
+		if strings.HasPrefix(lines[i], "#") {
+			section = strings.TrimLeft(lines[i], "# ")
+		}
+		if !strings.HasPrefix(lines[i], "```") {
+			continue
+		}
+		start := i + 1
+		for i++; i < len(lines) && !strings.HasPrefix(lines[i], "```"); i++ {
+		}
+		block := lines[start:i]
+		if !strings.Contains(strings.Join(block, "\n"), "/query/") && !strings.Contains(strings.Join(block, "\n"), ".query.") {
+			continue
+		}
+		var cmds []readmeCommand
+		afterCommand := false
+		for j, l := range block {
+			switch {
+			case strings.TrimSpace(l) == "":
+				afterCommand = false
+			case strings.HasPrefix(l, "# "):
+				if afterCommand {
+					c := &cmds[len(cmds)-1]
+					if c.want != "" {
+						c.want += "\n"
+					}
+					c.want += strings.TrimPrefix(l, "# ")
+				}
+			default:
+				cmds = append(cmds, readmeCommand{section: section, line: start + j + 1, args: shellWords(t, l)})
+				afterCommand = true
+			}
+		}
+		out = append(out, cmds...)
+	}
+	return out
+}
+
+// TestREADMEQueryExamples: README.md's query examples, run against a live
+// host (the C router's fold "routes", the admin service of node n1): the
+// routes its blocks write are put first, then every curl and nats req
+// runs and answers exactly the body the comment under it gives (a command
+// with none must succeed). The HTTP API's section and the one on NATS
+// must each have examples; a command the test cannot run fails it, so
+// README cannot drift from what the host answers. Mutations caught: an
+// answer changed in README; the NATS endpoint's subject renamed in the
+// code.
+func TestREADMEQueryExamples(t *testing.T) {
+	cmds := readmeQueryExamples(t)
+	r, b, url := queryHost(t)
+	f := r.h.Fold("routes")
+	web := loopbackAPI(t, r.h.Handler())
+	defer web.Close()
+	c := nc(t, url)
+	var rev uint64
+	runs := map[string]int{}
+	for _, cmd := range cmds {
+		if isRoutePut(cmd.args) {
+			rev = put(t, b, cmd.args[len(cmd.args)-2], cmd.args[len(cmd.args)-1])
+		}
+	}
+	if rev == 0 {
+		t.Fatal("README's query examples write no route")
+	}
+	waitCursor(t, f, rev)
+	for _, cmd := range cmds {
+		where := fmt.Sprintf("README.md:%d (%s): %s", cmd.line, cmd.section, strings.Join(cmd.args, " "))
+		var got queryReply
+		switch cmd.args[0] {
+		case "./foldhost":
+			if !isRoutePut(cmd.args) || cmd.want != "" {
+				t.Errorf("%s: not a put the test runs", where)
+			}
+			continue
+		case "curl":
+			method, body, target := "GET", "", ""
+			for i := 1; i < len(cmd.args); i++ {
+				switch a := cmd.args[i]; {
+				case a == "-X" && i+1 < len(cmd.args):
+					i++
+					method = cmd.args[i]
+				case (a == "--data" || a == "-d") && i+1 < len(cmd.args):
+					i++
+					body = cmd.args[i]
+				case a == "-s":
+				case strings.HasPrefix(a, "http://127.0.0.1:8080/") && target == "":
+					target = web.URL + strings.TrimPrefix(a, "http://127.0.0.1:8080")
+				default:
+					t.Fatalf("%s: the test cannot run %q", where, a)
+				}
+			}
+			got = doQuery(t, method, target, body)
+		case "nats":
+			hdr := map[string]string{}
+			var rest []string
+			for i := 2; i < len(cmd.args); i++ {
+				switch a := cmd.args[i]; {
+				case a == "--raw":
+				case a == "-H" && i+1 < len(cmd.args):
+					i++
+					k, v, ok := strings.Cut(cmd.args[i], ":")
+					if !ok {
+						t.Fatalf("%s: header %q is not K:V", where, cmd.args[i])
+					}
+					hdr[k] = v
+				case strings.HasPrefix(a, "-"):
+					t.Fatalf("%s: the test cannot run %q", where, a)
+				default:
+					rest = append(rest, a)
+				}
+			}
+			if cmd.args[1] != "req" || len(rest) != 2 {
+				t.Fatalf("%s: want nats req [--raw] [-H K:V]... SUBJECT PAYLOAD", where)
+			}
+			got = natsQuery(t, c, rest[0], rest[1], hdr)
+		default:
+			t.Fatalf("%s: the test cannot run %s", where, cmd.args[0])
+		}
+		runs[cmd.section+" "+cmd.args[0]]++
+		switch {
+		case cmd.want == "" && got.code != 200:
+			t.Errorf("%s: %d %s, want success", where, got.code, got.body)
+		case cmd.want != "" && !elided(cmd.want, strings.TrimSpace(got.body)):
+			t.Errorf("%s:\n got %s\nwant %s", where, strings.TrimSpace(got.body), cmd.want)
+		}
+	}
+	for _, want := range []string{"HTTP API curl", "Admin over NATS nats", "Plugin queries curl"} {
+		if runs[want] == 0 {
+			t.Errorf("README has no query example under %q: ran %v", want, runs)
+		}
+	}
+}
+
+// isRoutePut: args are ./foldhost kv --config config.toml --fold routes put KEY VALUE.
+func isRoutePut(args []string) bool {
+	return len(args) == 9 && strings.Join(args[:7], " ") == "./foldhost kv --config config.toml --fold routes put"
+}
+
+// elided reports whether got is want, each "…" of want standing for any
+// text.
+func elided(want, got string) bool {
+	parts := strings.Split(want, "…")
+	if !strings.HasPrefix(got, parts[0]) {
+		return false
+	}
+	got = got[len(parts[0]):]
+	for i, p := range parts[1:] {
+		if i == len(parts)-2 {
+			return strings.HasSuffix(got, p)
+		}
+		k := strings.Index(got, p)
+		if k < 0 {
+			return false
+		}
+		got = got[k+len(p):]
+	}
+	return got == ""
+}
