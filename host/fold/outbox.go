@@ -116,18 +116,6 @@ func appendGroup(b []byte, first uint32, effects []Effect) []byte {
 	return b
 }
 
-// appendEntries appends a group of entries (each with its own index).
-func appendEntries(b []byte, entries []OutboxEntry) []byte {
-	b = append(b, outboxVersion)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(entries)))
-	for i := range entries {
-		b = binary.BigEndian.AppendUint32(b, entries[i].Index)
-		b = binary.BigEndian.AppendUint32(b, uint32(effectLen(&entries[i].Effect)))
-		b = appendEffect(b, &entries[i].Effect)
-	}
-	return b
-}
-
 // groupCount is how many effects an outbox value holds.
 func groupCount(key, v []byte) (int, error) {
 	switch {
@@ -178,6 +166,42 @@ func decodeGroup(key, v []byte, fn func(OutboxEntry) error) error {
 		if err := fn(e); err != nil {
 			return err
 		}
+	}
+	if len(v) != 0 {
+		return bad("trailing bytes")
+	}
+	return nil
+}
+
+// groupRecords calls fn for each effect of an outbox entry (key without
+// the space byte) with its record in a group (index:u32 ++ len:u32 ++
+// effect), a slice of v, undecoded. A version 1 entry's one effect has no
+// such record: rec is nil (it is never written again, only deleted).
+func groupRecords(key, v []byte, fn func(rev protocol.Revision, index uint32, rec []byte) error) error {
+	bad := func(what string) error {
+		return fmt.Errorf("%w: outbox entry %x: %s", ErrCorrupt, key, what)
+	}
+	if len(key) != outboxKeyLen-1 {
+		return bad("key length")
+	}
+	rev := protocol.Revision(binary.BigEndian.Uint64(key))
+	if len(v) >= 1 && v[0] == outboxVersion1 {
+		return fn(rev, binary.BigEndian.Uint32(key[8:]), nil)
+	}
+	if len(v) < 5 || v[0] != outboxVersion {
+		return bad("unknown version")
+	}
+	n := binary.BigEndian.Uint32(v[1:])
+	v = v[5:]
+	for range n {
+		if len(v) < 8 || uint64(binary.BigEndian.Uint32(v[4:])) > uint64(len(v)-8) {
+			return bad("truncated group")
+		}
+		l := 8 + int(binary.BigEndian.Uint32(v[4:]))
+		if err := fn(rev, binary.BigEndian.Uint32(v), v[:l:l]); err != nil {
+			return err
+		}
+		v = v[l:]
 	}
 	if len(v) != 0 {
 		return bad("trailing bytes")
@@ -403,19 +427,20 @@ func (s *Store) removeOutbox(b *pebble.Batch, entries []OutboxEntry) (int, error
 	defer it.Close()
 	last := outboxKey(hi.Rev, hi.Index)
 	removed := 0
-	var keep []OutboxEntry
+	var keep [][]byte
 	// From the group holding the first entry: the last key at or below it.
 	for ok := it.SeekLT(append(outboxKey(lo.Rev, lo.Index), 0)); ok && bytes.Compare(it.Key(), last) <= 0; ok = it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
 			return 0, err
 		}
-		keep, found := keep[:0], 0
-		if err := decodeGroup(it.Key()[1:], v, func(e OutboxEntry) error {
-			if _, ok := gone[id{e.Rev, e.Index}]; ok {
+		// The kept effects' records are copied as they are (not decoded).
+		keep, keptLen, found := keep[:0], 0, 0
+		if err := groupRecords(it.Key()[1:], v, func(rev protocol.Revision, index uint32, rec []byte) error {
+			if _, ok := gone[id{rev, index}]; ok {
 				found++
 			} else {
-				keep = append(keep, e)
+				keep, keptLen = append(keep, rec), keptLen+len(rec)
 			}
 			return nil
 		}); err != nil {
@@ -427,7 +452,11 @@ func (s *Store) removeOutbox(b *pebble.Batch, entries []OutboxEntry) (int, error
 		case len(keep) == 0:
 			err = b.Delete(it.Key(), nil)
 		default:
-			err = b.Set(it.Key(), appendEntries(nil, keep), nil)
+			val := binary.BigEndian.AppendUint32(append(make([]byte, 0, 5+keptLen), outboxVersion), uint32(len(keep)))
+			for _, rec := range keep {
+				val = append(val, rec...)
+			}
+			err = b.Set(it.Key(), val, nil)
 		}
 		if err != nil {
 			return 0, err
