@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,4 +168,56 @@ func BenchmarkCommitShapes(b *testing.B) {
 	b.ReportMetric(ratios[len(ratios)/2], "router/raw-only")
 	b.ReportMetric(arrivalRate, "router-arrival-order-updates/s")
 	b.ReportMetric(arrival[len(arrival)/2], "key-order/arrival-order")
+}
+
+// BenchmarkCommitEffects is the outbox's cost in the fold's own commit:
+// commits of 100 raw puts and 100 view puts (the router's shape), with no
+// effect or with one per update (subject and a ~40-byte payload, as the
+// router emits), left in the outbox (a state-sync outruns its publisher).
+// Run with -count: the two variants then alternate, and their ratio is
+// what effects add to a commit; cpu-ns/op is the process's CPU time (its
+// background flushes and compactions included), which a busy machine
+// disturbs less than the wall time.
+func BenchmarkCommitEffects(b *testing.B) {
+	for _, perUpdate := range []int{0, 1} {
+		b.Run(fmt.Sprintf("effects=%d", perUpdate), func(b *testing.B) {
+			keys := benchKeys()
+			s, _ := openTemp(b, Options{Logger: quiet})
+			value := make([]byte, benchValueLen)
+			c := Commit{Raw: make([]Update, 100), Views: make([]ViewMutation, 100)}
+			payloads := make([][]byte, len(c.Raw))
+			for j := range payloads {
+				payloads[j] = fmt.Appendf(nil, "bench.key.%07d\n10.9.%d.%d:80=1", j, j, j%250)
+			}
+			var rev protocol.Revision
+			b.ReportAllocs()
+			cpu0 := cpuTime(b)
+			for b.Loop() {
+				c.Effects = c.Effects[:0]
+				for j := range c.Raw {
+					rev++
+					k := keys[(uint64(rev)*2654435761)%benchKeySpace]
+					c.Raw[j] = Update{Key: k, Op: OpPut, Rev: rev, Value: value}
+					c.Views[j] = ViewMutation{Key: []byte("v." + k), Op: ViewPut, Value: value[:32]}
+					for range perUpdate {
+						c.Effects = append(c.Effects, Effect{Subject: "route.changed", Payload: payloads[j]})
+					}
+				}
+				c.Cursor, c.EffectRev = protocol.Cursor{Rev: rev}, rev
+				if err := s.Commit(c); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// cpuTime is the process's CPU time so far (user and system).
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -126,7 +126,8 @@ func (s *Store) DeadLetterEffect(e OutboxEntry, d DeadLetter) error {
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	if err := b.Delete(outboxKey(e.Rev, e.Index), nil); err != nil {
+	removed, err := s.removeOutbox(b, []OutboxEntry{e})
+	if err != nil {
 		return fmt.Errorf("fold: outbox delete: %w", err)
 	}
 	if err := b.Set(deadEffectKey(e.Rev, e.Index), v, nil); err != nil {
@@ -135,7 +136,7 @@ func (s *Store) DeadLetterEffect(e OutboxEntry, d DeadLetter) error {
 	if err := s.apply(b, s.write); err != nil {
 		return fmt.Errorf("fold: dead letter of effect %s: %w", d.Effect.ID, err)
 	}
-	if s.outboxLen.Add(-1) < 0 {
+	if s.outboxLen.Add(-int64(removed)) < 0 {
 		s.outboxLen.Store(0)
 	}
 	return nil

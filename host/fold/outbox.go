@@ -21,13 +21,26 @@ import (
 //
 // Keys: spaceOutbox ++ rev:u64be ++ index:u32be, so pebble's order is the
 // fold's order (the revision the batch's effects are filed under, then the
-// plugin's order within the batch). Values:
+// plugin's order within the batch). A commit files its effects as one
+// entry (a group), under the key of its first effect, the value
 //
-//	version:u8 (1) ++ subject:str ++ headers:u32 ++ (name:str ++ value:str)*headers ++ payload
+//	version:u8 (2) ++ count:u32 ++ (index:u32 ++ len:u32 ++ effect)*count
+//	effect: subject:str ++ headers:u32 ++ (name:str ++ value:str)*headers ++ payload
 //
-// where str is u32 length ++ bytes and payload is the rest.
+// where str is u32 length ++ bytes and payload is the rest of the effect's
+// len bytes: one pebble key per commit rather than one per effect (the
+// memtable's insert is per key, and it was most of what effects added to
+// the fold's own commit). A group whose first effects were published is
+// written again under its key, holding the rest (each effect keeps its
+// index); one whose effects all were is deleted. A store written before
+// groups may hold version 1 values: one effect, its index the key's,
+//
+//	version:u8 (1) ++ effect (its payload the rest of the value)
 
-const outboxVersion = 1
+const (
+	outboxVersion1 = 1 // one effect per key (read, never written)
+	outboxVersion  = 2 // a group: a commit's effects under one key
+)
 
 // outboxKeyLen is the length of an outbox key, the space byte included.
 const outboxKeyLen = 1 + 8 + 4
@@ -49,15 +62,27 @@ func (e OutboxEntry) ID(fold string) string {
 }
 
 func outboxKey(rev protocol.Revision, index uint32) []byte {
-	k := make([]byte, outboxKeyLen)
+	return putOutboxKey(make([]byte, outboxKeyLen), rev, index)
+}
+
+func putOutboxKey(k []byte, rev protocol.Revision, index uint32) []byte {
 	k[0] = spaceOutbox
 	binary.BigEndian.PutUint64(k[1:], uint64(rev))
 	binary.BigEndian.PutUint32(k[9:], index)
 	return k
 }
 
-func appendOutboxValue(b []byte, e *Effect) []byte {
-	b = append(b, outboxVersion)
+// effectLen is the length of e's encoding in a group (without its index
+// and length).
+func effectLen(e *Effect) int {
+	n := 4 + len(e.Subject) + 4 + len(e.Payload)
+	for _, h := range e.Headers {
+		n += 8 + len(h.Name) + len(h.Value)
+	}
+	return n
+}
+
+func appendEffect(b []byte, e *Effect) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(e.Subject)))
 	b = append(b, e.Subject...)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(e.Headers)))
@@ -70,20 +95,123 @@ func appendOutboxValue(b []byte, e *Effect) []byte {
 	return append(b, e.Payload...)
 }
 
-// decodeOutbox decodes an entry (key without the space byte) into fresh
-// memory.
-func decodeOutbox(key, v []byte) (OutboxEntry, error) {
-	bad := func(what string) (OutboxEntry, error) {
-		return OutboxEntry{}, fmt.Errorf("%w: outbox entry %x: %s", ErrCorrupt, key, what)
+// groupLen is the length of the group of effects (its value).
+func groupLen(effects []Effect) int {
+	n := 1 + 4
+	for i := range effects {
+		n += 8 + effectLen(&effects[i])
+	}
+	return n
+}
+
+// appendGroup appends the group of effects, indexed from first.
+func appendGroup(b []byte, first uint32, effects []Effect) []byte {
+	b = append(b, outboxVersion)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(effects)))
+	for i := range effects {
+		b = binary.BigEndian.AppendUint32(b, first+uint32(i))
+		b = binary.BigEndian.AppendUint32(b, uint32(effectLen(&effects[i])))
+		b = appendEffect(b, &effects[i])
+	}
+	return b
+}
+
+// groupCount is how many effects an outbox value holds.
+func groupCount(key, v []byte) (int, error) {
+	switch {
+	case len(v) >= 1 && v[0] == outboxVersion1:
+		return 1, nil
+	case len(v) >= 5 && v[0] == outboxVersion:
+		return int(binary.BigEndian.Uint32(v[1:])), nil
+	}
+	return 0, fmt.Errorf("%w: outbox entry %x: unknown version", ErrCorrupt, key)
+}
+
+// decodeGroup calls fn for each effect of an outbox entry (key without
+// the space byte), decoded into fresh memory, in order.
+func decodeGroup(key, v []byte, fn func(OutboxEntry) error) error {
+	bad := func(what string) error {
+		return fmt.Errorf("%w: outbox entry %x: %s", ErrCorrupt, key, what)
 	}
 	if len(key) != outboxKeyLen-1 {
 		return bad("key length")
 	}
-	e := OutboxEntry{Rev: protocol.Revision(binary.BigEndian.Uint64(key)), Index: binary.BigEndian.Uint32(key[8:])}
-	if len(v) < 1 || v[0] != outboxVersion {
+	rev, index := protocol.Revision(binary.BigEndian.Uint64(key)), binary.BigEndian.Uint32(key[8:])
+	if len(v) >= 1 && v[0] == outboxVersion1 {
+		e := OutboxEntry{Rev: rev, Index: index}
+		if !decodeEffect(v[1:], &e.Effect) {
+			return bad("truncated effect")
+		}
+		return fn(e)
+	}
+	if len(v) < 5 || v[0] != outboxVersion {
 		return bad("unknown version")
 	}
-	v = v[1:]
+	n := binary.BigEndian.Uint32(v[1:])
+	v = v[5:]
+	if uint64(n)*8 > uint64(len(v)) {
+		return bad("effect count")
+	}
+	for range n {
+		if len(v) < 8 {
+			return bad("truncated group")
+		}
+		e := OutboxEntry{Rev: rev, Index: binary.BigEndian.Uint32(v)}
+		l := binary.BigEndian.Uint32(v[4:])
+		v = v[8:]
+		if uint64(l) > uint64(len(v)) || !decodeEffect(v[:l], &e.Effect) {
+			return bad("truncated effect")
+		}
+		v = v[l:]
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if len(v) != 0 {
+		return bad("trailing bytes")
+	}
+	return nil
+}
+
+// groupRecords calls fn for each effect of an outbox entry (key without
+// the space byte) with its record in a group (index:u32 ++ len:u32 ++
+// effect), a slice of v, undecoded. A version 1 entry's one effect has no
+// such record: rec is nil (it is never written again, only deleted).
+func groupRecords(key, v []byte, fn func(rev protocol.Revision, index uint32, rec []byte) error) error {
+	bad := func(what string) error {
+		return fmt.Errorf("%w: outbox entry %x: %s", ErrCorrupt, key, what)
+	}
+	if len(key) != outboxKeyLen-1 {
+		return bad("key length")
+	}
+	rev := protocol.Revision(binary.BigEndian.Uint64(key))
+	if len(v) >= 1 && v[0] == outboxVersion1 {
+		return fn(rev, binary.BigEndian.Uint32(key[8:]), nil)
+	}
+	if len(v) < 5 || v[0] != outboxVersion {
+		return bad("unknown version")
+	}
+	n := binary.BigEndian.Uint32(v[1:])
+	v = v[5:]
+	for range n {
+		if len(v) < 8 || uint64(binary.BigEndian.Uint32(v[4:])) > uint64(len(v)-8) {
+			return bad("truncated group")
+		}
+		l := 8 + int(binary.BigEndian.Uint32(v[4:]))
+		if err := fn(rev, binary.BigEndian.Uint32(v), v[:l:l]); err != nil {
+			return err
+		}
+		v = v[l:]
+	}
+	if len(v) != 0 {
+		return bad("trailing bytes")
+	}
+	return nil
+}
+
+// decodeEffect decodes one effect's encoding (appendEffect) into e, in
+// fresh memory.
+func decodeEffect(v []byte, e *Effect) bool {
 	str := func() (string, bool) {
 		if len(v) < 4 {
 			return "", false
@@ -98,12 +226,12 @@ func decodeOutbox(key, v []byte) (OutboxEntry, error) {
 	}
 	var ok bool
 	if e.Subject, ok = str(); !ok || len(v) < 4 {
-		return bad("truncated subject")
+		return false
 	}
 	nh := binary.BigEndian.Uint32(v)
 	v = v[4:]
 	if uint64(nh)*8 > uint64(len(v)) {
-		return bad("header count")
+		return false
 	}
 	for range nh {
 		var h EffectHeader
@@ -111,12 +239,12 @@ func decodeOutbox(key, v []byte) (OutboxEntry, error) {
 		h.Name, ok1 = str()
 		h.Value, ok2 = str()
 		if !ok1 || !ok2 {
-			return bad("truncated header")
+			return false
 		}
 		e.Headers = append(e.Headers, h)
 	}
 	e.Payload = append([]byte(nil), v...)
-	return e, nil
+	return true
 }
 
 // readOutboxHigh reads the outbox's high-water mark: the highest revision
@@ -160,12 +288,16 @@ func (s *Store) putEffects(b *pebble.Batch, c *Commit) (protocol.Revision, uint3
 			"effects", len(c.Effects), "effect_revision", uint64(c.EffectRev), "outbox_mark", uint64(s.outboxHigh))
 		return 0, 0, nil
 	}
-	var val []byte
-	for i := range c.Effects {
-		val = appendOutboxValue(val[:0], &c.Effects[i])
-		if err := b.Set(outboxKey(c.EffectRev, first+uint32(i)), val, nil); err != nil {
-			return 0, 0, fmt.Errorf("batch: %w", err)
-		}
+	// One entry for the commit's effects, encoded in place in the batch
+	// (no copy of the payloads in between).
+	n := groupLen(c.Effects)
+	op := b.SetDeferred(outboxKeyLen, n)
+	putOutboxKey(op.Key, c.EffectRev, first)
+	if v := appendGroup(op.Value[:0], first, c.Effects); len(v) != n || &v[0] != &op.Value[0] {
+		return 0, 0, fmt.Errorf("fold: outbox: a group of %d bytes encoded as %d", n, len(v))
+	}
+	if err := op.Finish(); err != nil {
+		return 0, 0, fmt.Errorf("batch: %w", err)
 	}
 	next := first + uint32(len(c.Effects))
 	mark := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, uint64(c.EffectRev)), next)
@@ -199,12 +331,13 @@ func (s *Store) Outbox(max int, fn func(OutboxEntry) error) error {
 			f := slices.Clone(k)
 			s.outboxFloor.Store(&f)
 		}
-		n++
-		e, err := decodeOutbox(k, v)
-		if err != nil {
-			return err
-		}
-		return fn(e)
+		return decodeGroup(k, v, func(e OutboxEntry) error {
+			if max > 0 && n >= max {
+				return errEnough
+			}
+			n++
+			return fn(e)
+		})
 	})
 	if errors.Is(err, errEnough) {
 		return nil
@@ -247,18 +380,90 @@ func (s *Store) DeleteOutbox(entries ...OutboxEntry) error {
 	defer s.gate.exit()
 	b := s.db.NewBatch()
 	defer b.Close()
-	for _, e := range entries {
-		if err := b.Delete(outboxKey(e.Rev, e.Index), nil); err != nil {
-			return fmt.Errorf("fold: outbox delete: %w", err)
-		}
+	removed, err := s.removeOutbox(b, entries)
+	if err != nil {
+		return fmt.Errorf("fold: outbox delete: %w", err)
 	}
 	if err := s.apply(b, s.write); err != nil {
 		return fmt.Errorf("fold: outbox delete: %w", err)
 	}
-	if s.outboxLen.Add(-int64(len(entries))) < 0 {
-		s.outboxLen.Store(0) // absent entries deleted: a caller's repeat
+	if s.outboxLen.Add(-int64(removed)) < 0 {
+		s.outboxLen.Store(0)
 	}
 	return nil
+}
+
+// removeOutbox adds to b the removal of entries from their groups: a
+// group left empty is deleted, one that keeps effects is written again
+// under its key with those. It returns how many of entries it found. Only
+// the publisher removes entries (a commit adds groups above every key
+// there is), so what it reads stays true until b is applied.
+func (s *Store) removeOutbox(b *pebble.Batch, entries []OutboxEntry) (int, error) {
+	type id struct {
+		rev   protocol.Revision
+		index uint32
+	}
+	gone := make(map[id]struct{}, len(entries))
+	lo, hi := entries[0], entries[0]
+	for _, e := range entries {
+		gone[id{e.Rev, e.Index}] = struct{}{}
+		if e.Rev < lo.Rev || e.Rev == lo.Rev && e.Index < lo.Index {
+			lo = e
+		}
+		if e.Rev > hi.Rev || e.Rev == hi.Rev && e.Index > hi.Index {
+			hi = e
+		}
+	}
+	lower, upper := prefixBounds(spaceOutbox, "")
+	if floor := s.outboxFloor.Load(); floor != nil {
+		// No entry lies below the floor (Outbox): the seek below need not
+		// walk back over the tombstones of the published ones.
+		lower = appendKey(nil, spaceOutbox, *floor)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	last := outboxKey(hi.Rev, hi.Index)
+	removed := 0
+	var keep [][]byte
+	// From the group holding the first entry: the last key at or below it.
+	for ok := it.SeekLT(append(outboxKey(lo.Rev, lo.Index), 0)); ok && bytes.Compare(it.Key(), last) <= 0; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return 0, err
+		}
+		// The kept effects' records are copied as they are (not decoded).
+		keep, keptLen, found := keep[:0], 0, 0
+		if err := groupRecords(it.Key()[1:], v, func(rev protocol.Revision, index uint32, rec []byte) error {
+			if _, ok := gone[id{rev, index}]; ok {
+				found++
+			} else {
+				keep, keptLen = append(keep, rec), keptLen+len(rec)
+			}
+			return nil
+		}); err != nil {
+			return 0, err
+		}
+		switch {
+		case found == 0:
+			continue
+		case len(keep) == 0:
+			err = b.Delete(it.Key(), nil)
+		default:
+			val := binary.BigEndian.AppendUint32(append(make([]byte, 0, 5+keptLen), outboxVersion), uint32(len(keep)))
+			for _, rec := range keep {
+				val = append(val, rec...)
+			}
+			err = b.Set(it.Key(), val, nil)
+		}
+		if err != nil {
+			return 0, err
+		}
+		removed += found
+	}
+	return removed, it.Error()
 }
 
 // SyncOutbox makes every commit applied so far durable (one WAL sync; a
@@ -339,6 +544,6 @@ func (s *Store) LastOutbox() (e OutboxEntry, ok bool, err error) {
 	if err != nil {
 		return e, false, fmt.Errorf("fold: outbox: %w", err)
 	}
-	e, err = decodeOutbox(it.Key()[1:], v)
-	return e, err == nil, err
+	err = decodeGroup(it.Key()[1:], v, func(x OutboxEntry) error { e, ok = x, true; return nil })
+	return e, ok && err == nil, err
 }

@@ -148,7 +148,11 @@ func (s *Store) recover() (protocol.Cursor, error) {
 		return protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", s.dir, err)
 	}
 	n := 0
-	if err := scan(s.db, spaceOutbox, "", false, func(_, _ []byte) error { n++; return nil }); err != nil {
+	if err := scan(s.db, spaceOutbox, "", true, func(k, v []byte) error {
+		c, err := groupCount(k, v)
+		n += c
+		return err
+	}); err != nil {
 		return protocol.Cursor{}, fmt.Errorf("fold: open %s: %w", s.dir, err)
 	}
 	s.outboxLen.Store(int64(n))
