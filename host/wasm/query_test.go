@@ -297,8 +297,8 @@ func TestQueryRunsTheSwappedInModule(t *testing.T) {
 	if got := query(t, p, sn, "top_upstreams", ""); got != "[]" {
 		t.Fatalf("top_upstreams after the swap: %s", got)
 	}
-	// A module without queries.
-	g, err := r.LoadFile(context.Background(), goRouterWasm(t))
+	// A module without queries: the Go SDK's probe exports an empty list.
+	g, err := r.LoadFile(context.Background(), testPlugin(t, "probe-go"))
 	if err != nil {
 		t.Fatal(err)
 	}
