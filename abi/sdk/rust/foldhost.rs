@@ -29,7 +29,10 @@
 //!
 //! This module provides the ABI exports (`foldhost_abi_v1`, `foldhost_alloc`,
 //! `_initialize`; the macro adds `foldhost_info` and `foldhost_apply`),
-//! decodes the batch in place and encodes the output.
+//! decodes the batch in place and encodes the output. Queries (ABI minor 2):
+//! `foldhost_queries!` adds `foldhost_queries` and `foldhost_query` (see
+//! "queries" below); secondary-index helpers: `Batch::index_put`,
+//! `Batch::index_delete`, `Query::index_scan`.
 //!
 //! Memory: everything the SDK hands out during one batch (update keys and
 //! values, read results, arena memory) lives for the batch's lifetime `'a`

@@ -11,6 +11,10 @@
 //   export { foldhost_abi_v1, foldhost_alloc, foldhost_info, foldhost_apply }
 //     from "@foldhost/sdk-assemblyscript/assembly/exports";
 //
+// Queries (ABI minor 2): registerQuery at top level, and the entry file
+// re-exports "@foldhost/sdk-assemblyscript/assembly/queries" (see
+// "queries" below). Secondary-index helpers: indexPut, indexDel, indexScan.
+//
 // Memory: pointers the SDK hands out during one foldhost_apply (update keys
 // and values, read results, alloc() memory) are valid until that call
 // returns. The SDK's own buffers are unmanaged (heap.alloc), kept between
