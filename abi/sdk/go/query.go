@@ -15,6 +15,7 @@ import (
 // QueryFunc runs one query: input is the caller's bytes (valid during the
 // call only). It appends its answer with q.Answer; a non-nil error makes
 // the query fail with the error's message (HTTP 422), the answer dropped.
+// A read or range the host refused fails the query whatever it returns.
 type QueryFunc func(q *Query, input []byte) error
 
 // QueryDef declares one query.
@@ -60,6 +61,10 @@ type Query struct {
 	resp   []byte
 	out    []byte
 	keys   [][]byte
+	// failed is the first read or range the host refused (or answered
+	// malformed): it fails the query even if the plugin carries on, as in
+	// the C and Rust SDKs.
+	failed error
 }
 
 // KV is one entry of a range: key and value are valid until the query
@@ -88,6 +93,15 @@ func (q *Query) AnswerString(s string) { q.answer = append(q.answer, s...) }
 func (q *Query) reset() {
 	q.answer = q.answer[:0]
 	q.arena.reset()
+	q.failed = nil
+}
+
+// fail records err as the query's failure (the first wins) and returns it.
+func (q *Query) fail(err error) error {
+	if err != nil && q.failed == nil {
+		q.failed = err
+	}
+	return err
 }
 
 // View reads a view key at the query's snapshot.
@@ -107,7 +121,7 @@ func (q *Query) get(space uint32, key []byte) ([]byte, bool, uint64, error) {
 	q.req = abi.AppendReadRequest(q.req[:0], q.keys)
 	resp, ok := q.call(false, space, q.req)
 	if !ok {
-		return nil, false, 0, ErrRead
+		return nil, false, 0, q.fail(ErrRead)
 	}
 	var (
 		value []byte
@@ -126,7 +140,7 @@ func (q *Query) get(space uint32, key []byte) ([]byte, bool, uint64, error) {
 		value, found = q.arena.bytes(v), f
 		return nil
 	})
-	return value, found, rev, err
+	return value, found, rev, q.fail(err)
 }
 
 // Range reads the view keys k with start <= k < end (an empty end: no
@@ -147,7 +161,7 @@ func (q *Query) Range(start, end []byte, limit int, reverse bool) (Range, error)
 	q.req = abi.AppendRangeRequest(q.req[:0], flags, uint32(limit), start, end)
 	resp, ok := q.call(true, abi.SpaceView, q.req)
 	if !ok {
-		return Range{}, ErrRange
+		return Range{}, q.fail(ErrRange)
 	}
 	var r Range
 	more, err := abi.DecodeRangeAnswer(resp, func(k, v []byte) error {
@@ -155,7 +169,7 @@ func (q *Query) Range(start, end []byte, limit int, reverse bool) (Range, error)
 		return nil
 	})
 	r.More = more
-	return r, err
+	return r, q.fail(err)
 }
 
 // Prefix is Range over the view keys starting with prefix.
@@ -221,7 +235,11 @@ func runQuery(name, input []byte) []byte {
 		if d.Name != unsafeString(name) {
 			continue
 		}
-		if err := d.Run(q, input); err != nil {
+		err := d.Run(q, input)
+		if q.failed != nil {
+			err = q.failed
+		}
+		if err != nil {
 			q.out = abi.AppendQueryError(q.out[:0], err.Error())
 		} else {
 			q.out = abi.AppendQueryOutput(q.out[:0], q.answer)

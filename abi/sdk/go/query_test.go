@@ -2,7 +2,10 @@ package foldhost
 
 import (
 	"bytes"
+	"errors"
 	"testing"
+
+	"github.com/foldhost/foldhost/abi"
 )
 
 // TestIndexKeyAndRangeBounds: the index key layout, the end of a prefix
@@ -24,5 +27,24 @@ func TestIndexKeyAndRangeBounds(t *testing.T) {
 	}
 	if got := After([]byte("k")); !bytes.Equal(got, []byte("k\x00")) {
 		t.Errorf("After = %q", got)
+	}
+}
+
+// TestARefusedRangeFailsTheQuery: a range the host refuses fails the
+// query even when the plugin ignores the error and answers (the host is a
+// fault-injecting fake that refuses every range).
+func TestARefusedRangeFailsTheQuery(t *testing.T) {
+	defer func(d []QueryDef, b []byte, q Query) { queryDefs, queriesBuf, theQuery = d, b, q }(queryDefs, queriesBuf, theQuery)
+	RegisterQueries(QueryDef{Name: "careless", Run: func(q *Query, _ []byte) error {
+		q.Range([]byte("a"), nil, 10, false) // the error ignored
+		q.AnswerString("all fine")
+		return nil
+	}})
+	theQuery = Query{rng: func([]byte) ([]byte, bool) { return nil, false }} // fake: refuses every range
+	out := runQuery([]byte("careless"), nil)
+	ans, err := abi.DecodeQueryOutput(out, -1)
+	var ge *abi.GuestError
+	if !errors.As(err, &ge) || ge.Message != ErrRange.Error() {
+		t.Fatalf("answer %q, error %v; want the query failed with %q", ans, err, ErrRange)
 	}
 }
