@@ -61,6 +61,7 @@ type Query struct {
 	resp   []byte
 	out    []byte
 	keys   [][]byte
+	kvs    []KV // the entries of this query's ranges, reused by the next query
 	// failed is the first read or range the host refused (or answered
 	// malformed): it fails the query even if the plugin carries on, as in
 	// the C and Rust SDKs.
@@ -93,6 +94,7 @@ func (q *Query) AnswerString(s string) { q.answer = append(q.answer, s...) }
 func (q *Query) reset() {
 	q.answer = q.answer[:0]
 	q.arena.reset()
+	q.kvs = q.kvs[:0]
 	q.failed = nil
 }
 
@@ -163,12 +165,15 @@ func (q *Query) Range(start, end []byte, limit int, reverse bool) (Range, error)
 	if !ok {
 		return Range{}, q.fail(ErrRange)
 	}
-	var r Range
+	// The entries go to q.kvs, kept between queries (with the GC off, a
+	// slice per range would be garbage until the host's next foldhost_gc);
+	// an earlier range's Entries keep the array they were cut from.
+	first := len(q.kvs)
 	more, err := abi.DecodeRangeAnswer(resp, func(k, v []byte) error {
-		r.Entries = append(r.Entries, KV{Key: q.arena.bytes(k), Value: q.arena.bytes(v)})
+		q.kvs = append(q.kvs, KV{Key: q.arena.bytes(k), Value: q.arena.bytes(v)})
 		return nil
 	})
-	r.More = more
+	r := Range{Entries: q.kvs[first:len(q.kvs):len(q.kvs)], More: more}
 	return r, q.fail(err)
 }
 
