@@ -79,6 +79,7 @@ func TestQueriesOverHTTP(t *testing.T) {
 				PluginLimits: wasm.Limits{MaxQueryInputBytes: 1024}},
 			{Name: "raw", Bucket: "routes", DataDir: filepath.Join(dir, "raw")},
 			{Name: "gorouter", Bucket: "routes", Plugin: builtPlugin(t, "example-router", "router-go"), DataDir: filepath.Join(dir, "gorouter")},
+			{Name: "noq", Bucket: "routes", Plugin: builtPlugin(t, "testdata", "keyview1"), DataDir: filepath.Join(dir, "noq")},
 		},
 	})
 	f := r.h.Fold("routes")
@@ -92,11 +93,19 @@ func TestQueriesOverHTTP(t *testing.T) {
 	if qs := f.Status().Plugin.Queries; len(qs) != 2 || qs[0] != (httpapi.PluginQuery{Name: "hosts_of_upstream", ContentType: "application/json"}) || qs[1].Name != "top_upstreams" {
 		t.Fatalf("the status's queries: %+v", qs)
 	}
-	if qs := r.h.Fold("gorouter").Status().Plugin.Queries; qs != nil {
+	if qs := r.h.Fold("noq").Status().Plugin.Queries; qs != nil {
 		t.Fatalf("a plugin without queries lists %+v", qs)
 	}
+	// The Go build declares the same queries and answers alike.
+	if qs := r.h.Fold("gorouter").Status().Plugin.Queries; len(qs) != 2 || qs[0].Name != "hosts_of_upstream" || qs[1].Name != "top_upstreams" {
+		t.Fatalf("the Go router's queries: %+v", qs)
+	}
+	got := doQuery(t, "GET", fmt.Sprintf("%s/v1/folds/gorouter/query/hosts_of_upstream?input=10.0.0.2:80&min_revision=%d", web.URL, rev), "")
+	if got.code != 200 || got.body != `{"upstream":"10.0.0.2:80","hosts":["a","b","c"]}` || got.ctype != "application/json" {
+		t.Fatalf("the Go router's hosts_of_upstream: %+v", got)
+	}
 
-	got := doQuery(t, "GET", fmt.Sprintf("%shosts_of_upstream?input=10.0.0.2:80&min_revision=%d", q, rev), "")
+	got = doQuery(t, "GET", fmt.Sprintf("%shosts_of_upstream?input=10.0.0.2:80&min_revision=%d", q, rev), "")
 	if got.code != 200 || got.body != `{"upstream":"10.0.0.2:80","hosts":["a","b","c"]}` || got.ctype != "application/json" ||
 		!got.hasCurs || got.cursor < rev || got.module != f.Status().Plugin.SHA256 {
 		t.Fatalf("hosts_of_upstream: %+v", got)
@@ -139,7 +148,7 @@ func TestQueriesOverHTTP(t *testing.T) {
 	}{
 		{"GET", q + "nope", "", 404, "hosts_of_upstream top_upstreams"},
 		{"GET", web.URL + "/v1/folds/raw/query/top_upstreams", "", 404, "raw entries only"},
-		{"GET", web.URL + "/v1/folds/gorouter/query/top_upstreams", "", 404, "declares none"},
+		{"GET", web.URL + "/v1/folds/noq/query/top_upstreams", "", 404, "declares none"},
 		{"GET", web.URL + "/v1/folds/nofold/query/top_upstreams", "", 404, "unknown fold"},
 		{"GET", q + "top_upstreams?input=" + strings.Repeat("9", 1025), "", 413, "1024"},
 		{"POST", q + "top_upstreams", strings.Repeat("9", 1025), 413, "1024"},

@@ -34,11 +34,8 @@ func TestPluginNewBuildsAndChecks(t *testing.T) {
 			start := time.Now()
 			buildSkeleton(t, lang, dir)
 			t.Logf("%s skeleton built in %v", lang, time.Since(start).Round(time.Millisecond))
-			abi := "v1.1"
-			if lang == "c" {
-				abi = "v1.2" // the C SDK speaks minor 2 (queries), the others minor 1
-			}
-			out = wantCheckPass(t, filepath.Join(dir, "plugin.wasm"), "name my-"+lang+", version 0.1.0, view schema 1, ABI "+abi)
+			// Every SDK speaks minor 2 (queries); a skeleton declares none.
+			out = wantCheckPass(t, filepath.Join(dir, "plugin.wasm"), "name my-"+lang+", version 0.1.0, view schema 1, ABI v1.2")
 			for _, l := range strings.Split(out, "\n") {
 				if strings.HasPrefix(l, "PASS apply") || strings.HasPrefix(l, "PASS output") {
 					applied[lang] += l + "\n"

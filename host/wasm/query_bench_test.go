@@ -99,3 +99,34 @@ func BenchmarkApplyBesideQueries(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRouterQueries: each build of the example router answering
+// top_upstreams("10") (a range over the whole reverse index: 10,000 keys,
+// 10 pages) and hosts_of_upstream (one addr's 200 hosts, one page) over
+// the same fold of 5,000 hosts and 50 upstreams, in one process: the
+// C build is the baseline the others compare with.
+//
+//	go test -run '^$' -bench RouterQueries ./host/wasm/
+func BenchmarkRouterQueries(b *testing.B) {
+	r := newRuntime(b, Options{})
+	var batch []fold.Update
+	for i := range 5000 {
+		u := i % 50
+		batch = append(batch, putU(protocol.Revision(i+1), fmt.Sprintf("route.h%04d", i),
+			fmt.Sprintf(`{"upstreams":[{"addr":"10.0.0.%d:80"},{"addr":"10.0.1.%d:80"}]}`, u, (u+1)%50)))
+	}
+	for _, lang := range []string{"c", "rust", "as", "go"} {
+		p, st := pluginAndStore(b, r, builtPlugin(b, "example-router", "router-"+lang))
+		commitBatch(b, p, st, batch...)
+		sn := snapshotOf(b, st)
+		for _, q := range []struct{ name, in string }{{"top_upstreams", "10"}, {"hosts_of_upstream", "10.0.0.7:80"}} {
+			b.Run(lang+"/"+q.name, func(b *testing.B) {
+				for b.Loop() {
+					if _, err := p.Query(context.Background(), q.name, []byte(q.in), sn); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

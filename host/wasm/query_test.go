@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tetratelabs/wazero"
+
+	"github.com/foldhost/foldhost/abi"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/protocol"
 )
@@ -297,8 +301,8 @@ func TestQueryRunsTheSwappedInModule(t *testing.T) {
 	if got := query(t, p, sn, "top_upstreams", ""); got != "[]" {
 		t.Fatalf("top_upstreams after the swap: %s", got)
 	}
-	// A module without queries.
-	g, err := r.LoadFile(context.Background(), goRouterWasm(t))
+	// A module without queries: the Go SDK's probe exports an empty list.
+	g, err := r.LoadFile(context.Background(), testPlugin(t, "probe-go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,5 +416,50 @@ func TestRangeIsRefusedDuringApply(t *testing.T) {
 	commitBatch(t, p, st, putU(1, "a", "x"), putU(2, "range-in-apply", ""))
 	if got := query(t, p, snapshotOf(t, st), "get", "range-in-apply"); got != "-1" {
 		t.Fatalf("range during apply returned %s, want -1", got)
+	}
+}
+
+// TestSDKModulesWithoutQueriesImportNoRange: a module that declares no
+// queries, from any SDK (the SDK probes), imports no range, so a host of
+// an older minor loads it; every router build, which queries, does. The
+// probes' declared queries are none.
+func TestSDKModulesWithoutQueriesImportNoRange(t *testing.T) {
+	ctx := context.Background()
+	wr := wazero.NewRuntime(ctx)
+	defer wr.Close(ctx)
+	r := newRuntime(t, Options{})
+	importsRange := func(path string) bool {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm, err := wr.CompileModule(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cm.Close(ctx)
+		for _, f := range cm.ImportedFunctions() {
+			if mod, name, _ := f.Import(); mod == "foldhost" && name == abi.ImportRange {
+				return true
+			}
+		}
+		return false
+	}
+	for _, lang := range []string{"c", "as", "rust", "go"} {
+		probe := testPlugin(t, "probe-"+lang)
+		if importsRange(probe) {
+			t.Errorf("probe-%s declares no queries but imports range", lang)
+		}
+		m, err := r.LoadFile(ctx, probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Queries) != 0 || m.ABIMinor != 2 {
+			t.Errorf("probe-%s: queries %v, minor %d; want none, 2", lang, m.Queries, m.ABIMinor)
+		}
+		m.Close(ctx)
+		if !importsRange(builtPlugin(t, "example-router", "router-"+lang)) {
+			t.Errorf("router-%s queries without importing range", lang)
+		}
 	}
 }

@@ -728,6 +728,74 @@ int fh_prefix_view(const void *prefix, uint32_t prefix_len, uint32_t limit, int 
 	return fh_range_view(prefix, prefix_len, end, end_len, limit, reverse, res);
 }
 
+/* ---- secondary indexes ---- */
+
+/* index_key builds <index>/<value>/<primary> in the arena. */
+static fh_bytes index_key(const char *index, const void *value, uint32_t value_len, const void *primary,
+			  uint32_t primary_len) {
+	uint32_t il = (uint32_t)strlen(index);
+	uint32_t n = il + 1 + value_len + 1 + primary_len;
+	uint8_t *k = fh_alloc(n ? n : 1);
+	memcpy(k, index, il);
+	k[il] = '/';
+	if (value_len)
+		memcpy(k + il + 1, value, value_len);
+	k[il + 1 + value_len] = '/';
+	if (primary_len)
+		memcpy(k + il + 2 + value_len, primary, primary_len);
+	return (fh_bytes){k, n};
+}
+
+void fh_index_put(const char *index, const void *value, uint32_t value_len, const void *primary, uint32_t primary_len) {
+	fh_bytes k = index_key(index, value, value_len, primary, primary_len);
+	fh_put(k.ptr, k.len, "", 0);
+}
+
+void fh_index_del(const char *index, const void *value, uint32_t value_len, const void *primary, uint32_t primary_len) {
+	fh_bytes k = index_key(index, value, value_len, primary, primary_len);
+	fh_delete(k.ptr, k.len);
+}
+
+int fh_index_scan(const char *index, const void *value, uint32_t value_len, fh_bytes **primaries, uint32_t *count) {
+	*primaries = NULL;
+	*count = 0;
+	fh_bytes prefix = index_key(index, value, value_len, NULL, 0);
+	/* The prefix ends in '/': its end is the prefix with '/' + 1 last. */
+	uint8_t *end = fh_alloc(prefix.len);
+	memcpy(end, prefix.ptr, prefix.len);
+	end[prefix.len - 1]++;
+	fh_bytes start = prefix;
+	fh_bytes *out = NULL;
+	uint32_t n = 0, cap = 0;
+	for (;;) {
+		fh_range r;
+		if (fh_range_view(start.ptr, start.len, end, prefix.len, FH_INDEX_PAGE, 0, &r) != FH_OK)
+			return FH_FAIL;
+		if (n + r.count > cap) {
+			uint32_t c = cap ? cap * 2 : 64;
+			while (c < n + r.count)
+				c *= 2;
+			fh_bytes *grown = fh_alloc(c * sizeof *grown);
+			if (n)
+				memcpy(grown, out, n * sizeof *grown);
+			out = grown;
+			cap = c;
+		}
+		for (uint32_t i = 0; i < r.count; i++)
+			out[n++] = (fh_bytes){r.items[i].key.ptr + prefix.len, r.items[i].key.len - prefix.len};
+		if (!r.more || r.count == 0)
+			break;
+		fh_bytes last = r.items[r.count - 1].key;
+		uint8_t *next = fh_alloc(last.len + 1);
+		memcpy(next, last.ptr, last.len);
+		next[last.len] = 0;
+		start = (fh_bytes){next, last.len + 1};
+	}
+	*primaries = out;
+	*count = n;
+	return FH_OK;
+}
+
 int64_t fh_queries_export_(const fh_query *qs, uint32_t n) {
 	static buf list;
 	if (!list.len) {

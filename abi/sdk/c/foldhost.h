@@ -221,6 +221,26 @@ int fh_range_view(const void *start, uint32_t start_len, const void *end, uint32
 /* fh_prefix_view is fh_range_view over the keys starting with prefix. */
 int fh_prefix_view(const void *prefix, uint32_t prefix_len, uint32_t limit, int reverse, fh_range *res);
 
+/* ---- secondary indexes ----
+ *
+ * An index entry is the view key <index>/<value>/<primary> with an empty
+ * value (the example router's upstream/<addr>/<host>). apply writes and
+ * deletes entries with fh_index_put / fh_index_del; a query lists the
+ * primaries of one value with fh_index_scan, one prefix range over
+ * <index>/<value>/, paged FH_INDEX_PAGE keys at a time. value must not
+ * contain '/' (a value "a/b" would list among value "a"'s primaries);
+ * primary may. index is a NUL-terminated name.
+ */
+#define FH_INDEX_PAGE 1024
+
+void fh_index_put(const char *index, const void *value, uint32_t value_len, const void *primary, uint32_t primary_len);
+void fh_index_del(const char *index, const void *value, uint32_t value_len, const void *primary, uint32_t primary_len);
+
+/* fh_index_scan sets *primaries to the primaries of value in index, in key
+ * order, at the query's snapshot (*count of them; SDK memory valid until
+ * the query returns). Returns FH_OK, or FH_FAIL (the query has failed). */
+int fh_index_scan(const char *index, const void *value, uint32_t value_len, fh_bytes **primaries, uint32_t *count);
+
 /* The exports FOLDHOST_QUERIES defines call these. */
 int64_t fh_queries_export_(const fh_query *qs, uint32_t n);
 int64_t fh_query_export_(const fh_query *qs, uint32_t n, int32_t name_len, int32_t input_len);

@@ -22,6 +22,7 @@ type Batch struct {
 	req     []byte
 	resp    []byte
 	keys    [][]byte
+	idx     []byte // IndexPut and IndexDelete build their key here
 }
 
 type entry struct {

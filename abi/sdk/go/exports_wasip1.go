@@ -15,9 +15,8 @@ import (
 // host links this package too (Native), and must never lose its GC.
 func init() { debug.SetGCPercent(-1) }
 
-// sdkMinor is the ABI minor the Go SDK speaks: 1 (effects). Queries
-// (minor 2) are not in the Go SDK yet.
-const sdkMinor = 1
+// sdkMinor is the ABI minor the Go SDK speaks: 2 (queries).
+const sdkMinor = 2
 
 //go:wasmexport foldhost_abi_v1
 func abiV1() int32 { return sdkMinor }
@@ -52,3 +51,19 @@ func apply(n int32) int64 {
 
 //go:wasmexport foldhost_gc
 func gc() { runtime.GC() }
+
+// foldhost_queries and foldhost_query (minor 2) are exported by every Go
+// module: one without RegisterQueries lists none, which the host reads as
+// no queries (abi/ABI.md). The range import is linked only into a module
+// whose code calls Query.Range (Prefix, IndexScan).
+
+//go:wasmexport foldhost_queries
+func queriesExport() int64 { return packed(queriesBuf) }
+
+//go:wasmexport foldhost_query
+func queryExport(nameLen, inputLen int32) int64 {
+	if nameLen < 0 || inputLen < 0 || int(nameLen)+int(inputLen) > len(inbuf) {
+		return packed(abi.AppendQueryError(nil, "foldhost: query name and input exceed the input buffer"))
+	}
+	return packed(runQuery(inbuf[:nameLen], inbuf[nameLen:nameLen+inputLen]))
+}

@@ -10,3 +10,5 @@ func hostRead(space int32, ptr uint32, n uint32) int32 { return -1 }
 func hostReadResult(dst uint32) {}
 
 func hostLog(level int32, ptr uint32, n uint32) {}
+
+func hostRange(space int32, ptr uint32, n uint32) int32 { return -1 }

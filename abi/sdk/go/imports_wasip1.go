@@ -10,3 +10,6 @@ func hostReadResult(dst uint32)
 
 //go:wasmimport foldhost log
 func hostLog(level int32, ptr uint32, n uint32)
+
+//go:wasmimport foldhost range
+func hostRange(space int32, ptr uint32, n uint32) int32

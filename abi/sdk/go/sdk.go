@@ -6,7 +6,9 @@
 //
 // The SDK exports the ABI functions, decodes each batch in place, calls
 // Parse per update and Apply once per batch, and encodes the output, without
-// allocating per update on its own path once warmed up. In a wasip1 build
+// allocating per update on its own path once warmed up. Queries (ABI minor
+// 2) are declared with RegisterQueries and read with a Query; IndexPut,
+// IndexDelete and IndexScan keep secondary indexes. In a wasip1 build
 // it turns the Go GC off (in reactor mode the collector stalls after ~100
 // cycles because no goroutine runs between calls) and exports foldhost_gc,
 // which the host calls between batches. Nothing of that is compiled into

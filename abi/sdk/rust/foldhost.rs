@@ -29,7 +29,10 @@
 //!
 //! This module provides the ABI exports (`foldhost_abi_v1`, `foldhost_alloc`,
 //! `_initialize`; the macro adds `foldhost_info` and `foldhost_apply`),
-//! decodes the batch in place and encodes the output.
+//! decodes the batch in place and encodes the output. Queries (ABI minor 2):
+//! `foldhost_queries!` adds `foldhost_queries` and `foldhost_query` (see
+//! "queries" below); secondary-index helpers: `Batch::index_put`,
+//! `Batch::index_delete`, `Query::index_scan`.
 //!
 //! Memory: everything the SDK hands out during one batch (update keys and
 //! values, read results, arena memory) lives for the batch's lifetime `'a`
@@ -54,7 +57,7 @@ use std::ptr;
 use std::slice;
 
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 1;
+pub const ABI_MINOR: u32 = 2;
 
 /// An update's op (the batch).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,6 +157,7 @@ mod imports {
         pub fn read(space: i32, req_ptr: i32, req_len: i32) -> i32;
         pub fn read_result(dst_ptr: i32);
         pub fn log(level: i32, ptr: i32, len: i32);
+        pub fn range(space: i32, req_ptr: i32, req_len: i32) -> i32;
     }
 
     #[link(wasm_import_module = "wasi_snapshot_preview1")]
@@ -596,6 +600,7 @@ struct Core {
     failed: bool,
     fail_msg: Vec<u8>,
     req: Vec<u8>, // a read request being built
+    idx: Vec<u8>, // an index key being built (index_put, index_delete)
     table: Table,
 }
 
@@ -611,6 +616,7 @@ impl Core {
             failed: false,
             fail_msg: Vec::new(),
             req: Vec::new(),
+            idx: Vec::new(),
             table: Table::new(),
         }
     }
@@ -824,6 +830,24 @@ impl<'a> Batch<'a> {
         self.core.mutations += 1;
     }
 
+    /// index_put writes the secondary-index entry
+    /// `<index>/<value>/<primary>` (an empty value; see index_key).
+    pub fn index_put(&mut self, index: &[u8], value: &[u8], primary: &[u8]) {
+        let mut k = mem::take(&mut self.core.idx);
+        index_key(&mut k, index, value, primary);
+        self.put(&k, b"");
+        self.core.idx = k;
+    }
+
+    /// index_delete deletes the secondary-index entry
+    /// `<index>/<value>/<primary>`.
+    pub fn index_delete(&mut self, index: &[u8], value: &[u8], primary: &[u8]) {
+        let mut k = mem::take(&mut self.core.idx);
+        index_key(&mut k, index, value, primary);
+        self.delete(&k);
+        self.core.idx = k;
+    }
+
     /// emit appends an effect (ABI minor 1): a message the host publishes
     /// once this batch is committed, never if it is not, in the order
     /// emitted. Everything is copied; headers are (name, value) pairs. A
@@ -880,16 +904,225 @@ impl<'a> Batch<'a> {
     }
 }
 
+// ---- secondary indexes ----
+//
+// An index entry is the view key `<index>/<value>/<primary>` with an empty
+// value (the example router's `upstream/<addr>/<host>`). apply writes and
+// deletes entries with Batch::index_put / index_delete; a query lists the
+// primaries of one value with Query::index_scan, one prefix range over
+// `<index>/<value>/`, paged. value must not contain '/' (a value "a/b"
+// would list among value "a"'s primaries); primary may.
+
+/// index_key sets k to `<index>/<value>/<primary>`.
+pub fn index_key(k: &mut Vec<u8>, index: &[u8], value: &[u8], primary: &[u8]) {
+    k.clear();
+    k.reserve(index.len() + value.len() + primary.len() + 2);
+    k.extend_from_slice(index);
+    k.push(b'/');
+    k.extend_from_slice(value);
+    k.push(b'/');
+    k.extend_from_slice(primary);
+}
+
+/// How many entries one range of index_scan asks for.
+pub const INDEX_PAGE: u32 = 1024;
+
+// ---- queries (ABI minor 2) ----
+//
+// A plugin may export named, read-only queries: input bytes in, answer
+// bytes out, reading the fold's views (and raw entries) at one snapshot.
+// Declare them once, after foldhost_plugin!:
+//
+//     fn by_owner<'a>(input: &'a [u8], q: &mut foldhost::Query<'a>) -> Result<(), foldhost::Fail> {
+//         q.answer(b"...");
+//         Ok(())
+//     }
+//     foldhost_queries!(("by_owner", "application/json", by_owner));
+//
+// A name is 1 to 64 of [A-Za-z0-9_.-]; the content type ("" means
+// application/octet-stream) is what the host's HTTP API answers with. A
+// query returns Ok after appending its answer with q.answer (possibly
+// nothing), or Err(Fail) (the caller sees the message). Everything a query
+// hands out lives for the query's lifetime 'a. A plugin without
+// foldhost_queries! exports no queries and never imports `range`.
+
+/// A query function: the caller's input and the running query.
+pub type QueryFn = for<'a> fn(&'a [u8], &mut Query<'a>) -> Result<(), Fail>;
+
+/// One entry of a range.
+#[derive(Clone, Copy, Debug)]
+pub struct Kv<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+}
+
+/// The answer to one range read.
+pub struct RangePage<'a> {
+    pub entries: &'a [Kv<'a>],
+    /// The range holds entries past the last one answered (the limit was
+    /// reached, or the host's read bound): continue after the last key
+    /// (after()) or, in reverse, with the last key as the new end.
+    pub more: bool,
+}
+
+/// One running query: reads at the query's snapshot (no overlay: a query
+/// writes nothing) and its answer.
+pub struct Query<'a> {
+    core: &'a mut Core,
+    arena: &'a Arena,
+    answer: &'a mut Vec<u8>,
+}
+
+/// after returns the smallest key greater than k (k followed by a 0 byte),
+/// where the next page of a forward range starts.
+pub fn after<'a>(arena: &'a Arena, k: &[u8]) -> &'a [u8] {
+    arena.concat(&[k, &[0]])
+}
+
+/// prefix_end returns the smallest key after every key starting with
+/// prefix: trailing 0xff bytes dropped, the last other byte incremented;
+/// empty (no upper bound) when none is left.
+pub fn prefix_end<'a>(arena: &'a Arena, prefix: &[u8]) -> &'a [u8] {
+    let mut n = prefix.len();
+    while n > 0 && prefix[n - 1] == 0xff {
+        n -= 1;
+    }
+    if n == 0 {
+        return &[];
+    }
+    let e = arena.alloc(n);
+    e.copy_from_slice(&prefix[..n]);
+    e[n - 1] += 1;
+    e
+}
+
+impl<'a> Query<'a> {
+    /// The query's arena (memory that lives until the query returns).
+    pub fn arena(&self) -> &'a Arena {
+        self.arena
+    }
+
+    /// answer appends b to the query's answer (copied).
+    pub fn answer(&mut self, b: &[u8]) {
+        self.answer.extend_from_slice(b);
+    }
+
+    /// get_view reads a view key at the query's snapshot.
+    pub fn get_view(&mut self, key: &[u8]) -> Result<Option<&'a [u8]>, Fail> {
+        Ok(self.core.get(self.arena, SPACE_VIEW, key)?.map(|r| r.value))
+    }
+
+    /// get_raw reads a raw fold entry at the query's snapshot.
+    pub fn get_raw(&mut self, key: &[u8]) -> Result<Option<Raw<'a>>, Fail> {
+        self.core.get(self.arena, SPACE_RAW, key)
+    }
+
+    /// range_view reads the view keys k with start <= k < end (an empty
+    /// end: no upper bound) at the query's snapshot, at most limit of them,
+    /// in key order or, with reverse, from the end down. The answer may
+    /// stop short of limit at the host's read bound (more set). limit 0
+    /// answers nothing.
+    pub fn range_view(&mut self, start: &[u8], end: &[u8], limit: u32, reverse: bool) -> Result<RangePage<'a>, Fail> {
+        if limit == 0 {
+            return Ok(RangePage { entries: &[], more: false });
+        }
+        let req = &mut self.core.req;
+        req.clear();
+        req.push(if reverse { 1 } else { 0 });
+        push_u32(req, limit);
+        push_bytes(req, start);
+        push_bytes(req, end);
+        let n = unsafe { imports::range(SPACE_VIEW as i32, addr32(req.as_ptr()), req.len() as i32) };
+        if n < 0 {
+            return Err(self.core.fail(b"foldhost: the host refused a range request"));
+        }
+        let n = n as usize;
+        let resp: &'a [u8] = unsafe {
+            let p = self.arena.raw(n.max(1), 1);
+            imports::read_result(addr32(p));
+            slice::from_raw_parts(p, n)
+        };
+        match decode_range(self.arena, resp) {
+            Some(page) => Ok(page),
+            None => Err(self.core.fail(b"foldhost: malformed range answer from the host")),
+        }
+    }
+
+    /// prefix_view is range_view over the keys starting with prefix.
+    pub fn prefix_view(&mut self, prefix: &[u8], limit: u32, reverse: bool) -> Result<RangePage<'a>, Fail> {
+        let end = prefix_end(self.arena, prefix);
+        self.range_view(prefix, end, limit, reverse)
+    }
+
+    /// index_scan lists the primaries of value in index, in key order: every
+    /// entry `<index>/<value>/<primary>`, from one prefix range paged
+    /// INDEX_PAGE keys at a time.
+    pub fn index_scan(&mut self, index: &[u8], value: &[u8]) -> Result<Vec<&'a [u8]>, Fail> {
+        let mut k = Vec::new();
+        index_key(&mut k, index, value, b"");
+        let prefix: &'a [u8] = self.arena.copy(&k);
+        let end = prefix_end(self.arena, prefix);
+        let mut start = prefix;
+        let mut out = Vec::new();
+        loop {
+            let page = self.range_view(start, end, INDEX_PAGE, false)?;
+            for e in page.entries {
+                out.push(&e.key[prefix.len()..]);
+            }
+            match page.entries.last() {
+                Some(last) if page.more => start = after(self.arena, last.key),
+                _ => return Ok(out),
+            }
+        }
+    }
+}
+
+fn decode_range<'a>(arena: &'a Arena, resp: &'a [u8]) -> Option<RangePage<'a>> {
+    let n = resp.len();
+    if n < 5 || resp[0] > 1 {
+        return None;
+    }
+    let more = resp[0] == 1;
+    let count = ld32(resp, 1) as usize;
+    let mut off = 5;
+    if (count as u64) * 8 > (n - off) as u64 {
+        return None;
+    }
+    let entries = arena.alloc_slice(count, Kv { key: &[], value: &[] });
+    for e in entries.iter_mut() {
+        let mut f = [&[][..]; 2];
+        for x in f.iter_mut() {
+            if n - off < 4 {
+                return None;
+            }
+            let len = ld32(resp, off) as usize;
+            off += 4;
+            if n - off < len {
+                return None;
+            }
+            *x = &resp[off..off + len];
+            off += len;
+        }
+        *e = Kv { key: f[0], value: f[1] };
+    }
+    if off != n {
+        return None;
+    }
+    Some(RangePage { entries, more })
+}
+
 // ---- the SDK's state and the ABI exports ----
 
 struct State {
     input: Vec<u8>, // the input buffer foldhost_alloc hands out (len == capacity)
     info: Vec<u8>,
+    queries: Vec<u8>, // the query list foldhost_queries returns
+    answer: Vec<u8>,  // the running query's answer
     arena: Arena,
     core: Core,
 }
 
-static mut STATE: State = State { input: Vec::new(), info: Vec::new(), arena: Arena::new(), core: Core::new() };
+static mut STATE: State = State { input: Vec::new(), info: Vec::new(), queries: Vec::new(), answer: Vec::new(), arena: Arena::new(), core: Core::new() };
 
 /// The state, for the one guest call running (wasm guests are single
 /// threaded and the host never reenters a guest).
@@ -1113,6 +1346,95 @@ macro_rules! foldhost_plugin {
             let (parse, apply) = ($parse, $apply);
             // The host's call: the only one, never from inside a batch.
             unsafe { $crate::foldhost::__apply(&mut $crate::foldhost::__scope(), len, parse, apply) }
+        }
+    };
+}
+
+/// __queries is the body of the foldhost_queries export that
+/// foldhost_queries! defines.
+///
+/// # Safety
+///
+/// Only that export may call it (it uses the SDK's state).
+#[doc(hidden)]
+pub unsafe fn __queries(qs: &[(&str, &str, QueryFn)]) -> i64 {
+    let list = &mut state().queries;
+    if list.is_empty() {
+        push_u32(list, qs.len() as u32);
+        for (name, ct, _) in qs {
+            push_bytes(list, name.as_bytes());
+            push_bytes(list, ct.as_bytes());
+        }
+    }
+    pack(list.as_ptr(), list.len())
+}
+
+/// __query runs one query: the body of the foldhost_query export that
+/// foldhost_queries! defines.
+///
+/// # Safety
+///
+/// Only that export may call it: it borrows the SDK's state for the query.
+#[doc(hidden)]
+pub unsafe fn __query<'a>(_scope: &'a mut __Scope, name_len: i32, input_len: i32, qs: &[(&str, &str, QueryFn)]) -> i64 {
+    let st: &'a mut State = state();
+    let State { input, arena, core, answer, .. } = st;
+    arena.reset();
+    let arena: &'a Arena = arena;
+    core.table.reset();
+    core.out.clear();
+    core.indexed = 0;
+    core.failed = false;
+    core.fail_msg.clear();
+    answer.clear();
+    if name_len < 0 || input_len < 0 || input.is_empty() || name_len as usize + input_len as usize > input.len() {
+        return error_output(core, Some(b"foldhost: query name and input exceed the input buffer"));
+    }
+    let (nl, il) = (name_len as usize, input_len as usize);
+    let name = &input[..nl];
+    let inp: &'a [u8] = &input[nl..nl + il];
+    let f = match qs.iter().find(|q| q.0.as_bytes() == name) {
+        Some(q) => q.2,
+        None => return error_output(core, Some(b"foldhost: no such query")),
+    };
+    let mut q = Query { core, arena, answer };
+    let r = f(inp, &mut q);
+    let Query { core, answer, .. } = q;
+    if let Err(e) = r {
+        return error_output(core, Some(&e.msg));
+    }
+    if core.failed {
+        return error_output(core, None);
+    }
+    let out = &mut core.out;
+    out.clear();
+    push_u32(out, STATUS_OK);
+    push_bytes(out, answer);
+    pack(out.as_ptr(), out.len())
+}
+
+/// foldhost_queries!((name, content_type, fn), ...) defines the
+/// foldhost_queries and foldhost_query exports (ABI minor 2): the
+/// plugin's read-only queries. Each fn has the shape of QueryFn:
+///
+/// ```text
+/// fn q<'a>(input: &'a [u8], q: &mut foldhost::Query<'a>) -> Result<(), foldhost::Fail>
+/// ```
+#[macro_export]
+macro_rules! foldhost_queries {
+    ($(($name:expr, $ct:expr, $f:expr)),+ $(,)?) => {
+        const __FOLDHOST_QUERIES: &[(&str, &str, $crate::foldhost::QueryFn)] = &[$(($name, $ct, $f)),+];
+
+        #[no_mangle]
+        extern "C" fn foldhost_queries() -> i64 {
+            // The host's call: the only one.
+            unsafe { $crate::foldhost::__queries(__FOLDHOST_QUERIES) }
+        }
+
+        #[no_mangle]
+        extern "C" fn foldhost_query(name_len: i32, input_len: i32) -> i64 {
+            // The host's call: the only one, never from inside a batch.
+            unsafe { $crate::foldhost::__query(&mut $crate::foldhost::__scope(), name_len, input_len, __FOLDHOST_QUERIES) }
         }
     };
 }

@@ -1,8 +1,9 @@
 /*
  * example-router, the C build: a routing table from route.<host> keys.
- * The behaviour, byte for byte, is plugins/example-router/SPEC.md; the Go
- * and AssemblyScript builds produce the same views for the same input
- * (plugins/example-router/conformance.json).
+ * The behaviour, byte for byte, is plugins/example-router/SPEC.md; the Go,
+ * AssemblyScript and Rust builds produce the same views for the same input
+ * (plugins/example-router/conformance.json) and the same query answers
+ * (TestConformanceRouterQueries).
  *
  * Build: scripts/build-plugins (see abi/sdk/c/README.md for the flags).
  */
@@ -464,14 +465,8 @@ static uint32_t old_addrs(fh_bytes v, addr **out) {
 	return n;
 }
 
-/* reverse builds "upstream/<addr>/<host>" in buf (big enough). */
-static uint32_t reverse_key(uint8_t *buf, const uint8_t *a, uint32_t al, fh_bytes host) {
-	memcpy(buf, "upstream/", 9);
-	memcpy(buf + 9, a, al);
-	buf[9 + al] = '/';
-	memcpy(buf + 10 + al, host.ptr, host.len);
-	return 10 + al + host.len;
-}
+/* The reverse index upstream/<addr>/<host>. */
+#define UPSTREAM_INDEX "upstream"
 
 /* emit_changed emits the effect of a changed host (SPEC.md, "Effects"). */
 static void emit_changed(const struct route *r) {
@@ -502,15 +497,6 @@ static int route_apply(struct route *rs, uint32_t count) {
 		addr *olds = NULL;
 		uint32_t nold = found ? old_addrs(prev, &olds) : 0;
 
-		uint32_t maxaddr = 0;
-		for (uint32_t j = 0; j < nold; j++)
-			if (olds[j].n > maxaddr)
-				maxaddr = olds[j].n;
-		for (uint32_t j = 0; j < r->n; j++)
-			if (r->ups[j].addr_len > maxaddr)
-				maxaddr = r->ups[j].addr_len;
-		uint8_t *key = fh_alloc(10 + maxaddr + r->host.len);
-
 		addr news[MAX_UPSTREAMS];
 		uint32_t nnew = 0;
 		for (uint32_t j = 0; j < r->n; j++)
@@ -519,10 +505,10 @@ static int route_apply(struct route *rs, uint32_t count) {
 
 		for (uint32_t j = 0; j < nold; j++)
 			if (!addr_in(news, nnew, olds[j].p, olds[j].n))
-				fh_delete(key, reverse_key(key, olds[j].p, olds[j].n, r->host));
+				fh_index_del(UPSTREAM_INDEX, olds[j].p, olds[j].n, r->host.ptr, r->host.len);
 		for (uint32_t j = 0; j < nnew; j++)
 			if (!addr_in(olds, nold, news[j].p, news[j].n))
-				fh_put(key, reverse_key(key, news[j].p, news[j].n, r->host), "", 0);
+				fh_index_put(UPSTREAM_INDEX, news[j].p, news[j].n, r->host.ptr, r->host.len);
 		if (r->kind == ROUTE_PUT)
 			fh_put(r->hostkey.ptr, r->hostkey.len, r->entry.ptr, r->entry.len);
 		else
@@ -573,36 +559,23 @@ static fh_bytes after(fh_bytes k) {
 #define QUERY_PAGE 1024
 
 /* hosts_of_upstream: input an upstream addr; answers
- * {"upstream":"<addr>","hosts":["<host>",...]} in host order, from one
- * prefix range over the reverse index upstream/<addr>/, paged. */
+ * {"upstream":"<addr>","hosts":["<host>",...]} in host order, from the
+ * reverse index (fh_index_scan: one prefix range over upstream/<addr>/,
+ * paged). */
 static int hosts_of_upstream(fh_bytes in) {
 	if (!valid_addr(in.ptr, in.len))
 		return fh_fail("hosts_of_upstream: the input must be an upstream addr (1 to 255 bytes, no ',', '=', '/' or control characters)");
-	uint8_t *prefix = fh_alloc(9 + in.len + 1);
-	memcpy(prefix, "upstream/", 9);
-	memcpy(prefix + 9, in.ptr, in.len);
-	prefix[9 + in.len] = '/';
-	uint32_t pl = 9 + in.len + 1;
-	uint8_t *end = fh_alloc(pl);
-	memcpy(end, prefix, pl);
-	end[pl - 1] = '/' + 1; /* just past every upstream/<addr>/... key */
+	fh_bytes *hosts;
+	uint32_t n;
+	if (fh_index_scan(UPSTREAM_INDEX, in.ptr, in.len, &hosts, &n) != FH_OK)
+		return FH_FAIL;
 	fh_answers("{\"upstream\":");
 	json_str(in.ptr, in.len);
 	fh_answers(",\"hosts\":[");
-	fh_bytes start = {prefix, pl};
-	uint32_t n = 0;
-	for (;;) {
-		fh_range r;
-		if (fh_range_view(start.ptr, start.len, end, pl, QUERY_PAGE, 0, &r) != FH_OK)
-			return FH_FAIL;
-		for (uint32_t i = 0; i < r.count; i++) {
-			if (n++)
-				fh_answer(",", 1);
-			json_str(r.items[i].key.ptr + pl, r.items[i].key.len - pl);
-		}
-		if (!r.more || r.count == 0)
-			break;
-		start = after(r.items[r.count - 1].key);
+	for (uint32_t i = 0; i < n; i++) {
+		if (i)
+			fh_answer(",", 1);
+		json_str(hosts[i].ptr, hosts[i].len);
 	}
 	fh_answers("]}");
 	return FH_OK;

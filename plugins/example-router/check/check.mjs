@@ -349,8 +349,8 @@ for (const b of builds) {
     const allowed = i.startsWith("wasi_snapshot_preview1.") || i.startsWith("foldhost.") || i === "env.abort";
     ok(allowed, `${b.lang}: import ${i} is not one the host provides`);
   }
-  // The C SDK speaks minor 2 (queries); the others minor 1 (effects).
-  ok(g.x.foldhost_abi_v1() === (b.lang === "c" ? 2 : 1), `${b.lang}: abi minor`);
+  // Every SDK speaks minor 2 (queries).
+  ok(g.x.foldhost_abi_v1() === 2, `${b.lang}: abi minor`);
   const info = g.info();
   ok(info.name === "example-router" && info.version === "1.0.0" && info.schema === 1 && info.len === info.want,
     `${b.lang}: info ${JSON.stringify(info)}`);

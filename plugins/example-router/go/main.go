@@ -10,6 +10,9 @@ import (
 	"github.com/foldhost/foldhost/plugins/example-router/go/router"
 )
 
-func init() { foldhost.Register[router.Record](&router.Router{}) }
+func init() {
+	foldhost.Register[router.Record](&router.Router{})
+	foldhost.RegisterQueries(router.Queries...)
+}
 
 func main() {}

@@ -1,14 +1,15 @@
 //! example-router, the Rust build: a routing table from route.<host> keys.
 //! The behaviour, byte for byte, is plugins/example-router/SPEC.md; the C,
 //! Go and AssemblyScript builds produce the same views for the same input
-//! (plugins/example-router/conformance.json).
+//! (plugins/example-router/conformance.json) and the same query answers
+//! (TestConformanceRouterQueries).
 //!
 //! Build: scripts/build-plugins (see abi/sdk/rust/README.md for the flags).
 
 #[path = "../../../abi/sdk/rust/foldhost.rs"]
 mod foldhost;
 
-use foldhost::{Batch, Fail, Op, Parsed, Update};
+use foldhost::{Batch, Fail, Op, Parsed, Query, Update};
 
 const MAX_UPSTREAMS: usize = 64;
 const MAX_ADDR: usize = 255;
@@ -462,15 +463,8 @@ fn old_addrs<'a>(v: &'a [u8], set: &mut Vec<&'a [u8]>) {
     }
 }
 
-/// reverse_key builds "upstream/<addr>/<host>" in key.
-fn reverse_key<'k>(key: &'k mut Vec<u8>, addr: &[u8], host: &[u8]) -> &'k [u8] {
-    key.clear();
-    key.extend_from_slice(b"upstream/");
-    key.extend_from_slice(addr);
-    key.push(b'/');
-    key.extend_from_slice(host);
-    key
-}
+/// The reverse index upstream/<addr>/<host>.
+const UPSTREAM_INDEX: &[u8] = b"upstream";
 
 fn route_apply(rs: &mut [Route], b: &mut Batch) -> Result<(), Fail> {
     for r in rs.iter() {
@@ -498,12 +492,12 @@ fn route_apply(rs: &mut [Route], b: &mut Batch) -> Result<(), Fail> {
         }
         for &a in &olds {
             if !addr_in(&news, a) {
-                b.delete(reverse_key(&mut key, a, r.host));
+                b.index_delete(UPSTREAM_INDEX, a, r.host);
             }
         }
         for &a in &news {
             if !addr_in(&olds, a) {
-                b.put(reverse_key(&mut key, a, r.host), b"");
+                b.index_put(UPSTREAM_INDEX, a, r.host);
             }
         }
         if r.remove {
@@ -525,3 +519,142 @@ fn route_apply(rs: &mut [Route], b: &mut Batch) -> Result<(), Fail> {
 }
 
 foldhost_plugin!("example-router", "1.0.0", 1, route_parse, route_apply);
+
+// ---- queries (ABI minor 2; SPEC.md, "Queries") ----
+
+/// json_str appends s as a JSON string: '"' and '\' escaped, control
+/// characters as \u00XX, every other byte as is.
+fn json_str(out: &mut Vec<u8>, s: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    for &c in s {
+        if c == b'"' || c == b'\\' {
+            out.extend_from_slice(&[b'\\', c]);
+        } else if c < 0x20 {
+            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[(c >> 4) as usize], HEX[(c & 15) as usize]]);
+        } else {
+            out.push(c);
+        }
+    }
+    out.push(b'"');
+}
+
+/// How many keys one range of top_upstreams asks for.
+const QUERY_PAGE: u32 = 1024;
+
+/// hosts_of_upstream: input an upstream addr; answers
+/// {"upstream":"<addr>","hosts":["<host>",...]} in host order, from the
+/// reverse index (one paged prefix range over upstream/<addr>/).
+fn hosts_of_upstream<'a>(input: &'a [u8], q: &mut Query<'a>) -> Result<(), Fail> {
+    if !valid_addr(input) {
+        return Err(Fail::from("hosts_of_upstream: the input must be an upstream addr (1 to 255 bytes, no ',', '=', '/' or control characters)"));
+    }
+    let hosts = q.index_scan(UPSTREAM_INDEX, input)?;
+    let mut out = Vec::with_capacity(64 + hosts.len() * 16);
+    out.extend_from_slice(b"{\"upstream\":");
+    json_str(&mut out, input);
+    out.extend_from_slice(b",\"hosts\":[");
+    for (i, h) in hosts.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        json_str(&mut out, h);
+    }
+    out.extend_from_slice(b"]}");
+    q.answer(&out);
+    Ok(())
+}
+
+/// rank_insert keeps top (at most max) ordered by hosts descending; addrs
+/// come in ascending order, so a tie keeps the earlier (smaller) addr
+/// first.
+fn rank_insert<'a>(top: &mut Vec<(&'a [u8], u32)>, max: usize, c: (&'a [u8], u32)) {
+    let mut i = top.len();
+    if i == max {
+        if top[max - 1].1 >= c.1 {
+            return;
+        }
+        i = max - 1;
+    } else {
+        top.push(c);
+    }
+    while i > 0 && top[i - 1].1 < c.1 {
+        top[i] = top[i - 1];
+        i -= 1;
+    }
+    top[i] = c;
+}
+
+/// top_upstreams: input n, a decimal 1..1000 (empty: 10); answers the n
+/// upstreams serving the most hosts, [{"addr":"<addr>","hosts":<count>},...],
+/// most first, ties in addr order, from one paged range over upstream/.
+fn top_upstreams<'a>(input: &'a [u8], q: &mut Query<'a>) -> Result<(), Fail> {
+    const BAD: &str = "top_upstreams: the input must be a count from 1 to 1000";
+    let mut max: usize = 10;
+    if !input.is_empty() {
+        if input.len() > 4 {
+            return Err(Fail::from(BAD));
+        }
+        max = 0;
+        for &c in input {
+            if !c.is_ascii_digit() {
+                return Err(Fail::from(BAD));
+            }
+            max = max * 10 + (c - b'0') as usize;
+        }
+        if !(1..=1000).contains(&max) {
+            return Err(Fail::from(BAD));
+        }
+    }
+    const PREFIX: &[u8] = b"upstream/";
+    let end = foldhost::prefix_end(q.arena(), PREFIX);
+    let mut start: &[u8] = PREFIX;
+    let mut top: Vec<(&'a [u8], u32)> = Vec::with_capacity(max);
+    let mut cur: Option<(&'a [u8], u32)> = None;
+    loop {
+        let page = q.range_view(start, end, QUERY_PAGE, false)?;
+        for e in page.entries {
+            let rest = &e.key[PREFIX.len()..];
+            let a = match rest.iter().position(|&c| c == b'/') {
+                Some(i) => &rest[..i],
+                None => rest,
+            };
+            match cur {
+                Some((ca, n)) if ca == a => cur = Some((ca, n + 1)),
+                _ => {
+                    if let Some(c) = cur {
+                        rank_insert(&mut top, max, c);
+                    }
+                    cur = Some((a, 1));
+                }
+            }
+        }
+        match page.entries.last() {
+            Some(last) if page.more => start = foldhost::after(q.arena(), last.key),
+            _ => break,
+        }
+    }
+    if let Some(c) = cur {
+        rank_insert(&mut top, max, c);
+    }
+    let mut out = Vec::with_capacity(2 + top.len() * 32);
+    out.push(b'[');
+    for (i, &(a, n)) in top.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"addr\":");
+        json_str(&mut out, a);
+        out.extend_from_slice(b",\"hosts\":");
+        out.extend_from_slice(n.to_string().as_bytes());
+        out.push(b'}');
+    }
+    out.push(b']');
+    q.answer(&out);
+    Ok(())
+}
+
+foldhost_queries!(
+    ("hosts_of_upstream", "application/json", hosts_of_upstream),
+    ("top_upstreams", "application/json", top_upstreams),
+);

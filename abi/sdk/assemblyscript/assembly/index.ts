@@ -11,6 +11,10 @@
 //   export { foldhost_abi_v1, foldhost_alloc, foldhost_info, foldhost_apply }
 //     from "@foldhost/sdk-assemblyscript/assembly/exports";
 //
+// Queries (ABI minor 2): registerQuery at top level, and the entry file
+// re-exports "@foldhost/sdk-assemblyscript/assembly/queries" (see
+// "queries" below). Secondary-index helpers: indexPut, indexDel, indexScan.
+//
 // Memory: pointers the SDK hands out during one foldhost_apply (update keys
 // and values, read results, alloc() memory) are valid until that call
 // returns. The SDK's own buffers are unmanaged (heap.alloc), kept between
@@ -26,10 +30,12 @@ declare function hostRead(space: i32, reqPtr: usize, reqLen: i32): i32;
 declare function hostReadResult(dstPtr: usize): void;
 @external("foldhost", "log")
 declare function hostLog(level: i32, ptr: usize, len: i32): void;
+@external("foldhost", "range")
+declare function hostRange(space: i32, reqPtr: usize, reqLen: i32): i32;
 
 // ---- constants ----
 
-export const ABI_MINOR: i32 = 1;
+export const ABI_MINOR: i32 = 2;
 
 export const OP_PUT: u8 = 1;
 export const OP_DELETE: u8 = 2;
@@ -238,6 +244,7 @@ let hdrCap: usize = 0;
 let hdrCount: u32 = 0;
 
 let failed = false;
+let inQuery = false; // a query runs: writes fail it, ranges are allowed
 let failPtr: usize = 0;
 let failLen: usize = 0;
 let failCap: usize = 0;
@@ -430,6 +437,10 @@ function ensureOut(extra: usize): void {
 
 /** put appends a view put (key and value are copied). */
 export function put(keyPtr: usize, keyLen: u32, valuePtr: usize, valueLen: u32): void {
+  if (inQuery) {
+    fail("foldhost: a query cannot write (put)");
+    return;
+  }
   ensureOut(1 + 4 + <usize>keyLen + 4 + <usize>valueLen);
   store<u8>(outPtr + outLen, MUT_PUT);
   outLen++;
@@ -440,6 +451,10 @@ export function put(keyPtr: usize, keyLen: u32, valuePtr: usize, valueLen: u32):
 
 /** del appends a view delete. */
 export function del(keyPtr: usize, keyLen: u32): void {
+  if (inQuery) {
+    fail("foldhost: a query cannot write (del)");
+    return;
+  }
   ensureOut(1 + 4 + <usize>keyLen);
   store<u8>(outPtr + outLen, MUT_DELETE);
   outLen++;
@@ -475,6 +490,10 @@ export function emitHeader(namePtr: usize, nameLen: u32, valuePtr: usize, valueL
  * the output malformed: the batch fails.
  */
 export function emit(subjectPtr: usize, subjectLen: u32, payloadPtr: usize, payloadLen: u32): void {
+  if (inQuery) {
+    fail("foldhost: a query cannot emit effects (emit)");
+    return;
+  }
   const n: usize = 4 + <usize>subjectLen + 4 + hdrLen + 4 + <usize>payloadLen;
   if (effCap - effLen < n) {
     effPtr = resize(effPtr, effCap, effLen + n);
@@ -653,7 +672,7 @@ export function fetch(): bool {
 }
 
 function get(space: u32, key: usize, len: u32, out: Bytes): i32 {
-  if (space == <u32>SPACE_VIEW) indexWrites();
+  if (space == <u32>SPACE_VIEW && !inQuery) indexWrites();
   const i = tableFind(space, key, len, true, -1);
   let e = ent(i);
   const written = load<u8>(e, E_WRITTEN);
@@ -693,6 +712,260 @@ export function getView(keyPtr: usize, keyLen: u32, out: Bytes): i32 {
 /** getRaw reads the raw fold (out.revision is the entry's revision). */
 export function getRaw(keyPtr: usize, keyLen: u32, out: Bytes): i32 {
   return get(<u32>SPACE_RAW, keyPtr, keyLen, out);
+}
+
+// ---- secondary indexes ----
+// An index entry is the view key <index>/<value>/<primary> with an empty
+// value (the example router's upstream/<addr>/<host>). apply writes and
+// deletes entries with indexPut / indexDel; a query lists the primaries of
+// one value with indexScan, one prefix range over <index>/<value>/, paged.
+// value must not contain '/' (a value "a/b" would list among value "a"'s
+// primaries); primary may.
+
+/** indexKey builds <index>/<value>/<primary> in the arena; returns its
+ * pointer, its length in indexKeyLen. */
+export let indexKeyLen: u32 = 0;
+export function indexKey(indexPtr: usize, indexLen: u32, valuePtr: usize, valueLen: u32, primaryPtr: usize, primaryLen: u32): usize {
+  const n = indexLen + 1 + valueLen + 1 + primaryLen;
+  const k = alloc(<usize>n);
+  memory.copy(k, indexPtr, indexLen);
+  store<u8>(k + indexLen, 0x2f);
+  memory.copy(k + indexLen + 1, valuePtr, valueLen);
+  store<u8>(k + indexLen + 1 + valueLen, 0x2f);
+  memory.copy(k + indexLen + 2 + valueLen, primaryPtr, primaryLen);
+  indexKeyLen = n;
+  return k;
+}
+
+/** indexPut writes the index entry <index>/<value>/<primary>. */
+export function indexPut(indexPtr: usize, indexLen: u32, valuePtr: usize, valueLen: u32, primaryPtr: usize, primaryLen: u32): void {
+  const k = indexKey(indexPtr, indexLen, valuePtr, valueLen, primaryPtr, primaryLen);
+  put(k, indexKeyLen, 0, 0);
+}
+
+/** indexDel deletes the index entry <index>/<value>/<primary>. */
+export function indexDel(indexPtr: usize, indexLen: u32, valuePtr: usize, valueLen: u32, primaryPtr: usize, primaryLen: u32): void {
+  const k = indexKey(indexPtr, indexLen, valuePtr, valueLen, primaryPtr, primaryLen);
+  del(k, indexKeyLen);
+}
+
+/** How many entries one range of indexScan asks for. */
+export const INDEX_PAGE: u32 = 1024;
+
+/** indexScan lists the primaries of value in index, in key order, at the
+ * query's snapshot: out's entries are the primaries (keyPtr/keyLen; the
+ * values are empty), from one prefix range paged INDEX_PAGE keys at a time.
+ * Returns 0, or -1 (the query has failed). */
+export function indexScan(indexPtr: usize, indexLen: u32, valuePtr: usize, valueLen: u32, out: RangeResult): i32 {
+  const prefix = indexKey(indexPtr, indexLen, valuePtr, valueLen, 0, 0);
+  const pl = indexKeyLen;
+  const end = prefixEnd(prefix, pl);
+  const endLen = prefixEndLen;
+  let start = prefix;
+  let startLen = pl;
+  let items: usize = 0;
+  let count: u32 = 0;
+  let cap: u32 = 0;
+  const page = new RangeResult();
+  while (true) {
+    if (rangeView(start, startLen, end, endLen, INDEX_PAGE, false, page) < 0) return FAIL;
+    if (count + page.count > cap) {
+      let c = cap ? cap << 1 : 64;
+      while (c < count + page.count) c <<= 1;
+      const n = alloc(<usize>c * KV);
+      if (count) memory.copy(n, items, <usize>count * KV);
+      items = n;
+      cap = c;
+    }
+    for (let i: u32 = 0; i < page.count; i++) {
+      const e = items + <usize>(count + i) * KV;
+      store<usize>(e, page.keyPtr(i) + pl);
+      store<u32>(e, page.keyLen(i) - pl, 4);
+      store<usize>(e, 0, 8);
+      store<u32>(e, 0, 12);
+    }
+    count += page.count;
+    if (!page.more || page.count == 0) break;
+    start = after(page.keyPtr(page.count - 1), page.keyLen(page.count - 1));
+    startLen = afterLen;
+  }
+  out.items = items;
+  out.count = count;
+  out.more = false;
+  return 0;
+}
+
+// ---- queries (ABI minor 2) ----
+// A plugin may export named, read-only queries: input bytes in, answer
+// bytes out, reading the fold's views (and raw entries) at one snapshot
+// with getView/getRaw and rangeView/prefixView/indexScan. A query cannot
+// write: put, del and emit fail it. Declare them at top level and re-export
+// the query exports from the entry file:
+//
+//   function byOwner(input: Bytes): void { ...; answer(p, n); }
+//   registerQuery("by_owner", "application/json", byOwner);
+//   export * from "@foldhost/sdk-assemblyscript/assembly/queries";
+//
+// A name is 1 to 64 of [A-Za-z0-9_.-]; the content type ("" means
+// application/octet-stream) is what the host's HTTP API answers it with. A
+// query answers everything appended with answer (possibly nothing), or
+// fails after fail(msg) (the caller sees the message). input and everything
+// the SDK hands out during the query stay valid until it returns. A plugin
+// without registerQuery and the re-export exports no queries and never
+// imports range.
+
+/** A query function; the input aliases the SDK's input buffer. */
+export type QueryFn = (input: Bytes) => void;
+
+const queryNames = new Array<string>();
+const queryTypes = new Array<string>();
+const queryFns = new Array<QueryFn>();
+
+/** registerQuery declares a query; call it at top level. */
+export function registerQuery(name: string, contentType: string, fn: QueryFn): void {
+  queryNames.push(name);
+  queryTypes.push(contentType);
+  queryFns.push(fn);
+}
+
+let ansPtr: usize = 0;
+let ansLen: usize = 0;
+let ansCap: usize = 0;
+
+/** answer appends to the query's answer (copied). */
+export function answer(p: usize, n: u32): void {
+  if (ansCap - ansLen < <usize>n) {
+    ansPtr = resize(ansPtr, ansCap, ansLen + <usize>n);
+    ansCap = resizedCap;
+  }
+  memory.copy(ansPtr + ansLen, p, n);
+  ansLen += n;
+}
+
+/** answerString appends a UTF-8 encoded string to the query's answer. */
+export function answerString(s: string): void {
+  const p = utf8(s);
+  answer(p, utf8Len);
+}
+
+// A range entry in the arena: key ptr, key len, value ptr, value len.
+const KV: usize = 16;
+
+/** The answer to one range read; keys and values live until the query
+ * returns. */
+export class RangeResult {
+  items: usize = 0;
+  count: u32 = 0;
+  /** The range holds entries past the last one answered: continue after
+   * the last key (after()) or, in reverse, with it as the new end. */
+  more: bool = false;
+
+  keyPtr(i: u32): usize {
+    return load<usize>(this.items + <usize>i * KV);
+  }
+  keyLen(i: u32): u32 {
+    return load<u32>(this.items + <usize>i * KV, 4);
+  }
+  valuePtr(i: u32): usize {
+    return load<usize>(this.items + <usize>i * KV, 8);
+  }
+  valueLen(i: u32): u32 {
+    return load<u32>(this.items + <usize>i * KV, 12);
+  }
+}
+
+/** after returns the smallest key greater than k (k followed by a 0 byte),
+ * where the next page of a forward range starts; its length in afterLen. */
+export let afterLen: u32 = 0;
+export function after(k: usize, n: u32): usize {
+  const p = alloc(<usize>n + 1);
+  memory.copy(p, k, n);
+  store<u8>(p + n, 0);
+  afterLen = n + 1;
+  return p;
+}
+
+/** prefixEnd returns the smallest key after every key starting with the
+ * prefix (trailing 0xff bytes dropped, the last other byte incremented;
+ * length 0, no upper bound, when none is left); its length in
+ * prefixEndLen. */
+export let prefixEndLen: u32 = 0;
+export function prefixEnd(p: usize, n: u32): usize {
+  const e = alloc(n ? <usize>n : 1);
+  memory.copy(e, p, n);
+  while (n && load<u8>(e + n - 1) == 0xff) n--;
+  if (n) store<u8>(e + n - 1, load<u8>(e + n - 1) + 1);
+  prefixEndLen = n;
+  return e;
+}
+
+/** rangeView reads the view keys k with start <= k < end (endLen 0: no
+ * upper bound) at the query's snapshot, at most limit of them, in key order
+ * or, with reverse, from the end down. An answer stops early (more set)
+ * where it would pass the host's read bound. Returns 0, or -1 (the query
+ * has failed: the host refused it, or it was called outside a query).
+ * limit 0 answers nothing. */
+export function rangeView(start: usize, startLen: u32, end: usize, endLen: u32, limit: u32, reverse: bool, out: RangeResult): i32 {
+  out.items = 0;
+  out.count = 0;
+  out.more = false;
+  if (!inQuery) {
+    fail("foldhost: rangeView outside a query");
+    return FAIL;
+  }
+  if (limit == 0) return failed ? FAIL : 0;
+  const need: usize = 1 + 4 + 4 + <usize>startLen + 4 + <usize>endLen;
+  if (reqCap < need) {
+    reqPtr = resize(reqPtr, reqCap, need);
+    reqCap = resizedCap;
+  }
+  store<u8>(reqPtr, reverse ? 1 : 0);
+  store<u32>(reqPtr + 1, limit);
+  store<u32>(reqPtr + 5, startLen);
+  memory.copy(reqPtr + 9, start, startLen);
+  store<u32>(reqPtr + 9 + startLen, endLen);
+  memory.copy(reqPtr + 13 + startLen, end, endLen);
+  const n = hostRange(SPACE_VIEW, reqPtr, <i32>need);
+  if (n < 0) {
+    fail("foldhost: the host refused a range request");
+    return FAIL;
+  }
+  const resp = alloc(n ? <usize>n : 1);
+  hostReadResult(resp);
+  const total = <usize>n;
+  if (total < 5 || load<u8>(resp) > 1) return malformedRange();
+  const more = load<u8>(resp) == 1;
+  const count = load<u32>(resp, 1);
+  let off: usize = 5;
+  if (<u64>count * 8 > <u64>(total - off)) return malformedRange();
+  const items = alloc(<usize>(count ? count : <u32>1) * KV);
+  for (let i: u32 = 0; i < count; i++) {
+    for (let j: usize = 0; j < 2; j++) {
+      if (total - off < 4) return malformedRange();
+      const len = load<u32>(resp + off);
+      off += 4;
+      if (total - off < <usize>len) return malformedRange();
+      store<usize>(items + <usize>i * KV + j * 8, resp + off);
+      store<u32>(items + <usize>i * KV + j * 8, len, 4);
+      off += len;
+    }
+  }
+  if (off != total) return malformedRange();
+  out.items = items;
+  out.count = count;
+  out.more = more;
+  return failed ? FAIL : 0;
+}
+
+function malformedRange(): i32 {
+  fail("foldhost: malformed range answer from the host");
+  return FAIL;
+}
+
+/** prefixView is rangeView over the keys starting with the prefix. */
+export function prefixView(prefix: usize, prefixLen: u32, limit: u32, reverse: bool, out: RangeResult): i32 {
+  const end = prefixEnd(prefix, prefixLen);
+  return rangeView(prefix, prefixLen, end, prefixEndLen, limit, reverse, out);
 }
 
 // ---- logging ----
@@ -787,6 +1060,63 @@ function beginBatch(): void {
   hdrCount = 0;
   failed = false;
   failLen = 0;
+}
+
+let queriesPtr: usize = 0;
+let queriesLen: usize = 0;
+
+export function foldhost_queries(): i64 {
+  if (queriesLen == 0) {
+    const n = queryNames.length;
+    let size: usize = 4;
+    for (let i = 0; i < n; i++) {
+      size += 8 + <usize>String.UTF8.byteLength(queryNames[i]) + <usize>String.UTF8.byteLength(queryTypes[i]);
+    }
+    queriesPtr = heap.alloc(size);
+    store<u32>(queriesPtr, <u32>n);
+    let w = queriesPtr + 4;
+    for (let i = 0; i < n; i++) {
+      const name = queryNames[i];
+      const ct = queryTypes[i];
+      const nl = <usize>String.UTF8.encodeUnsafe(changetype<usize>(name), name.length, w + 4);
+      store<u32>(w, <u32>nl);
+      w += 4 + nl;
+      const cl = <usize>String.UTF8.encodeUnsafe(changetype<usize>(ct), ct.length, w + 4);
+      store<u32>(w, <u32>cl);
+      w += 4 + cl;
+    }
+    queriesLen = size;
+  }
+  return pack(queriesPtr, queriesLen);
+}
+
+const queryInput = new Bytes();
+
+export function foldhost_query(nameLen: i32, inputLen: i32): i64 {
+  beginBatch();
+  ansLen = 0;
+  if (nameLen < 0 || inputLen < 0 || inPtr == 0 || <usize>nameLen + <usize>inputLen > inCap) {
+    return errorOutput("foldhost: query name and input exceed the input buffer");
+  }
+  let q = -1;
+  for (let i = 0; i < queryNames.length && q < 0; i++) {
+    const name = queryNames[i];
+    if (String.UTF8.byteLength(name) != nameLen) continue;
+    const p = utf8(name);
+    if (memory.compare(p, inPtr, <usize>nameLen) == 0) q = i;
+  }
+  if (q < 0) return errorOutput("foldhost: no such query");
+  queryInput.ptr = inPtr + <usize>nameLen;
+  queryInput.len = <u32>inputLen;
+  inQuery = true;
+  queryFns[q](queryInput);
+  inQuery = false;
+  if (failed) return errorOutput(null);
+  outLen = 0;
+  ensureOut(8 + ansLen);
+  outU32(STATUS_OK);
+  outBytes(ansPtr, <u32>ansLen);
+  return pack(outPtr, outLen);
 }
 
 export function foldhost_apply(len: i32): i64 {

@@ -1,7 +1,8 @@
 // example-router, the AssemblyScript build: a routing table from
 // route.<host> keys. The behaviour, byte for byte, is
-// plugins/example-router/SPEC.md; the Go and C builds produce the same views
-// for the same input (plugins/example-router/conformance.json).
+// plugins/example-router/SPEC.md; the Go, C and Rust builds produce the same
+// views for the same input (plugins/example-router/conformance.json) and
+// the same query answers (TestConformanceRouterQueries).
 //
 // Build: scripts/build-plugins (or `npm run build` in this directory).
 //
@@ -24,9 +25,22 @@ import {
   emit,
   emitHeader,
   OP_PUT,
+  indexPut,
+  indexDel,
+  indexScan,
+  registerQuery,
+  answer,
+  fail,
+  rangeView,
+  prefixEnd,
+  prefixEndLen,
+  after,
+  afterLen,
+  RangeResult,
 } from "@foldhost/sdk-assemblyscript";
 
 export * from "@foldhost/sdk-assemblyscript/assembly/exports";
+export * from "@foldhost/sdk-assemblyscript/assembly/queries";
 
 const MAX_UPSTREAMS: u32 = 64;
 const MAX_ADDR: u32 = 255;
@@ -435,14 +449,8 @@ function oldAddrs(v: usize, vl: u32): usize {
   return set;
 }
 
-// reverseKey builds "upstream/<addr>/<host>" in buf; returns its length.
-function reverseKey(buf: usize, a: usize, al: u32, r: Route): u32 {
-  memory.copy(buf, UPSTREAM_PREFIX, 9);
-  memory.copy(buf + 9, a, al);
-  store<u8>(buf + 9 + al, <u8>CH_SLASH);
-  memory.copy(buf + 10 + al, r.hostPtr, r.hostLen);
-  return 10 + al + r.hostLen;
-}
+// The reverse index upstream/<addr>/<host> is the index "upstream".
+const UPSTREAM_INDEX = UPSTREAM_PREFIX; // its first 8 bytes
 
 const newSet = memory.data(<i32>(MAX_UPSTREAMS * 8));
 
@@ -520,10 +528,6 @@ class Router extends Plugin<Route> {
         olds = oldAddrs(prev.ptr, prev.len);
         nold = oldN;
       }
-      let maxAddr: u32 = 0;
-      for (let j: u32 = 0; j < nold; j++) maxAddr = max(maxAddr, load<u32>(olds + <usize>j * 8, 4));
-      for (let j: u32 = 0; j < r.n; j++) maxAddr = max(maxAddr, load<u32>(r.ups + <usize>j * UP, 4));
-      const key = alloc(10 + <usize>maxAddr + r.hostLen);
 
       let nnew: u32 = 0;
       for (let j: u32 = 0; j < r.n; j++) {
@@ -539,12 +543,12 @@ class Router extends Plugin<Route> {
       for (let j: u32 = 0; j < nold; j++) {
         const ap = <usize>load<u32>(olds + <usize>j * 8);
         const al = load<u32>(olds + <usize>j * 8, 4);
-        if (!addrIn(newSet, nnew, ap, al)) del(key, reverseKey(key, ap, al, r));
+        if (!addrIn(newSet, nnew, ap, al)) indexDel(UPSTREAM_INDEX, 8, ap, al, r.hostPtr, r.hostLen);
       }
       for (let j: u32 = 0; j < nnew; j++) {
         const ap = <usize>load<u32>(newSet + <usize>j * 8);
         const al = load<u32>(newSet + <usize>j * 8, 4);
-        if (!addrIn(olds, nold, ap, al)) put(key, reverseKey(key, ap, al, r), 0, 0);
+        if (!addrIn(olds, nold, ap, al)) indexPut(UPSTREAM_INDEX, 8, ap, al, r.hostPtr, r.hostLen);
       }
       if (r.isPut) put(r.hostKeyPtr, r.hostKeyLen, r.entryPtr, r.entryLen);
       else del(r.hostKeyPtr, r.hostKeyLen);
@@ -554,3 +558,162 @@ class Router extends Plugin<Route> {
 }
 
 register(new Router("example-router", "1.0.0", 1));
+
+// ---- queries (ABI minor 2; SPEC.md, "Queries") ----
+
+const HEX = memory.data<u8>([0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, 0x39, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66]);
+const esc = memory.data(8);
+
+// jsonStr appends s as a JSON string: '"' and '\' escaped, control
+// characters as \u00XX, every other byte as is.
+function jsonStr(s: usize, n: u32): void {
+  store<u8>(esc, <u8>CH_QUOTE);
+  answer(esc, 1);
+  let run: u32 = 0;
+  for (let i: u32 = 0; i < n; i++) {
+    const c = <u32>load<u8>(s + i);
+    if (c >= 0x20 && c != CH_QUOTE && c != CH_BSLASH) continue;
+    answer(s + run, i - run);
+    run = i + 1;
+    store<u8>(esc, 0x5c);
+    if (c == CH_QUOTE || c == CH_BSLASH) {
+      store<u8>(esc + 1, <u8>c);
+      answer(esc, 2);
+    } else {
+      store<u8>(esc + 1, 0x75); // u
+      store<u8>(esc + 2, <u8>CH_0);
+      store<u8>(esc + 3, <u8>CH_0);
+      store<u8>(esc + 4, load<u8>(HEX + (c >> 4)));
+      store<u8>(esc + 5, load<u8>(HEX + (c & 15)));
+      answer(esc, 6);
+    }
+  }
+  answer(s + run, n - run);
+  store<u8>(esc, <u8>CH_QUOTE);
+  answer(esc, 1);
+}
+
+function answerAscii(s: string): void {
+  for (let i = 0; i < s.length; i++) {
+    store<u8>(esc, <u8>s.charCodeAt(i));
+    answer(esc, 1);
+  }
+}
+
+const QUERY_PAGE: u32 = 1024;
+const scanned = new RangeResult();
+
+// hosts_of_upstream: input an upstream addr; answers
+// {"upstream":"<addr>","hosts":["<host>",...]} in host order, from the
+// reverse index (one paged prefix range over upstream/<addr>/).
+function hostsOfUpstream(input: Bytes): void {
+  if (!validAddr(input.ptr, input.len)) {
+    fail("hosts_of_upstream: the input must be an upstream addr (1 to 255 bytes, no ',', '=', '/' or control characters)");
+    return;
+  }
+  if (indexScan(UPSTREAM_INDEX, 8, input.ptr, input.len, scanned) < 0) return;
+  answerAscii('{"upstream":');
+  jsonStr(input.ptr, input.len);
+  answerAscii(',"hosts":[');
+  for (let i: u32 = 0; i < scanned.count; i++) {
+    if (i) answerAscii(",");
+    jsonStr(scanned.keyPtr(i), scanned.keyLen(i));
+  }
+  answerAscii("]}");
+}
+
+// A ranked upstream in the arena: addr ptr, addr len, hosts (u32 each).
+const RK: usize = 12;
+
+// rankInsert keeps top[0..rankN) (at most max) ordered by hosts descending;
+// addrs come in ascending order, so a tie keeps the earlier (smaller) addr
+// first.
+let rankN: u32 = 0;
+function rankInsert(top: usize, max: u32, a: usize, al: u32, hosts: u32): void {
+  let i = rankN;
+  if (i == max) {
+    if (load<u32>(top + <usize>(max - 1) * RK, 8) >= hosts) return;
+    i = max - 1;
+  } else {
+    rankN++;
+  }
+  while (i > 0 && load<u32>(top + <usize>(i - 1) * RK, 8) < hosts) {
+    memory.copy(top + <usize>i * RK, top + <usize>(i - 1) * RK, RK);
+    i--;
+  }
+  store<u32>(top + <usize>i * RK, <u32>a);
+  store<u32>(top + <usize>i * RK, al, 4);
+  store<u32>(top + <usize>i * RK, hosts, 8);
+}
+
+const page = new RangeResult();
+const numBuf = memory.data(12);
+
+// top_upstreams: input n, a decimal 1..1000 (empty: 10); answers the n
+// upstreams serving the most hosts, [{"addr":"<addr>","hosts":<count>},...],
+// most first, ties in addr order, from one paged range over upstream/.
+function topUpstreams(input: Bytes): void {
+  let max: u32 = 10;
+  if (input.len) {
+    if (input.len > 4) {
+      fail("top_upstreams: the input must be a count from 1 to 1000");
+      return;
+    }
+    max = 0;
+    for (let i: u32 = 0; i < input.len; i++) {
+      const c = <u32>load<u8>(input.ptr + i);
+      if (c < CH_0 || c > CH_9) {
+        fail("top_upstreams: the input must be a count from 1 to 1000");
+        return;
+      }
+      max = max * 10 + (c - CH_0);
+    }
+    if (max < 1 || max > 1000) {
+      fail("top_upstreams: the input must be a count from 1 to 1000");
+      return;
+    }
+  }
+  const top = alloc(<usize>max * RK);
+  rankN = 0;
+  let curA: usize = 0;
+  let curL: u32 = 0;
+  let curN: u32 = 0;
+  const end = prefixEnd(UPSTREAM_PREFIX, 9);
+  const endLen = prefixEndLen;
+  let start = UPSTREAM_PREFIX;
+  let startLen: u32 = 9;
+  while (true) {
+    if (rangeView(start, startLen, end, endLen, QUERY_PAGE, false, page) < 0) return;
+    for (let i: u32 = 0; i < page.count; i++) {
+      const a = page.keyPtr(i) + 9;
+      const rest = page.keyLen(i) - 9;
+      let al: u32 = 0;
+      while (al < rest && <u32>load<u8>(a + al) != CH_SLASH) al++;
+      if (curN && curL == al && memory.compare(curA, a, al) == 0) {
+        curN++;
+        continue;
+      }
+      if (curN) rankInsert(top, max, curA, curL, curN);
+      curA = a; // lives until the query returns
+      curL = al;
+      curN = 1;
+    }
+    if (!page.more || page.count == 0) break;
+    start = after(page.keyPtr(page.count - 1), page.keyLen(page.count - 1));
+    startLen = afterLen;
+  }
+  if (curN) rankInsert(top, max, curA, curL, curN);
+  answerAscii("[");
+  for (let i: u32 = 0; i < rankN; i++) {
+    if (i) answerAscii(",");
+    answerAscii('{"addr":');
+    jsonStr(<usize>load<u32>(top + <usize>i * RK), load<u32>(top + <usize>i * RK, 4));
+    answerAscii(',"hosts":');
+    answer(numBuf, putUint(numBuf, load<u32>(top + <usize>i * RK, 8)));
+    answerAscii("}");
+  }
+  answerAscii("]");
+}
+
+registerQuery("hosts_of_upstream", "application/json", hostsOfUpstream);
+registerQuery("top_upstreams", "application/json", topUpstreams);

@@ -100,12 +100,12 @@ func (r *Router) Apply(b *foldhost.Batch, recs []Record) error {
 		}
 		for j, a := range r.old {
 			if !contains(r.old[:j], a) && !contains(newAddrs, a) {
-				b.Delete(r.reverse(a, rec.host))
+				b.IndexDelete(upstreamIndex, a, rec.host)
 			}
 		}
 		for j, a := range newAddrs {
 			if !contains(newAddrs[:j], a) && !contains(r.old, a) {
-				b.Put(r.reverse(a, rec.host), nil)
+				b.IndexPut(upstreamIndex, a, rec.host)
 			}
 		}
 		if rec.remove {
@@ -137,10 +137,8 @@ func (r *Router) emitChanged(b *foldhost.Batch, rec *Record) {
 	b.Emit(changedSubject, r.buf, abi.Header{Name: opHeader, Value: op})
 }
 
-func (r *Router) reverse(addr, host []byte) []byte {
-	r.buf = append(append(append(append(r.buf[:0], "upstream/"...), addr...), '/'), host...)
-	return r.buf
-}
+// upstreamIndex is the reverse index upstream/<addr>/<host>.
+var upstreamIndex = []byte("upstream")
 
 // addrsOf lists the addrs of a resolved entry, in order (aliasing entry).
 func addrsOf(entry []byte, dst [][]byte) [][]byte {
