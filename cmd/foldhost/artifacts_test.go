@@ -446,7 +446,7 @@ func artifactsCommand(t *testing.T, artifacts string) {
 		sh.Cursor.Rev != 4 || sh.Manifest.Bucket != "routes" || len(sh.Manifest.Files) == 0 || sh.Manifest.Files[0].BLAKE3 == "" {
 		t.Fatalf("artifacts show --json %s: exit %d, %v:\n%s%s", id[:6], code, err, out, errOut)
 	}
-	if code, _, errOut := runCLI(t, nil, "artifacts", "show", "--config", cfg, "zz"); code != command.ExitFailure || !strings.Contains(errOut, "no such artifact") {
-		t.Errorf("artifacts show of an unknown ID: exit %d: %s", code, errOut)
+	if code, _, errOut := runCLI(t, nil, "artifacts", "show", "--config", cfg, "zz"); code != command.ExitNotFound || !strings.Contains(errOut, "no such artifact") {
+		t.Errorf("artifacts show of an unknown ID: exit %d (want %d, not found): %s", code, command.ExitNotFound, errOut)
 	}
 }

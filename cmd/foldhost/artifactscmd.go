@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -100,6 +101,9 @@ func artifactsShow(c *cli, args []string) error {
 	}
 	defer cancel()
 	sh, err := artifact.Show(ctx, store, f.keys, strings.Join(pos, ""))
+	if errors.Is(err, artifact.ErrNoArtifact) {
+		return notFoundf("%s: %v", where, err) // exit 3, like inspect get and kv get
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}
