@@ -221,6 +221,8 @@ var (
 		"The configured time between export rounds (0: on demand only; absent when exporting is not configured).", []string{"fold"}, nil)
 	lastCommitDesc = prometheus.NewDesc("foldhost_fold_last_commit_timestamp_seconds",
 		"When this process last committed a batch of updates (Unix time; absent before the first).", []string{"fold"}, nil)
+	lagSecondsDesc = prometheus.NewDesc("foldhost_fold_lag_seconds",
+		"How long the fold has been behind the stream head, to about a head poll (0: at the head; absent when not seen at the head since the start).", []string{"fold"}, nil)
 )
 
 // foldCollector reads every fold's Status once per scrape.
@@ -234,6 +236,7 @@ func (c *foldCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lastPublishedDesc
 	ch <- exportIntervalDesc
 	ch <- lastCommitDesc
+	ch <- lagSecondsDesc
 	ch <- repairsDesc
 	ch <- repairingDesc
 	ch <- stateDesc
@@ -252,6 +255,9 @@ func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if at := st.LastCommitAt; at != nil {
 			ch <- prometheus.MustNewConstMetric(lastCommitDesc, prometheus.GaugeValue, unixSeconds(*at), f.Name())
+		}
+		if lag := st.LagSeconds; lag != nil {
+			ch <- prometheus.MustNewConstMetric(lagSecondsDesc, prometheus.GaugeValue, *lag, f.Name())
 		}
 		ch <- prometheus.MustNewConstMetric(repairingDesc, prometheus.GaugeValue, b2f(st.Repairs.Running != nil), f.Name())
 		for _, s := range States {

@@ -409,6 +409,8 @@ func TestMetrics(t *testing.T) {
 	commit(t, routes, 3, []fold.Update{rawPut("k", 3, "v")}, nil)
 	routes.set(func(s *httpapi.Status) {
 		s.StreamLastSeq, s.Lag = 10, 7
+		lag := 2.5
+		s.LagSeconds = &lag
 		s.Counters = httpapi.Counters{DeliveredSinceStart: 3, Rejected: 1, Batches: 2, PluginErrors: 1, CommitFailures: 4}
 		at := time.Unix(1700000000, 250e6)
 		s.LastCommitAt = &at
@@ -427,6 +429,7 @@ func TestMetrics(t *testing.T) {
 		`foldhost_fold_cursor_revision{fold="routes"} 3`,
 		`foldhost_fold_stream_last_revision{fold="routes"} 10`,
 		`foldhost_fold_lag_revisions{fold="routes"} 7`,
+		`foldhost_fold_lag_seconds{fold="routes"} 2.5`,
 		`foldhost_fold_ready{fold="routes"} 1`,
 		`foldhost_fold_updates_total{fold="routes"} 3`,
 		`foldhost_fold_rejected_updates_total{fold="routes"} 1`,
