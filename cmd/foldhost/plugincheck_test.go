@@ -26,6 +26,11 @@ func TestPluginCheckPassesOnEveryRouterBuild(t *testing.T) {
 			if !strings.Contains(out, "queries: hosts_of_upstream (application/json), top_upstreams (application/json)\n") {
 				t.Errorf("queries not listed:\n%s", out)
 			}
+			// And run, on the folded check batches: top_upstreams answers
+			// an empty input, hosts_of_upstream refuses it (no address).
+			if !strings.Contains(out, "PASS queries") || !strings.Contains(out, "hosts_of_upstream: refused, top_upstreams: ") {
+				t.Errorf("queries not run:\n%s", out)
+			}
 		})
 	}
 }
@@ -66,6 +71,8 @@ func TestPluginCheckFailsClearly(t *testing.T) {
 		{"no apply export", builtPlugin(t, "testdata", "noexport"), "load", "foldhost_apply is missing"},
 		{"trap", builtPlugin(t, "testdata", "trap"), "apply", "trap.wasm: about to trap"},
 		{"status 1", builtPlugin(t, "testdata", "status1"), "apply", "deliberate failure"},
+		// Its query "trap" traps whatever its input.
+		{"trapping query", builtPlugin(t, "testdata", "query"), "queries", "query trap with an empty input"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, out, errOut := runCLI(t, nil, "plugin", "check", c.file)

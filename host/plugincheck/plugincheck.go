@@ -2,7 +2,8 @@
 // plugin module loaded through the host's own loader with a node's
 // limits, then two small batches folded through it into a scratch store as
 // a fold would (puts, a delete, a key and a value that are not UTF-8), on
-// two fresh instances: load, apply, output and determinism, each PASS or
+// two fresh instances: load, apply, output and determinism, then each
+// query the module declares run once on the folded store: each PASS or
 // FAIL. Plugin authors' Go tests can run them too.
 package plugincheck
 
@@ -86,7 +87,8 @@ func Check(ctx context.Context, w io.Writer, path string, opts wasm.Options) err
 		path, textfmt.Printable(id.Name), textfmt.Printable(id.Version), id.ViewSchema, id.ABI, id.SHA256)
 	fmt.Fprintf(w, "PASS %-11s validated and instantiated in %v (memory limit %d MiB)\n", "load",
 		time.Since(start).Round(time.Millisecond), opts.MemoryLimitPages/16)
-	if len(m.Queries) > 0 { // validated by the load (names, content types); not run here
+	queries := m.Queries
+	if len(queries) > 0 { // validated by the load (names, content types); run by the queries check
 		var qs []string
 		for _, q := range m.Queries {
 			ct := q.ContentType
@@ -115,18 +117,60 @@ func Check(ctx context.Context, w io.Writer, path string, opts wasm.Options) err
 		p = rt.NewPlugin(m)
 		return p
 	}
-	return checkRuns(ctx, w, fail, fresh)
-}
-
-// checkRuns runs the apply, output and determinism checks: the check
-// batches folded twice, each time through a plugin fresh returns (a fresh
-// instance), into a scratch store of its own.
-func checkRuns(ctx context.Context, w io.Writer, fail func(string, error) error, fresh func() fold.Plugin) error {
 	scratch, err := os.MkdirTemp("", "foldhost-plugin-check-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(scratch)
+	if err := checkRuns(ctx, w, fail, fresh, scratch); err != nil {
+		return err
+	}
+	if len(queries) > 0 {
+		if err := checkQueries(ctx, w, fail, p, queries, scratch+"/1"); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "all checks passed\n")
+	return nil
+}
+
+// checkQueries runs each query once with an empty input on the store the
+// first run folded (dir), through p's query instances. An answer passes,
+// and so does a refusal (the guest's error status: an empty input may be
+// no valid input); a trap, a timeout, a limit or a malformed answer fails
+// (bad input must be refused, not crash the query).
+func checkQueries(ctx context.Context, w io.Writer, fail func(string, error) error, p *wasm.Plugin, queries []abi.Query, dir string) error {
+	st, _, err := fold.Open(dir, fold.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errScratch, err)
+	}
+	defer st.Close()
+	sn, err := st.Snapshot()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errScratch, err)
+	}
+	defer sn.Close()
+	var res []string
+	for _, q := range queries {
+		a, err := p.Query(ctx, q.Name, nil, sn)
+		var pe *wasm.PluginError
+		switch {
+		case err == nil:
+			res = append(res, fmt.Sprintf("%s: %d bytes", q.Name, len(a.Body)))
+		case errors.As(err, &pe) && pe.Kind == wasm.KindGuest:
+			res = append(res, q.Name+": refused")
+		default:
+			return fail("queries", fmt.Errorf("query %s with an empty input: %w (refuse bad input with an error answer)", q.Name, err))
+		}
+	}
+	fmt.Fprintf(w, "PASS %-11s each ran once with an empty input: %s\n", "queries", textfmt.Printable(strings.Join(res, ", ")))
+	return nil
+}
+
+// checkRuns runs the apply, output and determinism checks: the check
+// batches folded twice, each time through a plugin fresh returns (a fresh
+// instance), into a scratch store of its own (scratch/1, scratch/2).
+func checkRuns(ctx context.Context, w io.Writer, fail func(string, error) error, fresh func() fold.Plugin, scratch string) error {
 	first, err := foldCheckBatches(ctx, fresh(), scratch+"/1")
 	if errors.Is(err, errScratch) {
 		return err
@@ -151,7 +195,6 @@ func checkRuns(ctx context.Context, w io.Writer, fail func(string, error) error,
 		}
 	}
 	fmt.Fprintf(w, "PASS %-11s a second, fresh instance produced byte-identical outputs\n", "determinism")
-	fmt.Fprintf(w, "all checks passed\n")
 	return nil
 }
 

@@ -24,7 +24,7 @@ func TestPluginCheckRunsOnFreshPlugins(t *testing.T) {
 			out.WriteString("FAIL " + check + " " + err.Error() + "\n")
 			return &Failed{check, err}
 		}
-		err := checkRuns(ctx, &out, fail, fresh)
+		err := checkRuns(ctx, &out, fail, fresh, t.TempDir())
 		return out.String(), err
 	}
 	// The batches: a put, a delete, and a key that is not UTF-8.
