@@ -760,13 +760,9 @@ func (b *bench) hotSwap(ctx context.Context, a, c string) (*Swap, error) {
 		if err != nil {
 			return 0, err
 		}
-		// A probe that has not arrived in two minutes is a stall, said so,
-		// not a bench that never ends.
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		defer cancel()
-		err = waitUntil(pctx, func() (bool, error) { return uint64(f.Store().Cursor().Rev) >= rev, nil })
+		err = waitFolded(ctx, f, rev)
 		if err != nil && ctx.Err() == nil {
-			err = fmt.Errorf("bench: hot swap: the fold did not reach probe revision %d in 2 minutes (at %d): %w", rev, f.Store().Cursor().Rev, err)
+			err = fmt.Errorf("bench: hot swap: %w", err)
 		}
 		return time.Since(t0).Seconds(), err
 	}
@@ -845,11 +841,8 @@ func (b *bench) steady(ctx context.Context, name, plugin string) (*Steady, error
 			return nil, err
 		}
 		if i%2 == 0 {
-			pctx, pcancel := context.WithTimeout(ctx, 2*time.Minute)
-			err = waitUntil(pctx, func() (bool, error) { return uint64(f.Store().Cursor().Rev) >= rev, nil })
-			pcancel()
-			if err != nil {
-				return nil, fmt.Errorf("the fold did not reach probe revision %d in 2 minutes (at %d): %w", rev, f.Store().Cursor().Rev, err)
+			if err := waitFolded(ctx, f, rev); err != nil {
+				return nil, err
 			}
 			folds = append(folds, time.Since(t0).Seconds())
 			continue
@@ -1194,6 +1187,27 @@ func pairedRatio(xs, base []float64) float64 {
 		return 0
 	}
 	return Median(rs)
+}
+
+// waitFolded waits until f's cursor reaches rev. A fold whose cursor has
+// not moved for two minutes is a stall, said so, not a bench that never
+// ends; one that moves is waited for however slow (a race-built fold on a
+// starved machine took over two minutes for the 5000 revisions the load
+// may run ahead).
+func waitFolded(ctx context.Context, f *host.Fold, rev uint64) error {
+	last, moved := uint64(f.Store().Cursor().Rev), time.Now()
+	return waitUntil(ctx, func() (bool, error) {
+		cur := uint64(f.Store().Cursor().Rev)
+		switch {
+		case cur >= rev:
+			return true, nil
+		case cur != last:
+			last, moved = cur, time.Now()
+		case time.Since(moved) > 2*time.Minute:
+			return false, fmt.Errorf("the fold stalled short of probe revision %d: its cursor stayed at %d for 2 minutes", rev, cur)
+		}
+		return false, nil
+	})
 }
 
 // quantile is the q-quantile of xs (nearest rank).
