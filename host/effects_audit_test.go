@@ -321,8 +321,11 @@ func TestEffectsAudit(t *testing.T) {
 	if d := auditDiff(got, want); d != "" {
 		t.Fatal(d)
 	}
-	if len(want) < 200 {
-		t.Fatalf("only %d effects: the audit hardly tested anything", len(want))
+	// At least 200 effects for the 57 kills, in proportion for fewer (the
+	// writer's pace is fixed; with compiled plugins cached, a kill's
+	// restart is quick).
+	if least := 200 * kills / 57; len(want) < least {
+		t.Fatalf("only %d effects (want %d or more): the audit hardly tested anything", len(want), least)
 	}
 }
 

@@ -77,6 +77,9 @@ func killEffectsChild() {
 		NATS:   NATSOptions{Conn: natskv.ConnOptions{URL: os.Getenv(KillEffectsURL)}},
 		Logger: slog.New(slog.DiscardHandler),
 		Folds:  []FoldOptions{fo},
+		// The test command's compile cache: each of the audit's children
+		// would compile the plugin again (seconds under the race detector).
+		PluginCacheDir: os.Getenv("FOLDHOST_TEST_WASM_CACHE"),
 	})
 	if err != nil {
 		fail(err)

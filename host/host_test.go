@@ -87,6 +87,12 @@ func startHost(t testing.TB, o host.Options) *running {
 	if o.Logger == nil {
 		o.Logger = quiet
 	}
+	if o.PluginCacheDir == "" {
+		// The test command's compile cache, kept across runs (""
+		// without it: every host compiles its plugins, which under the
+		// race detector cost a query test 80 s of its 83).
+		o.PluginCacheDir = os.Getenv("FOLDHOST_TEST_WASM_CACHE")
+	}
 	h, err := host.New(o)
 	if err != nil {
 		t.Fatal(err)

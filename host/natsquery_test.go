@@ -69,9 +69,8 @@ func queryHost(t testing.TB) (*running, *natskv.Bucket, string) {
 	url, b := natsServer(t)
 	dir := t.TempDir()
 	r := startHost(t, host.Options{
-		NATS:           host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-		Admin:          host.AdminOptions{NATS: true, Node: "n1"},
-		PluginCacheDir: filepath.Join(dir, "cache"),
+		NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Admin: host.AdminOptions{NATS: true, Node: "n1"},
 		Folds: []host.FoldOptions{
 			{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(dir, "routes"),
 				PluginLimits: wasm.Limits{MaxQueryInputBytes: 1024}},

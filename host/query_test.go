@@ -72,8 +72,7 @@ func TestQueriesOverHTTP(t *testing.T) {
 	url, b := natsServer(t)
 	dir := t.TempDir()
 	r := startHost(t, host.Options{
-		NATS:           host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-		PluginCacheDir: filepath.Join(dir, "cache"),
+		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{
 			{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(dir, "routes"),
 				PluginLimits: wasm.Limits{MaxQueryInputBytes: 1024}},
@@ -179,9 +178,8 @@ func TestATrappingQueryLeavesTheFoldAlone(t *testing.T) {
 	plugin := filepath.Join(dir, "plugin.wasm")
 	copyFile(t, builtPlugin(t, "testdata", "query"), plugin)
 	r := startHost(t, host.Options{
-		NATS:           host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-		PluginCacheDir: filepath.Join(dir, "cache"),
-		Folds:          []host.FoldOptions{{Name: "q", Bucket: "routes", Plugin: plugin, DataDir: filepath.Join(dir, "q")}},
+		NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "q", Bucket: "routes", Plugin: plugin, DataDir: filepath.Join(dir, "q")}},
 	})
 	f := r.h.Fold("q")
 	waitState(t, f, httpapi.StateFollowing)
@@ -234,7 +232,7 @@ func TestQueriesWaitForTheirViewSchema(t *testing.T) {
 	dir := t.TempDir()
 	pluginFile := filepath.Join(dir, "plugin.wasm")
 	copyFile(t, builtPlugin(t, "testdata", "keyview2"), pluginFile)
-	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, PluginCacheDir: filepath.Join(dir, "cache"),
+	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "q", Bucket: "routes", Plugin: pluginFile, DataDir: filepath.Join(dir, "q")}}}
 	r := startHost(t, o)
 	rev := put(t, b, "k", "v")

@@ -112,3 +112,18 @@ func wantMissing(t testing.TB, r Reader, key string) {
 		t.Fatalf("Get(%q) = %v %q found=%v err=%v, want missing", key, e.Rev, e.Value, ok, err)
 	}
 }
+
+// reopen closes s and opens its directory dir again (closed at the
+// test's end): what a restart reads back.
+func reopen(t *testing.T, s *Store, dir string) *Store {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}

@@ -20,14 +20,7 @@ func TestOriginRecordSurvivesReopenAndSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustCommit(t, s, Commit{Cursor: cursorAt(3), Raw: []Update{put("route.a", 3, "x")}})
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, _, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, s, dir)
 	got, ok, err := s.Origin()
 	if err != nil || !ok || !got.Equal(want) {
 		t.Fatalf("reopened: %v %v %v, want %v", got, ok, err, want)

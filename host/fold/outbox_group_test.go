@@ -63,14 +63,7 @@ func TestOutboxGroupsACommitsEffects(t *testing.T) {
 		}
 	}
 	check("after the deletes")
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, _, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, s, dir)
 	check("after a reopen")
 	if err := s.DeleteOutbox(all[2], all[4]); err != nil {
 		t.Fatal(err)
@@ -93,14 +86,7 @@ func TestOutboxReadsOneEffectEntries(t *testing.T) {
 	if err := s.db.Set(outboxKey(3, 1), v1(effect("old.b", "2")), pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, _, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, s, dir)
 	mustCommit(t, s, Commit{Raw: []Update{put("k", 4, "1")}, Cursor: cursorAt(4), Effects: []Effect{effect("new", "3")}, EffectRev: 4})
 	want := []string{`f/3/0 old.a [{H v}] "1"`, `f/3/1 old.b [] "2"`, `f/4/0 new [] "3"`}
 	if got := outboxOf(t, s); !reflect.DeepEqual(got, want) || s.OutboxLen() != 3 {

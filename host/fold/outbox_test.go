@@ -72,14 +72,7 @@ func TestOutboxHoldsTheCommittedEffects(t *testing.T) {
 	if got := outboxOf(t, s); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after deleting two: %q, want %q", got, want)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, _, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, s, dir)
 	if got := outboxOf(t, s); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after a reopen: %q, want %q", got, want)
 	}
