@@ -338,6 +338,7 @@ func TestEffectsAudit(t *testing.T) {
 // other replica's batch overtook (error 10164 on a replicated stream),
 // is resolved through the fence.
 func TestEffectsAcrossStreamLeaderChanges(t *testing.T) {
+	t.Parallel() // it waits on elections: the wait overlaps the other waiting tests (scripts/test runs four at once)
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 3))

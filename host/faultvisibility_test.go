@@ -165,6 +165,7 @@ func pluginFault(plugin string) func(t *testing.T) (string, func()) {
 // commit failures not exported (disk full). The stream replacement shows
 // only when the client's consumer misses its heartbeats (~20 s).
 func TestEveryFaultIsVisible(t *testing.T) {
+	t.Parallel() // its bucket-recreated case waits ~20 s for the consumer's missed heartbeats: the wait overlaps the other waiting tests (scripts/test runs four at once)
 	cases := []faultCase{
 		{
 			name:  "trapping plugin",

@@ -297,6 +297,7 @@ func nc(t testing.TB, url string) *nats.Conn {
 // cursor among the new stream's revisions (which would skip the new
 // stream's first writes and keep the old stream's keys).
 func TestLiveStreamReplacementStopsTheFold(t *testing.T) {
+	t.Parallel() // it waits ~20 s for the consumer's missed heartbeats: the wait overlaps the other waiting tests (scripts/test runs four at once)
 	url, b := natsServer(t)
 	r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", Bucket: "routes", DataDir: filepath.Join(t.TempDir(), "fold")}}})

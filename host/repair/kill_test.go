@@ -44,8 +44,9 @@ const (
 	killRuns    = 10
 	// killRunsRaced: under the race detector, whose run watches the
 	// parent's and the children's goroutines (the same code on every
-	// kill) at a tenth of the speed; the plain run makes killRuns.
-	killRunsRaced = 3
+	// kill) at a tenth of the speed, one kill per mode: the plain run
+	// makes killRuns.
+	killRunsRaced = 1
 )
 
 // ticking is the child's plugin: the mirror's view, and a line on stdout
