@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -30,8 +29,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // scripts/build-plugins (the test command runs it first).
 func builtPlugin(t testing.TB, dir, name string) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	p := filepath.Join(filepath.Dir(file), "..", "plugins", dir, "build", name+".wasm")
+	p := filepath.Join(testDir, "..", "plugins", dir, "build", name+".wasm")
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("missing %s: run scripts/build-plugins first (the test command does): %v", p, err)
 	}
@@ -303,3 +301,14 @@ func TestLifecycleMisuse(t *testing.T) {
 		t.Fatal("New with a relative data dir succeeded")
 	}
 }
+
+// testDir is this package's directory: go test starts a test binary there
+// (read once, before any test changes directory). runtime.Caller would not
+// do: the test command builds with -trimpath, which leaves no file paths.
+var testDir = func() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		panic(err)
+	}
+	return wd
+}()

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -59,8 +58,7 @@ func shellWords(t testing.TB, line string) []string {
 // that runs a query (a curl of …/query/, a nats req of ….query.).
 func readmeQueryExamples(t testing.TB) []readmeCommand {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "README.md"))
+	b, err := os.ReadFile(filepath.Join(testDir, "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,7 +74,7 @@ func TestBench(t *testing.T) {
 			t.Errorf("variant %+v", v)
 		}
 	}
-	for _, want := range []string{bench.WatchAll, bench.Hand, bench.RawFold, "fold, router c", bench.EffectsV, bench.Native} {
+	for _, want := range []string{bench.WatchAll, bench.Hand, bench.RawFold, "fold, router c", bench.EffectsV, bench.QueriesV, bench.Native} {
 		if _, ok := names[want]; !ok {
 			t.Errorf("no variant %q of the ordered shape in %s", want, out)
 		}
@@ -120,6 +120,14 @@ func TestBench(t *testing.T) {
 	} else {
 		t.Logf("effects: to the head %.2f×, drained %.2f× the fold's time without; under %.0f writes/s: write-to-effect p50 %.3fs p99 %.3fs", ef.HeadRatio, ef.TimeRatio, ef.LoadRate, ef.DrainP50Seconds, ef.DrainP99Seconds)
 	}
+	// The queries variant: its clients were answered while the fold ran
+	// (a client that never got an answer, or a failed query, fails it).
+	if q := res.Queries; q == nil || len(q.Seconds) != 2 || q.Clients != bench.QueryClients || q.Answered <= 0 || q.PerSecond <= 0 ||
+		q.ThroughputRatio <= 0 || math.IsInf(q.ThroughputRatio, 0) || q.P50Seconds <= 0 || q.P99Seconds < q.P50Seconds {
+		t.Errorf("queries %+v", res.Queries)
+	} else {
+		t.Logf("queries: %d clients, throughput %.2f× the fold without; %d answered, p99 %.4fs", q.Clients, q.ThroughputRatio, q.Answered, q.P99Seconds)
+	}
 	var streams []string
 	for name := range js.StreamNames(context.Background()).Name() {
 		streams = append(streams, name)
@@ -144,7 +152,7 @@ func TestBench(t *testing.T) {
 		t.Errorf("bench table: %v", err)
 	}
 	for _, want := range []string{"VS RAW FOLD", "read your writes (HTTP, ?min_revision)", "resume / replay", "bootstrap / replay",
-		"× the fold without effects", "write-to-effect-in-stream latency"} {
+		"× the fold without effects", "write-to-effect-in-stream latency", "× the fold without queries"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("bench table: no %q in\n%s", want, table.String())
 		}

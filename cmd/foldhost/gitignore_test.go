@@ -3,7 +3,6 @@ package main
 import (
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 )
 
@@ -14,8 +13,7 @@ import (
 // accident; the example config itself is not. (config.toml and data/ were
 // not ignored.)
 func TestQuickStartLeavesTheTreeClean(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
+	root := filepath.Join(testDir, "..", "..")
 	ignored := func(path string) bool {
 		t.Helper()
 		cmd := exec.Command("git", "-C", root, "check-ignore", "--no-index", "-q", path)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +25,7 @@ func routerBuild(t *testing.T) string {
 // scripts/build-plugins (the test command runs it first).
 func builtPlugin(t *testing.T, dir, name string) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	p := filepath.Join(filepath.Dir(file), "..", "..", "plugins", dir, "build", name+".wasm")
+	p := filepath.Join(testDir, "..", "..", "plugins", dir, "build", name+".wasm")
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("missing %s: run scripts/build-plugins first (the test command does): %v", p, err)
 	}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +67,12 @@ func buildSkeleton(t *testing.T, lang, dir string) {
 	}
 	switch lang {
 	case "go":
-		tool("go", filepath.Join(runtime.GOROOT(), "bin", "go"))
+		// The go on PATH (runtime.GOROOT is empty in a -trimpath build).
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			t.Fatalf("the go skeleton's build needs go on PATH: %v", err)
+		}
+		tool("go", goBin)
 		// No network (GOPROXY=off: a download fails the build), no
 		// toolchain switch, no workspace; -trimpath makes the module's
 		// bytes the same in every temporary directory, so the test
@@ -167,10 +171,5 @@ func TestPluginNewRefuses(t *testing.T) {
 // repoRoot is the repository's root directory.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	abs, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return abs
+	return filepath.Join(testDir, "..", "..")
 }

@@ -111,6 +111,7 @@ type bench struct {
 	cacheDir   string
 	quietLog   *slog.Logger
 	effects    *effectsRun // the effects variant's stream and figures; nil: not run
+	queries    *queriesRun // the queries variant's figures; nil: not run
 	checks     []string    // failed checks of the rounds
 }
 
@@ -124,6 +125,7 @@ type Result struct {
 	Swap     *Swap     `json:"hot_swap,omitempty"`
 	Steady   []Steady  `json:"steady,omitempty"`
 	Effects  *Effects  `json:"effects,omitempty"`
+	Queries  *Queries  `json:"queries,omitempty"`
 	// Checks are the bench's own checks that did not hold (the command
 	// exits 1 after printing the figures).
 	Checks []string `json:"failed_checks,omitempty"`
@@ -234,6 +236,7 @@ const (
 	// EffectsOf is the fold the effects variant adds its effects to.
 	EffectsOf = "fold, router c"
 	EffectsV  = "fold, router c, effects"
+	QueriesV  = "fold, router c, queries"
 )
 
 func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) (*Result, error) {
@@ -277,6 +280,9 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 		res.Variants = append(res.Variants, vs...)
 		if err == nil && b.effects != nil && last {
 			res.Effects = &b.effects.res
+		}
+		if err == nil && b.queries != nil && last {
+			res.Queries = &b.queries.res
 		}
 		if !last || err != nil {
 			done()
@@ -405,7 +411,9 @@ func (b *bench) variants(pluginDir string, shape workload.Shape, last bool) (var
 			effectsBuild = p
 			if last {
 				variants = append(variants, variant{EffectsV, "the same, its effects published to a stream: from Start to the head and the outbox drained",
-					func(ctx context.Context) (time.Duration, error) { return b.effectsFold(ctx, p) }})
+					func(ctx context.Context) (time.Duration, error) { return b.effectsFold(ctx, p) }},
+					variant{QueriesV, fmt.Sprintf("the same, %d clients asking queries back to back from Start to the head", QueryClients),
+						func(ctx context.Context) (time.Duration, error) { return b.queriesFold(ctx, p) }})
 			}
 		}
 	}
@@ -414,8 +422,9 @@ func (b *bench) variants(pluginDir string, shape workload.Shape, last bool) (var
 		fmt.Fprintf(b.warn, "foldhost: bench: no router-*.wasm in %s: plugin folds not measured\n", pluginDir)
 	}
 	if b.only != nil {
-		// The effects variant's ratio needs the same fold without them.
-		keepEffectsOf := b.only.MatchString(EffectsV)
+		// The effects and queries variants' ratios need the same fold
+		// without them.
+		keepEffectsOf := b.only.MatchString(EffectsV) || b.only.MatchString(QueriesV)
 		variants = slices.DeleteFunc(variants, func(v variant) bool {
 			return v.name != WatchAll && v.name != RawFold && !b.only.MatchString(v.name) &&
 				!(v.name == EffectsOf && keepEffectsOf)
@@ -432,6 +441,9 @@ func (b *bench) measure(ctx context.Context, variants []variant, shape workload.
 		if b.effects, err = b.makeEffectsStream(ctx, effectsBuild); err != nil {
 			return nil, err
 		}
+	}
+	if i := slices.IndexFunc(variants, func(v variant) bool { return v.name == QueriesV }); i >= 0 {
+		b.queries = &queriesRun{res: Queries{Module: filepath.Base(effectsBuild), Clients: QueryClients}}
 	}
 	if b.cpuProfile != "" {
 		f, err := os.Create(fmt.Sprintf("%s.%s", b.cpuProfile, shape))
@@ -490,6 +502,9 @@ func (b *bench) measure(ctx context.Context, variants []variant, shape workload.
 			e.Seconds = secs[i]
 			e.HeadRatio, e.TimeRatio = pairedRatio(e.HeadSeconds, effectsOfRounds), pairedRatio(secs[i], effectsOfRounds)
 			e.EffectsPerUpdate = float64(e.Published) / float64(b.head)
+		}
+		if v.name == QueriesV {
+			b.queries.finish(effectsOfRounds)
 		}
 		out = append(out, bv)
 	}
@@ -584,6 +599,12 @@ func (b *bench) runHost(ctx context.Context, o host.Options) (time.Duration, err
 // runHostThen is runHost that, once at the head, goes on until then holds
 // (nil: at once), and returns the time to the head and the time to then.
 func (b *bench) runHostThen(ctx context.Context, o host.Options, then func(*host.Fold) (bool, error)) (time.Duration, time.Duration, error) {
+	return b.runHostBeside(ctx, o, nil, then)
+}
+
+// runHostBeside is runHostThen with beside (when not nil) run on the fold
+// from its start to the head: it must return once its context ends.
+func (b *bench) runHostBeside(ctx context.Context, o host.Options, beside func(context.Context, *host.Fold), then func(*host.Fold) (bool, error)) (time.Duration, time.Duration, error) {
 	t0 := time.Now()
 	h, err := host.New(o)
 	if err != nil {
@@ -596,6 +617,14 @@ func (b *bench) runHostThen(ctx context.Context, o host.Options, then func(*host
 	done := make(chan error, 1)
 	go func() { done <- h.Run(rctx) }()
 	f := h.Folds()[0]
+	bctx, stopBeside := context.WithCancel(ctx)
+	besideDone := make(chan struct{})
+	go func() {
+		defer close(besideDone)
+		if beside != nil {
+			beside(bctx, f)
+		}
+	}()
 	// The fold's status is read every 100 polls (about 0.1 s): it is not
 	// free (a store read), and reading it every millisecond took CPU from
 	// the fold it times (the effects variant's wait for the outbox to
@@ -612,6 +641,8 @@ func (b *bench) runHostThen(ctx context.Context, o host.Options, then func(*host
 	}
 	err = waitUntil(ctx, func() (bool, error) { return uint64(f.Store().Cursor().Rev) >= b.head, failed() })
 	took := time.Since(t0)
+	stopBeside()
+	<-besideDone
 	thenTook := took
 	if err == nil && then != nil {
 		err = waitUntil(ctx, func() (bool, error) {
@@ -1290,6 +1321,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "effects under %.0f writes/s (one effect each): write-to-effect-in-stream latency p50 %s p99 %s (%d probes)\n",
 				ef.LoadRate, fmtSeconds(ef.DrainP50Seconds), fmtSeconds(ef.DrainP99Seconds), ef.Probes)
 		}
+	}
+	if q := r.Queries; q != nil {
+		fmt.Fprintf(w, "queries (%s, %d clients back to back, hosts_of_upstream): fold to the head %s, throughput %.2f× the fold without queries (paired rounds' median); %d answered, %.0f/s, p50 %s p99 %s\n",
+			q.Module, q.Clients, fmtSeconds(Median(q.Seconds)), q.ThroughputRatio, q.Answered, q.PerSecond, fmtSeconds(q.P50Seconds), fmtSeconds(q.P99Seconds))
 	}
 	for _, c := range r.Checks {
 		fmt.Fprintf(w, "\nCHECK FAILED: %s\n", c)

@@ -8,7 +8,6 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -38,8 +37,7 @@ type confCase struct {
 
 func repoRoot(t testing.TB) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return filepath.Join(testDir, "..", "..")
 }
 
 // routerBuilds returns every build of the example plugin. The C,

@@ -30,3 +30,14 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// testDir is this package's directory: go test starts a test binary there
+// (read once, before any test changes directory). runtime.Caller would not
+// do: the test command builds with -trimpath, which leaves no file paths.
+var testDir = func() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		panic(err)
+	}
+	return wd
+}()

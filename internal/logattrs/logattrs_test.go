@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -41,8 +40,7 @@ type site struct {
 //   - no value is a struct or a pointer to one without a JSON or text form
 //     (the text handler dumps it raw).
 func TestLogAttrs(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
+	root := filepath.Join(testDir, "..", "..")
 	sites := collect(t, root, "./host/...", "./cmd/...")
 	if len(sites) < 100 {
 		t.Fatalf("only %d attributes found: the collector is broken", len(sites))
@@ -286,3 +284,14 @@ func implements(t types.Type, m string) bool {
 	}
 	return false
 }
+
+// testDir is this package's directory: go test starts a test binary there
+// (read once, before any test changes directory). runtime.Caller would not
+// do: the test command builds with -trimpath, which leaves no file paths.
+var testDir = func() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		panic(err)
+	}
+	return wd
+}()
