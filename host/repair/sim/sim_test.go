@@ -1262,18 +1262,45 @@ func TestSimulationCatchesEachMutation(t *testing.T) {
 	t.Logf("base seed %d", base)
 	for _, m := range muts {
 		t.Run(m.name, func(t *testing.T) {
+			// The schedule that caught the mutation last time it was
+			// searched for goes first: a search from a new seed took 50 s
+			// for the seven. If it no longer catches it (the simulation
+			// changed), the search below must, and names the seed to
+			// record.
+			if known, ok := knownCatches[m.name]; ok && *simSeed == 0 {
+				if v, _ := simulate(t, known, &m); v != "" {
+					if w, _ := simulate(t, known, nil); w != "" {
+						t.Fatalf("seed %d fails without the mutation too: %s", known, firstLine(w))
+					}
+					t.Logf("caught by its known schedule %d: %s", known, firstLine(v))
+					return
+				}
+				t.Logf("its known schedule %d no longer catches it: searching (record the seed found in knownCatches)", known)
+			}
 			for i := range 2000 {
 				if v, _ := simulate(t, base+uint64(i), &m); v != "" {
 					if w, _ := simulate(t, base+uint64(i), nil); w != "" {
 						t.Fatalf("seed %d fails without the mutation too: %s", base+uint64(i), firstLine(w))
 					}
-					t.Logf("caught after %d schedules: %s", i+1, firstLine(v))
+					t.Logf("caught after %d schedules, by seed %d: %s", i+1, base+uint64(i), firstLine(v))
 					return
 				}
 			}
 			t.Fatal("no schedule caught the mutation")
 		})
 	}
+}
+
+// knownCatches: for each of TestSimulationCatchesEachMutation's
+// mutations, a schedule seed that caught it (from the search's log).
+var knownCatches = map[string]uint64{
+	"noSyntheticDeletes":                  1796413649528953653,
+	"cursorMovesWithTheFirstBatch":        1796413649528953649,
+	"incompleteListingTrusted":            1796413649528953665,
+	"evictionHiddenFromTheRepair":         1796413649528953649,
+	"restoreCursorMovesWithTheFirstBatch": 1796413649528953649,
+	"restoreIgnoresTheListing":            1796413649528953662,
+	"restoreMovesKeysBack":                1,
 }
 
 func firstLine(s string) string {
