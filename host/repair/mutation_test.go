@@ -135,7 +135,7 @@ func TestSourceMutationsAreCaught(t *testing.T) {
 				if pkg == simPkg && m.simSeed != 0 {
 					out, err = gotest(t, overlay, pkg, tests, fmt.Sprintf("-repair.sim.seed=%d", m.simSeed), "-repair.sim.schedules=1")
 					if err == nil {
-						t.Logf("its known schedule %d no longer catches it: searching (record the seed found as simSeed)", m.simSeed)
+						t.Logf("its known schedule %d no longer catches it: searching (put the schedule number found in simSeed)", m.simSeed)
 					}
 				}
 				if err == nil {

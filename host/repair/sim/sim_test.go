@@ -1265,7 +1265,7 @@ func TestSimulationCatchesEachMutation(t *testing.T) {
 			// The schedule that caught the mutation last time it was
 			// searched for goes first: a search from a new seed took 50 s
 			// for the seven. If it no longer catches it (the simulation
-			// changed), the search below must, and names the seed to
+			// changed), the search below must, and names the schedule to
 			// record.
 			if known, ok := knownCatches[m.name]; ok && *simSeed == 0 {
 				if v, _ := simulate(t, known, &m); v != "" {
@@ -1275,7 +1275,7 @@ func TestSimulationCatchesEachMutation(t *testing.T) {
 					t.Logf("caught by its known schedule %d: %s", known, firstLine(v))
 					return
 				}
-				t.Logf("its known schedule %d no longer catches it: searching (record the seed found in knownCatches)", known)
+				t.Logf("its known schedule %d no longer catches it: searching (put the schedule number found in knownCatches)", known)
 			}
 			for i := range 2000 {
 				if v, _ := simulate(t, base+uint64(i), &m); v != "" {
