@@ -98,6 +98,10 @@ type FoldOptions struct {
 	// fields take wasm's defaults. Crossing one is a plugin failure like a
 	// trap, retried, then handled by OnPluginError.
 	PluginLimits wasm.Limits
+	// PluginQueryInstances is how many of the plugin's queries run at
+	// once, each on an instance of its own (never the one the fold
+	// applies on); more wait for one. Default: see queryInstances.
+	PluginQueryInstances int
 	// OnPluginError is what a batch the plugin fails (after its retries)
 	// does to the fold: PluginErrorStop (the default) stops it, failed,
 	// nothing of the batch committed; PluginErrorSkip isolates the
@@ -383,4 +387,12 @@ func (o Options) fold(name string) (FoldOptions, error) {
 		}
 	}
 	return FoldOptions{}, fmt.Errorf("no fold named %q", name)
+}
+
+// queryInstances is the fold's PluginQueryInstances, or its default.
+func (o *FoldOptions) queryInstances() int {
+	if o.PluginQueryInstances > 0 {
+		return o.PluginQueryInstances
+	}
+	return wasm.DefaultQueryInstances
 }

@@ -99,6 +99,7 @@ func (f *Fold) startPlugin(ctx context.Context, src pluginSource) error {
 		MaxModuleBytes:   f.o.PluginMaxBytes,
 		Retries:          f.o.PluginRetries,
 		Limits:           f.o.PluginLimits,
+		QueryInstances:   f.o.queryInstances(),
 		Adopt:            func(m *wasm.Module) bool { return f.offerModule(m) },
 		OnReload: func(rl wasm.Reload) {
 			src.reloaded()
@@ -213,6 +214,9 @@ func (p *plugin) status() httpapi.PluginStatus {
 	qs, _ := p.Queries()
 	for _, q := range qs {
 		st.Queries = append(st.Queries, httpapi.PluginQuery{Name: q.Name, ContentType: q.ContentType})
+	}
+	if len(qs) > 0 {
+		st.QueryInstances = p.QueryInstances()
 	}
 	return st
 }

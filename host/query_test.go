@@ -75,7 +75,7 @@ func TestQueriesOverHTTP(t *testing.T) {
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{
 			{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(dir, "routes"),
-				PluginLimits: wasm.Limits{MaxQueryInputBytes: 1024}},
+				PluginLimits: wasm.Limits{MaxQueryInputBytes: 1024}, PluginQueryInstances: 3},
 			{Name: "raw", Bucket: "routes", DataDir: filepath.Join(dir, "raw")},
 			{Name: "gorouter", Bucket: "routes", Plugin: builtPlugin(t, "example-router", "router-go"), DataDir: filepath.Join(dir, "gorouter")},
 			{Name: "noq", Bucket: "routes", Plugin: builtPlugin(t, "testdata", "keyview1"), DataDir: filepath.Join(dir, "noq")},
@@ -94,6 +94,12 @@ func TestQueriesOverHTTP(t *testing.T) {
 	}
 	if qs := r.h.Fold("noq").Status().Plugin.Queries; qs != nil {
 		t.Fatalf("a plugin without queries lists %+v", qs)
+	}
+	// plugin_query_instances reaches the plugin's pool (the default: 2).
+	for fold, want := range map[string]int{"routes": 3, "gorouter": wasm.DefaultQueryInstances, "noq": 0} {
+		if got := r.h.Fold(fold).Status().Plugin.QueryInstances; got != want {
+			t.Errorf("fold %s: %d query instances, want %d", fold, got, want)
+		}
 	}
 	// The Go build declares the same queries and answers alike.
 	if qs := r.h.Fold("gorouter").Status().Plugin.Queries; len(qs) != 2 || qs[0].Name != "hosts_of_upstream" || qs[1].Name != "top_upstreams" {

@@ -3,6 +3,7 @@ package host_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -107,11 +108,14 @@ func readmeQueryExamples(t testing.TB) []readmeCommand {
 // host (the C router's fold "routes", the admin service of node n1): the
 // routes its blocks write are put first, then every curl and nats req
 // runs and answers exactly the body the comment under it gives (a command
-// with none must succeed). The HTTP API's section and the one on NATS
-// must each have examples; a command the test cannot run fails it, so
+// with none must succeed); each nats req also runs as written through the
+// nats CLI ($FOLDHOST_NATS_CLI), which must print the same body. The HTTP
+// API's section and the one on NATS must each have examples; a command the
+// test cannot run fails it, so
 // README cannot drift from what the host answers. Mutations caught: an
 // answer changed in README; the NATS endpoint's subject renamed in the
-// code.
+// code; an example's --raw dropped (the CLI then prints more than the
+// body).
 func TestREADMEQueryExamples(t *testing.T) {
 	cmds := readmeQueryExamples(t)
 	r, b, url := queryHost(t)
@@ -180,6 +184,12 @@ func TestREADMEQueryExamples(t *testing.T) {
 				t.Fatalf("%s: want nats req [--raw] [-H K:V]... SUBJECT PAYLOAD", where)
 			}
 			got = natsQuery(t, c, rest[0], rest[1], hdr)
+			// The command itself, run by the nats CLI: its flags mean
+			// what the Go client's request above does, and it shows the
+			// answer alone.
+			if out := runNATSCLI(t, url, cmd.args[1:]); strings.TrimSpace(out) != strings.TrimSpace(got.body) {
+				t.Errorf("%s: the nats CLI printed\n%s\nthe request answers\n%s", where, out, got.body)
+			}
 		default:
 			t.Fatalf("%s: the test cannot run %s", where, cmd.args[0])
 		}
@@ -222,4 +232,28 @@ func elided(want, got string) bool {
 		got = got[k+len(p):]
 	}
 	return got == ""
+}
+
+// natsCLIInstall is how to get the nats CLI the README's examples use
+// (scripts/test does it).
+const natsCLIInstall = `(from the repository root) GOBIN="$PWD/bin" go install github.com/nats-io/natscli/nats@v0.5.0 && export FOLDHOST_NATS_CLI="$PWD/bin/nats"`
+
+// runNATSCLI runs the nats CLI ($FOLDHOST_NATS_CLI) with args against the
+// server at url, with a scratch home (no user context applies), and
+// returns what it printed, stdout and stderr together, as a terminal
+// shows it.
+func runNATSCLI(t testing.TB, url string, args []string) string {
+	t.Helper()
+	bin := os.Getenv("FOLDHOST_NATS_CLI")
+	if bin == "" {
+		t.Fatalf("FOLDHOST_NATS_CLI is not set: README's nats examples run through the nats CLI; install it: %s", natsCLIInstall)
+	}
+	cmd := exec.Command(bin, append([]string{"--server", url}, args...)...)
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "NATS_CONTEXT=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v: %s", bin, strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }

@@ -128,6 +128,15 @@ func TestBench(t *testing.T) {
 	} else {
 		t.Logf("queries: %d clients, throughput %.2f× the fold without; %d answered, p99 %.4fs", q.Clients, q.ThroughputRatio, q.Answered, q.P99Seconds)
 	}
+	// The read path's latencies, measured on the C router's fold at rest:
+	// each read answered (the query's answer held its 100 hosts).
+	if rd := res.Reads; rd == nil || rd.Module != "router-c.wasm" || rd.Points == 0 || rd.PointsFound == 0 || rd.Ranges == 0 || rd.Queries == 0 || rd.QueryKeys != 100 ||
+		rd.PointP50Seconds <= 0 || rd.PointP99Seconds < rd.PointP50Seconds || rd.RangeP50Seconds <= 0 || rd.RangeP99Seconds < rd.RangeP50Seconds ||
+		rd.QueryP50Seconds <= 0 || rd.QueryP99Seconds < rd.QueryP50Seconds {
+		t.Errorf("reads %+v", res.Reads)
+	} else {
+		t.Logf("reads: point p99 %.4fs, a page of %d p99 %.4fs, a query of %d hosts p99 %.4fs", rd.PointP99Seconds, rd.RangeKeys, rd.RangeP99Seconds, rd.QueryKeys, rd.QueryP99Seconds)
+	}
 	var streams []string
 	for name := range js.StreamNames(context.Background()).Name() {
 		streams = append(streams, name)
@@ -152,7 +161,7 @@ func TestBench(t *testing.T) {
 		t.Errorf("bench table: %v", err)
 	}
 	for _, want := range []string{"VS RAW FOLD", "read your writes (HTTP, ?min_revision)", "resume / replay", "bootstrap / replay",
-		"× the fold without effects", "write-to-effect-in-stream latency", "× the fold without queries"} {
+		"× the fold without effects", "write-to-effect-in-stream latency", "× the fold without queries", "a query answering 100 hosts p50"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("bench table: no %q in\n%s", want, table.String())
 		}

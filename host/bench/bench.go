@@ -113,6 +113,12 @@ type bench struct {
 	effects    *effectsRun // the effects variant's stream and figures; nil: not run
 	queries    *queriesRun // the queries variant's figures; nil: not run
 	checks     []string    // failed checks of the rounds
+	// round is the round a fold being timed belongs to (what: "" outside
+	// the rounds), for its progress (foldProgress).
+	round struct {
+		done, total int64
+		what        string
+	}
 }
 
 // Result is the bench's output (--json).
@@ -126,6 +132,7 @@ type Result struct {
 	Steady   []Steady  `json:"steady,omitempty"`
 	Effects  *Effects  `json:"effects,omitempty"`
 	Queries  *Queries  `json:"queries,omitempty"`
+	Reads    *Reads    `json:"reads,omitempty"`
 	// Checks are the bench's own checks that did not hold (the command
 	// exits 1 after printing the figures).
 	Checks []string `json:"failed_checks,omitempty"`
@@ -317,11 +324,14 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 	}
 	for _, sv := range b.steadyVariants(builds) {
 		b.prog.Status("steady state: " + sv.name + ": write-to-fold and read-your-writes latency under load")
-		st, err := b.steady(ctx, sv.name, sv.plugin)
+		st, rd, err := b.steady(ctx, sv.name, sv.plugin)
 		if err != nil {
 			return res, fmt.Errorf("bench: steady state, %s: %w", sv.name, err)
 		}
 		res.Steady = append(res.Steady, *st)
+		if rd != nil {
+			res.Reads = rd
+		}
 	}
 	if res.Effects != nil {
 		b.prog.Status("effects: probes' write-to-effect latency under load")
@@ -368,6 +378,19 @@ func (b *bench) makeBucket(ctx context.Context, shape workload.Shape) (*workload
 		return nil, nil, err
 	}
 	return w, done, nil
+}
+
+// foldProgress shows how far f, started at start, has folded the bucket:
+// within its round's share of the rounds' bar, or as a status line.
+func (b *bench) foldProgress(start time.Time, f *host.Fold) {
+	cur := min(uint64(f.Store().Cursor().Rev), b.head)
+	line := fmt.Sprintf("%d of %d updates folded%s", cur, b.head, eta(start, int(cur), int(b.head)))
+	if b.round.what == "" || b.head == 0 {
+		b.prog.Status("catching up: " + line)
+		return
+	}
+	// Per mille of a round, so the bar's figures stay in int64.
+	b.prog.Update(b.round.done*1000+int64(cur*1000/b.head), b.round.total*1000, b.round.what+": "+line)
 }
 
 // eta is ", ETA <d>" for n of total done since start ("" until known).
@@ -460,7 +483,9 @@ func (b *bench) measure(ctx context.Context, variants []variant, shape workload.
 	total := rounds * len(variants)
 	for r := range rounds {
 		for i, v := range variants {
-			b.prog.Update(int64(r*len(variants)+i), int64(total), fmt.Sprintf("%s shape, round %d/%d: %s", shape, r+1, rounds, v.name))
+			b.round.done, b.round.total = int64(r*len(variants)+i), int64(total)
+			b.round.what = fmt.Sprintf("%s shape, round %d/%d: %s", shape, r+1, rounds, v.name)
+			b.prog.Update(b.round.done, b.round.total, b.round.what)
 			var took time.Duration
 			var err error
 			// Labelled, so that a profile can be cut to one variant
@@ -473,6 +498,7 @@ func (b *bench) measure(ctx context.Context, variants []variant, shape workload.
 			secs[i] = append(secs[i], took.Seconds())
 		}
 	}
+	b.round.what = ""
 	b.prog.Update(int64(total), int64(total), "rounds done")
 	b.prog.End()
 	var watchAll, rawFold, effectsOf float64
@@ -634,6 +660,7 @@ func (b *bench) runHostBeside(ctx context.Context, o host.Options, beside func(c
 		if polls++; polls%100 != 0 {
 			return nil
 		}
+		b.foldProgress(t0, f)
 		if st := f.Status(); st.State == "failed" {
 			return fmt.Errorf("the fold failed: %s", st.LastError)
 		}
@@ -843,44 +870,54 @@ func (b *bench) steadyVariants(builds []string) []steadyVariant {
 // writes, half of the probes time a write to its fold (the cursor past
 // it), the other half a write to the answer of a read of its key with
 // ?min_revision=<its revision> over the HTTP API (read your writes).
-func (b *bench) steady(ctx context.Context, name, plugin string) (*Steady, error) {
+//
+// With a plugin, the fold's reads are measured first, with no writes
+// coming (Reads).
+func (b *bench) steady(ctx context.Context, name, plugin string) (st *Steady, rd *Reads, err error) {
 	h, err := host.New(b.hostOptions(filepath.Join(b.nextDir(), "fold"), plugin))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	f, stop, err := b.caughtUp(ctx, h)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer stop()
 	web := httptest.NewServer(h.Handler())
 	defer web.Close()
+	if plugin != "" {
+		b.prog.Status("reads: " + name + ": point reads, pages of the view and a query, at rest")
+		if rd, err = b.reads(ctx, f, web.URL, filepath.Base(plugin)); err != nil {
+			return nil, nil, fmt.Errorf("reads: %w", err)
+		}
+		b.prog.Status("steady state: " + name + ": write-to-fold and read-your-writes latency under load")
+	}
 	load := b.steadyLoad(ctx, func(head uint64) bool { return head > uint64(f.Store().Cursor().Rev)+swapMaxLag },
 		func(int) []byte { return []byte(`{"upstreams":[{"addr":"10.9.9.9:80"}]}`) })
 	defer load.stop(b.js)
 	kv, err := b.js.KeyValue(ctx, b.bucket)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	st := &Steady{Variant: name, Probes: b.probes}
+	st = &Steady{Variant: name, Probes: b.probes}
 	var folds, reads []float64
 	for i := range b.probes {
 		key := workload.Key((i * 7919) % b.keys)
 		t0 := time.Now()
 		rev, err := kv.Put(ctx, key, []byte(`{"upstreams":[{"addr":"10.8.8.8:80"}]}`))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if i%2 == 0 {
 			if err := waitFolded(ctx, f, rev); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			folds = append(folds, time.Since(t0).Seconds())
 			continue
 		}
 		resp, err := http.Get(fmt.Sprintf("%s/v1/folds/%s/raw?key=%s&min_revision=%d&wait=10s", web.URL, f.Name(), key, rev))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
@@ -889,14 +926,14 @@ func (b *bench) steady(ctx context.Context, name, plugin string) (*Steady, error
 		case http.StatusGatewayTimeout:
 			st.ReadTimeouts++
 		default:
-			return nil, fmt.Errorf("read of probe %s at min_revision %d: %s", key, rev, resp.Status)
+			return nil, nil, fmt.Errorf("read of probe %s at min_revision %d: %s", key, rev, resp.Status)
 		}
 		reads = append(reads, time.Since(t0).Seconds())
 	}
 	st.LoadRate = load.stop(b.js)
 	st.FoldP50Seconds, st.FoldP99Seconds = quantile(folds, 0.5), quantile(folds, 0.99)
 	st.ReadP50Seconds, st.ReadP99Seconds = quantile(reads, 0.5), quantile(reads, 0.99)
-	return st, nil
+	return st, rd, nil
 }
 
 // caughtUp starts h, runs it, and waits until its fold reached the
@@ -911,7 +948,13 @@ func (b *bench) caughtUp(ctx context.Context, h *host.Host) (*host.Fold, func(),
 	go func() { done <- h.Run(rctx) }()
 	stop := func() { cancel(); <-done; h.Close() }
 	f := h.Folds()[0]
-	if err := waitUntil(ctx, func() (bool, error) { return uint64(f.Store().Cursor().Rev) >= b.head, nil }); err != nil {
+	t0, polls := time.Now(), 0
+	if err := waitUntil(ctx, func() (bool, error) {
+		if polls++; polls%100 == 0 {
+			b.foldProgress(t0, f)
+		}
+		return uint64(f.Store().Cursor().Rev) >= b.head, nil
+	}); err != nil {
 		stop()
 		return nil, nil, err
 	}
@@ -1326,6 +1369,12 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "queries (%s, %d clients back to back, hosts_of_upstream): fold to the head %s, throughput %.2f× the fold without queries (paired rounds' median); %d answered, %.0f/s, p50 %s p99 %s\n",
 			q.Module, q.Clients, fmtSeconds(Median(q.Seconds)), q.ThroughputRatio, q.Answered, q.PerSecond, fmtSeconds(q.P50Seconds), fmtSeconds(q.P99Seconds))
 	}
+	if rd := r.Reads; rd != nil {
+		fmt.Fprintf(w, "reads (%s, caught up, no writes; HTTP on loopback): a point read p50 %s p99 %s (%d, %d found); a page of %d view entries p50 %s p99 %s (%d); a query answering %d hosts p50 %s p99 %s (%d)\n",
+			rd.Module, fmtLatency(rd.PointP50Seconds), fmtLatency(rd.PointP99Seconds), rd.Points, rd.PointsFound,
+			rd.RangeKeys, fmtLatency(rd.RangeP50Seconds), fmtLatency(rd.RangeP99Seconds), rd.Ranges,
+			rd.QueryKeys, fmtLatency(rd.QueryP50Seconds), fmtLatency(rd.QueryP99Seconds), rd.Queries)
+	}
 	for _, c := range r.Checks {
 		fmt.Fprintf(w, "\nCHECK FAILED: %s\n", c)
 	}
@@ -1341,6 +1390,11 @@ func humanRate(r float64) string {
 		return fmt.Sprintf("%.1fk", r/1e3)
 	}
 	return fmt.Sprintf("%.0f", r)
+}
+
+// fmtLatency is s seconds as a duration, to the microsecond.
+func fmtLatency(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String()
 }
 
 // fmtSeconds is s seconds as a duration, to the millisecond.

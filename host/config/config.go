@@ -140,6 +140,9 @@ type FoldConfig struct {
 	PluginMemoryMB    int
 	PluginMaxMB       int
 	PluginRetries     int
+	// PluginQueryInstances: how many of the plugin's queries run at once
+	// (host.FoldOptions); 0: the host's default.
+	PluginQueryInstances int
 	// PluginLimits bound what one call into the plugin can make the host
 	// hold (the plugin_max_* keys of wasm.LimitError; defaults wasm's).
 	PluginLimits wasm.Limits
@@ -355,6 +358,12 @@ func extractFold(f *table) FoldConfig {
 		f.problem("plugin_retries", "must be between 0 and 100, got %d", retries)
 	}
 	fc.PluginMemoryMB, fc.PluginRetries = clampInt(memMB), clampInt(retries)
+	var queryInstances int64
+	if f.integer("plugin_query_instances", &queryInstances) && (queryInstances < 1 || queryInstances > 64) {
+		f.problem("plugin_query_instances", "must be between 1 and 64, got %d", queryInstances)
+		queryInstances = 0
+	}
+	fc.PluginQueryInstances = clampInt(queryInstances)
 	fc.PluginLimits = extractLimits(f)
 	fc.OnPluginError = host.PluginErrorStop
 	f.str("on_plugin_error", &fc.OnPluginError)

@@ -164,6 +164,7 @@ plugin_max_error_bytes = 100
 plugin_max_effects = 7
 plugin_max_effect_kb = 2
 plugin_max_query_input_kb = 4
+plugin_query_instances = 3
 effects_stream = "ROUTE_EVENTS"
 effects_subjects = ["route.changed"]
 effects_max_wait = "90s"
@@ -197,6 +198,7 @@ limit_marker_ttl = "1m"
 		PluginLimits: wasm.Limits{MaxOutputBytes: 32 << 20, MaxViewMutations: 5000, MaxViewKeyBytes: 512,
 			MaxViewValueBytes: 64 << 10, MaxReadBytes: 2 << 20, MaxCallReadBytes: 8 << 20, MaxErrorBytes: 100,
 			MaxEffects: 7, MaxEffectBytes: 2 << 10, MaxQueryInputBytes: 4 << 10},
+		PluginQueryInstances: 3,
 		CreateBucket: natskv.BucketConfig{Name: "routes", History: 5, MaxAge: 24 * time.Hour, MaxBytes: 1 << 20,
 			Replicas: 3, Memory: true, LimitMarkerTTL: time.Minute},
 		EffectsStream: "ROUTE_EVENTS", EffectsSubjects: []string{"route.changed"}, EffectsMaxWait: 90 * time.Second,
@@ -446,6 +448,7 @@ func TestConfigStructureErrors(t *testing.T) {
 		{"create_bucket false disagrees", "[[fold]]\nname = \"a\"\nbucket = \"x\"\ncreate_bucket = false\n[[fold]]\nname = \"b\"\nbucket = \"x\"\n", "differs from fold[0]"},
 		{"plugin memory", "[[fold]]\nname = \"a\"\nplugin_memory_mb = 0\n", "plugin_memory_mb: must be between 1 and 4096"},
 		{"plugin retries", "[[fold]]\nname = \"a\"\nplugin_retries = -1\n", "plugin_retries: must be between 0 and 100"},
+		{"query instances", "[[fold]]\nname = \"a\"\nplugin_query_instances = 0\n", "plugin_query_instances: must be between 1 and 64"},
 		{"plugin output", "[[fold]]\nname = \"a\"\nplugin_max_output_mb = 0\n", "plugin_max_output_mb: must be between 1 and 1024"},
 		{"plugin view mutations", "[[fold]]\nname = \"a\"\nplugin_max_view_mutations = 10000001\n", "plugin_max_view_mutations: must be between 1 and 10000000"},
 		{"plugin effects", "[[fold]]\nname = \"a\"\nplugin_max_effects = 0\n", "plugin_max_effects: must be between 1 and 1000000"},

@@ -194,6 +194,9 @@ type PluginStatus struct {
 	// /v1/folds/{name}/query/{query}), of the module the next batch runs;
 	// absent when none.
 	Queries []PluginQuery `json:"queries,omitempty"`
+	// QueryInstances is how many of those queries run at once
+	// (plugin_query_instances); absent when none are declared.
+	QueryInstances int `json:"query_instances,omitempty"`
 }
 
 // PluginQuery is one query a plugin declares.

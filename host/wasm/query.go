@@ -266,3 +266,7 @@ func (p *Plugin) runQuery(ctx context.Context, qi *queryInstance, name string, i
 
 // MaxQueryInputBytes is the bound on a query's input (Limits).
 func (p *Plugin) MaxQueryInputBytes() int { return p.r.opts.MaxQueryInputBytes }
+
+// QueryInstances is how many of p's queries run at once
+// (Options.QueryInstances).
+func (p *Plugin) QueryInstances() int { return cap(p.queries.slots) }

@@ -470,3 +470,93 @@ func TestSDKModulesWithoutQueriesImportNoRange(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryInstancesBoundTheQueriesRunning: at most Options.QueryInstances
+// queries of a plugin run at once (plugin_query_instances): with that many
+// spinning, another waits (here past its context's deadline), and runs as
+// soon as one of them ends. Mutation caught: the option ignored (the
+// default of 2 lets the second query of n=1 run at once, and holds the
+// third spinner of n=3 back).
+func TestQueryInstancesBoundTheQueriesRunning(t *testing.T) {
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			spinning := make(chan struct{}, n)
+			r := newRuntime(t, Options{CallTimeout: NoCallTimeout, QueryInstances: n,
+				Logger: slog.New(logSignal{ch: spinning, msg: "query.wasm: spinning"})})
+			p, st := pluginAndStore(t, r, testPlugin(t, "query"))
+			commitBatch(t, p, st, putU(1, "k", "v"))
+			sn := snapshotOf(t, st)
+			cancels := make([]context.CancelFunc, n)
+			done := make(chan error, n)
+			running := n // spinners not joined yet
+			for i := range n {
+				var ctx context.Context
+				ctx, cancels[i] = context.WithCancel(context.Background())
+				go func() {
+					_, err := p.Query(ctx, "spin", nil, sn)
+					done <- err
+				}()
+			}
+			defer func() { // join every spinner
+				for _, c := range cancels {
+					c()
+				}
+				for ; running > 0; running-- {
+					<-done
+				}
+			}()
+			deadline := time.After(time.Minute) // a busy machine's ceiling
+			for i := range n {
+				select {
+				case <-spinning:
+				case err := <-done:
+					t.Fatalf("a spin query ended: %v", err)
+				case <-deadline:
+					t.Fatalf("%d of %d spin queries spinning after a minute", i, n)
+				}
+			}
+			wctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			if a, err := p.Query(wctx, "echo", []byte("hi"), sn); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a query beside %d spinning ones with %d instances: %q, %v; want it to wait", n, n, a.Body, err)
+			}
+			cancels[0]()
+			if err := <-done; err == nil {
+				t.Fatal("a cancelled spin query answered")
+			}
+			running--
+			if got := query(t, p, sn, "echo", "hi"); got != "hi" {
+				t.Fatalf("echo after a spinner ended: %q", got)
+			}
+		})
+	}
+}
+
+// TestASQueriesCannotWrite: the AssemblyScript SDK refuses every write a
+// query tries (a view put or delete, an index entry's, an effect): the
+// query fails with the SDK's message as the plugin's own verdict, and the
+// view is untouched. Mutation caught: the SDK's inQuery guard removed from
+// put (the query then answers).
+func TestASQueriesCannotWrite(t *testing.T) {
+	r := newRuntime(t, Options{})
+	p, st := pluginAndStore(t, r, testPlugin(t, "querywrite-as"))
+	commitBatch(t, p, st, putU(1, "k", "v"))
+	sn := snapshotOf(t, st)
+	if got := query(t, p, sn, "echo", "hi"); got != "hi" {
+		t.Fatalf("echo: %q", got)
+	}
+	for q, msg := range map[string]string{
+		"put": "a query cannot write (put)", "del": "a query cannot write (del)",
+		"index-put": "a query cannot write (put)", "index-del": "a query cannot write (del)",
+		"emit": "a query cannot emit effects",
+	} {
+		a, err := p.Query(context.Background(), q, []byte("x"), sn)
+		var pe *PluginError
+		if !errors.As(err, &pe) || pe.Kind != KindGuest || !strings.Contains(err.Error(), msg) {
+			t.Errorf("query %s: %q, %v; want the plugin's verdict %q", q, a.Body, err, msg)
+		}
+	}
+	if v := views(t, st); len(v) != 1 || v["k"] != "v" {
+		t.Errorf("the view after the queries: %v", v)
+	}
+}

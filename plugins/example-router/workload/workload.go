@@ -26,8 +26,8 @@ type Writer struct {
 	Rand *rand.Rand
 	// Shape is the initial write's: Ordered (the zero value) or Random.
 	Shape Shape
-	// Progress, if set, is called with the number of updates written and
-	// acknowledged so far, every 1000 of them and at the end.
+	// Progress, if set, is called with the number of Initial's updates
+	// written and acknowledged so far, every 1000 of them and at the end.
 	Progress func(done int)
 }
 
@@ -62,18 +62,18 @@ func Key(i int) string { return fmt.Sprintf("route.h%05d", i) }
 // the upstreams of w.Shape.
 func (w *Writer) Initial(ctx context.Context) error {
 	if w.Shape == Random {
-		return w.write(ctx, w.Hosts, w.Rand.Perm(w.Hosts), false)
+		return w.write(ctx, w.Hosts, w.Rand.Perm(w.Hosts), false, w.Progress)
 	}
-	return w.write(ctx, w.Hosts, nil, false)
+	return w.write(ctx, w.Hosts, nil, false, w.Progress)
 }
 
 // Delta touches n distinct existing hosts (a key written twice keeps only
 // its last message in a history-1 bucket) and deletes one in five of them.
 func (w *Writer) Delta(ctx context.Context, n int) error {
-	return w.write(ctx, n, w.Rand.Perm(w.Hosts)[:n], true)
+	return w.write(ctx, n, w.Rand.Perm(w.Hosts)[:n], true, nil)
 }
 
-func (w *Writer) write(ctx context.Context, n int, hosts []int, deletes bool) error {
+func (w *Writer) write(ctx context.Context, n int, hosts []int, deletes bool, progress func(int)) error {
 	for i := 0; i < n; i++ {
 		host := i
 		if hosts != nil {
@@ -106,8 +106,8 @@ func (w *Writer) write(ctx context.Context, n int, hosts []int, deletes bool) er
 			case <-time.After(time.Minute):
 				return errors.New("workload: NATS did not acknowledge writes within a minute")
 			}
-			if w.Progress != nil {
-				w.Progress(i + 1)
+			if progress != nil {
+				progress(i + 1)
 			}
 		}
 	}
