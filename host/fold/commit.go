@@ -227,6 +227,10 @@ func (s *Store) Commit(c Commit) error {
 		added = int64(len(c.Effects))
 	}
 	s.outboxLen.Add(added)
+	// Odd from before the cursor lands until its copies are set below
+	// (every return from here on): Snapshot then reads the snapshot's own.
+	s.commits.Add(1)
+	defer s.commits.Add(1)
 	if err := s.apply(b, s.write); err != nil {
 		s.outboxLen.Add(-added)
 		return fmt.Errorf("fold: commit at cursor %v: %w", c.Cursor, err)

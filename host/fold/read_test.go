@@ -366,3 +366,74 @@ func TestViewGetBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotCursorUnderCommits: a Snapshot taken while commits run (some
+// of them switching the views to a rebuild's keyspace) states the cursor
+// and view keyspace its own data holds, whether it took the Store's copies
+// (no commit in between) or read them from pebble; both ways are taken.
+// Mutation caught: Snapshot always taking the copies (a commit landing
+// between reading them and taking the snapshot: the stated cursor lags
+// the data).
+func TestSnapshotCursorUnderCommits(t *testing.T) {
+	s, _ := openTemp(t, Options{})
+	const commits = 3000
+	done := make(chan error, 1)
+	go func() {
+		for i := 1; i <= commits; i++ {
+			c := Commit{Raw: []Update{put(fmt.Sprintf("k%d", i%50), protocol.Revision(i), "v")}, Cursor: cursorAt(protocol.Revision(i))}
+			if i%500 == 0 { // a rebuild's switch: the view keyspace changes with this cursor
+				sh, err := s.BeginShadow()
+				if err != nil {
+					done <- err
+					return
+				}
+				c.Activate = sh
+			}
+			if err := s.Commit(c); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	var snaps, copies int
+	check := func() {
+		before := s.snapReads.Load()
+		sn, err := s.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sn.Close()
+		if s.snapReads.Load() == before {
+			copies++
+		}
+		snaps++
+		cur, err := readCursor(sn.snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		view, err := readViewSpace(sn.snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sn.Cursor() != cur || sn.view != view {
+			t.Fatalf("snapshot %d states cursor %v, view %c; its data holds %v, %c", snaps, sn.Cursor(), sn.view, cur, view)
+		}
+	}
+	for running := true; running; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			running = false
+		default:
+			check()
+		}
+	}
+	check()
+	if reads := s.snapReads.Load(); copies == 0 || reads == 0 {
+		t.Fatalf("%d snapshots: %d took the copies, %d read pebble; want both ways taken", snaps, copies, reads)
+	}
+	t.Logf("%d snapshots beside %d commits: %d took the Store's copies, %d read pebble", snaps, commits, copies, s.snapReads.Load())
+}

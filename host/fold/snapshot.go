@@ -30,15 +30,25 @@ func (s *Store) Snapshot() (*Snapshot, error) {
 		return nil, ErrClosed
 	}
 	defer s.gate.exit()
+	// The cursor and view keyspace of the snapshot's instant: the Store's
+	// copies when no commit started or ended from before reading them
+	// until the snapshot was taken (the state then is the last commit's,
+	// whose copies were set before it ended), else read from the snapshot
+	// (two point reads: about a quarter of a small query's cost).
+	seq := s.commits.Load()
+	cur, view := s.Cursor(), s.viewSpace()
 	snap := s.db.NewSnapshot()
-	cur, err := readCursor(snap)
-	var view byte
-	if err == nil {
-		view, err = readViewSpace(snap)
-	}
-	if err != nil {
-		_ = snap.Close()
-		return nil, fmt.Errorf("fold: snapshot: %w", err)
+	if seq%2 == 1 || s.commits.Load() != seq {
+		s.snapReads.Add(1)
+		var err error
+		cur, err = readCursor(snap)
+		if err == nil {
+			view, err = readViewSpace(snap)
+		}
+		if err != nil {
+			_ = snap.Close()
+			return nil, fmt.Errorf("fold: snapshot: %w", err)
+		}
 	}
 	sn := &Snapshot{s: s, snap: snap, cursor: cur, view: view}
 	s.snapMu.Lock()

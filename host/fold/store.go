@@ -45,8 +45,16 @@ type Store struct {
 	// key without the space byte; nil: none known): no entry is below it.
 	outboxFloor atomic.Pointer[[]byte]
 	cursor      atomic.Pointer[protocol.Cursor]
-	view        atomic.Uint32          // the view keyspace (spaceView or spaceView2); changed by a commit
-	shadow      atomic.Pointer[Shadow] // the last BeginShadow's, until activated
+	view        atomic.Uint32 // the view keyspace (spaceView or spaceView2); changed by a commit
+	// commits is odd while a Commit writes the cursor and view keys and
+	// then these copies of them, even otherwise: a Snapshot whose reading
+	// of the copies saw no commit start or end takes them for its own
+	// (snapshot.go).
+	commits atomic.Uint64
+	// snapReads counts the Snapshots that read their cursor from pebble
+	// (for the tests).
+	snapReads atomic.Uint64
+	shadow    atomic.Pointer[Shadow] // the last BeginShadow's, until activated
 	// viewMu orders the Store's own view reads (which resolve the view
 	// keyspace, then read it) with a commit that switches keyspaces and
 	// drops the old one: held for reading by ViewGet and ViewRange, for
