@@ -100,7 +100,7 @@ type FoldOptions struct {
 	PluginLimits wasm.Limits
 	// PluginQueryInstances is how many of the plugin's queries run at
 	// once, each on an instance of its own (never the one the fold
-	// applies on); more wait for one. Default: see queryInstances.
+	// applies on); more wait for one. Default wasm.DefaultQueryInstances.
 	PluginQueryInstances int
 	// OnPluginError is what a batch the plugin fails (after its retries)
 	// does to the fold: PluginErrorStop (the default) stops it, failed,
@@ -387,12 +387,4 @@ func (o Options) fold(name string) (FoldOptions, error) {
 		}
 	}
 	return FoldOptions{}, fmt.Errorf("no fold named %q", name)
-}
-
-// queryInstances is the fold's PluginQueryInstances, or its default.
-func (o *FoldOptions) queryInstances() int {
-	if o.PluginQueryInstances > 0 {
-		return o.PluginQueryInstances
-	}
-	return wasm.DefaultQueryInstances
 }

@@ -99,7 +99,7 @@ func (f *Fold) startPlugin(ctx context.Context, src pluginSource) error {
 		MaxModuleBytes:   f.o.PluginMaxBytes,
 		Retries:          f.o.PluginRetries,
 		Limits:           f.o.PluginLimits,
-		QueryInstances:   f.o.queryInstances(),
+		QueryInstances:   f.o.PluginQueryInstances,
 		Adopt:            func(m *wasm.Module) bool { return f.offerModule(m) },
 		OnReload: func(rl wasm.Reload) {
 			src.reloaded()

@@ -1392,12 +1392,11 @@ func humanRate(r float64) string {
 	return fmt.Sprintf("%.0f", r)
 }
 
-// fmtLatency is s seconds as a duration, to the microsecond.
-func fmtLatency(s float64) string {
-	return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String()
-}
+// fmtSeconds is s seconds as a duration, to the millisecond; fmtLatency
+// to the microsecond.
+func fmtSeconds(s float64) string { return fmtDuration(s, time.Millisecond) }
+func fmtLatency(s float64) string { return fmtDuration(s, time.Microsecond) }
 
-// fmtSeconds is s seconds as a duration, to the millisecond.
-func fmtSeconds(s float64) string {
-	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+func fmtDuration(s float64, to time.Duration) string {
+	return time.Duration(s * float64(time.Second)).Round(to).String()
 }
