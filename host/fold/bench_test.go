@@ -1,15 +1,23 @@
 package fold
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/foldhost/foldhost/protocol"
 )
@@ -116,6 +124,14 @@ func BenchmarkRawKeys(b *testing.B) {
 // raw-only fold on this store layout. key-order/arrival-order is what
 // sorting a commit's writes by key gains on the router's commits (> 1: the
 // sort pays; see batchorder.go).
+//
+// The ingest shape is the bulk-hydration design measured in RATIONALE.md
+// ("Bulk hydration through ingested tables"), not a path the store takes:
+// the same writes collected in memory and ingested as sorted tables
+// (ingestCommits). Both are then timed until their data is in tables (the
+// commit shape's memtable flushed): ingest/commit above 1 is what the
+// ingest path would save on the store's work (wall time; cpu-ingest/commit
+// is the process's CPU time, compactions included).
 func BenchmarkCommitShapes(b *testing.B) {
 	const hosts, batchSize, batches = 300_000, 1000, 200
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -137,37 +153,169 @@ func BenchmarkCommitShapes(b *testing.B) {
 			router[i].Cursor = raw[i].Cursor
 		}
 	}
-	run := func(commits []Commit, arrivalOrder bool) time.Duration {
-		s, _ := openTemp(b, Options{})
+	// run times the commits, then (flushed) the commits and the flush of
+	// the memtable, and the process's CPU time over the latter.
+	run := func(commits []Commit, arrivalOrder bool) (took, flushed, cpu time.Duration) {
+		s, _ := openTemp(b, Options{Logger: quiet})
 		s.points.arrivalOrder = arrivalOrder
-		start := time.Now()
+		cpu0, start := cpuTime(b), time.Now()
 		for _, c := range commits {
 			if err := s.Commit(c); err != nil {
 				b.Fatal(err)
 			}
 		}
-		took := time.Since(start)
+		took = time.Since(start)
+		if err := s.db.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		flushed, cpu = time.Since(start), cpuTime(b)-cpu0
 		if err := s.Close(); err != nil {
 			b.Fatal(err)
 		}
-		return took
+		return took, flushed, cpu
 	}
-	var ratios, arrival []float64
-	var rawRate, routerRate, arrivalRate float64
+	ingest := func(commits []Commit) (took, cpu time.Duration) {
+		s, _ := openTemp(b, Options{Logger: quiet})
+		cpu0, start := cpuTime(b), time.Now()
+		ingestCommits(b, s, commits)
+		took, cpu = time.Since(start), cpuTime(b)-cpu0
+		// What was ingested is what was committed: the last cursor, every key.
+		want := map[string]bool{}
+		for _, c := range commits {
+			for _, u := range c.Raw {
+				want[u.Key] = true
+			}
+		}
+		got := 0
+		if err := s.RawKeys("", func([]byte) error { got++; return nil }); err != nil || got != len(want) {
+			b.Fatalf("the ingested store holds %d raw keys (%v), want %d", got, err, len(want))
+		}
+		cur, closer, err := s.db.Get(metaCursorKey)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var c protocol.Cursor
+		err = c.UnmarshalBinary(cur)
+		closer.Close()
+		if last := commits[len(commits)-1].Cursor; err != nil || c != last {
+			b.Fatalf("the ingested store's cursor is %v (%v), want %v", c, err, last)
+		}
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		return took, cpu
+	}
+	median := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
+	var ratios, arrival, rawIngest, routerIngest, rawIngestCPU, routerIngestCPU []float64
+	var rawRate, routerRate, arrivalRate, rawIngestRate, routerIngestRate float64
 	b.ResetTimer()
 	for range b.N {
-		r, v, a := run(raw, false), run(router, false), run(router, true)
+		r, rf, rc := run(raw, false)
+		v, vf, vc := run(router, false)
+		a, _, _ := run(router, true)
+		ri, ric := ingest(raw)
+		vi, vic := ingest(router)
 		ratios = append(ratios, float64(r)/float64(v))
 		arrival = append(arrival, float64(a)/float64(v))
+		rawIngest, routerIngest = append(rawIngest, float64(rf)/float64(ri)), append(routerIngest, float64(vf)/float64(vi))
+		rawIngestCPU, routerIngestCPU = append(rawIngestCPU, float64(rc)/float64(ric)), append(routerIngestCPU, float64(vc)/float64(vic))
 		rawRate, routerRate, arrivalRate = batches*batchSize/r.Seconds(), batches*batchSize/v.Seconds(), batches*batchSize/a.Seconds()
+		rawIngestRate, routerIngestRate = batches*batchSize/ri.Seconds(), batches*batchSize/vi.Seconds()
 	}
-	slices.Sort(ratios)
-	slices.Sort(arrival)
 	b.ReportMetric(rawRate, "raw-only-updates/s")
 	b.ReportMetric(routerRate, "router-updates/s")
-	b.ReportMetric(ratios[len(ratios)/2], "router/raw-only")
+	b.ReportMetric(median(ratios), "router/raw-only")
 	b.ReportMetric(arrivalRate, "router-arrival-order-updates/s")
-	b.ReportMetric(arrival[len(arrival)/2], "key-order/arrival-order")
+	b.ReportMetric(median(arrival), "key-order/arrival-order")
+	b.ReportMetric(rawIngestRate, "raw-only-ingest-updates/s")
+	b.ReportMetric(routerIngestRate, "router-ingest-updates/s")
+	b.ReportMetric(median(rawIngest), "raw-only-ingest/commit")
+	b.ReportMetric(median(routerIngest), "router-ingest/commit")
+	b.ReportMetric(median(rawIngestCPU), "raw-only-cpu-ingest/commit")
+	b.ReportMetric(median(routerIngestCPU), "router-cpu-ingest/commit")
+}
+
+// ingestOverlayBytes is how much ingestCommits collects before it writes
+// a table (the size the measured design flushed at).
+const ingestOverlayBytes = 32 << 20
+
+// ingestCommits writes commits the way the bulk-hydration design would:
+// each commit's writes (built by the code Commit builds them with, the
+// cursor among them) go into an in-memory overlay, a key's last write
+// winning; past ingestOverlayBytes, and at the end, the overlay is sorted
+// into one table that pebble ingests. Only the raw and view writes and the
+// cursor: the shapes have no effects, dead letters or view switch.
+func ingestCommits(b *testing.B, s *Store, commits []Commit) {
+	type write struct {
+		val []byte
+		del bool
+	}
+	overlay := map[string]write{}
+	size, tables := 0, 0
+	dir := b.TempDir()
+	defer s.points.reset()
+	flush := func() {
+		path := filepath.Join(dir, fmt.Sprintf("%06d.sst", tables))
+		tables++
+		f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), sstable.WriterOptions{TableFormat: s.db.TableFormat()})
+		for _, k := range slices.Sorted(maps.Keys(overlay)) {
+			if e := overlay[k]; e.del {
+				err = w.Delete([]byte(k))
+			} else {
+				err = w.Set([]byte(k), e.val)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.db.Ingest(context.Background(), []string{path}); err != nil {
+			b.Fatal(err)
+		}
+		clear(overlay)
+		size = 0
+	}
+	for _, c := range commits {
+		batch := s.db.NewBatch()
+		pw := &s.points
+		pw.reset()
+		pw.addRaw(c.Raw)
+		pw.addViews(s.viewSpace(), c.Views)
+		cur, err := c.Cursor.MarshalBinary()
+		if err == nil {
+			err = pw.writeTo(batch)
+		}
+		if err == nil {
+			err = batch.Set(metaCursorKey, cur, nil)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		for r := batch.Reader(); ; {
+			kind, k, v, ok, err := r.Next()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			overlay[string(k)] = write{val: slices.Clone(v), del: kind == pebble.InternalKeyKindDelete}
+			size += len(k) + len(v)
+		}
+		if err := batch.Close(); err != nil {
+			b.Fatal(err)
+		}
+		if size >= ingestOverlayBytes {
+			flush()
+		}
+	}
+	flush()
 }
 
 // BenchmarkCommitEffects is the outbox's cost in the fold's own commit:
