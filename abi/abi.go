@@ -13,7 +13,8 @@ const (
 	Major = 1
 	// Minor 1: an ok output may carry effects (StatusOKEffects).
 	// Minor 2: queries (ExportQueries, ExportQuery, ImportRange).
-	Minor = 2
+	// Minor 3: effects that name their update (StatusOKUpdateEffects).
+	Minor = 3
 	// MarkerPrefix + major is the name of the version-marker export.
 	MarkerPrefix = "foldhost_abi_v"
 	Marker       = "foldhost_abi_v1"
@@ -54,6 +55,10 @@ const (
 	// StatusOKEffects is an ok output followed by effects (minor 1); a
 	// plugin without effects sends StatusOK, as a minor-0 plugin did.
 	StatusOKEffects uint32 = 2
+	// StatusOKUpdateEffects is an ok output followed by effects that each
+	// name the batch update they derive from (minor 3), so that their ids
+	// do not depend on how updates were batched.
+	StatusOKUpdateEffects uint32 = 3
 )
 
 // Read spaces.

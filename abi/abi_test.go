@@ -103,6 +103,70 @@ func TestOutputRoundTrip(t *testing.T) {
 	}
 }
 
+// TestOutputEffectsForUpdates: effects that name their update travel as a
+// status-3 record, each with its update's index; indices that decrease,
+// and Emit mixed with EmitFor, are refused on both sides.
+func TestOutputEffectsForUpdates(t *testing.T) {
+	var w OutputWriter
+	w.Reset()
+	w.Put([]byte("host/a"), []byte("e"))
+	w.EmitFor(0, []byte("route.changed"), []Header{{[]byte("Route-Op"), []byte("put")}}, []byte("a"))
+	w.EmitFor(2, []byte("route.changed"), nil, []byte("b"))
+	w.EmitFor(2, []byte("other"), nil, nil)
+	out := w.Bytes()
+	if le.Uint32(out) != StatusOKUpdateEffects {
+		t.Fatalf("status %d, want %d", le.Uint32(out), StatusOKUpdateEffects)
+	}
+	var got []string
+	if _, err := DecodeOutputEffects(out, -1, func(byte, []byte, []byte) error { return nil }, func(e *Effect) error {
+		got = append(got, fmt.Sprintf("%d:%s:%s", e.Update, e.Subject, e.Payload))
+		return nil
+	}); err != nil || fmt.Sprint(got) != "[0:route.changed:a 2:route.changed:b 2:other:]" {
+		t.Fatalf("err %v effects %v", err, got)
+	}
+	// A status-2 record's effects name no update.
+	w.Reset()
+	w.Emit([]byte("a"), nil, nil)
+	if _, err := DecodeOutputEffects(w.Bytes(), -1, func(byte, []byte, []byte) error { return nil }, func(e *Effect) error {
+		if e.Update != -1 {
+			t.Errorf("a status-2 effect names update %d", e.Update)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	misuse := map[string]func(w *OutputWriter){
+		"decreasing":    func(w *OutputWriter) { w.EmitFor(3, []byte("a"), nil, nil); w.EmitFor(1, []byte("a"), nil, nil) },
+		"Emit, EmitFor": func(w *OutputWriter) { w.Emit([]byte("a"), nil, nil); w.EmitFor(1, []byte("a"), nil, nil) },
+		"EmitFor, Emit": func(w *OutputWriter) { w.EmitFor(1, []byte("a"), nil, nil); w.Emit([]byte("a"), nil, nil) },
+	}
+	for name, f := range misuse {
+		w.Reset()
+		f(&w)
+		var ge *GuestError
+		if _, err := DecodeOutput(w.Bytes(), func(byte, []byte, []byte) error { return nil }); !errors.As(err, &ge) {
+			t.Errorf("%s: %v, want the writer's error record", name, err)
+		}
+		w.Reset() // a Reset forgets the misuse
+		if _, err := DecodeOutput(w.Bytes(), func(byte, []byte, []byte) error { return nil }); err != nil {
+			t.Errorf("%s, then Reset: %v", name, err)
+		}
+	}
+	// Decreasing indices in a record a writer did not make.
+	rec := le.AppendUint32(nil, StatusOKUpdateEffects)
+	rec = le.AppendUint32(le.AppendUint32(rec, 0), 0) // rejected, mutations
+	rec = le.AppendUint32(rec, 2)
+	rec = appendEffect(le.AppendUint32(rec, 5), []byte("a"), nil, nil)
+	rec = appendEffect(le.AppendUint32(rec, 4), []byte("a"), nil, nil)
+	if _, err := DecodeOutput(rec, func(byte, []byte, []byte) error { return nil }); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("decreasing update indices: %v, want ErrMalformed", err)
+	}
+	if _, err := DecodeOutput([]byte{3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, func(byte, []byte, []byte) error { return nil }); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("status 3 without effects: %v, want ErrMalformed", err)
+	}
+}
+
 func TestOutputEffectsRoundTrip(t *testing.T) {
 	var w OutputWriter
 	w.Reset()

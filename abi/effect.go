@@ -22,6 +22,10 @@ type Header struct{ Name, Value []byte }
 // A decoded Effect aliases the output record, and its Headers slice is
 // reused by the decoder: valid during the callback only.
 type Effect struct {
+	// Update is the index, in the batch the plugin was given, of the
+	// update the effect derives from (a status-3 record); -1 in a status-2
+	// record, whose effects belong to the batch as a whole.
+	Update  int
 	Subject []byte
 	Headers []Header
 	Payload []byte

@@ -16,6 +16,12 @@ type OutputWriter struct {
 	effects []byte
 	ne      uint32
 	sealed  int
+	// byUpdate: the effects name their updates (EmitFor; a status-3
+	// record); lastUpdate the last one named; misuse the first misuse of
+	// Emit and EmitFor, which Bytes turns into an error record.
+	byUpdate   bool
+	lastUpdate uint32
+	misuse     string
 }
 
 // Reset starts a new ok output, keeping the buffer's capacity.
@@ -23,6 +29,7 @@ func (w *OutputWriter) Reset() {
 	w.buf = append(w.buf[:0], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 	w.rejected, w.n = 0, 0
 	w.effects, w.ne, w.sealed = w.effects[:0], 0, 0
+	w.byUpdate, w.lastUpdate, w.misuse = false, 0, ""
 }
 
 func (w *OutputWriter) ensure() {
@@ -56,6 +63,29 @@ func (w *OutputWriter) Delete(key []byte) {
 // ValidHeaderName, ValidHeaderValue; a bad one is malformed output).
 func (w *OutputWriter) Emit(subject []byte, headers []Header, payload []byte) {
 	w.ensure()
+	if w.byUpdate && w.misuse == "" {
+		w.misuse = "Emit after EmitFor in one output: either every effect names its update or none does"
+	}
+	w.effects = appendEffect(w.effects, subject, headers, payload)
+	w.ne++
+}
+
+// EmitFor appends an effect that derives from the batch's update at index
+// update (ABI minor 3): its id is then the update's, whatever the batch
+// around it, so replicas that batch differently file it alike. The
+// indices must not decrease, and an output's effects either all name
+// their update or none does; a misuse makes Bytes an error record.
+func (w *OutputWriter) EmitFor(update uint32, subject []byte, headers []Header, payload []byte) {
+	w.ensure()
+	switch {
+	case w.misuse != "":
+	case w.ne > 0 && !w.byUpdate:
+		w.misuse = "EmitFor after Emit in one output: either every effect names its update or none does"
+	case w.byUpdate && update < w.lastUpdate:
+		w.misuse = fmt.Sprintf("EmitFor names update %d after update %d: effects go in the batch's order", update, w.lastUpdate)
+	}
+	w.byUpdate, w.lastUpdate = true, update
+	w.effects = le.AppendUint32(w.effects, update)
 	w.effects = appendEffect(w.effects, subject, headers, payload)
 	w.ne++
 }
@@ -65,14 +95,21 @@ func (w *OutputWriter) Reject() { w.rejected++ }
 
 // Bytes returns the ok output record; valid until the next call. Without
 // effects it is a status-0 record, byte for byte what a minor-0 writer
-// made; with effects a status-2 record.
+// made; with effects a status-2 record, or status 3 when they name their
+// updates (EmitFor). A misuse of EmitFor returns an error record.
 func (w *OutputWriter) Bytes() []byte {
+	if w.misuse != "" {
+		return w.Error("foldhost: " + w.misuse)
+	}
 	w.ensure()
 	le.PutUint32(w.buf[0:], StatusOK)
 	le.PutUint32(w.buf[4:], w.rejected)
 	le.PutUint32(w.buf[8:], w.n)
 	if w.ne > 0 {
 		le.PutUint32(w.buf[0:], StatusOKEffects)
+		if w.byUpdate {
+			le.PutUint32(w.buf[0:], StatusOKUpdateEffects)
+		}
 		w.sealed = len(w.buf)
 		w.buf = le.AppendUint32(w.buf, w.ne)
 		w.buf = append(w.buf, w.effects...)
@@ -86,6 +123,7 @@ func (w *OutputWriter) Error(msg string) []byte {
 	w.buf = appendString(w.buf, msg)
 	w.rejected, w.n = 0, 0
 	w.effects, w.ne, w.sealed = w.effects[:0], 0, 0
+	w.byUpdate, w.lastUpdate, w.misuse = false, 0, ""
 	return w.buf
 }
 
@@ -121,12 +159,14 @@ func DecodeOutputBounded(b []byte, maxMessage int, fn func(op byte, key, value [
 }
 
 // DecodeOutputEffects is DecodeOutputBounded that also calls eff for each
-// effect of a status-2 record, in order, after every mutation (nil eff:
-// they are validated, then dropped). Each effect is validated before eff
-// sees it (subject, header names and values; a bad one is ErrMalformed);
-// the Effect and what it points to are valid during the call only. A
-// status-2 record must carry at least one effect: the encoding is
-// canonical, an output without effects is a status-0 record.
+// effect of a status-2 or status-3 record, in order, after every mutation
+// (nil eff: they are validated, then dropped). Each effect is validated
+// before eff sees it (subject, header names and values, and in a status-3
+// record update indices that do not decrease; a bad one is ErrMalformed;
+// whether an index is within the batch is the caller's to check); the
+// Effect and what it points to are valid during the call only. A record
+// with effects must carry at least one: the encoding is canonical, an
+// output without effects is a status-0 record.
 func DecodeOutputEffects(b []byte, maxMessage int, fn func(op byte, key, value []byte) error, eff func(e *Effect) error) (rejected int, err error) {
 	r := reader{b: b}
 	st := r.u32()
@@ -143,7 +183,7 @@ func DecodeOutputEffects(b []byte, maxMessage int, fn func(op byte, key, value [
 			return 0, &GuestError{Message: string(cutRunes(msg[:maxMessage])), Size: len(msg)}
 		}
 		return 0, &GuestError{Message: string(msg)}
-	case st != StatusOK && st != StatusOKEffects:
+	case st != StatusOK && st != StatusOKEffects && st != StatusOKUpdateEffects:
 		return 0, fmt.Errorf("%w: unknown status %d", ErrMalformed, st)
 	}
 	rej := r.u32()
@@ -165,13 +205,25 @@ func DecodeOutputEffects(b []byte, maxMessage int, fn func(op byte, key, value [
 			}
 		}
 	}
-	if st == StatusOKEffects && r.err == nil {
-		ne := r.count(4 + 1 + 4 + 4)
-		if r.err == nil && ne == 0 {
-			r.fail("status 2 without effects")
+	if st != StatusOK && r.err == nil {
+		byUpdate := st == StatusOKUpdateEffects
+		min := 4 + 1 + 4 + 4
+		if byUpdate {
+			min += 4
 		}
-		var e Effect
+		ne := r.count(min)
+		if r.err == nil && ne == 0 {
+			r.fail(fmt.Sprintf("status %d without effects", st))
+		}
+		e := Effect{Update: -1}
 		for i := 0; i < ne && r.err == nil; i++ {
+			if byUpdate {
+				u := int(r.u32())
+				if r.err == nil && u < e.Update {
+					r.fail(fmt.Sprintf("effect %d names update %d after update %d (the indices must not decrease)", i, u, e.Update))
+				}
+				e.Update = u
+			}
 			r.effect(&e)
 			if r.err == nil && eff != nil {
 				if err := eff(&e); err != nil {

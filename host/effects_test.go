@@ -423,41 +423,70 @@ func TestEffectsFenceOutlastsTheDuplicateWindow(t *testing.T) {
 }
 
 // TestEffectsTwoReplicasPublishOnce: two hosts fold the same bucket with
-// the same plugin into their own stores, one update per batch (so their
-// outboxes hold the same effects under the same ids), and both publish to
-// one stream. The fence lets each batch land once: the stream holds every
-// effect once, in order, and at least one batch was refused because the
-// other replica had moved the fence. Mutation caught: a batch without
-// the expected fence sequence (effects land twice).
+// the same plugin into their own stores and both publish to one stream.
+// The router's effects name their update, so the two outboxes hold the
+// same effects under the same ids however each replica batched: one
+// update per batch on both, or one per batch against up to 64. The fence
+// lets each chunk land once: the stream holds every effect once, in
+// order, and at least one chunk was refused or confirmed because the
+// other replica had moved the fence. In a third run the first replica
+// stops halfway through the updates, and the second publishes the rest
+// alone, again each effect once. Mutations caught: a batch without
+// the expected fence sequence (effects land twice), effects filed under
+// their batch's revision rather than their update's (with 64-update
+// batches: effects land twice under different ids).
 func TestEffectsTwoReplicasPublishOnce(t *testing.T) {
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	b, s, fo, url := effectsSetup(t, 0)
-	var rs []*running
-	for i := range 2 {
-		fo.DataDir = filepath.Join(t.TempDir(), fmt.Sprint("replica", i))
-		rs = append(rs, startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}))
-		waitState(t, rs[i].h.Fold("routes"), httpapi.StateFollowing)
-	}
-	m := &routerModel{entries: map[string]string{}}
-	last := routeWorkload(t, b, m, rng, 300)
-	for _, r := range rs {
-		waitCursor(t, r.h.Fold("routes"), last)
-	}
-	got := waitEffects(t, s, rs[0].h.Fold("routes"), len(m.want))
-	waitFor(t, func() bool { return host.OutboxLen(rs[1].h.Fold("routes")) == 0 })
-	if d := diffEffects(streamEffects(t, s), m.want); d != "" {
-		t.Fatalf("two replicas: %s (first read %d)", d, len(got))
-	}
-	moves := 0
-	for _, r := range rs {
-		st := r.h.Fold("routes").Status().Effects
-		t.Logf("replica: %+v", st)
-		moves += int(st.FenceMoves + st.Confirmed)
-	}
-	if moves == 0 {
-		t.Fatal("no replica ever found the fence moved or a batch landed: the two did not compete")
+	for _, c := range []struct {
+		sizes [2]int
+		stop  bool
+	}{{[2]int{1, 1}, false}, {[2]int{1, 64}, false}, {[2]int{1, 64}, true}} {
+		sizes := c.sizes
+		t.Run(fmt.Sprintf("batch_size %d and %d, first stops %v", sizes[0], sizes[1], c.stop), func(t *testing.T) {
+			seed := time.Now().UnixNano()
+			t.Logf("seed %d", seed)
+			rng := rand.New(rand.NewPCG(uint64(seed), 0))
+			b, s, fo, url := effectsSetup(t, 0)
+			var rs []*running
+			for i, size := range sizes {
+				fo.DataDir = filepath.Join(t.TempDir(), fmt.Sprint("replica", i))
+				fo.BatchSize = size
+				rs = append(rs, startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}))
+				waitState(t, rs[i].h.Fold("routes"), httpapi.StateFollowing)
+			}
+			m := &routerModel{entries: map[string]string{}}
+			last := routeWorkload(t, b, m, rng, 150)
+			if c.stop {
+				waitCursor(t, rs[0].h.Fold("routes"), last)
+				if err := rs[0].stop(t); err != nil {
+					t.Fatal(err)
+				}
+				rs = rs[1:]
+			}
+			last = routeWorkload(t, b, m, rng, 150)
+			for _, r := range rs {
+				waitCursor(t, r.h.Fold("routes"), last)
+			}
+			got := waitEffects(t, s, rs[len(rs)-1].h.Fold("routes"), len(m.want))
+			waitFor(t, func() bool { return host.OutboxLen(rs[0].h.Fold("routes")) == 0 })
+			if d := diffEffects(streamEffects(t, s), m.want); d != "" {
+				t.Fatalf("two replicas: %s (first read %d)", d, len(got))
+			}
+			moves := 0
+			for _, r := range rs {
+				st := r.h.Fold("routes").Status()
+				t.Logf("replica: %d batches; effects %+v", st.Counters.Batches, st.Effects)
+				moves += int(st.Effects.FenceMoves + st.Effects.Confirmed)
+			}
+			if c.stop {
+				return
+			}
+			if moves == 0 {
+				t.Fatal("no replica ever found the fence moved or a batch landed: the two did not compete")
+			}
+			if b0, b1 := rs[0].h.Fold("routes").Status().Counters.Batches, rs[1].h.Fold("routes").Status().Counters.Batches; sizes[0] != sizes[1] && b1 >= b0 {
+				t.Fatalf("the replicas committed %d and %d batches: they batched alike, the test proves nothing", b0, b1)
+			}
+		})
 	}
 }
 

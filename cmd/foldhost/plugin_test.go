@@ -89,7 +89,7 @@ batch_window = "2ms"
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.Plugin["name"] != "example-router" || st.Plugin["abi"] != "v1.2" || len(st.Plugin["sha256"].(string)) != 64 || st.Plugin["view_schema"] != 1.0 || st.Counters["rejected"] != 1 {
+	if st.Plugin["name"] != "example-router" || st.Plugin["abi"] != sdkABI || len(st.Plugin["sha256"].(string)) != 64 || st.Plugin["view_schema"] != 1.0 || st.Counters["rejected"] != 1 {
 		t.Errorf("status = %s", body)
 	}
 	if code := d.stop(t); code != command.ExitOK {

@@ -15,13 +15,16 @@ func init() {
 	checkCacheDir = os.Getenv("FOLDHOST_TEST_WASM_CACHE")
 }
 
+// sdkABI is the ABI version every SDK declares: minor 3 (effects that
+// name their update).
+const sdkABI = "v1.3"
+
 // TestPluginCheckPassesOnEveryRouterBuild: every language's build of the
 // example router passes plugin check, each check named, with its views.
 func TestPluginCheckPassesOnEveryRouterBuild(t *testing.T) {
 	for _, lang := range []string{"c", "as", "rust", "go"} {
 		t.Run(lang, func(t *testing.T) {
-			// Every SDK speaks minor 2 (queries).
-			out := wantCheckPass(t, builtPlugin(t, "example-router", "router-"+lang), "name example-router, version 1.0.0, view schema 1, ABI v1.2")
+			out := wantCheckPass(t, builtPlugin(t, "example-router", "router-"+lang), "name example-router, version 1.0.0, view schema 1, ABI "+sdkABI)
 			// Every build's queries are listed (validated by the load).
 			if !strings.Contains(out, "queries: hosts_of_upstream (application/json), top_upstreams (application/json)\n") {
 				t.Errorf("queries not listed:\n%s", out)

@@ -64,7 +64,12 @@ type Commit struct {
 	DeadLetters      []DeadLetter
 	ClearDeadLetters []protocol.Revision
 	// Effects the plugin emitted with this batch, in order: written to the
-	// outbox (outbox.go) in this batch, as entries (EffectRev, 0..n-1).
+	// outbox (outbox.go) in this batch, as entries (EffectRev, 0..n-1), or,
+	// when they name their updates (Effect.UpdateRev, all or none, revisions not
+	// decreasing, none above EffectRev), as entries (Rev, 0..k-1) for each
+	// update's k effects. A repair's (EffectsAppend) are filed under
+	// EffectRev whatever they name: its updates come in key order, some
+	// without a revision, and their effects are the net change.
 	// The live loop and a key-listing repair (the net change) pass them: a
 	// rebuild and a dead letter's replay drop their plugin's effects (they
 	// would announce history again; RATIONALE.md, "Plugin effects").
@@ -174,7 +179,7 @@ func (s *Store) Commit(c Commit) error {
 			return fmt.Errorf("fold: commit: batch: %w", err)
 		}
 	}
-	high, nextIdx, err := s.putEffects(b, &c)
+	high, nextIdx, filed, err := s.putEffects(b, &c)
 	if err != nil {
 		return fmt.Errorf("fold: commit: %w", err)
 	}
@@ -222,10 +227,7 @@ func (s *Store) Commit(c Commit) error {
 	// may read, publish and delete them as soon as they are, and whoever
 	// sees the new cursor must see them counted (an empty outbox then
 	// means drained).
-	var added int64
-	if high > 0 {
-		added = int64(len(c.Effects))
-	}
+	added := int64(filed)
 	s.outboxLen.Add(added)
 	// Odd from before the cursor lands until its copies are set below
 	// (every return from here on): Snapshot then reads the snapshot's own.
@@ -278,8 +280,14 @@ func validate(c *Commit) error {
 		}
 	}
 	for i, e := range c.Effects {
-		if e.Subject == "" {
+		switch {
+		case e.Subject == "":
 			return fmt.Errorf("%w: effect %d: empty subject", ErrInvalidCommit, i)
+		case c.EffectsAppend: // filed under EffectRev, whatever they name
+		case (e.UpdateRev == 0) != (c.Effects[0].UpdateRev == 0):
+			return fmt.Errorf("%w: effect %d: some effects name their update and some do not", ErrInvalidCommit, i)
+		case e.UpdateRev > c.EffectRev || i > 0 && e.UpdateRev < c.Effects[i-1].UpdateRev:
+			return fmt.Errorf("%w: effect %d: update revision %d out of order (the batch's highest is %d)", ErrInvalidCommit, i, e.UpdateRev, c.EffectRev)
 		}
 	}
 	if len(c.Effects) > 0 && !c.EffectRev.Known() {

@@ -1,5 +1,7 @@
 package fold
 
+import "github.com/foldhost/foldhost/protocol"
+
 // EffectHeader is one header of an Effect.
 type EffectHeader struct{ Name, Value string }
 
@@ -7,9 +9,14 @@ type EffectHeader struct{ Name, Value string }
 // to the fold's outbox in the batch's commit, published after it
 // (Commit.Effects). The plugin runtime validated the subject and headers.
 type Effect struct {
-	Subject string
-	Headers []EffectHeader
-	Payload []byte
+	// UpdateRev is the revision of the update the effect derives from, when the
+	// plugin named it (ABI minor 3): the effect is then filed under it,
+	// and its id does not depend on the batch around it. 0: the effect
+	// belongs to its batch, filed under Commit.EffectRev.
+	UpdateRev protocol.Revision
+	Subject   string
+	Headers   []EffectHeader
+	Payload   []byte
 }
 
 // Size is the effect's subject, headers and payload together (what the

@@ -268,16 +268,19 @@ func readOutboxHigh(r pebble.Reader) (protocol.Revision, uint32, error) {
 
 // putEffects adds c's effects to b, under commitMu. It returns the new
 // high-water mark and the next index under it, or 0 when the effects were
-// dropped (or there are none).
-func (s *Store) putEffects(b *pebble.Batch, c *Commit) (protocol.Revision, uint32, error) {
+// dropped (or there are none), and how many it filed.
+func (s *Store) putEffects(b *pebble.Batch, c *Commit) (protocol.Revision, uint32, int, error) {
 	if len(c.Effects) == 0 {
-		return 0, 0, nil
+		return 0, 0, 0, nil
+	}
+	if c.Effects[0].UpdateRev != 0 && !c.EffectsAppend {
+		return s.putUpdateEffects(b, c.Effects)
 	}
 	first := uint32(0)
 	if c.EffectsAppend && c.EffectRev == s.outboxHigh && s.outboxHigh > 0 {
 		first = s.outboxNext
 		if uint64(first)+uint64(len(c.Effects)) > 1<<32-1 {
-			return 0, 0, fmt.Errorf("%w: %d effects appended under revision %d past index %d", ErrInvalidCommit, len(c.Effects), c.EffectRev, first)
+			return 0, 0, 0, fmt.Errorf("%w: %d effects appended under revision %d past index %d", ErrInvalidCommit, len(c.Effects), c.EffectRev, first)
 		}
 	} else if c.EffectRev <= s.outboxHigh {
 		// A batch filed under a revision effects were committed under
@@ -286,25 +289,71 @@ func (s *Store) putEffects(b *pebble.Batch, c *Commit) (protocol.Revision, uint3
 		s.effectsDropped.Add(uint64(len(c.Effects)))
 		s.opts.Logger.Warn("fold: effects of a batch at or below the outbox's revision mark dropped (a re-delivered batch)",
 			"effects", len(c.Effects), "effect_revision", uint64(c.EffectRev), "outbox_mark", uint64(s.outboxHigh))
-		return 0, 0, nil
+		return 0, 0, 0, nil
 	}
-	// One entry for the commit's effects, encoded in place in the batch
-	// (no copy of the payloads in between).
-	n := groupLen(c.Effects)
-	op := b.SetDeferred(outboxKeyLen, n)
-	putOutboxKey(op.Key, c.EffectRev, first)
-	if v := appendGroup(op.Value[:0], first, c.Effects); len(v) != n || &v[0] != &op.Value[0] {
-		return 0, 0, fmt.Errorf("fold: outbox: a group of %d bytes encoded as %d", n, len(v))
-	}
-	if err := op.Finish(); err != nil {
-		return 0, 0, fmt.Errorf("batch: %w", err)
+	// One entry for the commit's effects.
+	if err := putGroup(b, c.EffectRev, first, c.Effects); err != nil {
+		return 0, 0, 0, err
 	}
 	next := first + uint32(len(c.Effects))
-	mark := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, uint64(c.EffectRev)), next)
-	if err := b.Set(metaOutboxKey, mark, nil); err != nil {
-		return 0, 0, fmt.Errorf("batch: %w", err)
+	return c.EffectRev, next, len(c.Effects), putOutboxMark(b, c.EffectRev, next)
+}
+
+// putUpdateEffects files effects that name their updates (Effect.UpdateRev, not
+// decreasing): a group per update, (Rev, 0..k-1), so that a replica that
+// batched the same updates otherwise files the same effects under the
+// same ids (RATIONALE.md, "Replicas share the fence"). The groups of
+// updates at or below the outbox's mark are dropped: a re-delivery of
+// what a commit filed already.
+func (s *Store) putUpdateEffects(b *pebble.Batch, effects []Effect) (protocol.Revision, uint32, int, error) {
+	high, next, filed := protocol.Revision(0), uint32(0), 0
+	for len(effects) > 0 {
+		n := 1
+		for n < len(effects) && effects[n].UpdateRev == effects[0].UpdateRev {
+			n++
+		}
+		group, rev := effects[:n], effects[0].UpdateRev
+		effects = effects[n:]
+		if rev <= s.outboxHigh {
+			s.effectsDropped.Add(uint64(n))
+			s.opts.Logger.Warn("fold: effects of an update at or below the outbox's revision mark dropped (a re-delivered update)",
+				"effects", n, "effect_revision", uint64(rev), "outbox_mark", uint64(s.outboxHigh))
+			continue
+		}
+		if err := putGroup(b, rev, 0, group); err != nil {
+			return 0, 0, 0, err
+		}
+		high, next, filed = rev, uint32(n), filed+n
 	}
-	return c.EffectRev, next, nil
+	if high == 0 {
+		return 0, 0, 0, nil
+	}
+	return high, next, filed, putOutboxMark(b, high, next)
+}
+
+// putGroup adds one outbox entry, effects indexed from first under rev,
+// encoded in place in the batch (no copy of the payloads in between).
+func putGroup(b *pebble.Batch, rev protocol.Revision, first uint32, effects []Effect) error {
+	n := groupLen(effects)
+	op := b.SetDeferred(outboxKeyLen, n)
+	putOutboxKey(op.Key, rev, first)
+	if v := appendGroup(op.Value[:0], first, effects); len(v) != n || &v[0] != &op.Value[0] {
+		return fmt.Errorf("fold: outbox: a group of %d bytes encoded as %d", n, len(v))
+	}
+	if err := op.Finish(); err != nil {
+		return fmt.Errorf("batch: %w", err)
+	}
+	return nil
+}
+
+// putOutboxMark records the outbox's high-water mark: the highest revision
+// effects were filed under, and the next index under it.
+func putOutboxMark(b *pebble.Batch, high protocol.Revision, next uint32) error {
+	mark := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, uint64(high)), next)
+	if err := b.Set(metaOutboxKey, mark, nil); err != nil {
+		return fmt.Errorf("batch: %w", err)
+	}
+	return nil
 }
 
 // Outbox calls fn for the outbox's entries in order (the fold's), from the

@@ -91,6 +91,52 @@ func TestOutboxHoldsTheCommittedEffects(t *testing.T) {
 	}
 }
 
+// TestOutboxFilesEffectsUnderTheirUpdates: effects that name their update
+// are filed per update, (revision, 0..k-1), so two stores that commit the
+// same updates in other batches hold the same entries; a re-delivered
+// update's effects are dropped, a new one's kept; mixed or disordered
+// effects are refused. Mutations caught: a commit's effects filed under the
+// batch's revision whatever they name, a re-delivery filed again, the
+// outbox's count taken from the commit rather than from what was filed.
+func TestOutboxFilesEffectsUnderTheirUpdates(t *testing.T) {
+	of := func(rev protocol.Revision, subject, payload string) Effect {
+		e := effect(subject, payload)
+		e.UpdateRev = rev
+		return e
+	}
+	a, _ := openTemp(t, Options{})
+	mustCommit(t, a, Commit{Raw: []Update{put("h1", 3, "1"), put("h2", 4, "1"), put("h3", 5, "1")}, Cursor: cursorAt(5),
+		Effects: []Effect{of(3, "x", "h1"), of(5, "x", "h3"), of(5, "y", "h3")}, EffectRev: 5})
+	mustCommit(t, a, Commit{Raw: []Update{put("h4", 7, "1")}, Cursor: cursorAt(7), Effects: []Effect{of(7, "x", "h4")}, EffectRev: 7})
+	b, _ := openTemp(t, Options{})
+	mustCommit(t, b, Commit{Raw: []Update{put("h1", 3, "1")}, Cursor: cursorAt(3), Effects: []Effect{of(3, "x", "h1")}, EffectRev: 3})
+	mustCommit(t, b, Commit{Raw: []Update{put("h2", 4, "1"), put("h3", 5, "1"), put("h4", 7, "1")}, Cursor: cursorAt(7),
+		Effects: []Effect{of(5, "x", "h3"), of(5, "y", "h3"), of(7, "x", "h4")}, EffectRev: 7})
+	want := []string{`f/3/0 x [] "h1"`, `f/5/0 x [] "h3"`, `f/5/1 y [] "h3"`, `f/7/0 x [] "h4"`}
+	for name, s := range map[string]*Store{"one batching": a, "another": b} {
+		if got := outboxOf(t, s); !reflect.DeepEqual(got, want) || s.OutboxLen() != 4 {
+			t.Errorf("%s: outbox %q (count %d), want %q (count 4)", name, got, s.OutboxLen(), want)
+		}
+	}
+	// Updates 7 (filed) and 9 (new) again in one batch: 7's effect is
+	// dropped, 9's filed.
+	mustCommit(t, a, Commit{Raw: []Update{put("h4", 7, "1"), put("h5", 9, "1")}, Cursor: cursorAt(9),
+		Effects: []Effect{of(7, "x", "h4"), of(9, "x", "h5")}, EffectRev: 9})
+	want = append(want, `f/9/0 x [] "h5"`)
+	if got := outboxOf(t, a); !reflect.DeepEqual(got, want) || a.OutboxLen() != 5 || a.EffectsDropped() != 1 {
+		t.Fatalf("after a re-delivery: %q (count %d, dropped %d), want %q (count 5, dropped 1)", got, a.OutboxLen(), a.EffectsDropped(), want)
+	}
+	for name, effs := range map[string][]Effect{
+		"mixed":          {of(10, "x", ""), effect("x", "")},
+		"disordered":     {of(11, "x", ""), of(10, "x", "")},
+		"above the high": {of(12, "x", "")},
+	} {
+		if err := a.Commit(Commit{Raw: []Update{put("h6", 11, "1")}, Cursor: cursorAt(11), Effects: effs, EffectRev: 11}); !errors.Is(err, ErrInvalidCommit) {
+			t.Errorf("%s: %v, want ErrInvalidCommit", name, err)
+		}
+	}
+}
+
 // TestFailedCommitLeavesNoEffect: a commit the store refuses (a fake full
 // disk: the pebble batch is not applied) leaves neither its views nor its
 // outbox entries nor its cursor; the same commit with the space back

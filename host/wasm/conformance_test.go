@@ -151,9 +151,11 @@ func viewDiff(got, want map[string]string) string {
 
 // The effects table (plugins/example-router/conformance-effects.json):
 // every build must emit exactly the table's effects, in order, byte for
-// byte (subject, headers, payload).
+// byte (subject, headers, payload), each naming the same update (its
+// revision: the case's updates count from 1 across its batches).
 
 type confEffect struct {
+	Update  uint64      `json:"update"`
 	Subject string      `json:"subject"`
 	Headers [][2]string `json:"headers"`
 	Payload string      `json:"payload"`
@@ -180,7 +182,7 @@ func (t *effectTap) Apply(ctx context.Context, batch []fold.Update, r fold.Reade
 	out, err := t.p.Apply(ctx, batch, r)
 	if err == nil {
 		for _, e := range out.Effects {
-			c := confEffect{Subject: e.Subject, Payload: string(e.Payload), Headers: [][2]string{}}
+			c := confEffect{Update: uint64(e.UpdateRev), Subject: e.Subject, Payload: string(e.Payload), Headers: [][2]string{}}
 			for _, h := range e.Headers {
 				c.Headers = append(c.Headers, [2]string{h.Name, h.Value})
 			}

@@ -56,7 +56,11 @@ func (p *NativePlugin[R]) Apply(_ context.Context, batch []fold.Update, r fold.R
 		p.views = append(p.views, m)
 		return nil
 	}, func(e *abi.Effect) error {
-		fe := fold.Effect{Subject: string(e.Subject), Payload: e.Payload} // the payload aliases out too
+		rev, err := updateRevOf(batch, e)
+		if err != nil {
+			return err
+		}
+		fe := fold.Effect{UpdateRev: rev, Subject: string(e.Subject), Payload: e.Payload} // the payload aliases out too
 		for _, h := range e.Headers {
 			fe.Headers = append(fe.Headers, fold.EffectHeader{Name: string(h.Name), Value: string(h.Value)})
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/foldhost/foldhost/abi"
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/protocol"
 )
 
 // Plugin is a module running as a fold.Plugin.
@@ -29,6 +30,7 @@ type Plugin struct {
 	arena []byte
 	effs  []fold.Effect
 	espan []effectSpan
+	batch []fold.Update // Apply's, during the call: what effects name
 
 	queries queryPool // the query instances (query.go)
 }
@@ -38,6 +40,20 @@ type Plugin struct {
 type effectSpan struct {
 	s0, s1, p0, p1 int
 	h0, h1         int
+	rev            protocol.Revision // the update it names (0: none)
+}
+
+// updateRevOf is the revision of the update in batch that e names (ABI
+// minor 3), 0 when it names none; an index past the batch is malformed
+// output.
+func updateRevOf(batch []fold.Update, e *abi.Effect) (protocol.Revision, error) {
+	switch {
+	case e.Update < 0:
+		return 0, nil
+	case e.Update >= len(batch):
+		return 0, fmt.Errorf("an effect names update %d of a batch of %d", e.Update, len(batch))
+	}
+	return batch[e.Update].Rev, nil
 }
 
 // span locates one mutation's key and value in Plugin.arena.
@@ -248,6 +264,8 @@ func (p *Plugin) Apply(ctx context.Context, batch []fold.Update, r fold.Reader) 
 		u := &batch[i]
 		p.enc.Add(opOf(u.Op), uint64(u.Rev), u.Time, u.Key, u.Value)
 	}
+	p.batch = batch
+	defer func() { p.batch = nil }()
 	var err error
 	for attempt := 0; attempt <= p.r.opts.Retries; attempt++ {
 		var out fold.Output
@@ -356,7 +374,11 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 		if n := e.Size(); n > o.MaxEffectBytes {
 			return &LimitError{What: "an effect (subject, headers and payload)", Size: int64(n), Limit: int64(o.MaxEffectBytes), Unit: "bytes", Key: KeyMaxEffect}
 		}
-		s := effectSpan{s0: len(p.arena), h0: len(p.spans)}
+		rev, err := updateRevOf(p.batch, e)
+		if err != nil {
+			return err
+		}
+		s := effectSpan{s0: len(p.arena), h0: len(p.spans), rev: rev}
 		p.arena = append(p.arena, e.Subject...)
 		s.s1 = len(p.arena)
 		for _, h := range e.Headers { // header spans share p.spans: k = name, v = value
@@ -392,7 +414,7 @@ func (p *Plugin) try(ctx context.Context, r fold.Reader) (fold.Output, error) {
 		}
 	}
 	for _, s := range p.espan {
-		e := fold.Effect{Subject: string(p.arena[s.s0:s.s1]), Payload: p.arena[s.p0:s.p1:s.p1]}
+		e := fold.Effect{UpdateRev: s.rev, Subject: string(p.arena[s.s0:s.s1]), Payload: p.arena[s.p0:s.p1:s.p1]}
 		if s.h1 > s.h0 {
 			e.Headers = make([]fold.EffectHeader, 0, s.h1-s.h0)
 			for _, h := range p.spans[s.h0:s.h1] {
@@ -419,7 +441,7 @@ func (p *Plugin) checkOutput(raw []byte) error {
 	if len(raw) < 12 {
 		return nil // malformed: the decoder's to judge
 	}
-	if st := binary.LittleEndian.Uint32(raw); st != abi.StatusOK && st != abi.StatusOKEffects {
+	if st := binary.LittleEndian.Uint32(raw); st != abi.StatusOK && st != abi.StatusOKEffects && st != abi.StatusOKUpdateEffects {
 		return nil // an error record, or malformed: the decoder's to judge
 	}
 	le := &LimitError{What: "an output record", Size: int64(len(raw)), Limit: int64(o.MaxOutputBytes), Unit: "bytes", Key: KeyMaxOutput}

@@ -90,7 +90,7 @@ func TestLoadReadsInfoAndIdentity(t *testing.T) {
 	if m.Info.Name != "example-router" || m.Info.Version != "1.0.0" || m.Info.ViewSchema != 1 || len(m.SHA256) != 64 {
 		t.Fatalf("module %+v", m)
 	}
-	if !strings.Contains(string(m.Identity().Encode()), `"abi":"v1.2"`) {
+	if !strings.Contains(string(m.Identity().Encode()), `"abi":"v1.3"`) {
 		t.Fatalf("identity %+v", m.Identity())
 	}
 }

@@ -24,7 +24,7 @@ FH_IMPORT("log") void fh_host_log(int32_t level, int32_t ptr, int32_t len);
 FH_IMPORT("range") int32_t fh_host_range(int32_t space, int32_t req_ptr, int32_t req_len);
 
 enum { MUT_PUT = 1, MUT_DELETE = 2 };
-enum { STATUS_OK = 0, STATUS_ERROR = 1, STATUS_OK_EFFECTS = 2 };
+enum { STATUS_OK = 0, STATUS_ERROR = 1, STATUS_OK_EFFECTS = 2, STATUS_OK_UPDATE_EFFECTS = 3 };
 
 /* op, revision, time, key length, value length */
 #define MIN_UPDATE (1 + 8 + 8 + 4 + 4)
@@ -167,6 +167,12 @@ static buf out;          /* the output record being built */
 static uint32_t out_mutations;
 static buf effects;            /* the encoded effects (ABI minor 1) */
 static uint32_t out_effects;
+/* Effects that name their update (fh_emit_for, ABI minor 3): rec_update maps
+ * an accepted record to its update's index in the batch. */
+static uint32_t *rec_update;
+static uint32_t rec_count;
+static int effects_for;        /* 0: no effect yet, 1: fh_emit, 2: fh_emit_for */
+static uint32_t last_update;
 static uint32_t out_rejected;
 static size_t out_indexed; /* mutations before this offset are in the table */
 
@@ -352,10 +358,47 @@ void fh_delete(const void *key, uint32_t key_len) {
 	out_mutations++;
 }
 
+static void emit(const void *subject, uint32_t subject_len, const fh_header *headers, uint32_t header_count,
+		 const void *payload, uint32_t payload_len);
+
 void fh_emit(const void *subject, uint32_t subject_len, const fh_header *headers, uint32_t header_count,
 	     const void *payload, uint32_t payload_len) {
 	if (query_write("foldhost: a query cannot emit effects (fh_emit)"))
 		return;
+	if (effects_for == 2) {
+		fh_fail("foldhost: fh_emit after fh_emit_for in one batch: every effect names its record or none does");
+		return;
+	}
+	effects_for = 1;
+	emit(subject, subject_len, headers, header_count, payload, payload_len);
+}
+
+void fh_emit_for(uint32_t record, const void *subject, uint32_t subject_len, const fh_header *headers,
+		 uint32_t header_count, const void *payload, uint32_t payload_len) {
+	if (query_write("foldhost: a query cannot emit effects (fh_emit_for)"))
+		return;
+	if (record >= rec_count) {
+		fh_fail("foldhost: fh_emit_for names a record apply did not receive");
+		return;
+	}
+	uint32_t u = rec_update[record];
+	if (effects_for == 1) {
+		fh_fail("foldhost: fh_emit_for after fh_emit in one batch: every effect names its record or none does");
+		return;
+	}
+	if (effects_for == 2 && u < last_update) {
+		fh_fail("foldhost: fh_emit_for names an earlier record than the effect before it");
+		return;
+	}
+	effects_for = 2;
+	last_update = u;
+	buf_reserve(&effects, 4);
+	buf_u32(&effects, u);
+	emit(subject, subject_len, headers, header_count, payload, payload_len);
+}
+
+static void emit(const void *subject, uint32_t subject_len, const fh_header *headers, uint32_t header_count,
+		 const void *payload, uint32_t payload_len) {
 	size_t n = 4 + (size_t)subject_len + 4 + 4 + (size_t)payload_len;
 	for (uint32_t i = 0; i < header_count; i++)
 		n += 8 + (size_t)headers[i].name_len + (size_t)headers[i].value_len;
@@ -573,6 +616,10 @@ static void begin_batch(void) {
 	out_mutations = out_rejected = 0;
 	effects.len = 0;
 	out_effects = 0;
+	rec_update = NULL;
+	rec_count = 0;
+	effects_for = 0;
+	last_update = 0;
 	failed = 0;
 	fail_msg.len = 0;
 }
@@ -593,6 +640,7 @@ FH_EXPORT("foldhost_apply") int64_t foldhost_apply(int32_t len) {
 
 	size_t rsize = pl->record_size ? pl->record_size : 1;
 	uint8_t *records = fh_alloc(rsize * (count ? count : 1));
+	uint32_t *updates = fh_alloc(sizeof(uint32_t) * (count ? count : 1));
 	uint32_t accepted = 0;
 	for (uint32_t i = 0; i < count; i++) {
 		fh_update u;
@@ -621,7 +669,7 @@ FH_EXPORT("foldhost_apply") int64_t foldhost_apply(int32_t len) {
 		if (failed || r == FH_FAIL)
 			return error_output(NULL);
 		if (r == FH_ACCEPT)
-			accepted++;
+			updates[accepted++] = i;
 		else if (r == FH_REJECT)
 			out_rejected++;
 		else
@@ -630,6 +678,8 @@ FH_EXPORT("foldhost_apply") int64_t foldhost_apply(int32_t len) {
 	if (p != end)
 		return error_output("foldhost: malformed batch: trailing bytes");
 
+	rec_update = updates;
+	rec_count = accepted;
 	int r = pl->apply(records, accepted);
 	if (failed || r != FH_OK)
 		return error_output(r == FH_OK || r == FH_FAIL ? NULL
@@ -638,9 +688,9 @@ FH_EXPORT("foldhost_apply") int64_t foldhost_apply(int32_t len) {
 	st32(out.p, STATUS_OK);
 	st32(out.p + 4, out_rejected);
 	st32(out.p + 8, out_mutations);
-	if (out_effects) { /* status 2; without effects the record stays status 0 */
+	if (out_effects) { /* status 2 or 3; without effects the record stays status 0 */
 		buf_reserve(&out, 4 + effects.len);
-		st32(out.p, STATUS_OK_EFFECTS);
+		st32(out.p, effects_for == 2 ? STATUS_OK_UPDATE_EFFECTS : STATUS_OK_EFFECTS);
 		buf_u32(&out, out_effects);
 		if (effects.len)
 			memcpy(out.p + out.len, effects.p, effects.len);

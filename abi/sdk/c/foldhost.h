@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define FOLDHOST_ABI_MAJOR 1
-#define FOLDHOST_ABI_MINOR 2
+#define FOLDHOST_ABI_MINOR 3
 
 /* Update ops (the batch). */
 enum { FH_OP_PUT = 1, FH_OP_DELETE = 2, FH_OP_PURGE = 3 };
@@ -133,6 +133,15 @@ typedef struct fh_header {
  * refuses makes the output malformed: the batch fails. */
 void fh_emit(const void *subject, uint32_t subject_len, const fh_header *headers, uint32_t header_count,
 	     const void *payload, uint32_t payload_len);
+
+/* fh_emit_for is fh_emit for an effect that derives from one update: the
+ * record at index `record` of those apply received (ABI minor 3). Its id is
+ * then that update's, whatever the batch around it, so replicas that batch
+ * the same updates differently publish it once (README, "Plugin effects").
+ * In one batch, either every effect names its record or none does, and the
+ * records named must not decrease; otherwise the batch fails. */
+void fh_emit_for(uint32_t record, const void *subject, uint32_t subject_len, const fh_header *headers,
+		 uint32_t header_count, const void *payload, uint32_t payload_len);
 
 /* fh_fail makes the batch fail with msg (copied; the first call wins) and
  * returns FH_FAIL, so `return fh_fail("...");` reads naturally. */

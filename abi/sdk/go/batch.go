@@ -3,6 +3,7 @@ package foldhost
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"unsafe"
 
 	"github.com/foldhost/foldhost/abi"
@@ -23,6 +24,11 @@ type Batch struct {
 	resp    []byte
 	keys    [][]byte
 	idx     []byte // IndexPut and IndexDelete build their key here
+	// updates maps a record Apply received to its update's index in the
+	// batch (EmitFor); misuse is EmitFor's first bad record, which fails
+	// the batch.
+	updates []uint32
+	misuse  string
 }
 
 type entry struct {
@@ -47,6 +53,7 @@ var ErrRead = errors.New("foldhost: host read failed")
 func (b *Batch) reset() {
 	b.out.Reset()
 	b.arena.reset()
+	b.updates, b.misuse = b.updates[:0], ""
 	if b.written == nil {
 		b.written = make(map[string]entry)
 		b.cached = make(map[string]entry)
@@ -75,6 +82,22 @@ func (b *Batch) Delete(key []byte) {
 // the ABI's rules refuse makes the whole output malformed: the batch fails.
 func (b *Batch) Emit(subject, payload []byte, headers ...abi.Header) {
 	b.out.Emit(subject, headers, payload)
+}
+
+// EmitFor is Emit for an effect that derives from one update: the record
+// at index record of those Apply received (ABI minor 3). Its id is then
+// that update's, whatever the batch around it, so replicas that batch the
+// same updates differently publish it once. In one batch, either every
+// effect names its record or none does, and the records named must not
+// decrease; otherwise the batch fails.
+func (b *Batch) EmitFor(record int, subject, payload []byte, headers ...abi.Header) {
+	if record < 0 || record >= len(b.updates) {
+		if b.misuse == "" {
+			b.misuse = fmt.Sprintf("foldhost: EmitFor names record %d; Apply received %d", record, len(b.updates))
+		}
+		return
+	}
+	b.out.EmitFor(b.updates[record], subject, headers, payload)
 }
 
 // Prefetch reads the given view keys from the committed fold in ONE host

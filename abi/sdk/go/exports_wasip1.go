@@ -15,8 +15,9 @@ import (
 // host links this package too (Native), and must never lose its GC.
 func init() { debug.SetGCPercent(-1) }
 
-// sdkMinor is the ABI minor the Go SDK speaks: 2 (queries).
-const sdkMinor = 2
+// sdkMinor is the ABI minor the Go SDK speaks: 3 (effects that name
+// their update, Batch.EmitFor).
+const sdkMinor = 3
 
 //go:wasmexport foldhost_abi_v1
 func abiV1() int32 { return sdkMinor }

@@ -95,7 +95,7 @@ func (t *typed[R]) run(in []byte) []byte {
 	br := abi.NewBatchReader(in)
 	t.recs = t.recs[:0]
 	var u Update
-	for br.Next() {
+	for i := uint32(0); br.Next(); i++ {
 		d := br.Update()
 		u = Update{Op: d.Op, Rev: d.Rev, Time: d.Time, Key: d.Key, Value: d.Value}
 		if len(t.recs) < cap(t.recs) {
@@ -107,6 +107,8 @@ func (t *typed[R]) run(in []byte) []byte {
 		if !t.p.Parse(&u, &t.recs[len(t.recs)-1]) {
 			t.recs = t.recs[:len(t.recs)-1]
 			b.out.Reject()
+		} else {
+			b.updates = append(b.updates, i)
 		}
 	}
 	var out []byte
@@ -114,6 +116,8 @@ func (t *typed[R]) run(in []byte) []byte {
 		out = b.out.Error("host sent a malformed batch: " + err.Error())
 	} else if err := t.p.Apply(b, t.recs); err != nil {
 		out = b.out.Error(err.Error())
+	} else if b.misuse != "" {
+		out = b.out.Error(b.misuse)
 	} else {
 		out = b.out.Bytes()
 	}

@@ -1,6 +1,7 @@
 package foldhost
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/foldhost/foldhost/abi"
@@ -128,5 +129,57 @@ func TestSDKEmitsEffects(t *testing.T) {
 	run.apply(enc.Bytes())            // the same writer, after a batch with effects
 	if st := run.last[0]; st != byte(abi.StatusOK) {
 		t.Fatalf("status %d without effects, want 0", st)
+	}
+}
+
+// emitForPlugin emits, for each record, an effect naming the record whose
+// index is the record's key ("0", "1", ...; "x": one past the last).
+type emitForPlugin struct{ countPlugin }
+
+func (p emitForPlugin) Apply(b *Batch, recs []rec) error {
+	for i := range recs {
+		n := len(recs)
+		if k := string(recs[i].key); k != "x" {
+			n = int(k[0] - '0')
+		}
+		b.EmitFor(n, []byte("changed"), recs[i].key)
+	}
+	return nil
+}
+
+// TestSDKEmitForNamesTheUpdate: Batch.EmitFor names the update a record
+// came from, counting the rejected updates Apply never saw, in a status-3
+// record; a record Apply did not receive fails the batch, and so does one
+// named after a later one (the writer's check). Mutation caught: the
+// record's own index sent as the update's.
+func TestSDKEmitForNamesTheUpdate(t *testing.T) {
+	run := &typed[rec]{p: emitForPlugin{}}
+	batch := func(keys ...string) []byte {
+		var enc abi.BatchEncoder
+		enc.Reset()
+		for i, k := range keys {
+			enc.Add(abi.OpPut, uint64(i+1), 0, k, nil)
+		}
+		return enc.Bytes()
+	}
+	// Updates 0 and 2 are rejected (empty keys): records 0, 1, 2 are
+	// updates 1, 3, 4.
+	run.apply(batch("", "0", "", "2", "2"))
+	if st := run.last[0]; st != byte(abi.StatusOKUpdateEffects) {
+		t.Fatalf("status %d, want %d", st, abi.StatusOKUpdateEffects)
+	}
+	var named []int
+	if _, err := abi.DecodeOutputEffects(run.last, -1, func(byte, []byte, []byte) error { return nil }, func(e *abi.Effect) error {
+		named = append(named, e.Update)
+		return nil
+	}); err != nil || fmt.Sprint(named) != "[1 4 4]" {
+		t.Fatalf("effects name updates %v (%v), want [1 4 4]", named, err)
+	}
+	for name, keys := range map[string][]string{"past the records": {"0", "x"}, "decreasing": {"1", "0"}} {
+		run.apply(batch(keys...))
+		var ge *abi.GuestError
+		if _, err := abi.DecodeOutput(run.last, func(byte, []byte, []byte) error { return nil }); !asGuest(err, &ge) {
+			t.Errorf("%s: %v, want the batch failed", name, err)
+		}
 	}
 }

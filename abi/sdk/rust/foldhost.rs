@@ -57,7 +57,7 @@ use std::ptr;
 use std::slice;
 
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 2;
+pub const ABI_MINOR: u32 = 3;
 
 /// An update's op (the batch).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,6 +175,7 @@ const MUT_DELETE: u8 = 2;
 const STATUS_OK: u32 = 0;
 const STATUS_ERROR: u32 = 1;
 const STATUS_OK_EFFECTS: u32 = 2;
+const STATUS_OK_UPDATE_EFFECTS: u32 = 3;
 
 /// op, revision, time, key length, value length
 const MIN_UPDATE: usize = 1 + 8 + 8 + 4 + 4;
@@ -595,6 +596,12 @@ struct Core {
     mutations: u32,
     effects: Vec<u8>, // the encoded effects (ABI minor 1)
     neffects: u32,
+    // Effects that name their update (emit_for, ABI minor 3): rec_update
+    // maps an accepted record to its update's index in the batch;
+    // effects_for is 0 before any effect, 1 after emit, 2 after emit_for.
+    rec_update: Vec<u32>,
+    effects_for: u8,
+    last_update: u32,
     rejected: u32,
     indexed: usize, // mutations before this offset are in the table
     failed: bool,
@@ -611,6 +618,9 @@ impl Core {
             mutations: 0,
             effects: Vec::new(),
             neffects: 0,
+            rec_update: Vec::new(),
+            effects_for: 0,
+            last_update: 0,
             rejected: 0,
             indexed: 0,
             failed: false,
@@ -854,6 +864,44 @@ impl<'a> Batch<'a> {
     /// subject or header that abi/ABI.md ("Effects") refuses makes the
     /// output malformed: the batch fails.
     pub fn emit(&mut self, subject: &[u8], headers: &[(&[u8], &[u8])], payload: &[u8]) {
+        if self.core.effects_for == 2 {
+            self.core.fail(b"foldhost: emit after emit_for in one batch: every effect names its record or none does");
+            return;
+        }
+        self.core.effects_for = 1;
+        self.push_effect(subject, headers, payload);
+    }
+
+    /// emit_for is emit for an effect that derives from one update: the
+    /// record at index `record` of those apply received (ABI minor 3). Its
+    /// id is then that update's, whatever the batch around it, so replicas
+    /// that batch the same updates differently publish it once. In one
+    /// batch, either every effect names its record or none does, and the
+    /// records named must not decrease; otherwise the batch fails.
+    pub fn emit_for(&mut self, record: usize, subject: &[u8], headers: &[(&[u8], &[u8])], payload: &[u8]) {
+        let core = &mut *self.core;
+        let u = match core.rec_update.get(record) {
+            Some(&u) => u,
+            None => {
+                core.fail(b"foldhost: emit_for names a record apply did not receive");
+                return;
+            }
+        };
+        if core.effects_for == 1 {
+            core.fail(b"foldhost: emit_for after emit in one batch: every effect names its record or none does");
+            return;
+        }
+        if core.effects_for == 2 && u < core.last_update {
+            core.fail(b"foldhost: emit_for names an earlier record than the effect before it");
+            return;
+        }
+        core.effects_for = 2;
+        core.last_update = u;
+        push_u32(&mut core.effects, u);
+        self.push_effect(subject, headers, payload);
+    }
+
+    fn push_effect(&mut self, subject: &[u8], headers: &[(&[u8], &[u8])], payload: &[u8]) {
         let e = &mut self.core.effects;
         e.reserve(4 + subject.len() + 4 + 4 + payload.len());
         push_bytes(e, subject);
@@ -1241,6 +1289,9 @@ where
     core.mutations = 0;
     core.effects.clear();
     core.neffects = 0;
+    core.rec_update.clear();
+    core.effects_for = 0;
+    core.last_update = 0;
     core.rejected = 0;
     core.failed = false;
     core.fail_msg.clear();
@@ -1259,7 +1310,7 @@ where
         return error_output(core, Some(b"foldhost: malformed batch: count cannot fit"));
     }
     let mut records: Vec<R> = Vec::with_capacity(count);
-    for _ in 0..count {
+    for i in 0..count {
         if end - p < 1 + 8 + 8 + 4 {
             return error_output(core, Some(b"foldhost: malformed batch: truncated update"));
         }
@@ -1289,7 +1340,10 @@ where
         };
         let u = Update { op, revision, time_unix_nano, key, value, arena };
         match parse(&u) {
-            Ok(Parsed::Accept(r)) => records.push(r),
+            Ok(Parsed::Accept(r)) => {
+                records.push(r);
+                core.rec_update.push(i as u32);
+            }
             Ok(Parsed::Reject) => core.rejected += 1,
             Err(f) => return error_output(core, Some(&f.msg)),
         }
@@ -1308,14 +1362,19 @@ where
     if core.failed {
         return error_output(core, None);
     }
-    let (rejected, mutations, neffects) = (core.rejected, core.mutations, core.neffects);
+    let (rejected, mutations, neffects, status) = (
+        core.rejected,
+        core.mutations,
+        core.neffects,
+        if core.effects_for == 2 { STATUS_OK_UPDATE_EFFECTS } else { STATUS_OK_EFFECTS },
+    );
     let out = &mut core.out;
     out[0..4].copy_from_slice(&STATUS_OK.to_le_bytes());
     out[4..8].copy_from_slice(&rejected.to_le_bytes());
     out[8..12].copy_from_slice(&mutations.to_le_bytes());
     if neffects > 0 {
-        // status 2; without effects the record stays status 0
-        out[0..4].copy_from_slice(&STATUS_OK_EFFECTS.to_le_bytes());
+        // status 2 or 3; without effects the record stays status 0
+        out[0..4].copy_from_slice(&status.to_le_bytes());
         push_u32(out, neffects);
         out.extend_from_slice(&core.effects);
     }

@@ -468,8 +468,9 @@ static uint32_t old_addrs(fh_bytes v, addr **out) {
 /* The reverse index upstream/<addr>/<host>. */
 #define UPSTREAM_INDEX "upstream"
 
-/* emit_changed emits the effect of a changed host (SPEC.md, "Effects"). */
-static void emit_changed(const struct route *r) {
+/* emit_changed emits the effect of a changed host (SPEC.md, "Effects"),
+ * naming the record it derives from: its id is then its update's. */
+static void emit_changed(uint32_t record, const struct route *r) {
 	static const char subject[] = "route.changed";
 	int put = r->kind == ROUTE_PUT;
 	fh_header h = {"Route-Op", 8, put ? "put" : "delete", put ? 3 : 6};
@@ -478,7 +479,7 @@ static void emit_changed(const struct route *r) {
 	payload[r->host.len] = '\n';
 	if (r->entry.len)
 		memcpy(payload + r->host.len + 1, r->entry.ptr, r->entry.len);
-	fh_emit(subject, sizeof subject - 1, &h, 1, payload, r->host.len + 1 + r->entry.len);
+	fh_emit_for(record, subject, sizeof subject - 1, &h, 1, payload, r->host.len + 1 + r->entry.len);
 }
 
 static int route_apply(struct route *rs, uint32_t count) {
@@ -514,7 +515,7 @@ static int route_apply(struct route *rs, uint32_t count) {
 		else
 			fh_delete(r->hostkey.ptr, r->hostkey.len);
 		if (changed)
-			emit_changed(r);
+			emit_changed(i, r);
 	}
 	return FH_OK;
 }

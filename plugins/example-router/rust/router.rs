@@ -473,7 +473,7 @@ fn route_apply(rs: &mut [Route], b: &mut Batch) -> Result<(), Fail> {
     let mut olds: Vec<&[u8]> = Vec::with_capacity(MAX_UPSTREAMS);
     let mut news: Vec<&[u8]> = Vec::with_capacity(MAX_UPSTREAMS);
     let mut key: Vec<u8> = Vec::with_capacity(512);
-    for r in rs.iter() {
+    for (i, r) in rs.iter().enumerate() {
         let changed = match b.get_view(r.hostkey)? {
             Some(prev) => {
                 old_addrs(prev, &mut olds);
@@ -506,13 +506,14 @@ fn route_apply(rs: &mut [Route], b: &mut Batch) -> Result<(), Fail> {
             b.put(r.hostkey, r.entry);
         }
         if changed {
-            // The effect of a changed host (SPEC.md, "Effects").
+            // The effect of a changed host (SPEC.md, "Effects"), naming the
+            // record it derives from: its id is then its update's.
             key.clear();
             key.extend_from_slice(r.host);
             key.push(b'\n');
             key.extend_from_slice(r.entry);
             let op: &[u8] = if r.remove { b"delete" } else { b"put" };
-            b.emit(b"route.changed", &[(b"Route-Op", op)], &key);
+            b.emit_for(i, b"route.changed", &[(b"Route-Op", op)], &key);
         }
     }
     Ok(())

@@ -12,6 +12,8 @@
  *   stderr     write the value to stderr as it is (C probe only)
  *   emit/<s>   emit an effect to subject <s> with the value as payload (C
  *              probe only)
+ *   emitfor/<n>/<s>  the same, naming record <n> (one decimal digit) as the
+ *              effect's (fh_emit_for; C probe only)
  *   fail       fail the batch with the value as message (in apply)
  *   parsefail  fail the batch with the value as message (in parse)
  *   reject...  rejected by parse
@@ -121,6 +123,9 @@ static int apply(struct rec *rs, uint32_t n) {
 			fh_log(FH_LOG_INFO, r->value.ptr, r->value.len);
 		} else if (is(r->key, "stdout") || is(r->key, "stderr")) {
 			write(is(r->key, "stdout") ? 1 : 2, r->value.ptr, r->value.len);
+		} else if (has_prefix(r->key, "emitfor/") && r->key.len > 10) {
+			fh_bytes subj = rest(r->key, 10);
+			fh_emit_for((uint32_t)(r->key.ptr[8] - '0'), subj.ptr, subj.len, NULL, 0, r->value.ptr, r->value.len);
 		} else if (has_prefix(r->key, "emit/")) {
 			fh_bytes subj = rest(r->key, 5);
 			fh_emit(subj.ptr, subj.len, NULL, 0, r->value.ptr, r->value.len);

@@ -35,7 +35,7 @@ declare function hostRange(space: i32, reqPtr: usize, reqLen: i32): i32;
 
 // ---- constants ----
 
-export const ABI_MINOR: i32 = 2;
+export const ABI_MINOR: i32 = 3;
 
 export const OP_PUT: u8 = 1;
 export const OP_DELETE: u8 = 2;
@@ -54,6 +54,7 @@ const MUT_DELETE: u8 = 2;
 const STATUS_OK: u32 = 0;
 const STATUS_ERROR: u32 = 1;
 const STATUS_OK_EFFECTS: u32 = 2;
+const STATUS_OK_UPDATE_EFFECTS: u32 = 3;
 const MIN_UPDATE: u32 = 1 + 8 + 8 + 4 + 4;
 const OUT_HEADER: usize = 12;
 
@@ -242,6 +243,14 @@ let hdrPtr: usize = 0;
 let hdrLen: usize = 0;
 let hdrCap: usize = 0;
 let hdrCount: u32 = 0;
+// Effects that name their update (emitFor, ABI minor 3): recPtr maps an
+// accepted record to its update's index in the batch (recCount records);
+// effectsFor is 0 before any effect, 1 after emit, 2 after emitFor.
+let recPtr: usize = 0;
+let recCap: usize = 0;
+let recCount: u32 = 0;
+let effectsFor: u32 = 0;
+let lastUpdate: u32 = 0;
 
 let failed = false;
 let inQuery = false; // a query runs: writes fail it, ranges are allowed
@@ -494,6 +503,52 @@ export function emit(subjectPtr: usize, subjectLen: u32, payloadPtr: usize, payl
     fail("foldhost: a query cannot emit effects (emit)");
     return;
   }
+  if (effectsFor == 2) {
+    fail("foldhost: emit after emitFor in one batch: every effect names its record or none does");
+    return;
+  }
+  effectsFor = 1;
+  pushEffect(subjectPtr, subjectLen, payloadPtr, payloadLen);
+}
+
+/**
+ * emitFor is emit for an effect that derives from one update: the record at
+ * index `record` of those apply received (ABI minor 3). Its id is then that
+ * update's, whatever the batch around it, so replicas that batch the same
+ * updates differently publish it once. In one batch, either every effect
+ * names its record or none does, and the records named must not decrease;
+ * otherwise the batch fails.
+ */
+export function emitFor(record: u32, subjectPtr: usize, subjectLen: u32, payloadPtr: usize, payloadLen: u32): void {
+  if (inQuery) {
+    fail("foldhost: a query cannot emit effects (emitFor)");
+    return;
+  }
+  if (record >= recCount) {
+    fail("foldhost: emitFor names a record apply did not receive");
+    return;
+  }
+  const u = load<u32>(recPtr + <usize>record * 4);
+  if (effectsFor == 1) {
+    fail("foldhost: emitFor after emit in one batch: every effect names its record or none does");
+    return;
+  }
+  if (effectsFor == 2 && u < lastUpdate) {
+    fail("foldhost: emitFor names an earlier record than the effect before it");
+    return;
+  }
+  effectsFor = 2;
+  lastUpdate = u;
+  if (effCap - effLen < 4) {
+    effPtr = resize(effPtr, effCap, effLen + 4);
+    effCap = resizedCap;
+  }
+  bufU32(effPtr + effLen, u);
+  effLen += 4;
+  pushEffect(subjectPtr, subjectLen, payloadPtr, payloadLen);
+}
+
+function pushEffect(subjectPtr: usize, subjectLen: u32, payloadPtr: usize, payloadLen: u32): void {
   const n: usize = 4 + <usize>subjectLen + 4 + hdrLen + 4 + <usize>payloadLen;
   if (effCap - effLen < n) {
     effPtr = resize(effPtr, effCap, effLen + n);
@@ -1058,6 +1113,9 @@ function beginBatch(): void {
   outEffects = 0;
   hdrLen = 0;
   hdrCount = 0;
+  recCount = 0;
+  effectsFor = 0;
+  lastUpdate = 0;
   failed = false;
   failLen = 0;
 }
@@ -1160,6 +1218,14 @@ export function foldhost_apply(len: i32): i64 {
       return errorOutput(null);
     }
     if (r == REJECT) outRejected++;
+    else {
+      if (recCap < (<usize>recCount + 1) * 4) {
+        recPtr = resize(recPtr, recCap, (<usize>recCount + 1) * 4);
+        recCap = resizedCap;
+      }
+      store<u32>(recPtr + <usize>recCount * 4, i);
+      recCount++;
+    }
   }
   if (p != end) {
     pl._end();
@@ -1172,9 +1238,9 @@ export function foldhost_apply(len: i32): i64 {
   store<u32>(outPtr, outRejected, 4);
   store<u32>(outPtr, outMutations, 8);
   if (outEffects > 0) {
-    // status 2; without effects the record stays status 0
+    // status 2 or 3; without effects the record stays status 0
     ensureOut(4 + effLen);
-    store<u32>(outPtr, STATUS_OK_EFFECTS);
+    store<u32>(outPtr, effectsFor == 2 ? STATUS_OK_UPDATE_EFFECTS : STATUS_OK_EFFECTS);
     outU32(outEffects);
     memory.copy(outPtr + outLen, effPtr, effLen);
     outLen += effLen;

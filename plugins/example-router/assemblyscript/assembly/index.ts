@@ -22,7 +22,7 @@ import {
   alloc,
   prefetchView,
   getView,
-  emit,
+  emitFor,
   emitHeader,
   OP_PUT,
   indexPut,
@@ -459,8 +459,9 @@ const OP_HEADER = memory.data<u8>([0x52, 0x6f, 0x75, 0x74, 0x65, 0x2d, 0x4f, 0x7
 const OP_PUT_VALUE = memory.data<u8>([0x70, 0x75, 0x74]); // put
 const OP_DELETE_VALUE = memory.data<u8>([0x64, 0x65, 0x6c, 0x65, 0x74, 0x65]); // delete
 
-// emitChanged emits the effect of a changed host (SPEC.md, "Effects").
-function emitChanged(r: Route): void {
+// emitChanged emits the effect of a changed host (SPEC.md, "Effects"),
+// naming the record it derives from: its id is then its update's.
+function emitChanged(record: u32, r: Route): void {
   const n = r.hostLen + 1 + (r.isPut ? r.entryLen : 0);
   const payload = alloc(n);
   memory.copy(payload, r.hostPtr, r.hostLen);
@@ -468,7 +469,7 @@ function emitChanged(r: Route): void {
   if (r.isPut) memory.copy(payload + r.hostLen + 1, r.entryPtr, r.entryLen);
   if (r.isPut) emitHeader(OP_HEADER, 8, OP_PUT_VALUE, 3);
   else emitHeader(OP_HEADER, 8, OP_DELETE_VALUE, 6);
-  emit(CHANGED_SUBJECT, 13, payload, n);
+  emitFor(record, CHANGED_SUBJECT, 13, payload, n);
 }
 const prev = new Bytes();
 
@@ -552,7 +553,7 @@ class Router extends Plugin<Route> {
       }
       if (r.isPut) put(r.hostKeyPtr, r.hostKeyLen, r.entryPtr, r.entryLen);
       else del(r.hostKeyPtr, r.hostKeyLen);
-      if (changed) emitChanged(r);
+      if (changed) emitChanged(<u32>i, r);
     }
   }
 }

@@ -114,7 +114,7 @@ func (r *Router) Apply(b *foldhost.Batch, recs []Record) error {
 			b.Put(hostKey, rec.entry)
 		}
 		if changed {
-			r.emitChanged(b, rec)
+			r.emitChanged(b, i, rec)
 		}
 	}
 	return nil
@@ -127,14 +127,15 @@ var (
 	opDelete       = []byte("delete")
 )
 
-// emitChanged emits the effect of a changed host (SPEC.md, "Effects").
-func (r *Router) emitChanged(b *foldhost.Batch, rec *Record) {
+// emitChanged emits the effect of a changed host (SPEC.md, "Effects"),
+// naming the record it derives from: its id is then its update's.
+func (r *Router) emitChanged(b *foldhost.Batch, i int, rec *Record) {
 	r.buf = append(append(append(r.buf[:0], rec.host...), '\n'), rec.entry...)
 	op := opPut
 	if rec.remove {
 		op = opDelete
 	}
-	b.Emit(changedSubject, r.buf, abi.Header{Name: opHeader, Value: op})
+	b.EmitFor(i, changedSubject, r.buf, abi.Header{Name: opHeader, Value: op})
 }
 
 // upstreamIndex is the reverse index upstream/<addr>/<host>.
