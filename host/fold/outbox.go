@@ -30,17 +30,34 @@ import (
 // where str is u32 length ++ bytes and payload is the rest of the effect's
 // len bytes: one pebble key per commit rather than one per effect (the
 // memtable's insert is per key, and it was most of what effects added to
-// the fold's own commit). A group whose first effects were published is
-// written again under its key, holding the rest (each effect keeps its
-// index); one whose effects all were is deleted. A store written before
-// groups may hold version 1 values: one effect, its index the key's,
+// the fold's own commit). Effects that name their update (Effect.UpdateRev)
+// each carry their own revision, in a version 3 group under the key of the
+// first:
+//
+//	version:u8 (3) ++ count:u32 ++ (rev:u64 ++ index:u32 ++ len:u32 ++ effect)*count
+//
+// A group whose first effects were published is written again under its
+// key, holding the rest (each effect keeps its revision and index); one
+// whose effects all were is deleted. A store written before groups may
+// hold version 1 values: one effect, its index the key's,
 //
 //	version:u8 (1) ++ effect (its payload the rest of the value)
 
 const (
 	outboxVersion1 = 1 // one effect per key (read, never written)
 	outboxVersion  = 2 // a group: a commit's effects under one key
+	outboxVersion3 = 3 // a group whose effects carry their revision
 )
+
+// groupRecordHead is the length of a group record's head (before its
+// effect) in a group of version v: index and length, and in version 3
+// the revision before them.
+func groupRecordHead(v byte) int {
+	if v == outboxVersion3 {
+		return 8 + 4 + 4
+	}
+	return 4 + 4
+}
 
 // outboxKeyLen is the length of an outbox key, the space byte included.
 const outboxKeyLen = 1 + 8 + 4
@@ -116,12 +133,31 @@ func appendGroup(b []byte, first uint32, effects []Effect) []byte {
 	return b
 }
 
+// appendUpdateGroup appends the version 3 group of effects, each under its
+// UpdateRev, indexed from 0 within its revision.
+func appendUpdateGroup(b []byte, effects []Effect) []byte {
+	b = append(b, outboxVersion3)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(effects)))
+	index := uint32(0)
+	for i := range effects {
+		if i > 0 && effects[i].UpdateRev != effects[i-1].UpdateRev {
+			index = 0
+		}
+		b = binary.BigEndian.AppendUint64(b, uint64(effects[i].UpdateRev))
+		b = binary.BigEndian.AppendUint32(b, index)
+		b = binary.BigEndian.AppendUint32(b, uint32(effectLen(&effects[i])))
+		b = appendEffect(b, &effects[i])
+		index++
+	}
+	return b
+}
+
 // groupCount is how many effects an outbox value holds.
 func groupCount(key, v []byte) (int, error) {
 	switch {
 	case len(v) >= 1 && v[0] == outboxVersion1:
 		return 1, nil
-	case len(v) >= 5 && v[0] == outboxVersion:
+	case len(v) >= 5 && (v[0] == outboxVersion || v[0] == outboxVersion3):
 		return int(binary.BigEndian.Uint32(v[1:])), nil
 	}
 	return 0, fmt.Errorf("%w: outbox entry %x: unknown version", ErrCorrupt, key)
@@ -144,33 +180,13 @@ func decodeGroup(key, v []byte, fn func(OutboxEntry) error) error {
 		}
 		return fn(e)
 	}
-	if len(v) < 5 || v[0] != outboxVersion {
-		return bad("unknown version")
-	}
-	n := binary.BigEndian.Uint32(v[1:])
-	v = v[5:]
-	if uint64(n)*8 > uint64(len(v)) {
-		return bad("effect count")
-	}
-	for range n {
-		if len(v) < 8 {
-			return bad("truncated group")
-		}
-		e := OutboxEntry{Rev: rev, Index: binary.BigEndian.Uint32(v)}
-		l := binary.BigEndian.Uint32(v[4:])
-		v = v[8:]
-		if uint64(l) > uint64(len(v)) || !decodeEffect(v[:l], &e.Effect) {
+	return groupRecords(key, v, func(rev protocol.Revision, index uint32, rec []byte) error {
+		e := OutboxEntry{Rev: rev, Index: index}
+		if !decodeEffect(rec[groupRecordHead(v[0]):], &e.Effect) {
 			return bad("truncated effect")
 		}
-		v = v[l:]
-		if err := fn(e); err != nil {
-			return err
-		}
-	}
-	if len(v) != 0 {
-		return bad("trailing bytes")
-	}
-	return nil
+		return fn(e)
+	})
 }
 
 // groupRecords calls fn for each effect of an outbox entry (key without
@@ -188,17 +204,25 @@ func groupRecords(key, v []byte, fn func(rev protocol.Revision, index uint32, re
 	if len(v) >= 1 && v[0] == outboxVersion1 {
 		return fn(rev, binary.BigEndian.Uint32(key[8:]), nil)
 	}
-	if len(v) < 5 || v[0] != outboxVersion {
+	if len(v) < 5 || v[0] != outboxVersion && v[0] != outboxVersion3 {
 		return bad("unknown version")
 	}
+	head := groupRecordHead(v[0])
 	n := binary.BigEndian.Uint32(v[1:])
 	v = v[5:]
+	if uint64(n)*uint64(head) > uint64(len(v)) {
+		return bad("effect count")
+	}
 	for range n {
-		if len(v) < 8 || uint64(binary.BigEndian.Uint32(v[4:])) > uint64(len(v)-8) {
+		if len(v) < head || uint64(binary.BigEndian.Uint32(v[head-4:])) > uint64(len(v)-head) {
 			return bad("truncated group")
 		}
-		l := 8 + int(binary.BigEndian.Uint32(v[4:]))
-		if err := fn(rev, binary.BigEndian.Uint32(v), v[:l:l]); err != nil {
+		l := head + int(binary.BigEndian.Uint32(v[head-4:]))
+		index := binary.BigEndian.Uint32(v[head-8:])
+		if head == groupRecordHead(outboxVersion3) {
+			rev = protocol.Revision(binary.BigEndian.Uint64(v))
+		}
+		if err := fn(rev, index, v[:l:l]); err != nil {
 			return err
 		}
 		v = v[l:]
@@ -299,36 +323,44 @@ func (s *Store) putEffects(b *pebble.Batch, c *Commit) (protocol.Revision, uint3
 	return c.EffectRev, next, len(c.Effects), putOutboxMark(b, c.EffectRev, next)
 }
 
-// putUpdateEffects files effects that name their updates (Effect.UpdateRev, not
-// decreasing): a group per update, (Rev, 0..k-1), so that a replica that
-// batched the same updates otherwise files the same effects under the
-// same ids (RATIONALE.md, "Replicas share the fence"). The groups of
-// updates at or below the outbox's mark are dropped: a re-delivery of
-// what a commit filed already.
+// putUpdateEffects files effects that name their updates (UpdateRev, not
+// decreasing) each under its update's revision, (UpdateRev, 0..k-1) for an
+// update's k effects, in one version 3 group: a replica that batched the
+// same updates otherwise files the same effects under the same ids
+// (RATIONALE.md, "Replicas share the fence"). The effects of updates at or
+// below the outbox's mark are dropped: a re-delivery of what a commit
+// filed already.
 func (s *Store) putUpdateEffects(b *pebble.Batch, effects []Effect) (protocol.Revision, uint32, int, error) {
-	high, next, filed := protocol.Revision(0), uint32(0), 0
-	for len(effects) > 0 {
-		n := 1
-		for n < len(effects) && effects[n].UpdateRev == effects[0].UpdateRev {
-			n++
-		}
-		group, rev := effects[:n], effects[0].UpdateRev
-		effects = effects[n:]
-		if rev <= s.outboxHigh {
-			s.effectsDropped.Add(uint64(n))
-			s.opts.Logger.Warn("fold: effects of an update at or below the outbox's revision mark dropped (a re-delivered update)",
-				"effects", n, "effect_revision", uint64(rev), "outbox_mark", uint64(s.outboxHigh))
-			continue
-		}
-		if err := putGroup(b, rev, 0, group); err != nil {
-			return 0, 0, 0, err
-		}
-		high, next, filed = rev, uint32(n), filed+n
+	skip := 0
+	for skip < len(effects) && effects[skip].UpdateRev <= s.outboxHigh {
+		skip++
 	}
-	if high == 0 {
+	if skip > 0 {
+		s.effectsDropped.Add(uint64(skip))
+		s.opts.Logger.Warn("fold: effects of updates at or below the outbox's revision mark dropped (re-delivered updates)",
+			"effects", skip, "effect_revision", uint64(effects[skip-1].UpdateRev), "outbox_mark", uint64(s.outboxHigh))
+	}
+	effects = effects[skip:]
+	if len(effects) == 0 {
 		return 0, 0, 0, nil
 	}
-	return high, next, filed, putOutboxMark(b, high, next)
+	high, next := effects[len(effects)-1].UpdateRev, uint32(0)
+	for i := len(effects) - 1; i >= 0 && effects[i].UpdateRev == high; i-- {
+		next++
+	}
+	n := 1 + 4
+	for i := range effects {
+		n += 16 + effectLen(&effects[i])
+	}
+	op := b.SetDeferred(outboxKeyLen, n)
+	putOutboxKey(op.Key, effects[0].UpdateRev, 0)
+	if v := appendUpdateGroup(op.Value[:0], effects); len(v) != n || &v[0] != &op.Value[0] {
+		return 0, 0, 0, fmt.Errorf("fold: outbox: a group of %d bytes encoded as %d", n, len(v))
+	}
+	if err := op.Finish(); err != nil {
+		return 0, 0, 0, fmt.Errorf("batch: %w", err)
+	}
+	return high, next, len(effects), putOutboxMark(b, high, next)
 }
 
 // putGroup adds one outbox entry, effects indexed from first under rev,
@@ -501,7 +533,7 @@ func (s *Store) removeOutbox(b *pebble.Batch, entries []OutboxEntry) (int, error
 		case len(keep) == 0:
 			err = b.Delete(it.Key(), nil)
 		default:
-			val := binary.BigEndian.AppendUint32(append(make([]byte, 0, 5+keptLen), outboxVersion), uint32(len(keep)))
+			val := binary.BigEndian.AppendUint32(append(make([]byte, 0, 5+keptLen), v[0]), uint32(len(keep)))
 			for _, rec := range keep {
 				val = append(val, rec...)
 			}

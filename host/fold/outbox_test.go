@@ -92,19 +92,22 @@ func TestOutboxHoldsTheCommittedEffects(t *testing.T) {
 }
 
 // TestOutboxFilesEffectsUnderTheirUpdates: effects that name their update
-// are filed per update, (revision, 0..k-1), so two stores that commit the
-// same updates in other batches hold the same entries; a re-delivered
+// are filed per update, (revision, 0..k-1), in one group a commit, so two
+// stores that commit the same updates in other batches hold the same
+// entries; a re-delivered
 // update's effects are dropped, a new one's kept; mixed or disordered
 // effects are refused. Mutations caught: a commit's effects filed under the
 // batch's revision whatever they name, a re-delivery filed again, the
-// outbox's count taken from the commit rather than from what was filed.
+// outbox's count taken from the commit rather than from what was filed, a
+// key per update, a partly published group rewritten without its
+// effects' revisions.
 func TestOutboxFilesEffectsUnderTheirUpdates(t *testing.T) {
 	of := func(rev protocol.Revision, subject, payload string) Effect {
 		e := effect(subject, payload)
 		e.UpdateRev = rev
 		return e
 	}
-	a, _ := openTemp(t, Options{})
+	a, dirA := openTemp(t, Options{})
 	mustCommit(t, a, Commit{Raw: []Update{put("h1", 3, "1"), put("h2", 4, "1"), put("h3", 5, "1")}, Cursor: cursorAt(5),
 		Effects: []Effect{of(3, "x", "h1"), of(5, "x", "h3"), of(5, "y", "h3")}, EffectRev: 5})
 	mustCommit(t, a, Commit{Raw: []Update{put("h4", 7, "1")}, Cursor: cursorAt(7), Effects: []Effect{of(7, "x", "h4")}, EffectRev: 7})
@@ -118,6 +121,10 @@ func TestOutboxFilesEffectsUnderTheirUpdates(t *testing.T) {
 			t.Errorf("%s: outbox %q (count %d), want %q (count 4)", name, got, s.OutboxLen(), want)
 		}
 	}
+	// One key a commit (a version 3 group), whatever the updates named.
+	if n := outboxKeys(t, a); n != 2 {
+		t.Fatalf("%d outbox keys after two commits, want 2", n)
+	}
 	// Updates 7 (filed) and 9 (new) again in one batch: 7's effect is
 	// dropped, 9's filed.
 	mustCommit(t, a, Commit{Raw: []Update{put("h4", 7, "1"), put("h5", 9, "1")}, Cursor: cursorAt(9),
@@ -125,6 +132,19 @@ func TestOutboxFilesEffectsUnderTheirUpdates(t *testing.T) {
 	want = append(want, `f/9/0 x [] "h5"`)
 	if got := outboxOf(t, a); !reflect.DeepEqual(got, want) || a.OutboxLen() != 5 || a.EffectsDropped() != 1 {
 		t.Fatalf("after a re-delivery: %q (count %d, dropped %d), want %q (count 5, dropped 1)", got, a.OutboxLen(), a.EffectsDropped(), want)
+	}
+	// Publishing the first two effects rewrites their group with the rest,
+	// each keeping its revision and index, across a reopen.
+	var first []OutboxEntry
+	if err := a.Outbox(2, func(e OutboxEntry) error { first = append(first, e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteOutbox(first...); err != nil {
+		t.Fatal(err)
+	}
+	a = reopen(t, a, dirA)
+	if got := outboxOf(t, a); !reflect.DeepEqual(got, want[2:]) || a.OutboxLen() != 3 {
+		t.Fatalf("after publishing two: %q (count %d), want %q", got, a.OutboxLen(), want[2:])
 	}
 	for name, effs := range map[string][]Effect{
 		"mixed":          {of(10, "x", ""), effect("x", "")},
