@@ -138,6 +138,34 @@ func auditDiff(got, want []auditEffect) string {
 // (thousands of duplicates), one that deletes a chunk before publishing
 // it (the before-publish kills lose it).
 func TestEffectsAudit(t *testing.T) {
+	kills := 57
+	if raceEnabled {
+		kills = 12 // the race detector watches the same code on every kill at a tenth of the speed (race_on_test.go)
+	}
+	effectsAudit(t, kills, 0)
+}
+
+// TestEffectsAuditBesideAReplica: the audit with a second replica of the
+// fold beside the killed host, running throughout, folding up to 64
+// updates a batch (open 200 ms) and publishing to the same stream: half the kills right
+// before the killed host sends a batch, half at random. The stream holds
+// each effect of the history once: the two outboxes hold the same effects
+// under the same ids (they name their updates), and the fence lets each
+// land once whoever sends it, whenever the other dies. Mutation caught:
+// effects filed under their batch's revision (the replica's ids differ
+// from the killed host's: effects land twice).
+func TestEffectsAuditBesideAReplica(t *testing.T) {
+	kills := 20
+	if raceEnabled {
+		kills = 6
+	}
+	effectsAudit(t, kills, 64)
+}
+
+// effectsAudit runs the audit with kills kills of the host, and beside it,
+// when replicaBatch > 0, a replica of the fold in this process folding up
+// to replicaBatch updates a batch.
+func effectsAudit(t *testing.T, kills, replicaBatch int) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
@@ -225,20 +253,36 @@ func TestEffectsAudit(t *testing.T) {
 		}
 	}()
 
-	// 57 kills; 12 under the race detector, whose run watches the same
-	// code on every kill at a tenth of the speed (race_on_test.go).
-	kills := 57
-	if raceEnabled {
-		kills = 12
+	// The replica publishes throughout; the killed host's batches are
+	// acknowledged only when it wins the fence, so beside a replica it is
+	// killed before its publishes and at random, never after an ack.
+	var replica *running
+	if replicaBatch > 0 {
+		ro := o
+		ro.Folds = []host.FoldOptions{o.Folds[0]}
+		// A batch stays open 200 ms: the writer's 20 ms pace fills it.
+		ro.Folds[0].DataDir, ro.Folds[0].BatchSize, ro.Folds[0].BatchWindow = filepath.Join(t.TempDir(), "replica"), replicaBatch, 200*time.Millisecond
+		replica = startHost(t, ro)
+		defer func() {
+			if err := replica.stop(t); err != nil {
+				t.Error(err)
+			}
+		}()
 	}
-	selfKills := 0
+	selfKills, publicationKills := 0, 0
 	for i := 0; i < kills; i++ {
 		mode := "run"
-		switch i % 3 {
-		case 0:
-			mode = fmt.Sprintf("after-ack-%d", 1+rng.IntN(3))
-		case 1:
+		switch {
+		case replicaBatch > 0 && i%2 == 0:
 			mode = fmt.Sprintf("before-publish-%d", 1+rng.IntN(3))
+		case replicaBatch > 0:
+		case i%3 == 0:
+			mode = fmt.Sprintf("after-ack-%d", 1+rng.IntN(3))
+		case i%3 == 1:
+			mode = fmt.Sprintf("before-publish-%d", 1+rng.IntN(3))
+		}
+		if mode != "run" {
+			publicationKills++
 		}
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), host.KillEffectsEnv+"="+mode, host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+data, host.KillEffectsPlugin+"="+plugin)
@@ -307,8 +351,8 @@ func TestEffectsAudit(t *testing.T) {
 	}
 	close(stop)
 	n := <-written
-	if selfKills < kills*2/3 {
-		t.Fatalf("only %d of %d kills came between an outbox read and its publish or an ack and its delete", selfKills, kills*2/3)
+	if selfKills < publicationKills {
+		t.Fatalf("only %d of %d kills came between an outbox read and its publish or an ack and its delete", selfKills, publicationKills)
 	}
 
 	want, last := routerHistoryEffects(t, js, "routes")
@@ -316,6 +360,15 @@ func TestEffectsAudit(t *testing.T) {
 	f := r.h.Fold("routes")
 	waitCursor(t, f, last)
 	waitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+	if replica != nil {
+		rf := replica.h.Fold("routes")
+		waitCursor(t, rf, last)
+		waitFor(t, func() bool { return host.OutboxLen(rf) == 0 })
+		t.Logf("the replica: %d batches; effects %+v", rf.Status().Counters.Batches, rf.Status().Effects)
+		if b := rf.Status().Counters.Batches; b*2 > uint64(len(want)) {
+			t.Fatalf("the replica folded %d updates in %d batches: it batched about as the killed host did, the audit proves nothing of batching", len(want), b)
+		}
+	}
 	got := streamAudit(t, ev)
 	t.Logf("%d writes, %d kills (%d at a publication step), %d effects; status %+v", n, kills, selfKills, len(got), f.Status().Effects)
 	if d := auditDiff(got, want); d != "" {
