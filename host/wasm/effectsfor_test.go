@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/foldhost/foldhost/abi"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/protocol"
 )
@@ -62,6 +63,24 @@ func TestCEffectsNameTheirUpdate(t *testing.T) {
 		}
 		if st.Cursor().Rev != 0 || st.OutboxLen() != 0 {
 			t.Errorf("%s: cursor %v, outbox %d: the failed batch committed", name, st.Cursor(), st.OutboxLen())
+		}
+	}
+}
+
+// TestAnEffectNamingNoUpdateOfTheBatchIsMalformed: the SDKs refuse an
+// index past the records, but a module may write its output by hand; the
+// host refuses an effect that names an update past the batch (it would
+// otherwise index past it) and maps the others to their revisions.
+func TestAnEffectNamingNoUpdateOfTheBatchIsMalformed(t *testing.T) {
+	batch := []fold.Update{{Key: "a", Rev: 7}, {Key: "b", Rev: 9}}
+	for _, c := range []struct {
+		update int
+		rev    protocol.Revision
+		bad    bool
+	}{{-1, 0, false}, {0, 7, false}, {1, 9, false}, {2, 0, true}} {
+		rev, err := updateRevOf(batch, &abi.Effect{Update: c.update})
+		if rev != c.rev || (err != nil) != c.bad {
+			t.Errorf("update %d: revision %d, error %v; want %d, error %v", c.update, rev, err, c.rev, c.bad)
 		}
 	}
 }
