@@ -64,7 +64,7 @@ func (w *OutputWriter) Delete(key []byte) {
 func (w *OutputWriter) Emit(subject []byte, headers []Header, payload []byte) {
 	w.ensure()
 	if w.byUpdate && w.misuse == "" {
-		w.misuse = "Emit after EmitFor in one output: either every effect names its update or none does"
+		w.misuse = "Emit after EmitFor in one batch: every effect names its update or none does"
 	}
 	w.effects = appendEffect(w.effects, subject, headers, payload)
 	w.ne++
@@ -80,9 +80,9 @@ func (w *OutputWriter) EmitFor(update uint32, subject []byte, headers []Header, 
 	switch {
 	case w.misuse != "":
 	case w.ne > 0 && !w.byUpdate:
-		w.misuse = "EmitFor after Emit in one output: either every effect names its update or none does"
+		w.misuse = "EmitFor after Emit in one batch: every effect names its update or none does"
 	case w.byUpdate && update < w.lastUpdate:
-		w.misuse = fmt.Sprintf("EmitFor names update %d after update %d: effects go in the batch's order", update, w.lastUpdate)
+		w.misuse = fmt.Sprintf("EmitFor names an earlier update than the effect before it (%d after %d)", update, w.lastUpdate)
 	}
 	w.byUpdate, w.lastUpdate = true, update
 	w.effects = le.AppendUint32(w.effects, update)

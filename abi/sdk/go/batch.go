@@ -93,7 +93,7 @@ func (b *Batch) Emit(subject, payload []byte, headers ...abi.Header) {
 func (b *Batch) EmitFor(record int, subject, payload []byte, headers ...abi.Header) {
 	if record < 0 || record >= len(b.updates) {
 		if b.misuse == "" {
-			b.misuse = fmt.Sprintf("foldhost: EmitFor names record %d; Apply received %d", record, len(b.updates))
+			b.misuse = fmt.Sprintf("foldhost: EmitFor names a record Apply did not receive (%d of %d)", record, len(b.updates))
 		}
 		return
 	}

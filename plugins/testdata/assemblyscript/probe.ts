@@ -5,7 +5,7 @@
 
 import {
   Plugin, Update, Bytes, register, put, del, alloc, prefetchView, prefetchRaw,
-  getView, getRaw, failBytes, logBytes, OP_PUT, LOG_INFO,
+  getView, getRaw, failBytes, logBytes, OP_PUT, LOG_INFO, emit, emitFor,
 } from "../../../abi/sdk/assemblyscript/assembly/index";
 
 export * from "../../../abi/sdk/assemblyscript/assembly/exports";
@@ -105,6 +105,10 @@ class Probe extends Plugin<Rec> {
         } else result("rawgot/", <u32>i, kp + 4, kl - 4, ZERO, 1, 0, 0);
       } else if (is(kp, kl, "log")) {
         logBytes(LOG_INFO, r.valuePtr, r.valueLen);
+      } else if (hasPrefix(kp, kl, "emitfor/") && kl > 10) {
+        emitFor(<u32>load<u8>(kp + 8) - 0x30, kp + 10, kl - 10, r.valuePtr, r.valueLen);
+      } else if (hasPrefix(kp, kl, "emit/")) {
+        emit(kp + 5, kl - 5, r.valuePtr, r.valueLen);
       } else if (is(kp, kl, "fail")) {
         failBytes(r.valuePtr, r.valueLen);
         return;

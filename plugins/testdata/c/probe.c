@@ -10,10 +10,9 @@
  *   log        log the value at info level
  *   stdout     write the value to stdout as it is (C probe only)
  *   stderr     write the value to stderr as it is (C probe only)
- *   emit/<s>   emit an effect to subject <s> with the value as payload (C
- *              probe only)
+ *   emit/<s>   emit an effect to subject <s> with the value as payload
  *   emitfor/<n>/<s>  the same, naming record <n> (one decimal digit) as the
- *              effect's (fh_emit_for; C probe only)
+ *              effect's (fh_emit_for)
  *   fail       fail the batch with the value as message (in apply)
  *   parsefail  fail the batch with the value as message (in parse)
  *   reject...  rejected by parse

@@ -6,7 +6,8 @@
 //!              to stderr
 //!
 //! Each update's key is a command for apply (see ../c/probe.c): w/<k>,
-//! pf/<k>, pfraw/<k>, r/<k>, raw/<k>, log, fail, parsefail, reject...
+//! pf/<k>, pfraw/<k>, r/<k>, raw/<k>, log, emit/<s>, emitfor/<n>/<s>, fail,
+//! parsefail, reject...
 
 #[path = "../../../abi/sdk/rust/foldhost.rs"]
 mod foldhost;
@@ -61,6 +62,10 @@ fn apply(rs: &mut [Rec], b: &mut Batch) -> Result<(), Fail> {
             }
         } else if r.key == b"log" {
             foldhost::log(Level::Info, r.value);
+        } else if r.key.starts_with(b"emitfor/") && r.key.len() > 10 {
+            b.emit_for((r.key[8] - b'0') as usize, &r.key[10..], &[], r.value);
+        } else if let Some(s) = r.key.strip_prefix(b"emit/") {
+            b.emit(s, &[], r.value);
         } else if r.key == b"fail" {
             return Err(Fail::new(r.value));
         } else if r.key == b"panic" {

@@ -109,6 +109,10 @@ func (p *Probe) Apply(b *foldhost.Batch, recs []Rec) error {
 			}
 		case string(k) == "log":
 			b.Log(0, string(r.value))
+		case bytes.HasPrefix(k, []byte("emitfor/")) && len(k) > 10:
+			b.EmitFor(int(k[8]-'0'), k[10:], r.value)
+		case bytes.HasPrefix(k, []byte("emit/")):
+			b.Emit(k[5:], r.value)
 		case string(k) == "fail":
 			return errors.New(string(r.value))
 		}
