@@ -26,6 +26,10 @@ func TestPluginCheckPassesOnEveryRouterBuild(t *testing.T) {
 		t.Run(lang, func(t *testing.T) {
 			out := wantCheckPass(t, builtPlugin(t, "example-router", "router-"+lang), "name example-router, version 1.0.0, view schema 1, ABI "+sdkABI)
 			// Every build's queries are listed (validated by the load).
+			// Every build's effects name their update.
+			if !strings.Contains(out, "PASS effects     4 effects, each naming its update") {
+				t.Errorf("no effects line naming their update:\n%s", out)
+			}
 			if !strings.Contains(out, "queries: hosts_of_upstream (application/json), top_upstreams (application/json)\n") {
 				t.Errorf("queries not listed:\n%s", out)
 			}

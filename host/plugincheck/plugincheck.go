@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -181,6 +182,13 @@ func checkRuns(ctx context.Context, w io.Writer, fail func(string, error) error,
 	fmt.Fprintf(w, "PASS %-11s %d batches, %d updates: %d view mutations, %d rejected\n", "apply",
 		len(first.outs), first.updates, first.views, first.rejected)
 	fmt.Fprintf(w, "PASS %-11s every output decodes within the limits (%d bytes in all)\n", "output", first.bytes)
+	switch {
+	case first.effects == 0:
+	case first.named == first.effects:
+		fmt.Fprintf(w, "PASS %-11s %d effects, each naming its update (replicas of a fold may all publish, at any batch_size)\n", "effects", first.effects)
+	default:
+		fmt.Fprintf(w, "PASS %-11s %d effects, filed per batch (replicas of a fold publish safely at batch_size = 1, or one of them publishes; name each effect's update: emit_for)\n", "effects", first.effects)
+	}
 	second, err := foldCheckBatches(ctx, fresh(), scratch+"/2")
 	if errors.Is(err, errScratch) {
 		return err
@@ -215,6 +223,7 @@ var errScratch = errors.New("plugin check: scratch store")
 type checkRun struct {
 	outs                            [][]byte // each batch's output, re-encoded
 	updates, views, rejected, bytes int
+	effects, named                  int // effects, and those naming their update
 }
 
 // foldCheckBatches folds checkBatches through p into a new store in dir,
@@ -246,6 +255,20 @@ func foldCheckBatches(ctx context.Context, p fold.Plugin, dir string) (checkRun,
 		for range out.Rejected {
 			enc.Reject()
 		}
+		for _, e := range out.Effects {
+			hs := make([]abi.Header, 0, len(e.Headers))
+			for _, h := range e.Headers {
+				hs = append(hs, abi.Header{Name: []byte(h.Name), Value: []byte(h.Value)})
+			}
+			if e.UpdateRev == 0 {
+				enc.Emit([]byte(e.Subject), hs, e.Payload)
+				continue
+			}
+			i := slices.IndexFunc(batch, func(u fold.Update) bool { return u.Rev == e.UpdateRev })
+			enc.EmitFor(uint32(i), []byte(e.Subject), hs, e.Payload)
+			run.named++
+		}
+		run.effects += len(out.Effects)
 		b := enc.Bytes()
 		run.outs = append(run.outs, bytes.Clone(b))
 		run.updates += len(batch)

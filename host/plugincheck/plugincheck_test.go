@@ -86,3 +86,47 @@ func asCheckFailed(err error, cf **Failed) bool {
 	*cf = c
 	return ok
 }
+
+// TestPluginCheckReportsEffects: a plugin's effects are reported, as
+// naming their update or filed per batch (what replicas need), and a
+// second instance that emits other effects fails the determinism check.
+// Fakes (fault injection): no built module emits per batch any more.
+func TestPluginCheckReportsEffects(t *testing.T) {
+	ctx := context.Background()
+	run := func(fresh func() fold.Plugin) (string, error) {
+		var out bytes.Buffer
+		fail := func(check string, err error) error {
+			out.WriteString("FAIL " + check + " " + err.Error() + "\n")
+			return &Failed{check, err}
+		}
+		err := checkRuns(ctx, &out, fail, fresh, t.TempDir())
+		return out.String(), err
+	}
+	emitter := func(named bool, payload func() string) func() fold.Plugin {
+		return func() fold.Plugin {
+			p := payload()
+			return fold.PluginFunc(func(_ context.Context, batch []fold.Update, _ fold.Reader) (fold.Output, error) {
+				e := fold.Effect{Subject: "changed", Payload: []byte(p)}
+				if named {
+					e.UpdateRev = batch[len(batch)-1].Rev
+				}
+				return fold.Output{Effects: []fold.Effect{e}}, nil
+			})
+		}
+	}
+	same := func() string { return "p" }
+	for _, c := range []struct {
+		named bool
+		want  string
+	}{{true, "effects, each naming its update"}, {false, "effects, filed per batch"}} {
+		out, err := run(emitter(c.named, same))
+		if err != nil || !strings.Contains(out, "PASS effects") || !strings.Contains(out, c.want) {
+			t.Errorf("named %v: %v:\n%s", c.named, err, out)
+		}
+	}
+	n := 0
+	out, err := run(emitter(true, func() string { n++; return strings.Repeat("p", n) }))
+	if err == nil || !strings.Contains(out, "FAIL determinism") {
+		t.Errorf("a second instance with other effects: %v:\n%s", err, out)
+	}
+}
