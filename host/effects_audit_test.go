@@ -216,6 +216,16 @@ func effectsAudit(t *testing.T, kills, replicaBatch int) {
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
+	// A replica starts from a copy of that store: replicas must fold the
+	// same history (README, "Plugin effects": one that hydrated the
+	// bucket's state instead would file the collapsed change under ids of
+	// its own, and could cover the other's unpublished effects).
+	replicaData := filepath.Join(t.TempDir(), "replica")
+	if replicaBatch > 0 {
+		if err := os.CopyFS(replicaData, os.DirFS(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// The writer: until stopped, a route change every 20 ms, retried
 	// through the outages (what reached the stream is read back at the end).
@@ -261,7 +271,7 @@ func effectsAudit(t *testing.T, kills, replicaBatch int) {
 		ro := o
 		ro.Folds = []host.FoldOptions{o.Folds[0]}
 		// A batch stays open 200 ms: the writer's 20 ms pace fills it.
-		ro.Folds[0].DataDir, ro.Folds[0].BatchSize, ro.Folds[0].BatchWindow = filepath.Join(t.TempDir(), "replica"), replicaBatch, 200*time.Millisecond
+		ro.Folds[0].DataDir, ro.Folds[0].BatchSize, ro.Folds[0].BatchWindow = replicaData, replicaBatch, 200*time.Millisecond
 		replica = startHost(t, ro)
 		defer func() {
 			if err := replica.stop(t); err != nil {
