@@ -410,6 +410,28 @@ func (s fenceState) covers(e fold.OutboxEntry) bool {
 	return s.has && (e.Rev < s.rev || e.Rev == s.rev && e.Index <= s.index)
 }
 
+// warnIfJoiningPublishers warns, at the start of a state-sync of a bucket
+// with history, when the fence says this fold's effects were published
+// already (by a replica, or by this node before it lost its store): the
+// state-sync's effects are the collapsed change under ids of their own,
+// and published beside a replica that folded every revision they can move
+// the fence past that replica's unpublished effects, which are then lost
+// (README, "Plugin effects", Replicas). Not guarded: warned.
+func (f *Fold) warnIfJoiningPublishers(ctx context.Context) {
+	epoch := ""
+	if o, ok, err := f.store.Origin(); err == nil && ok {
+		epoch = stamp(o.StreamCreated)
+	}
+	fence, err := f.effects.target.readFence(ctx, f.o.Name, epoch)
+	if err != nil || !fence.has {
+		return // the publisher reads it again, and reports a failure
+	}
+	f.log.Warn("this fold hydrates the bucket from an empty store while its effects fence shows effects published already: "+
+		"if another replica publishes this fold's effects, start this one without effects_stream until it has caught up "+
+		"(its hydration's effects could move the fence past the other's unpublished ones)",
+		"fence", f.effects.target.fence, "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index), "effects_stream", f.effects.target.stream)
+}
+
 // readFence reads the fence subject's last message.
 func (t *effectsTarget) readFence(ctx context.Context, foldName, epoch string) (fenceState, error) {
 	rctx, cancel := context.WithTimeout(ctx, t.timeout)

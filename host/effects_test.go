@@ -574,3 +574,37 @@ func TestEffectToAnotherFoldsFenceRefused(t *testing.T) {
 		t.Fatalf("status %+v (outbox %d)", st, host.OutboxLen(f))
 	}
 }
+
+// TestEffectsWarnAReplicaJoiningByStateSync: a fold that hydrates a bucket
+// with history from an empty store, while its fence shows its effects
+// published already, warns at the start that it could cover another
+// replica's unpublished effects (README, "Plugin effects", Replicas); the
+// first fold, which started on the empty bucket, does not. Mutation
+// caught: the warning's check removed (no WARN).
+func TestEffectsWarnAReplicaJoiningByStateSync(t *testing.T) {
+	const warning = "hydrates the bucket from an empty store while its effects fence shows effects published already"
+	b, s, fo, url := effectsSetup(t, 0)
+	start := func(dir string) (*running, *syncbuf.Buffer) {
+		var logs syncbuf.Buffer
+		fo.DataDir = dir
+		return startHost(t, host.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}), &logs
+	}
+	first, logs := start(filepath.Join(t.TempDir(), "first"))
+	waitState(t, first.h.Fold("routes"), httpapi.StateFollowing)
+	waitCursor(t, first.h.Fold("routes"), put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`))
+	waitEffects(t, s, first.h.Fold("routes"), 1)
+	if strings.Contains(logs.String(), warning) {
+		t.Fatalf("the first fold, on an empty bucket, warned:\n%s", logs.String())
+	}
+	joining, logs := start(filepath.Join(t.TempDir(), "joining"))
+	waitState(t, joining.h.Fold("routes"), httpapi.StateFollowing)
+	if !strings.Contains(logs.String(), warning) {
+		t.Fatalf("a fold joining by state-sync did not warn:\n%s", logs.String())
+	}
+	for _, r := range []*running{first, joining} {
+		if err := r.stop(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

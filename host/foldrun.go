@@ -279,6 +279,9 @@ func (f *Fold) run(ctx context.Context) error {
 	}
 	f.log.Info("fold starting", "bucket", f.o.Bucket, "scope", natskv.Scope{Prefixes: f.o.Scope}.String(),
 		"mode", mode, "cursor", uint64(cur.Rev), "stream_head", f.headAtStart.Load(), "data_dir", f.o.DataDir)
+	if mode == "state-sync" && f.effects.target != nil && f.headAtStart.Load() > 0 {
+		f.warnIfJoiningPublishers(ctx)
+	}
 	start := time.Now()
 	bg, stopBG := context.WithCancel(ctx)
 	var bgWG sync.WaitGroup
