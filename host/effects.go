@@ -228,10 +228,7 @@ func (f *Fold) screenEffects(out *fold.Output) error {
 // stopped and reads the fence first.
 func (f *Fold) publishEffects(ctx context.Context) {
 	t := f.effects.target
-	epoch := ""
-	if o, ok, err := f.store.Origin(); err == nil && ok {
-		epoch = stamp(o.StreamCreated)
-	}
+	epoch := f.effectsEpoch()
 	var fence fenceState
 	known := false
 	var chunk []fold.OutboxEntry
@@ -410,6 +407,15 @@ func (s fenceState) covers(e fold.OutboxEntry) bool {
 	return s.has && (e.Rev < s.rev || e.Rev == s.rev && e.Index <= s.index)
 }
 
+// effectsEpoch is the fence's history mark: the folded stream's creation
+// time, as the store records it ("" when it records none).
+func (f *Fold) effectsEpoch() string {
+	if o, ok, err := f.store.Origin(); err == nil && ok {
+		return stamp(o.StreamCreated)
+	}
+	return ""
+}
+
 // warnIfJoiningPublishers warns, at the start of a state-sync of a bucket
 // with history, when the fence says this fold's effects were published
 // already (by a replica, or by this node before it lost its store): the
@@ -418,10 +424,7 @@ func (s fenceState) covers(e fold.OutboxEntry) bool {
 // the fence past that replica's unpublished effects, which are then lost
 // (README, "Plugin effects", Replicas). Not guarded: warned.
 func (f *Fold) warnIfJoiningPublishers(ctx context.Context) {
-	epoch := ""
-	if o, ok, err := f.store.Origin(); err == nil && ok {
-		epoch = stamp(o.StreamCreated)
-	}
+	epoch := f.effectsEpoch()
 	fence, err := f.effects.target.readFence(ctx, f.o.Name, epoch)
 	if err != nil || !fence.has {
 		return // the publisher reads it again, and reports a failure

@@ -12,21 +12,24 @@ import (
 	"github.com/foldhost/foldhost/host/wasm"
 )
 
+// runChecks runs the apply, output, effects and determinism checks on the
+// plugins fresh returns, and returns their PASS and FAIL lines.
+func runChecks(t *testing.T, fresh func() fold.Plugin) (string, error) {
+	var out bytes.Buffer
+	fail := func(check string, err error) error {
+		out.WriteString("FAIL " + check + " " + err.Error() + "\n")
+		return &Failed{check, err}
+	}
+	err := checkRuns(context.Background(), &out, fail, fresh, t.TempDir())
+	return out.String(), err
+}
+
 // TestPluginCheckRunsOnFreshPlugins drives the apply, output and
 // determinism checks with fakes (fault injection: no module in the host's
 // sandbox varies between instances, and none of the built ones makes an
 // output the host refuses on the check's batches).
 func TestPluginCheckRunsOnFreshPlugins(t *testing.T) {
-	ctx := context.Background()
-	run := func(fresh func() fold.Plugin) (string, error) {
-		var out bytes.Buffer
-		fail := func(check string, err error) error {
-			out.WriteString("FAIL " + check + " " + err.Error() + "\n")
-			return &Failed{check, err}
-		}
-		err := checkRuns(ctx, &out, fail, fresh, t.TempDir())
-		return out.String(), err
-	}
+	run := func(fresh func() fold.Plugin) (string, error) { return runChecks(t, fresh) }
 	// The batches: a put, a delete, and a key that is not UTF-8.
 	var seen []fold.Update
 	runs := 0
@@ -92,16 +95,7 @@ func asCheckFailed(err error, cf **Failed) bool {
 // second instance that emits other effects fails the determinism check.
 // Fakes (fault injection): no built module emits per batch any more.
 func TestPluginCheckReportsEffects(t *testing.T) {
-	ctx := context.Background()
-	run := func(fresh func() fold.Plugin) (string, error) {
-		var out bytes.Buffer
-		fail := func(check string, err error) error {
-			out.WriteString("FAIL " + check + " " + err.Error() + "\n")
-			return &Failed{check, err}
-		}
-		err := checkRuns(ctx, &out, fail, fresh, t.TempDir())
-		return out.String(), err
-	}
+	run := func(fresh func() fold.Plugin) (string, error) { return runChecks(t, fresh) }
 	emitter := func(named bool, payload func() string) func() fold.Plugin {
 		return func() fold.Plugin {
 			p := payload()
