@@ -138,8 +138,7 @@ func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions)
 	if err != nil {
 		return res, err
 	}
-	// The exporting node's unpublished effects are its own to publish.
-	if err := dropOutbox(f.DataDir); err != nil {
+	if err := joinOutbox(f.DataDir); err != nil {
 		return res, fmt.Errorf("fold %s: %w", f.Name, err)
 	}
 	c, _ := m.DecodeCursor() // Download checked it
@@ -250,13 +249,36 @@ func emptyStore(dir string) (bool, error) {
 	return !pending && err == nil, err
 }
 
-// dropOutbox deletes the outbox entries of the store in dir.
-func dropOutbox(dir string) error {
+// joinOutbox prepares the store in dir, a copy of another node's, to join
+// its effects midway: the exporting node's unpublished effects are its own
+// to publish, so the outbox is dropped, and they come before this node's
+// own, so the store holds its publisher until the fence covers the last
+// effect the exporter filed (fold.EffectsHold; a hold the copy carries
+// already stays, at the later of the two points).
+func joinOutbox(dir string) error {
 	st, _, err := fold.Open(dir, fold.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
 	err = st.DropOutbox()
+	var h fold.EffectsHold
+	var held, marked bool
+	if err == nil {
+		h, held, err = st.EffectsHold()
+	}
+	if err == nil {
+		var rev protocol.Revision
+		var index uint32
+		rev, index, marked, err = st.OutboxMark()
+		if marked && !h.Syncing && (rev > h.Rev || rev == h.Rev && index > h.Index) {
+			h.Rev, h.Index = rev, index
+		}
+		h.Tentative = h.Tentative && !marked // the exporter's effects may be unpublished, fence or none
+
+	}
+	if err == nil && (held || marked) {
+		err = st.SetEffectsHold(&h)
+	}
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}

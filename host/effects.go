@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +42,8 @@ const (
 	effectsChunk      = 999
 	effectsBackoffMin = 100 * time.Millisecond
 	effectsBackoffMax = 5 * time.Second
+	// effectsHoldPoll: how often a held publisher reads the fence again.
+	effectsHoldPoll = time.Second
 )
 
 // effectsTarget is where a fold's effects go: its stream, and the subject
@@ -68,6 +72,14 @@ type effectsState struct {
 	head      fold.OutboxEntry // the publisher's own
 	warned    atomic.Bool      // the one WARN of a drop was logged
 	lastErr   atomic.Pointer[string]
+	// hold is the store's effects hold (nil: none; see joinEffects), read
+	// here by the loop and the publisher; holdMu orders its changes (the
+	// store's record first), held wakes a publisher held by it, and
+	// joinDropped counts the effects a joining sync dropped.
+	hold        atomic.Pointer[fold.EffectsHold]
+	holdMu      sync.Mutex
+	held        chan struct{}
+	joinDropped atomic.Uint64
 }
 
 // openEffectsTarget checks, at the start, that the fold's effects stream
@@ -194,6 +206,11 @@ func (f *Fold) screenEffects(out *fold.Output) error {
 		return nil
 	}
 	t := f.effects.target
+	if h := f.effects.hold.Load(); t != nil && h != nil && h.Syncing {
+		f.effects.joinDropped.Add(uint64(len(out.Effects)))
+		out.Effects = nil
+		return nil
+	}
 	if t == nil {
 		f.effects.dropped.Add(uint64(len(out.Effects)))
 		if !f.effects.warned.Swap(true) {
@@ -253,6 +270,7 @@ func (f *Fold) publishEffects(ctx context.Context) {
 		for err == nil && landed < len(chunk) && fence.covers(chunk[landed]) {
 			landed++
 		}
+		held := err == nil && known && f.holding(fence)
 		switch {
 		case err != nil:
 		case landed > 0:
@@ -267,6 +285,17 @@ func (f *Fold) publishEffects(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-f.store.OutboxSignal():
+			}
+			continue
+		case held:
+			// Joined midway: what another publisher may still hold comes
+			// first. Covered entries go above; the fence is read again.
+			known = false
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.effects.held:
+			case <-time.After(effectsHoldPoll):
 			}
 			continue
 		default:
@@ -416,23 +445,110 @@ func (f *Fold) effectsEpoch() string {
 	return ""
 }
 
-// warnIfJoiningPublishers warns, at the start of a state-sync of a bucket
-// with history, when the fence says this fold's effects were published
-// already (by a replica, or by this node before it lost its store): the
-// state-sync's effects are the collapsed change under ids of their own,
-// and published beside a replica that folded every revision they can move
-// the fence past that replica's unpublished effects, which are then lost
-// (README, "Plugin effects", Replicas). Not guarded: warned.
-func (f *Fold) warnIfJoiningPublishers(ctx context.Context) {
-	epoch := f.effectsEpoch()
-	fence, err := f.effects.target.readFence(ctx, f.o.Name, epoch)
-	if err != nil || !fence.has {
-		return // the publisher reads it again, and reports a failure
+// joinEffects runs at the start of a state-sync (an empty store) of a
+// bucket with history, with an effects stream. When the fence shows this
+// fold's effects published already (by a replica, or by this node before
+// it lost its store), the fold joins their history midway: another
+// publisher may still hold effects below the point this fold catches up
+// at, and its state-sync's effects are the collapsed change under ids of
+// their own, which, published first, would move the fence past the
+// other's and have them deleted unpublished (the fence's cover is an
+// order). So the store records a hold (fold.EffectsHold): the sync's
+// effects are dropped (screenEffects), the point is set when the fold has
+// caught up (effectsCaughtUp), and the publisher waits until the fence
+// covers it (holding), or an operator releases it (ReleaseEffects). A
+// fence that cannot be read is taken as one that may show effects (the
+// hold is tentative: a fence read later that shows none ends it).
+func (f *Fold) joinEffects(ctx context.Context) {
+	fence, err := f.effects.target.readFence(ctx, f.o.Name, f.effectsEpoch())
+	switch {
+	case err != nil:
+		f.setHold(&fold.EffectsHold{Syncing: true, Tentative: true}, "this fold hydrates from an empty store and could not read its effects fence: "+
+			"it drops its hydration's effects, and publishes once the fence shows no effects of this fold or passes the point it catches up at "+
+			"(another replica's effects up to there are that replica's to publish); with no other replica, release it: foldhost admin release-effects",
+			"fence", f.effects.target.fence, "err", err)
+	case fence.has:
+		f.setHold(&fold.EffectsHold{Syncing: true}, "this fold hydrates from an empty store while its effects fence shows effects published: "+
+			"it drops its hydration's effects, and publishes once the fence passes the point it catches up at "+
+			"(another replica's effects up to there are that replica's to publish); with no other replica, release it: foldhost admin release-effects",
+			"fence", f.effects.target.fence, "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index))
 	}
-	f.log.Warn("this fold hydrates the bucket from an empty store while its effects fence shows effects published already: "+
-		"if another replica publishes this fold's effects, start this one without effects_stream until it has caught up "+
-		"(its hydration's effects could move the fence past the other's unpublished ones)",
-		"fence", f.effects.target.fence, "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index), "effects_stream", f.effects.target.stream)
+}
+
+// setHold records h (nil: none) in the store, then here, and wakes a held
+// publisher; logged with msg and args. A failed record changes nothing.
+func (f *Fold) setHold(h *fold.EffectsHold, msg string, args ...any) error {
+	e := &f.effects
+	e.holdMu.Lock()
+	defer e.holdMu.Unlock()
+	if err := f.store.SetEffectsHold(h); err != nil {
+		f.log.Warn("could not record the effects hold", "err", err)
+		return err
+	}
+	e.hold.Store(h)
+	select {
+	case e.held <- struct{}{}:
+	default:
+	}
+	f.log.Info(msg, args...)
+	return nil
+}
+
+// loadHold reads the store's effects hold, at the start.
+func (f *Fold) loadHold() error {
+	f.effects.held = make(chan struct{}, 1)
+	h, ok, err := f.store.EffectsHold()
+	if ok {
+		f.effects.hold.Store(&h)
+		f.log.Info("this fold's effects are held: it publishes once the effects fence covers the point it joined at (foldhost admin release-effects: publish now)",
+			"syncing", h.Syncing, "point", fmt.Sprintf("%d/%d", h.Rev, h.Index))
+	}
+	return err
+}
+
+// effectsCaughtUp is the fold's OnSynced part: a syncing hold gets its
+// point, the cursor the fold caught up at (every effect another publisher
+// holds below it comes before this fold's own).
+func (f *Fold) effectsCaughtUp(c protocol.Cursor) {
+	h := f.effects.hold.Load()
+	if h == nil || !h.Syncing {
+		return
+	}
+	_ = f.setHold(&fold.EffectsHold{Rev: c.Rev, Index: math.MaxUint32, Tentative: h.Tentative},
+		"this fold caught up with the bucket it joined: it publishes its effects once the fence passes this revision", "revision", uint64(c.Rev))
+}
+
+// holding reports whether the publisher must wait: the store holds its
+// effects (joined midway) and the fence, as last read, does not cover the
+// hold's point. A covered point ends the hold.
+func (f *Fold) holding(fence fenceState) bool {
+	h := f.effects.hold.Load()
+	if h == nil {
+		return false
+	}
+	if h.Tentative && !fence.has {
+		return f.setHold(nil, "the effects fence shows no effects of this fold published: this fold joined no other publisher; publishing") != nil
+	}
+	if h.Syncing || !fence.covers(fold.OutboxEntry{Rev: h.Rev, Index: h.Index}) {
+		return true
+	}
+	return f.setHold(nil, "the effects fence passed the point this fold joined at: publishing", "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index)) != nil
+}
+
+// ReleaseEffects ends the fold's effects hold (joinEffects): its
+// publisher publishes from its outbox's first entry, without waiting for
+// another publisher's effects. For a fold that has no other publisher (a
+// node that lost its store, or bootstrapped from its own artifact and
+// lost what it had not published). Effects a state-sync still emits are
+// then published (the collapsed change).
+func (f *Fold) ReleaseEffects() error {
+	if f.effects.target == nil {
+		return fmt.Errorf("fold %s: %w: it has no effects stream", f.o.Name, httpapi.ErrNothingHeld)
+	}
+	if f.effects.hold.Load() == nil {
+		return fmt.Errorf("fold %s: %w", f.o.Name, httpapi.ErrNothingHeld)
+	}
+	return f.setHold(nil, "the effects hold was released: publishing")
 }
 
 // readFence reads the fence subject's last message.
@@ -698,6 +814,16 @@ func (f *Fold) effectsStatus() *httpapi.EffectsStatus {
 	}
 	if p := e.lastErr.Load(); p != nil {
 		st.LastError = *p
+	}
+	st.DroppedJoining = e.joinDropped.Load()
+	switch h := e.hold.Load(); {
+	case h == nil:
+	case h.Syncing:
+		st.Held = "joined midway: catching up with the bucket (its effects are dropped), then until the fence passes that point"
+	case h.Index == math.MaxUint32:
+		st.Held = fmt.Sprintf("joined midway: until the fence passes revision %d", h.Rev)
+	default:
+		st.Held = fmt.Sprintf("joined midway: until the fence covers %d/%d", h.Rev, h.Index)
 	}
 	return st
 }

@@ -166,6 +166,9 @@ func TestEffectsMaxWaitWhenTheFenceCannotBeRead(t *testing.T) {
 	go func() { done <- h.Run(ctx) }()
 	defer func() { cancel(); <-done; h.Close() }()
 	f := h.Fold("routes")
+	// A live effect: a fold that started on a bucket with history and
+	// could not read its fence drops its hydration's (joinEffects).
+	waitState(t, f, httpapi.StateFollowing)
 	waitCursor(t, f, put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`))
 	// Waited for as the reason, not as readiness lost: a loaded machine
 	// showed the fold not yet ready at all ("hydrating") at the first look.

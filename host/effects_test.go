@@ -2,12 +2,15 @@ package host_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/natstest"
@@ -575,36 +579,209 @@ func TestEffectToAnotherFoldsFenceRefused(t *testing.T) {
 	}
 }
 
-// TestEffectsWarnAReplicaJoiningByStateSync: a fold that hydrates a bucket
-// with history from an empty store, while its fence shows its effects
-// published already, warns at the start that it could cover another
-// replica's unpublished effects (README, "Plugin effects", Replicas); the
-// first fold, which started on the empty bucket, does not. Mutation
-// caught: the warning's check removed (no WARN).
-func TestEffectsWarnAReplicaJoiningByStateSync(t *testing.T) {
-	const warning = "hydrates the bucket from an empty store while its effects fence shows effects published already"
+// TestEffectsAReplicaJoiningByStateSyncWaitsForTheFence: a replica that
+// starts empty beside a fold whose effects were published, while that
+// fold holds effects it has not published yet (stopped before its
+// publish), hydrates by a state-sync: its hydration's effects (the
+// collapsed change, under ids of their own) are dropped, and its publisher
+// holds until the fence passes the revision it caught up at. The first
+// fold, restarted, publishes its own; an update past that revision moves
+// the fence past it and ends the hold; then the first stops and the
+// joined replica publishes alone. The stream holds every effect of the
+// history once, in order. Mutations caught: no hold at the start (the
+// replica's collapsed effects land first, the first fold's are deleted
+// unpublished), the hydration's effects not dropped, a hold that does not
+// end when the fence passes its point.
+func TestEffectsAReplicaJoiningByStateSyncWaitsForTheFence(t *testing.T) {
 	b, s, fo, url := effectsSetup(t, 0)
-	start := func(dir string) (*running, *syncbuf.Buffer) {
-		var logs syncbuf.Buffer
-		fo.DataDir = dir
-		return startHost(t, host.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-			NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}), &logs
-	}
-	first, logs := start(filepath.Join(t.TempDir(), "first"))
-	waitState(t, first.h.Fold("routes"), httpapi.StateFollowing)
-	waitCursor(t, first.h.Fold("routes"), put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`))
-	waitEffects(t, s, first.h.Fold("routes"), 1)
-	if strings.Contains(logs.String(), warning) {
-		t.Fatalf("the first fold, on an empty bucket, warned:\n%s", logs.String())
-	}
-	joining, logs := start(filepath.Join(t.TempDir(), "joining"))
-	waitState(t, joining.h.Fold("routes"), httpapi.StateFollowing)
-	if !strings.Contains(logs.String(), warning) {
-		t.Fatalf("a fold joining by state-sync did not warn:\n%s", logs.String())
-	}
-	for _, r := range []*running{first, joining} {
-		if err := r.stop(t); err != nil {
-			t.Fatal(err)
+	var block atomic.Bool // the first fold publishes nothing
+	host.SetEffectsStep(t, func(ctx context.Context, step string) {
+		if step == "before-publish" && block.Load() {
+			<-ctx.Done()
 		}
+	})
+	opts := func(dir string) host.Options {
+		fo.DataDir = dir
+		return host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
+	}
+	m := &routerModel{entries: map[string]string{}}
+	route := func(h, addr string) uint64 {
+		m.put(h, addr+"=1")
+		return put(t, b, "route."+h, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":1}]}`, addr))
+	}
+	firstDir := filepath.Join(t.TempDir(), "first")
+	first := startHost(t, opts(firstDir))
+	waitState(t, first.h.Fold("routes"), httpapi.StateFollowing)
+	for i := range 3 {
+		route(fmt.Sprintf("h%d", i), "10.0.0.1:80")
+	}
+	waitEffects(t, s, first.h.Fold("routes"), len(m.want))
+	published := len(m.want)
+
+	block.Store(true)
+	route("h0", "10.0.0.2:80")
+	route("h0", "10.0.0.3:80")
+	last := route("h3", "10.0.0.1:80")
+	waitCursor(t, first.h.Fold("routes"), last)
+	if n := host.OutboxLen(first.h.Fold("routes")); n != 3 {
+		t.Fatalf("the first fold's outbox holds %d effects, want 3", n)
+	}
+	if err := first.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	block.Store(false)
+
+	joined := startHost(t, opts(filepath.Join(t.TempDir(), "joined")))
+	j := joined.h.Fold("routes")
+	waitCursor(t, j, last)
+	waitFor(t, func() bool {
+		st := j.Status().Effects
+		return strings.Contains(st.Held, "passes revision") || st.Published > 0
+	})
+	if st := j.Status().Effects; st.DroppedJoining == 0 || st.Published != 0 || !strings.Contains(st.Held, fmt.Sprintf("passes revision %d", last)) {
+		t.Errorf("the joined replica's effects: %+v, want its hydration's dropped, none published, held until revision %d", st, last)
+	}
+
+	first = startHost(t, opts(firstDir))
+	waitEffects(t, s, first.h.Fold("routes"), len(m.want))
+	if d := diffEffects(streamEffects(t, s), m.want); d != "" || j.Status().Effects.Held == "" {
+		t.Fatalf("after the first fold's restart (the stream held %d before): %s; the joined replica's hold %q", published, d, j.Status().Effects.Held)
+	}
+	last = route("h1", "10.0.0.2:80")
+	waitCursor(t, first.h.Fold("routes"), last)
+	waitEffects(t, s, first.h.Fold("routes"), len(m.want))
+	waitFor(t, func() bool { return j.Status().Effects.Held == "" && host.OutboxLen(j) == 0 })
+	if err := first.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	last = route("h2", "10.0.0.3:80")
+	route("h4", "10.0.0.1:80")
+	waitEffects(t, s, j, len(m.want))
+	if d := diffEffects(streamEffects(t, s), m.want); d != "" {
+		t.Fatalf("a replica joined by state-sync: %s", d)
+	}
+	if st := j.Status().Effects; st.Published == 0 {
+		t.Fatalf("the joined replica published nothing alone: %+v", st)
+	}
+}
+
+// TestEffectsReleaseAHold: a node that lost its store hydrates the bucket
+// again while the fence shows its effects published: it holds its
+// publisher (the status says so, and the metric), with nothing to wait
+// for, until an operator releases it; then it publishes from its outbox's
+// first entry. Its hydration's effects stay dropped (not announced).
+// Mutations caught: a release that leaves the hold (nothing published).
+func TestEffectsReleaseAHold(t *testing.T) {
+	b, s, fo, url := effectsSetup(t, 0)
+	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
+	m := &routerModel{entries: map[string]string{}}
+	route := func(h, addr string) uint64 {
+		m.put(h, addr+"=1")
+		return put(t, b, "route."+h, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":1}]}`, addr))
+	}
+	r := startHost(t, o)
+	waitState(t, r.h.Fold("routes"), httpapi.StateFollowing)
+	route("h0", "10.0.0.1:80")
+	waitEffects(t, s, r.h.Fold("routes"), 1)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(fo.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	route("h1", "10.0.0.1:80") // folded by the hydration: not announced
+	m.want = m.want[:1]
+	r = startHost(t, o)
+	f := r.h.Fold("routes")
+	waitState(t, f, httpapi.StateFollowing)
+	last := route("h2", "10.0.0.2:80")
+	waitCursor(t, f, last)
+	waitFor(t, func() bool { return host.OutboxLen(f) == 1 && f.Status().Effects.Held != "" })
+	if err := f.ReleaseEffects(); err != nil {
+		t.Fatal(err)
+	}
+	if d := diffEffects(waitEffects(t, s, f, len(m.want)), m.want); d != "" {
+		t.Fatalf("after the release: %s", d)
+	}
+	if err := f.ReleaseEffects(); !errors.Is(err, httpapi.ErrNothingHeld) {
+		t.Fatalf("a second release: %v, want ErrNothingHeld", err)
+	}
+}
+
+// TestEffectsBootstrappedReplicaWaitsForTheExporter: a replica bootstrapped
+// from an artifact of a fold that had effects unpublished when it exported
+// (stopped before its publish) drops them (they are the exporter's) and
+// holds its publisher until the fence covers the last effect the exporter
+// filed. Its own effects of later updates wait; the exporter, restarted,
+// publishes its own, which ends the hold; then the bootstrapped replica
+// publishes alone. The stream holds every effect of the history once, in
+// order. Mutation caught: no hold at the bootstrap (the replica's later
+// effect lands first, and the exporter's are deleted unpublished).
+func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
+	b, s, fo, url := effectsSetup(t, 0)
+	var block atomic.Bool // the exporter publishes nothing
+	host.SetEffectsStep(t, func(ctx context.Context, step string) {
+		if step == "before-publish" && block.Load() {
+			<-ctx.Done()
+		}
+	})
+	store, err := dirstore.New(filepath.Join(t.TempDir(), "artifacts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := func(dir string) host.Options {
+		fo.DataDir = dir
+		return host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo},
+			Artifacts: host.ArtifactOptions{Store: store, Where: "test", Holder: "t"}, Logger: quiet}
+	}
+	m := &routerModel{entries: map[string]string{}}
+	route := func(h, addr string) uint64 {
+		m.put(h, addr+"=1")
+		return put(t, b, "route."+h, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":1}]}`, addr))
+	}
+	exporterDir := filepath.Join(t.TempDir(), "exporter")
+	exporter := startHost(t, opts(exporterDir))
+	waitState(t, exporter.h.Fold("routes"), httpapi.StateFollowing)
+	route("h0", "10.0.0.1:80")
+	route("h1", "10.0.0.1:80")
+	waitEffects(t, s, exporter.h.Fold("routes"), len(m.want))
+	block.Store(true)
+	route("h0", "10.0.0.2:80")
+	last := route("h2", "10.0.0.1:80")
+	waitCursor(t, exporter.h.Fold("routes"), last)
+	if err := exporter.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.ExportStopped(context.Background(), opts(exporterDir), "routes", true); err != nil {
+		t.Fatal(err)
+	}
+	block.Store(false)
+
+	joinedDir := filepath.Join(t.TempDir(), "joined")
+	if _, err := host.Bootstrap(context.Background(), opts(joinedDir), "routes", host.BootstrapOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	joined := startHost(t, opts(joinedDir))
+	j := joined.h.Fold("routes")
+	waitState(t, j, httpapi.StateFollowing)
+	waitCursor(t, j, route("h3", "10.0.0.1:80"))
+	waitFor(t, func() bool {
+		st := j.Status().Effects
+		return st.Held != "" && host.OutboxLen(j) == 1 || st.Published > 0
+	})
+	if st := j.Status().Effects; st.Published != 0 {
+		t.Errorf("the bootstrapped replica published %d effects before the exporter's: %+v", st.Published, st)
+	}
+
+	exporter = startHost(t, opts(exporterDir))
+	waitEffects(t, s, exporter.h.Fold("routes"), len(m.want))
+	waitFor(t, func() bool { return j.Status().Effects.Held == "" && host.OutboxLen(j) == 0 })
+	if err := exporter.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	route("h4", "10.0.0.1:80")
+	waitEffects(t, s, j, len(m.want))
+	if d := diffEffects(streamEffects(t, s), m.want); d != "" {
+		t.Fatalf("a replica bootstrapped from an artifact: %s", d)
 	}
 }

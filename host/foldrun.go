@@ -266,7 +266,8 @@ func (f *Fold) run(ctx context.Context) error {
 		}
 	}
 	// No loop runs yet: the eviction memo may be committed directly.
-	if ret, err := f.retention(ctx, f.store.Commit); err != nil {
+	ret, retErr := f.retention(ctx, f.store.Commit)
+	if err := retErr; err != nil {
 		f.log.Warn("could not read the stream's retention; the watch will retry", "err", err)
 		f.setErr(err)
 	} else {
@@ -279,8 +280,8 @@ func (f *Fold) run(ctx context.Context) error {
 	}
 	f.log.Info("fold starting", "bucket", f.o.Bucket, "scope", natskv.Scope{Prefixes: f.o.Scope}.String(),
 		"mode", mode, "cursor", uint64(cur.Rev), "stream_head", f.headAtStart.Load(), "data_dir", f.o.DataDir)
-	if mode == "state-sync" && f.effects.target != nil && f.headAtStart.Load() > 0 {
-		f.warnIfJoiningPublishers(ctx)
+	if mode == "state-sync" && f.effects.target != nil && f.effects.hold.Load() == nil && (retErr != nil || ret.Last > 0) {
+		f.joinEffects(ctx) // a bucket with history, or one not known to have none
 	}
 	start := time.Now()
 	bg, stopBG := context.WithCancel(ctx)
@@ -409,6 +410,7 @@ func (f *Fold) onApplied(a fold.Applied) {
 
 func (f *Fold) onSynced(c protocol.Cursor, start time.Time) {
 	f.clearErr()
+	f.effectsCaughtUp(c)
 	if f.ready.Swap(true) {
 		return // a re-armed watch synced again
 	}

@@ -147,6 +147,9 @@ func (h *Host) Start(ctx context.Context) (err error) {
 			if f.effects.target, err = openEffectsTarget(ctx, h.nc, f.o, h.o.NATS.RequestTimeout); err != nil {
 				return fmt.Errorf("fold %s: %w", f.o.Name, err)
 			}
+			if err := f.loadHold(); err != nil {
+				return fmt.Errorf("fold %s: %w", f.o.Name, err)
+			}
 		}
 	}
 	phase("buckets opened")

@@ -139,7 +139,7 @@ func (h *Host) serveAdmin(ctx context.Context) (func(), error) {
 	svc, err := micro.AddService(h.nc, micro.Config{
 		Name:        "foldhost",
 		Version:     "0.1.0",
-		Description: "foldhost admin: fold status, reads, queries and actions (pause, resume, reload, rebuild, export, dead letters)",
+		Description: "foldhost admin: fold status, reads, queries and actions (pause, resume, reload, rebuild, release-effects, export, dead letters)",
 		Metadata:    map[string]string{"node": node, "subject": o.Subject + "." + node},
 		// Every node answers its own subjects: no load balancing.
 		QueueGroupDisabled: true,
@@ -171,6 +171,9 @@ func (h *Host) serveAdmin(ctx context.Context) (func(), error) {
 		{"reload", true, func(ctx context.Context, f *Fold, _ adminRequest) (any, error) { return ok("reload")(f, f.Reload(ctx)) }},
 		{"rebuild", true, func(ctx context.Context, f *Fold, _ adminRequest) (any, error) {
 			return ok("rebuild")(f, f.Rebuild(ctx))
+		}},
+		{"release-effects", true, func(_ context.Context, f *Fold, _ adminRequest) (any, error) {
+			return ok("release-effects")(f, f.ReleaseEffects())
 		}},
 		{"export", true, func(ctx context.Context, f *Fold, req adminRequest) (any, error) { return f.Export(ctx, req.Force) }},
 		{"replay", true, func(ctx context.Context, f *Fold, req adminRequest) (any, error) {

@@ -11,7 +11,7 @@ import (
 	"github.com/foldhost/foldhost/internal/target"
 )
 
-var adminActions = []string{"pause", "resume", "reload", "rebuild", "replay"}
+var adminActions = []string{"pause", "resume", "reload", "rebuild", "release-effects", "replay"}
 
 func cmdAdmin(c *cli, args []string) error {
 	fs := c.flagSet("admin", "admin ACTION [--config FILE] [--fold NAME] [--key KEY]", about("admin"))

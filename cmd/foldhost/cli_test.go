@@ -613,8 +613,9 @@ func TestFlagsBeforeArguments(t *testing.T) {
 
 // TestInspectOutbox: inspect outbox reads a stopped fold's unpublished
 // effects: the count, the first and last ids, and the oldest --limit with
-// subject and size; an empty outbox says so. Mutations caught: the last id
-// taken from the oldest shown (--limit), a count of the shown only.
+// subject and size, and the store's effects hold; an empty outbox says
+// so. Mutations caught: the last id taken from the oldest shown (--limit),
+// a count of the shown only, the hold not shown.
 func TestInspectOutbox(t *testing.T) {
 	dir := makeStore(t)
 	outbox := func(dir string, args ...string) map[string]any {
@@ -663,7 +664,20 @@ func TestInspectOutbox(t *testing.T) {
 			t.Errorf("oldest[%d] = %v, want id %s size %v", i, it, want, size)
 		}
 	}
-	if m := outbox(dir); len(m["oldest"].([]any)) != 6 {
-		t.Errorf("the default limit shows %d of 6", len(m["oldest"].([]any)))
+	if m := outbox(dir); len(m["oldest"].([]any)) != 6 || m["held"] != nil {
+		t.Errorf("the default limit shows %d of 6; held %v", len(m["oldest"].([]any)), m["held"])
+	}
+	// A store that joined another publisher's effects midway shows its hold.
+	if s, _, err = fold.Open(dir, fold.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetEffectsHold(&fold.EffectsHold{Rev: 7, Index: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := outbox(dir)["held"].(map[string]any); fmt.Sprint(h["rev"], "/", h["index"]) != "7/1" {
+		t.Errorf("held = %v, want rev 7 index 1", h)
 	}
 }

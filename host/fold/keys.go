@@ -28,6 +28,8 @@ var (
 	// metaOutboxKey: the highest revision effects were filed under, and
 	// the next index under it (readOutboxHigh).
 	metaOutboxKey = []byte{spaceMeta, 'o', 'u', 't', 'b', 'o', 'x'}
+	// metaHoldKey: the store's effects hold (EffectsHold), when it has one.
+	metaHoldKey = []byte{spaceMeta, 'h', 'o', 'l', 'd'}
 )
 
 // otherView is the view keyspace that is not space.

@@ -26,6 +26,10 @@ type Controller interface {
 	// Rebuild starts a rebuild of the fold's views through its plugin
 	// file's module beside the live fold.
 	Rebuild(ctx context.Context) error
+	// ReleaseEffects ends the hold on the fold's effects publisher (it
+	// joined another publisher's history midway) without waiting for the
+	// fence to pass the point it joined at.
+	ReleaseEffects() error
 }
 
 // DeadLetterer is implemented by folds that keep dead letters.
@@ -96,7 +100,7 @@ func (s *server) replay(w http.ResponseWriter, r *http.Request) {
 // plugin file (refusal: the action read it) 422, anything else 500.
 func AdminStatus(err error, refusal bool) int {
 	switch {
-	case errors.Is(err, ErrNotRunning), errors.Is(err, ErrNothingToResume), errors.Is(err, ErrNotFollowing), errors.Is(err, ErrNoViews):
+	case errors.Is(err, ErrNotRunning), errors.Is(err, ErrNothingToResume), errors.Is(err, ErrNotFollowing), errors.Is(err, ErrNoViews), errors.Is(err, ErrNothingHeld):
 		return http.StatusConflict
 	case errors.Is(err, ErrExportNotConfigured):
 		return http.StatusNotImplemented
@@ -128,6 +132,8 @@ var (
 	ErrNotFollowing = errors.New("the fold is not following")
 	// ErrNoViews: the fold has no plugin, so no views to rebuild.
 	ErrNoViews = errors.New("the fold has no plugin views")
+	// ErrNothingHeld: the fold's effects publisher is not held.
+	ErrNothingHeld = errors.New("the fold's effects are not held: nothing to release")
 )
 
 // adminFold resolves an admin request's fold, checks that its query holds
@@ -219,8 +225,8 @@ func loopbackHostPort(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// control serves POST /v1/folds/{name}/{action} for pause, resume and
-// reload.
+// control serves POST /v1/folds/{name}/{action} for pause, resume,
+// reload, rebuild and release-effects.
 func (s *server) control(action string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		f, _, how, ok := s.adminFold(w, r)
@@ -242,6 +248,8 @@ func (s *server) control(action string) http.HandlerFunc {
 			err = c.Reload(r.Context())
 		case "rebuild":
 			err = c.Rebuild(r.Context())
+		case "release-effects":
+			err = c.ReleaseEffects()
 		}
 		s.audit(r, how, action, f.Name(), err)
 		if !writeAdminError(w, err, action == "reload" || action == "rebuild") { // those read the plugin file

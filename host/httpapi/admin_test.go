@@ -30,6 +30,7 @@ func (f *controlledFold) Pause() error                  { return f.act("pause") 
 func (f *controlledFold) Resume() error                 { return f.act("resume") }
 func (f *controlledFold) Reload(context.Context) error  { return f.act("reload") }
 func (f *controlledFold) Rebuild(context.Context) error { return f.act("rebuild") }
+func (f *controlledFold) ReleaseEffects() error         { return f.act("release-effects") }
 
 // adminPost runs POST path through h as if it arrived on a connection
 // whose local address is local, accepted by a server listening on listen

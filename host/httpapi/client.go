@@ -23,7 +23,7 @@ func Export(ctx context.Context, base, fold string, force bool, token string, ou
 	return Admin(ctx, base, fold, "export", q, token, out)
 }
 
-// Admin POSTs the admin action (pause, resume, reload, rebuild, export,
+// Admin POSTs the admin action (pause, resume, reload, rebuild, release-effects, export,
 // deadletter/replay) of fold to the API at base, with query and the bearer
 // token (if not empty), and decodes the answer into out. An error answer
 // is returned with its message and status.

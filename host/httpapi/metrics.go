@@ -193,6 +193,13 @@ var foldMetrics = []metricDef{
 			}
 			return float64(s.Effects.Published)
 		}),
+	def("foldhost_fold_effects_held", "1 while the fold's effects publisher waits for the fence to pass the point the fold joined at.",
+		prometheus.GaugeValue, func(s Status) float64 {
+			if s.Effects == nil || s.Effects.Held == "" {
+				return 0
+			}
+			return 1
+		}),
 	def("foldhost_fold_effects_dead_lettered_total", "Plugin effects the effects stream refused for good, moved to the dead letters since start.",
 		prometheus.CounterValue, func(s Status) float64 {
 			if s.Effects == nil {

@@ -123,7 +123,7 @@ func NewHandler(o Options) http.Handler {
 	mux.HandleFunc("POST /v1/folds/{name}/export", s.export)
 	mux.HandleFunc("GET /v1/folds/{name}/deadletter", s.deadLetters)
 	mux.HandleFunc("POST /v1/folds/{name}/deadletter/replay", s.replay)
-	for _, a := range []string{"pause", "resume", "reload", "rebuild"} {
+	for _, a := range []string{"pause", "resume", "reload", "rebuild", "release-effects"} {
 		mux.HandleFunc("POST /v1/folds/{name}/"+a, s.control(a))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -175,6 +175,14 @@ type EffectsStatus struct {
 	MaxWaitSeconds float64 `json:"max_wait_seconds,omitempty"`
 	// LastError is the last failed publish, while the publisher retries.
 	LastError string `json:"last_error,omitempty"`
+	// Held says why the publisher waits, when it does: the fold joined
+	// another publisher's history midway, and publishes once the fence
+	// passes the point it joined at (or an operator releases it).
+	Held string `json:"held,omitempty"`
+	// DroppedJoining: emitted while the fold caught up with a history it
+	// joined midway (the collapsed change, which is not this fold's to
+	// publish), since start.
+	DroppedJoining uint64 `json:"dropped_joining,omitempty"`
 }
 
 // PluginStatus is the plugin a fold runs and what became of the reloads

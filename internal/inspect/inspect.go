@@ -66,6 +66,9 @@ type Outbox struct {
 	First   string       `json:"first,omitempty"`
 	Last    string       `json:"last,omitempty"`
 	Oldest  []OutboxItem `json:"oldest"`
+	// Held is the store's effects hold (README, "Plugin effects",
+	// Replicas), when it has one.
+	Held *fold.EffectsHold `json:"held,omitempty"`
 }
 
 // StatsOf is the stats of the store, read through its snapshot sn; name
@@ -121,6 +124,13 @@ func OutboxOf(store *fold.Store, name, dir string, cursor uint64, n int) (Outbox
 		return nil
 	}); err != nil {
 		return Outbox{}, err
+	}
+	h, held, err := store.EffectsHold()
+	if err != nil {
+		return Outbox{}, err
+	}
+	if held {
+		out.Held = &h
 	}
 	if len(out.Oldest) > 0 {
 		out.First = out.Oldest[0].ID

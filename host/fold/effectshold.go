@@ -1,0 +1,91 @@
+package fold
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// EffectsHold is a store's record that it joined a fold's effects midway:
+// another publisher (a replica, or the node this store's data came from)
+// may still hold effects this store never filed, up to the hold's point,
+// and publishing this store's later effects first would move the fold's
+// fence past them (its cover is an order), so they would be deleted
+// unpublished. The host holds its publisher until the fence covers the
+// point, or an operator releases it.
+type EffectsHold struct {
+	// Syncing: the store is still catching up with the history it joined
+	// (a state-sync's collapsed values): its effects are not the ones the
+	// other publisher filed, and are dropped; the point is set when it has
+	// caught up (the cursor then).
+	Syncing bool `json:"syncing,omitempty"`
+	// Tentative: the fence could not be read when the hold began; one
+	// that shows none of the fold's effects published ends it.
+	Tentative bool `json:"tentative,omitempty"`
+	// Rev and Index: the last effect another publisher may hold that this
+	// store does not.
+	Rev   protocol.Revision `json:"rev,omitempty"`
+	Index uint32            `json:"index,omitempty"`
+}
+
+// EffectsHold returns the store's hold (ok false: none).
+func (s *Store) EffectsHold() (h EffectsHold, ok bool, err error) {
+	if !s.gate.enter() {
+		return h, false, ErrClosed
+	}
+	defer s.gate.exit()
+	b, ok, err := getCopy(s.db, metaHoldKey)
+	if err != nil || !ok {
+		return h, false, err
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		return h, false, fmt.Errorf("%w: effects hold %q: %v", ErrCorrupt, b, err)
+	}
+	return h, true, nil
+}
+
+// SetEffectsHold records h durably, or removes the record (h nil).
+func (s *Store) SetEffectsHold(h *EffectsHold) error {
+	if !s.gate.enter() {
+		return ErrClosed
+	}
+	defer s.gate.exit()
+	b := s.db.NewBatch()
+	defer b.Close()
+	var err error
+	if h == nil {
+		err = b.Delete(metaHoldKey, nil)
+	} else {
+		v, _ := json.Marshal(h) // plain fields: cannot fail
+		err = b.Set(metaHoldKey, v, nil)
+	}
+	if err == nil {
+		err = s.apply(b, pebble.Sync)
+	}
+	if err != nil {
+		return fmt.Errorf("fold: record the effects hold in %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// OutboxMark is the last effect the store ever filed (ok false: none),
+// published or not: what a store copied from this one's data lacks, at
+// most, of its effects. An index unknown (a mark written before appends
+// were numbered) reads as the highest.
+func (s *Store) OutboxMark() (rev protocol.Revision, index uint32, ok bool, err error) {
+	if !s.gate.enter() {
+		return 0, 0, false, ErrClosed
+	}
+	defer s.gate.exit()
+	high, next, err := readOutboxHigh(s.db)
+	if err != nil || high == 0 {
+		return 0, 0, false, err
+	}
+	if next == 0 || next == 1<<31 {
+		return high, ^uint32(0), true, nil
+	}
+	return high, next - 1, true, nil
+}
