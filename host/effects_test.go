@@ -667,12 +667,15 @@ func TestEffectsAReplicaJoiningByStateSyncWaitsForTheFence(t *testing.T) {
 
 // TestEffectsReleaseAHold: a node that lost its store hydrates the bucket
 // again while the fence shows its effects published: it holds its
-// publisher (the status says so, and the metric), with nothing to wait
-// for, until an operator releases it; then it publishes from its outbox's
-// first entry. Its hydration's effects stay dropped (not announced).
+// publisher, with nothing to wait for: once its first effect waited past
+// effects_max_wait it is not ready, the reason naming the hold, until an
+// operator releases it; then it publishes from its outbox's first entry,
+// and is ready again. Its hydration's effects stay dropped (not
+// announced).
 // Mutations caught: a release that leaves the hold (nothing published).
 func TestEffectsReleaseAHold(t *testing.T) {
 	b, s, fo, url := effectsSetup(t, 0)
+	fo.EffectsMaxWait = 300 * time.Millisecond
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
 	m := &routerModel{entries: map[string]string{}}
 	route := func(h, addr string) uint64 {
@@ -696,13 +699,17 @@ func TestEffectsReleaseAHold(t *testing.T) {
 	waitState(t, f, httpapi.StateFollowing)
 	last := route("h2", "10.0.0.2:80")
 	waitCursor(t, f, last)
-	waitFor(t, func() bool { return host.OutboxLen(f) == 1 && f.Status().Effects.Held != "" })
+	waitFor(t, func() bool {
+		st := f.Status()
+		return host.OutboxLen(f) == 1 && !st.Ready && strings.Contains(st.Reason, "held, joined midway")
+	})
 	if err := f.ReleaseEffects(); err != nil {
 		t.Fatal(err)
 	}
 	if d := diffEffects(waitEffects(t, s, f, len(m.want)), m.want); d != "" {
 		t.Fatalf("after the release: %s", d)
 	}
+	waitFor(t, func() bool { return f.Status().Ready })
 	if err := f.ReleaseEffects(); !errors.Is(err, httpapi.ErrNothingHeld) {
 		t.Fatalf("a second release: %v, want ErrNothingHeld", err)
 	}
@@ -783,5 +790,47 @@ func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
 	waitEffects(t, s, j, len(m.want))
 	if d := diffEffects(streamEffects(t, s), m.want); d != "" {
 		t.Fatalf("a replica bootstrapped from an artifact: %s", d)
+	}
+}
+
+// TestEffectsPublishedOnceTheFoldCaughtUp: a fold that starts with a
+// backlog (here the state-sync of a bucket of 600 hosts, one update a
+// batch) publishes no effect before it has caught up with it, then all of
+// them, in order. Mutation caught: the publisher not waiting for the
+// catch-up (it publishes while the fold is hydrating).
+func TestEffectsPublishedOnceTheFoldCaughtUp(t *testing.T) {
+	b, s, fo, url := effectsSetup(t, 0)
+	var folding atomic.Pointer[host.Fold]
+	var early atomic.Int64 // publishes begun while the fold was hydrating
+	host.SetEffectsStep(t, func(_ context.Context, step string) {
+		if f := folding.Load(); step == "before-publish" && f != nil && f.Status().State == httpapi.StateHydrating {
+			early.Add(1)
+		}
+	})
+	m := &routerModel{entries: map[string]string{}}
+	for i := range 600 {
+		h := fmt.Sprintf("h%03d", i)
+		m.put(h, "10.0.0.1:80=1")
+		put(t, b, "route."+h, `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+	}
+	h, err := host.New(host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}, Logger: quiet,
+		PluginCacheDir: os.Getenv("FOLDHOST_TEST_WASM_CACHE")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	folding.Store(h.Fold("routes")) // before Run starts the publisher
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if d := diffEffects(waitEffects(t, s, h.Fold("routes"), len(m.want)), m.want); d != "" {
+		t.Fatalf("after the catch-up: %s", d)
+	}
+	if n := early.Load(); n > 0 {
+		t.Fatalf("%d publishes began while the fold was hydrating", n)
 	}
 }

@@ -212,6 +212,9 @@ func (f *Fold) Status() httpapi.Status {
 		if e.LastError != "" {
 			st.Reason += "; last error: " + e.LastError
 		}
+		if e.Held != "" {
+			st.Reason += "; held, " + e.Held + " (foldhost admin release-effects when no other replica publishes)"
+		}
 	}
 	if !st.Ready && st.Reason == "" {
 		switch st.State {

@@ -1355,7 +1355,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, ")")
 	}
 	if ef := r.Effects; ef != nil {
-		fmt.Fprintf(w, "effects (%s, %.2f effects per update): fold to the head %s, %.2f× the fold without effects (%+.0f%%; the publisher running beside it); to the head and the outbox drained %s, %.2f× (paired rounds' median)\n",
+		fmt.Fprintf(w, "effects (%s, %.2f effects per update): fold to the head %s, %.2f× the fold without effects (%+.0f%%; the publisher waiting for the catch-up); to the head and the outbox drained %s, %.2f× (paired rounds' median)\n",
 			ef.Module, ef.EffectsPerUpdate, fmtSeconds(Median(ef.HeadSeconds)), ef.HeadRatio, 100*(ef.HeadRatio-1), fmtSeconds(Median(ef.Seconds)), ef.TimeRatio)
 		if ef.EffectsPerUpdate < 0.5 {
 			fmt.Fprintf(w, "note: far fewer effects than updates (%.2f per update): the ratio is not that of one effect per update\n", ef.EffectsPerUpdate)

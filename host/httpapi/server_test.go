@@ -415,6 +415,7 @@ func TestMetrics(t *testing.T) {
 		at := time.Unix(1700000000, 250e6)
 		s.LastCommitAt = &at
 		s.Export = &httpapi.ExportStatus{Interval: (90 * time.Second).String()}
+		s.Effects = &httpapi.EffectsStatus{Outbox: 5, Held: "joined midway: until the fence passes revision 9"}
 	})
 	m := httpapi.NewMetrics()
 	m.Track([]httpapi.Fold{routes})
@@ -440,6 +441,8 @@ func TestMetrics(t *testing.T) {
 		`foldhost_fold_batch_duration_seconds_bucket{fold="routes",le="0.0064"} 1`,
 		`foldhost_fold_last_commit_timestamp_seconds{fold="routes"} 1.70000000025e+09`,
 		`foldhost_fold_export_interval_seconds{fold="routes"} 90`,
+		`foldhost_fold_effects_outbox{fold="routes"} 5`,
+		`foldhost_fold_effects_held{fold="routes"} 1`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(body, want) {
