@@ -259,6 +259,20 @@ func (f *Fold) publishEffects(ctx context.Context) {
 	probe := false
 	chunkMax := effectsChunk
 	for ctx.Err() == nil {
+		if f.state.Load() == httpapi.StateHydrating {
+			// The fold catches up with the backlog it found at its start
+			// first: publishing beside it, the server's work and this
+			// goroutine's cost the fold a quarter to two thirds more time
+			// to the head on two cores (RATIONALE.md, "Plugin effects").
+			// Its wait is not the outbox's: counted from the catch-up's end.
+			f.effects.headSince.Store(0)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(effectsCatchUpPoll):
+			}
+			continue
+		}
 		// The outbox first: its head's wait counts (readiness) even while
 		// the fence cannot be read. The fence, read after, covers at least
 		// what it covered when the chunk was read.
@@ -288,19 +302,6 @@ func (f *Fold) publishEffects(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-f.store.OutboxSignal():
-			}
-			continue
-		case f.state.Load() == httpapi.StateHydrating:
-			// The fold catches up with the backlog it found at its start
-			// first: publishing beside it, the server's work and this
-			// goroutine's cost the fold a quarter to two thirds more time
-			// to the head on two cores (RATIONALE.md, "Plugin effects").
-			// Its wait is not the outbox's: counted from the catch-up's end.
-			f.effects.headSince.Store(0)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(effectsCatchUpPoll):
 			}
 			continue
 		case held:
@@ -489,6 +490,35 @@ func (f *Fold) joinEffects(ctx context.Context) {
 			"(another replica's effects up to there are that replica's to publish); with no other replica, release it: foldhost admin release-effects",
 			"fence", f.effects.target.fence, "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index))
 	}
+}
+
+// holdIfBehind runs at the start of a key-listing repair (an expired
+// cursor), with an effects stream. The repair announces its net change
+// under the revision it moves the cursor to; beside another publisher
+// whose unpublished effects lie below that revision, publishing it first
+// would move the fence past them (the joining state-sync's case). A fence
+// past the last effect this store ever filed says another publisher went
+// on while this fold could not see the bucket: the repair then joins its
+// history as a state-sync does (its effects dropped, the publisher held
+// until the fence passes the repair's revision). A fence no further than
+// this store's own effects, or one that cannot be read, is taken as this
+// fold publishing alone, and the net change is announced.
+func (f *Fold) holdIfBehind(plan protocol.RepairPlan) {
+	if plan != protocol.PlanKeyListingDiff || f.effects.target == nil || f.effects.hold.Load() != nil {
+		return
+	}
+	fence, err := f.effects.target.readFence(context.Background(), f.o.Name, f.effectsEpoch())
+	if err != nil || !fence.has {
+		return
+	}
+	rev, index, marked, err := f.store.OutboxMark()
+	if err != nil || marked && (fence.rev < rev || fence.rev == rev && fence.index <= index) {
+		return // no further than this store's own
+	}
+	f.setHold(&fold.EffectsHold{Syncing: true}, "this fold's cursor expired while its effects fence moved past the last effect it filed: "+
+		"another replica publishes this fold's effects, so the repair's net change is dropped, and this fold publishes once the fence passes the repair's revision; "+
+		"with no other replica, release it: foldhost admin release-effects",
+		"fence", f.effects.target.fence, "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index), "last_filed", fmt.Sprintf("%d/%d", rev, index))
 }
 
 // setHold records h (nil: none) in the store, then here, and wakes a held

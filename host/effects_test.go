@@ -23,6 +23,7 @@ import (
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/natstest"
 	"github.com/foldhost/foldhost/internal/syncbuf"
+	"github.com/foldhost/foldhost/protocol"
 )
 
 // routerModel is the example router's effects contract (SPEC.md,
@@ -832,5 +833,106 @@ func TestEffectsPublishedOnceTheFoldCaughtUp(t *testing.T) {
 	}
 	if n := early.Load(); n > 0 {
 		t.Fatalf("%d publishes began while the fold was hydrating", n)
+	}
+}
+
+// TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence: of two
+// replicas of a fold on a history-1 bucket, one is down while the other
+// folds on, publishes, and then holds effects it has not published
+// (stopped before its publish); rewrites and a delete whose marker is
+// purged expire the first one's cursor. At its restart it repairs by a key-listing: the
+// fence is past the last effect it filed, so another replica publishes,
+// and it drops the repair's net change and holds its publisher until the
+// fence passes the repair's revision. The other replica, restarted,
+// publishes its own; then the repaired one publishes alone. The stream
+// holds every effect of the history once, in order. Mutation caught: no
+// hold at the repair (its net change lands first, and the other's
+// unpublished effects are deleted).
+func TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence(t *testing.T) {
+	url, b := repairServer(t, natskv.BucketConfig{History: 1})
+	js, err := jetstream.New(nc(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var block atomic.Bool // the other replica publishes nothing
+	host.SetEffectsStep(t, func(ctx context.Context, step string) {
+		if step == "before-publish" && block.Load() {
+			<-ctx.Done()
+		}
+	})
+	opts := func(dir string) host.Options {
+		fo := host.FoldOptions{Name: "routes", Bucket: "rt", Scope: []string{"route."}, Plugin: builtPlugin(t, "example-router", "router-c"),
+			DataDir: dir, Repair: protocol.RepairAuto, EffectsStream: "EV", BatchSize: 1}
+		return host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
+	}
+	m := &routerModel{entries: map[string]string{}}
+	set := func(h, addr string) uint64 {
+		m.put(h, addr+"=1")
+		return put(t, b, "route."+h, route(addr))
+	}
+	behindDir, otherDir := filepath.Join(t.TempDir(), "behind"), filepath.Join(t.TempDir(), "other")
+	behind, other := startHost(t, opts(behindDir)), startHost(t, opts(otherDir))
+	var last uint64
+	for i := range 5 {
+		last = set(fmt.Sprintf("h%d", i), "10.0.0.1:80")
+	}
+	waitCursor(t, behind.h.Fold("routes"), last)
+	waitEffects(t, s, other.h.Fold("routes"), len(m.want))
+	waitFor(t, func() bool { return host.OutboxLen(behind.h.Fold("routes")) == 0 })
+	if err := behind.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// Every revision up to the cursor and the next is superseded or
+	// purged below: the first retained revision is past cursor+1.
+	set("h0", "10.0.0.2:80")
+	set("h4", "10.0.0.2:80")
+	waitEffects(t, s, other.h.Fold("routes"), len(m.want))
+	block.Store(true)
+	set("h2", "10.0.0.2:80")
+	if err := b.KV().Delete(context.Background(), "route.h1"); err != nil {
+		t.Fatal(err)
+	}
+	m.del("h1")
+	set("h3", "10.0.0.3:80")
+	last = set("h0", "10.0.0.3:80")
+	waitCursor(t, other.h.Fold("routes"), last)
+	if err := other.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	block.Store(false)
+	if err := b.KV().PurgeDeletes(context.Background(), jetstream.DeleteMarkersOlderThan(-1)); err != nil {
+		t.Fatal(err)
+	}
+
+	behind = startHost(t, opts(behindDir))
+	f := behind.h.Fold("routes")
+	waitRepair(t, f, "done")
+	waitFor(t, func() bool {
+		st := f.Status().Effects
+		return strings.Contains(st.Held, "passes revision") || st.Published > 0
+	})
+	if st := f.Status().Effects; st.DroppedJoining == 0 || st.Published != 0 {
+		t.Errorf("the repaired replica's effects: %+v, want its repair's dropped and none published", st)
+	}
+	other = startHost(t, opts(otherDir))
+	waitEffects(t, s, other.h.Fold("routes"), len(m.want))
+	if d := diffEffects(streamEffects(t, s), m.want); d != "" {
+		t.Fatalf("after the other replica's restart: %s", d)
+	}
+	last = set("h4", "10.0.0.4:80")
+	waitCursor(t, other.h.Fold("routes"), last)
+	waitEffects(t, s, other.h.Fold("routes"), len(m.want))
+	waitFor(t, func() bool { return f.Status().Effects.Held == "" && host.OutboxLen(f) == 0 })
+	if err := other.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	set("h5", "10.0.0.5:80")
+	waitEffects(t, s, f, len(m.want))
+	if d := diffEffects(streamEffects(t, s), m.want); d != "" {
+		t.Fatalf("a replica repaired beside another: %s", d)
 	}
 }

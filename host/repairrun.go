@@ -76,6 +76,7 @@ func (f *Fold) retention(ctx context.Context, commit func(fold.Commit) error) (p
 // pinForRepair marks the fold repairing and pins its pre-repair state for
 // readers (Snapshot hands out shares of it); the returned func unpins.
 func (f *Fold) pinForRepair(plan protocol.RepairPlan) func() {
+	f.holdIfBehind(plan)
 	prev := f.state.Load()
 	f.state.Store(httpapi.StateRepairing)
 	f.ready.Store(false)
@@ -121,6 +122,7 @@ func (f *Fold) repairEnded(plan protocol.RepairPlan, outcome string, err error, 
 	case outcome == "done" && plan == protocol.PlanRestore:
 		f.state.Store(httpapi.StateHydrating)
 	case outcome == "done":
+		f.effectsCaughtUp(f.store.Cursor()) // a listing's source is live: no OnSynced
 		f.state.Store(httpapi.StateFollowing)
 		f.ready.Store(true)
 	case outcome == "failed" && errors.Is(err, fold.ErrPlugin):
