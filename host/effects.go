@@ -279,7 +279,7 @@ func (f *Fold) publishEffects(ctx context.Context) {
 		chunk = chunk[:0]
 		err := f.store.Outbox(chunkMax, func(e fold.OutboxEntry) error { chunk = append(chunk, e); return nil })
 		f.effects.noteHead(chunk, err)
-		if err == nil && !known && len(chunk) > 0 {
+		if err == nil && !known && (len(chunk) > 0 || f.effects.hold.Load() != nil) {
 			fence, err = t.readFence(ctx, f.o.Name, epoch)
 			known = err == nil
 		}
@@ -298,10 +298,18 @@ func (f *Fold) publishEffects(ctx context.Context) {
 				f.effects.confirmed.Add(uint64(landed))
 			}
 		case len(chunk) == 0:
+			var poll <-chan time.Time
+			if held {
+				// Nothing to publish, but the hold's end is watched for
+				// (the status says held until it is seen).
+				poll, known = time.After(effectsHoldPoll), false
+			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-f.store.OutboxSignal():
+			case <-f.effects.held:
+			case <-poll:
 			}
 			continue
 		case held:

@@ -723,8 +723,11 @@ func TestEffectsReleaseAHold(t *testing.T) {
 // filed. Its own effects of later updates wait; the exporter, restarted,
 // publishes its own, which ends the hold; then the bootstrapped replica
 // publishes alone. The stream holds every effect of the history once, in
-// order. Mutation caught: no hold at the bootstrap (the replica's later
-// effect lands first, and the exporter's are deleted unpublished).
+// order. A node bootstrapped from an artifact whose effects were all
+// published ends its hold with nothing of its own to publish. Mutations
+// caught: no hold at the bootstrap (the replica's later effect lands
+// first, and the exporter's are deleted unpublished), a held publisher
+// with an empty outbox that does not read the fence (held for good).
 func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
 	b, s, fo, url := effectsSetup(t, 0)
 	var block atomic.Bool // the exporter publishes nothing
@@ -792,6 +795,24 @@ func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
 	if d := diffEffects(streamEffects(t, s), m.want); d != "" {
 		t.Fatalf("a replica bootstrapped from an artifact: %s", d)
 	}
+
+	// From an artifact whose effects were all published, a node holds
+	// nothing for long: the fence covers the exporter's last effect, and
+	// the hold ends with no effect of its own to publish.
+	if err := joined.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.ExportStopped(context.Background(), opts(joinedDir), "routes", true); err != nil {
+		t.Fatal(err)
+	}
+	thirdDir := filepath.Join(t.TempDir(), "third")
+	if _, err := host.Bootstrap(context.Background(), opts(thirdDir), "routes", host.BootstrapOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	third := startHost(t, opts(thirdDir)).h.Fold("routes")
+	waitFor(t, func() bool {
+		return third.Status().State == httpapi.StateFollowing && third.Status().Effects.Held == ""
+	})
 }
 
 // TestEffectsPublishedOnceTheFoldCaughtUp: a fold that starts with a
