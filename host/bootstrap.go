@@ -274,7 +274,6 @@ func joinOutbox(dir string) error {
 			h.Rev, h.Index = rev, index
 		}
 		h.Tentative = h.Tentative && !marked // the exporter's effects may be unpublished, fence or none
-
 	}
 	if err == nil && (held || marked) {
 		err = st.SetEffectsHold(&h)

@@ -488,12 +488,12 @@ func (f *Fold) joinEffects(ctx context.Context) {
 	fence, err := f.effects.target.readFence(ctx, f.o.Name, f.effectsEpoch())
 	switch {
 	case err != nil:
-		f.setHold(&fold.EffectsHold{Syncing: true, Tentative: true}, "this fold hydrates from an empty store and could not read its effects fence: "+
+		f.setHold(nil, &fold.EffectsHold{Syncing: true, Tentative: true}, "this fold hydrates from an empty store and could not read its effects fence: "+
 			"it drops its hydration's effects, and publishes once the fence shows no effects of this fold or passes the point it catches up at "+
 			"(another replica's effects up to there are that replica's to publish); with no other replica, release it: foldhost admin release-effects",
 			"fence", f.effects.target.fence, "err", err)
 	case fence.has:
-		f.setHold(&fold.EffectsHold{Syncing: true}, "this fold hydrates from an empty store while its effects fence shows effects published: "+
+		f.setHold(nil, &fold.EffectsHold{Syncing: true}, "this fold hydrates from an empty store while its effects fence shows effects published: "+
 			"it drops its hydration's effects, and publishes once the fence passes the point it catches up at "+
 			"(another replica's effects up to there are that replica's to publish); with no other replica, release it: foldhost admin release-effects",
 			"fence", f.effects.target.fence, "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index))
@@ -523,18 +523,24 @@ func (f *Fold) holdIfBehind(plan protocol.RepairPlan) {
 	if err != nil || marked && (fence.rev < rev || fence.rev == rev && fence.index <= index) {
 		return // no further than this store's own
 	}
-	f.setHold(&fold.EffectsHold{Syncing: true}, "this fold's cursor expired while its effects fence moved past the last effect it filed: "+
+	f.setHold(nil, &fold.EffectsHold{Syncing: true}, "this fold's cursor expired while its effects fence moved past the last effect it filed: "+
 		"another replica publishes this fold's effects, so the repair's net change is dropped, and this fold publishes once the fence passes the repair's revision; "+
 		"with no other replica, release it: foldhost admin release-effects",
 		"fence", f.effects.target.fence, "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index), "last_filed", fmt.Sprintf("%d/%d", rev, index))
 }
 
-// setHold records h (nil: none) in the store, then here, and wakes a held
-// publisher; logged with msg and args. A failed record changes nothing.
-func (f *Fold) setHold(h *fold.EffectsHold, msg string, args ...any) error {
+// setHold replaces the hold from (the one the caller read; nil: none) by
+// h (nil: none): in the store, then here, and wakes a held publisher;
+// logged with msg and args. A hold changed since the caller read it (an
+// operator's release beside the fold catching up) is left as it is, and
+// errHoldChanged returned; a failed record changes nothing.
+func (f *Fold) setHold(from, h *fold.EffectsHold, msg string, args ...any) error {
 	e := &f.effects
 	e.holdMu.Lock()
 	defer e.holdMu.Unlock()
+	if e.hold.Load() != from {
+		return errHoldChanged
+	}
 	if err := f.store.SetEffectsHold(h); err != nil {
 		f.log.Warn("could not record the effects hold", "err", err)
 		return err
@@ -547,6 +553,8 @@ func (f *Fold) setHold(h *fold.EffectsHold, msg string, args ...any) error {
 	f.log.Info(msg, args...)
 	return nil
 }
+
+var errHoldChanged = errors.New("the effects hold changed meanwhile")
 
 // loadHold reads the store's effects hold, at the start.
 func (f *Fold) loadHold() error {
@@ -568,7 +576,7 @@ func (f *Fold) effectsCaughtUp(c protocol.Cursor) {
 	if h == nil || !h.Syncing {
 		return
 	}
-	_ = f.setHold(&fold.EffectsHold{Rev: c.Rev, Index: math.MaxUint32, Tentative: h.Tentative},
+	_ = f.setHold(h, &fold.EffectsHold{Rev: c.Rev, Index: math.MaxUint32, Tentative: h.Tentative},
 		"this fold caught up with the bucket it joined: it publishes its effects once the fence passes this revision", "revision", uint64(c.Rev))
 }
 
@@ -581,12 +589,12 @@ func (f *Fold) holding(fence fenceState) bool {
 		return false
 	}
 	if h.Tentative && !fence.has {
-		return f.setHold(nil, "the effects fence shows no effects of this fold published: this fold joined no other publisher; publishing") != nil
+		return f.setHold(h, nil, "the effects fence shows no effects of this fold published: this fold joined no other publisher; publishing") != nil
 	}
 	if h.Syncing || !fence.covers(fold.OutboxEntry{Rev: h.Rev, Index: h.Index}) {
 		return true
 	}
-	return f.setHold(nil, "the effects fence passed the point this fold joined at: publishing", "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index)) != nil
+	return f.setHold(h, nil, "the effects fence passed the point this fold joined at: publishing", "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index)) != nil
 }
 
 // ReleaseEffects ends the fold's effects hold (joinEffects): its
@@ -599,10 +607,15 @@ func (f *Fold) ReleaseEffects() error {
 	if f.effects.target == nil {
 		return fmt.Errorf("fold %s: %w: it has no effects stream", f.o.Name, httpapi.ErrNothingHeld)
 	}
-	if f.effects.hold.Load() == nil {
-		return fmt.Errorf("fold %s: %w", f.o.Name, httpapi.ErrNothingHeld)
+	for {
+		h := f.effects.hold.Load()
+		if h == nil {
+			return fmt.Errorf("fold %s: %w", f.o.Name, httpapi.ErrNothingHeld)
+		}
+		if err := f.setHold(h, nil, "the effects hold was released: publishing"); !errors.Is(err, errHoldChanged) {
+			return err
+		}
 	}
-	return f.setHold(nil, "the effects hold was released: publishing")
 }
 
 // readFence reads the fence subject's last message.

@@ -270,9 +270,9 @@ func (f *Fold) run(ctx context.Context) error {
 	}
 	// No loop runs yet: the eviction memo may be committed directly.
 	ret, retErr := f.retention(ctx, f.store.Commit)
-	if err := retErr; err != nil {
-		f.log.Warn("could not read the stream's retention; the watch will retry", "err", err)
-		f.setErr(err)
+	if retErr != nil {
+		f.log.Warn("could not read the stream's retention; the watch will retry", "err", retErr)
+		f.setErr(retErr)
 	} else {
 		f.headAtStart.Store(uint64(ret.Last))
 	}
