@@ -493,6 +493,7 @@ func FuzzCursorDecode(f *testing.F) {
 		{EvictionSeen: true}, {Rev: 5, EvictionSeen: true},
 		{Rev: 5, MsgUnixNano: 1}, {Rev: 5, MsgUnixNano: -1},
 		{Rev: maxRev, EvictionSeen: true, MsgUnixNano: math.MinInt64},
+		{Rev: 9, Unsettled: true, Settled: 3}, {Rev: 9, Unsettled: true, Settled: 3, MsgUnixNano: 5, EvictionSeen: true},
 	} {
 		b, _ := c.MarshalBinary()
 		f.Add(b)
@@ -520,7 +521,7 @@ func FuzzCursorDecode(f *testing.F) {
 			return
 		}
 		switch len(b) {
-		case 8, 10, 18:
+		case 8, 10, 18, 26: // compact; extended: + message time, + settled revision, + both
 		default:
 			t.Fatalf("accepted a %d-byte input %x", len(b), b)
 		}
