@@ -260,12 +260,8 @@ func joinOutbox(dir string) error {
 	if err != nil {
 		return err
 	}
-	err = st.DropOutbox()
-	var h fold.EffectsHold
-	var held, marked bool
-	if err == nil {
-		h, held, err = st.EffectsHold()
-	}
+	h, held, err := st.EffectsHold()
+	var marked bool
 	if err == nil {
 		var rev protocol.Revision
 		var index uint32
@@ -275,8 +271,12 @@ func joinOutbox(dir string) error {
 		}
 		h.Tentative = h.Tentative && !marked // the exporter's effects may be unpublished, fence or none
 	}
-	if err == nil && (held || marked) {
-		err = st.SetEffectsHold(&h)
+	if err == nil {
+		var hold *fold.EffectsHold
+		if held || marked {
+			hold = &h
+		}
+		err = st.DropOutbox(hold) // one batch: no crash leaves the outbox dropped and nothing held
 	}
 	if cerr := st.Close(); err == nil {
 		err = cerr

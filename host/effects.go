@@ -83,6 +83,10 @@ type effectsState struct {
 	holdMu      sync.Mutex
 	held        chan struct{}
 	joinDropped atomic.Uint64
+	// restored is the point a restore's hold turns to once the artifact
+	// is folded in (joinRepair, restoredEffects): the last effect the
+	// artifact's node filed; nil when the restore joined no one.
+	restored atomic.Pointer[fold.EffectsHold]
 }
 
 // openEffectsTarget checks, at the start, that the fold's effects stream
@@ -483,50 +487,113 @@ func (f *Fold) effectsEpoch() string {
 // caught up (effectsCaughtUp), and the publisher waits until the fence
 // covers it (holding), or an operator releases it (ReleaseEffects). A
 // fence that cannot be read is taken as one that may show effects (the
-// hold is tentative: a fence read later that shows none ends it).
-func (f *Fold) joinEffects(ctx context.Context) {
+// hold is tentative: a fence read later that shows none ends it). A hold
+// that cannot be recorded fails the start: the fold does not sync
+// without it.
+func (f *Fold) joinEffects(ctx context.Context) error {
 	fence, err := f.effects.target.readFence(ctx, f.o.Name, f.effectsEpoch())
 	switch {
 	case err != nil:
-		f.setHold(nil, &fold.EffectsHold{Syncing: true, Tentative: true}, "this fold hydrates from an empty store and could not read its effects fence: "+
+		return f.setHold(nil, &fold.EffectsHold{Syncing: true, Tentative: true}, "this fold hydrates from an empty store and could not read its effects fence: "+
 			"it drops its hydration's effects, and publishes once the fence shows no effects of this fold or passes the point it catches up at "+
 			"(another replica's effects up to there are that replica's to publish); with no other replica, release it: foldhost admin release-effects",
 			"fence", f.effects.target.fence, "err", err)
 	case fence.has:
-		f.setHold(nil, &fold.EffectsHold{Syncing: true}, "this fold hydrates from an empty store while its effects fence shows effects published: "+
+		return f.setHold(nil, &fold.EffectsHold{Syncing: true}, "this fold hydrates from an empty store while its effects fence shows effects published: "+
 			"it drops its hydration's effects, and publishes once the fence passes the point it catches up at "+
 			"(another replica's effects up to there are that replica's to publish); with no other replica, release it: foldhost admin release-effects",
 			"fence", f.effects.target.fence, "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index))
 	}
+	return nil
 }
 
-// holdIfBehind runs at the start of a key-listing repair (an expired
-// cursor), with an effects stream. The repair announces its net change
-// under the revision it moves the cursor to; beside another publisher
-// whose unpublished effects lie below that revision, publishing it first
-// would move the fence past them (the joining state-sync's case). A fence
-// past the last effect this store ever filed says another publisher went
-// on while this fold could not see the bucket: the repair then joins its
-// history as a state-sync does (its effects dropped, the publisher held
-// until the fence passes the repair's revision). A fence no further than
-// this store's own effects, or one that cannot be read, is taken as this
-// fold publishing alone, and the net change is announced.
-func (f *Fold) holdIfBehind(plan protocol.RepairPlan) {
-	if plan != protocol.PlanKeyListingDiff || f.effects.target == nil || f.effects.hold.Load() != nil {
+// joinRepair is the repairs' Hooks.Join, with an effects stream: it runs
+// before a repair folds its difference, which the fold's effects announce
+// as a net change under the revision the repair moves the cursor to.
+// Beside another publisher whose unpublished effects lie below that
+// revision, publishing the net change first would move the fence past
+// them (the joining state-sync's case), so the repair joins that
+// publisher's history instead: its net change is dropped, and the
+// publisher holds (a syncing hold, its point set once the fold caught
+// up) when
+//   - a restore folds in an artifact whose node filed effects this store
+//     never did (past this store's outbox mark): they are that node's to
+//     publish; once the artifact is folded in, the hold's point is the
+//     last of them (restoredEffects), and the fold's own effects from the
+//     artifact's cursor on are the ones every replica files;
+//   - or the fence is past the last effect this store ever filed: another
+//     publisher went on while this fold could not see the bucket.
+//
+// Otherwise (a fence no further than this store's own effects, or one
+// that cannot be read) the fold is taken to publish alone, and the net
+// change is announced. A hold that cannot be recorded fails the attempt.
+func (f *Fold) joinRepair(plan protocol.RepairPlan, art *fold.Store) error {
+	e := &f.effects
+	e.restored.Store(nil)
+	if e.target == nil {
+		return nil
+	}
+	own, ownIndex, ownMarked, err := f.store.OutboxMark()
+	if err != nil {
+		return fmt.Errorf("reading the outbox mark: %w", err)
+	}
+	beyond := func(rev protocol.Revision, index uint32) bool {
+		return !ownMarked || rev > own || rev == own && index > ownIndex
+	}
+	var why string
+	args := []any{"plan", plan.String(), "fence", e.target.fence, "last_filed", fmt.Sprintf("%d/%d", own, ownIndex)}
+	if art != nil {
+		rev, index, marked, err := art.OutboxMark()
+		if err != nil {
+			return fmt.Errorf("reading the artifact's outbox mark: %w", err)
+		}
+		if marked && beyond(rev, index) {
+			e.restored.Store(&fold.EffectsHold{Rev: rev, Index: index})
+			why = "this fold restores from another node's artifact whose node filed effects this fold never did: they are that node's to publish, " +
+				"so the restore's net change is dropped, and this fold publishes once the fence passes the last of them; " +
+				"with no other replica, release it: foldhost admin release-effects"
+			args = append(args, "artifact_filed", fmt.Sprintf("%d/%d", rev, index))
+		}
+	}
+	if why == "" {
+		fence, err := e.target.readFence(context.Background(), f.o.Name, f.effectsEpoch())
+		if err != nil || !fence.has || !beyond(fence.rev, fence.index) {
+			return nil // no further than this store's own
+		}
+		why = "this fold's cursor expired while its effects fence moved past the last effect it filed: " +
+			"another replica publishes this fold's effects, so the repair's net change is dropped, and this fold publishes once the fence passes the repair's revision; " +
+			"with no other replica, release it: foldhost admin release-effects"
+		args = append(args, "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index))
+	}
+	for {
+		h := e.hold.Load()
+		if h != nil && h.Syncing && !h.Tentative {
+			return nil // its effects are dropped already, its point is set once caught up
+		}
+		if r := e.restored.Load(); r != nil && h != nil && !h.Syncing && (h.Rev > r.Rev || h.Rev == r.Rev && h.Index > r.Index) {
+			e.restored.Store(h) // a bootstrap's point, further still
+		}
+		if err := f.setHold(h, &fold.EffectsHold{Syncing: true}, why, args...); !errors.Is(err, errHoldChanged) {
+			return err
+		}
+	}
+}
+
+// restoredEffects runs when a restore is done: a hold it began
+// (joinRepair) gets its point, the last effect the artifact's node filed.
+// Its history from the artifact's cursor on is the fold's own, effect by
+// effect (the same ids), so the fold's effects are no longer dropped.
+// Unrecorded, the hold stays syncing (its point is set once caught up).
+func (f *Fold) restoredEffects() {
+	p := f.effects.restored.Swap(nil)
+	h := f.effects.hold.Load()
+	if p == nil || h == nil || !h.Syncing {
 		return
 	}
-	fence, err := f.effects.target.readFence(context.Background(), f.o.Name, f.effectsEpoch())
-	if err != nil || !fence.has {
-		return
+	if err := f.setHold(h, &fold.EffectsHold{Rev: p.Rev, Index: p.Index}, "the artifact is folded in: this fold publishes its effects once the fence passes the last one the artifact's node filed",
+		"point", fmt.Sprintf("%d/%d", p.Rev, p.Index)); err != nil && !errors.Is(err, errHoldChanged) {
+		f.log.Warn("the effects hold keeps dropping this fold's effects until it has caught up", "err", err)
 	}
-	rev, index, marked, err := f.store.OutboxMark()
-	if err != nil || marked && (fence.rev < rev || fence.rev == rev && fence.index <= index) {
-		return // no further than this store's own
-	}
-	f.setHold(nil, &fold.EffectsHold{Syncing: true}, "this fold's cursor expired while its effects fence moved past the last effect it filed: "+
-		"another replica publishes this fold's effects, so the repair's net change is dropped, and this fold publishes once the fence passes the repair's revision; "+
-		"with no other replica, release it: foldhost admin release-effects",
-		"fence", f.effects.target.fence, "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index), "last_filed", fmt.Sprintf("%d/%d", rev, index))
 }
 
 // setHold replaces the hold from (the one the caller read; nil: none) by
@@ -541,7 +608,11 @@ func (f *Fold) setHold(from, h *fold.EffectsHold, msg string, args ...any) error
 	if e.hold.Load() != from {
 		return errHoldChanged
 	}
-	if err := f.store.SetEffectsHold(h); err != nil {
+	err := errHoldRecordFault
+	if !failHoldRecords.Load() {
+		err = f.store.SetEffectsHold(h)
+	}
+	if err != nil {
 		f.log.Warn("could not record the effects hold", "err", err)
 		return err
 	}
@@ -555,6 +626,13 @@ func (f *Fold) setHold(from, h *fold.EffectsHold, msg string, args ...any) error
 }
 
 var errHoldChanged = errors.New("the effects hold changed meanwhile")
+
+// failHoldRecords makes every record of a hold fail with
+// errHoldRecordFault: tests' fault injection (FailHoldRecords).
+var (
+	failHoldRecords    atomic.Bool
+	errHoldRecordFault = errors.New("injected fault: the effects hold's record failed")
+)
 
 // loadHold reads the store's effects hold, at the start.
 func (f *Fold) loadHold() error {
@@ -576,8 +654,15 @@ func (f *Fold) effectsCaughtUp(c protocol.Cursor) {
 	if h == nil || !h.Syncing {
 		return
 	}
-	_ = f.setHold(h, &fold.EffectsHold{Rev: c.Rev, Index: math.MaxUint32, Tentative: h.Tentative},
+	err := f.setHold(h, &fold.EffectsHold{Rev: c.Rev, Index: math.MaxUint32, Tentative: h.Tentative},
 		"this fold caught up with the bucket it joined: it publishes its effects once the fence passes this revision", "revision", uint64(c.Rev))
+	if err != nil && !errors.Is(err, errHoldChanged) {
+		// The store failed a small sync write; its next commit fails the
+		// fold, whose next catch-up sets the point. Until then its
+		// publisher stays held and its effects dropped: nothing is lost
+		// that another publisher does not hold.
+		f.setErr(fmt.Errorf("recording the effects hold's point: %w", err))
+	}
 }
 
 // holding reports whether the publisher must wait: the store holds its

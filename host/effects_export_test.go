@@ -33,6 +33,15 @@ func SetEffectsStep(t interface{ Cleanup(func()) }, fn func(ctx context.Context,
 	t.Cleanup(func() { effectsStep = nil })
 }
 
+// FailHoldRecords makes every record of an effects hold fail (fault
+// injection) until heal is called or the test ends.
+func FailHoldRecords(t interface{ Cleanup(func()) }) (heal func()) {
+	failHoldRecords.Store(true)
+	heal = func() { failHoldRecords.Store(false) }
+	t.Cleanup(heal)
+	return heal
+}
+
 // KillEffectsEnv makes the test binary a child of TestEffectsAudit
 // (TestMain): it runs a host on the router fold of KillEffectsDir
 // (plugin KillEffectsPlugin, batches of one update) publishing effects to

@@ -666,6 +666,47 @@ func TestEffectsAReplicaJoiningByStateSyncWaitsForTheFence(t *testing.T) {
 	}
 }
 
+// TestEffectsAHoldThatCannotBeRecordedFailsTheStart: a node joining by
+// state-sync beside a fold whose effects were published must record its
+// hold before it syncs. With the record failing (fault injection), the
+// fold fails, its reason naming the hold, and publishes nothing; once the
+// record works, a resume holds and syncs. Mutation caught: a record's
+// error ignored (the fold syncs unheld and publishes its collapsed
+// change, under ids of its own).
+func TestEffectsAHoldThatCannotBeRecordedFailsTheStart(t *testing.T) {
+	b, s, fo, url := effectsSetup(t, 0)
+	opts := func(dir string) host.Options {
+		fo.DataDir = dir
+		return host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
+	}
+	first := startHost(t, opts(filepath.Join(t.TempDir(), "first")))
+	waitState(t, first.h.Fold("routes"), httpapi.StateFollowing)
+	for i := range 2 {
+		put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+	}
+	waitEffects(t, s, first.h.Fold("routes"), 2)
+	if err := first.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	heal := host.FailHoldRecords(t)
+	joined := startHost(t, opts(filepath.Join(t.TempDir(), "joined")))
+	j := joined.h.Fold("routes")
+	st := waitState(t, j, httpapi.StateFailed)
+	if !strings.Contains(st.Reason, "effects hold") || st.Cursor != 0 {
+		t.Errorf("the fold failed at cursor %d with %q, want its hold's record failure before it synced", st.Cursor, st.Reason)
+	}
+	heal()
+	if err := j.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		return j.Status().Cursor > 0 && strings.Contains(j.Status().Effects.Held, "passes revision")
+	})
+	if n := len(streamEffects(t, s)); n != 2 {
+		t.Fatalf("the stream holds %d effects, want the first fold's 2", n)
+	}
+}
+
 // TestEffectsReleaseAHold: a node that lost its store hydrates the bucket
 // again while the fence shows its effects published: it holds its
 // publisher, with nothing to wait for: once its first effect waited past
@@ -859,17 +900,40 @@ func TestEffectsPublishedOnceTheFoldCaughtUp(t *testing.T) {
 
 // TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence: of two
 // replicas of a fold on a history-1 bucket, one is down while the other
-// folds on, publishes, and then holds effects it has not published
-// (stopped before its publish); rewrites and a delete whose marker is
-// purged expire the first one's cursor. At its restart it repairs by a key-listing: the
-// fence is past the last effect it filed, so another replica publishes,
-// and it drops the repair's net change and holds its publisher until the
-// fence passes the repair's revision. The other replica, restarted,
-// publishes its own; then the repaired one publishes alone. The stream
-// holds every effect of the history once, in order. Mutation caught: no
-// hold at the repair (its net change lands first, and the other's
-// unpublished effects are deleted).
+// folds on, and then holds effects it has not published (stopped before
+// its publish); rewrites and a delete whose marker is purged expire the
+// first one's cursor. At its restart it repairs, by each plan that folds
+// a net change:
+//   - a key-listing diff, and a re-list only (repair = "none"): the other
+//     published after the first stopped, so the fence is past the last
+//     effect the first filed: another replica publishes;
+//   - a restore from the other's artifact, exported while it held its
+//     unpublished effects: it published nothing after the first stopped
+//     (the fence says nothing), but the artifact's node filed effects the
+//     first never did.
+//
+// The repaired replica drops the repair's net change and holds its
+// publisher until the fence passes the other's effects. The other,
+// restarted, publishes its own; then the repaired one publishes alone.
+// The stream holds every effect of the history once, in order. Mutations
+// caught: no hold at the repair (its net change lands first, and the
+// other's unpublished effects are deleted), a re-list only or a restore
+// not held, a restore's hold judged by the fence alone.
 func TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence(t *testing.T) {
+	for _, c := range []struct {
+		mode protocol.RepairMode
+		plan string
+	}{
+		{protocol.RepairAuto, "key-listing-diff"},
+		{protocol.RepairNone, "relist-only"},
+		{protocol.RepairRestore, "restore"},
+	} {
+		t.Run(c.plan, func(t *testing.T) { replicaRepairingBesideAnother(t, c.mode, c.plan) })
+	}
+}
+
+func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, plan string) {
+	restore := plan == "restore"
 	url, b := repairServer(t, natskv.BucketConfig{History: 1})
 	js, err := jetstream.New(nc(t, url))
 	if err != nil {
@@ -885,10 +949,19 @@ func TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence(t *testing.T) {
 			<-ctx.Done()
 		}
 	})
+	store, err := dirstore.New(filepath.Join(t.TempDir(), "artifacts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope := []string{"route."}
+	if restore {
+		scope = nil // a whole-bucket watch settles what it commits: its artifact's cursor can be resumed from
+	}
 	opts := func(dir string) host.Options {
-		fo := host.FoldOptions{Name: "routes", Bucket: "rt", Scope: []string{"route."}, Plugin: builtPlugin(t, "example-router", "router-c"),
-			DataDir: dir, Repair: protocol.RepairAuto, EffectsStream: "EV", BatchSize: 1}
-		return host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
+		fo := host.FoldOptions{Name: "routes", Bucket: "rt", Scope: scope, Plugin: builtPlugin(t, "example-router", "router-c"),
+			DataDir: dir, Repair: mode, EffectsStream: "EV", BatchSize: 1}
+		return host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo},
+			Artifacts: host.ArtifactOptions{Store: store, Where: "test", Holder: "t"}}
 	}
 	m := &routerModel{entries: map[string]string{}}
 	set := func(h, addr string) uint64 {
@@ -909,9 +982,12 @@ func TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence(t *testing.T) {
 	}
 	// Every revision up to the cursor and the next is superseded or
 	// purged below: the first retained revision is past cursor+1.
+	block.Store(restore) // a restore's case: the fence stays at the first's last effect
 	set("h0", "10.0.0.2:80")
 	set("h4", "10.0.0.2:80")
-	waitEffects(t, s, other.h.Fold("routes"), len(m.want))
+	if !restore {
+		waitEffects(t, s, other.h.Fold("routes"), len(m.want))
+	}
 	block.Store(true)
 	set("h2", "10.0.0.2:80")
 	if err := b.KV().Delete(context.Background(), "route.h1"); err != nil {
@@ -921,6 +997,11 @@ func TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence(t *testing.T) {
 	set("h3", "10.0.0.3:80")
 	last = set("h0", "10.0.0.3:80")
 	waitCursor(t, other.h.Fold("routes"), last)
+	if restore {
+		if _, err := other.h.Fold("routes").Export(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := other.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -931,13 +1012,19 @@ func TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence(t *testing.T) {
 
 	behind = startHost(t, opts(behindDir))
 	f := behind.h.Fold("routes")
-	waitRepair(t, f, "done")
+	if got := waitRepair(t, f, "done").Repairs.Last.Plan; got != plan {
+		t.Fatalf("the repair ran plan %q, want %q", got, plan)
+	}
 	waitFor(t, func() bool {
 		st := f.Status().Effects
-		return strings.Contains(st.Held, "passes revision") || st.Published > 0
+		return strings.Contains(st.Held, "until the fence") || st.Published > 0
 	})
 	if st := f.Status().Effects; st.DroppedJoining == 0 || st.Published != 0 {
 		t.Errorf("the repaired replica's effects: %+v, want its repair's dropped and none published", st)
+	}
+	if held := f.Status().Effects.Held; restore && !strings.Contains(held, "until the fence covers") {
+		// the last effect the artifact's node filed, not the catch-up's revision: the fold's own effects from there on are kept
+		t.Errorf("the restored replica's hold %q, want one pointed at the artifact's last effect", held)
 	}
 	other = startHost(t, opts(otherDir))
 	waitEffects(t, s, other.h.Fold("routes"), len(m.want))

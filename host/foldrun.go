@@ -283,9 +283,10 @@ func (f *Fold) run(ctx context.Context) error {
 	}
 	f.log.Info("fold starting", "bucket", f.o.Bucket, "scope", natskv.Scope{Prefixes: f.o.Scope}.String(),
 		"mode", mode, "cursor", uint64(cur.Rev), "stream_head", f.headAtStart.Load(), "data_dir", f.o.DataDir)
-	if mode == "state-sync" && f.effects.target != nil && f.effects.hold.Load() == nil && (retErr != nil || ret.Last > 0) {
-		f.joinEffects(ctx) // a bucket with history, or one not known to have none
-	}
+	// A state-sync of a bucket with history (or one not known to have
+	// none) may join another publisher's effects: the first attempt that
+	// records the hold, or finds none needed, settles it (joinEffects).
+	join := mode == "state-sync" && f.effects.target != nil && f.effects.hold.Load() == nil && (retErr != nil || ret.Last > 0)
 	start := time.Now()
 	bg, stopBG := context.WithCancel(ctx)
 	var bgWG sync.WaitGroup
@@ -308,6 +309,12 @@ func (f *Fold) run(ctx context.Context) error {
 			if cur, err := f.store.Reopen(); err != nil {
 				return cur, err
 			}
+		}
+		if join {
+			if err := f.joinEffects(ctx); err != nil {
+				return f.store.Cursor(), err
+			}
+			join = false
 		}
 		if rebuild != "" {
 			err := f.rebuildBeforeFollowing(ctx, rebuild)

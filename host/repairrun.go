@@ -53,7 +53,7 @@ func (f *Fold) newRepairer() *repair.Runner {
 		ScratchDir:     RepairDir(f.o.DataDir),
 		MaxBatch:       f.o.BatchSize,
 		Poison:         f.countedPoison(),
-		Hooks:          repair.Hooks{Begin: f.pinForRepair, End: f.repairEnded, Progress: f.repairProgress},
+		Hooks:          repair.Hooks{Begin: f.pinForRepair, Join: f.joinRepair, End: f.repairEnded, Progress: f.repairProgress},
 		Logger:         f.log,
 	}
 }
@@ -76,7 +76,6 @@ func (f *Fold) retention(ctx context.Context, commit func(fold.Commit) error) (p
 // pinForRepair marks the fold repairing and pins its pre-repair state for
 // readers (Snapshot hands out shares of it); the returned func unpins.
 func (f *Fold) pinForRepair(plan protocol.RepairPlan) func() {
-	f.holdIfBehind(plan)
 	prev := f.state.Load()
 	f.state.Store(httpapi.StateRepairing)
 	f.ready.Store(false)
@@ -120,6 +119,7 @@ func (f *Fold) repairProgress(p repair.Progress) {
 func (f *Fold) repairEnded(plan protocol.RepairPlan, outcome string, err error, res repair.Result) {
 	switch {
 	case outcome == "done" && plan == protocol.PlanRestore:
+		f.restoredEffects()
 		f.state.Store(httpapi.StateHydrating)
 	case outcome == "done":
 		f.effectsCaughtUp(f.store.Cursor()) // a listing's source is live: no OnSynced

@@ -3,6 +3,7 @@ package fold
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -587,8 +588,10 @@ func (s *Store) EffectsDropped() uint64 { return s.effectsDropped.Load() }
 
 // DropOutbox deletes every outbox entry (its revision mark stays): a store
 // installed from another node's artifact must not publish what that node
-// committed (that node publishes it).
-func (s *Store) DropOutbox() error {
+// committed (that node publishes it). With hold (nil: none), the store's
+// effects hold is recorded in the same batch: a store that dropped
+// another node's effects is never without the hold that waits for them.
+func (s *Store) DropOutbox(hold *EffectsHold) error {
 	if !s.gate.enter() {
 		return ErrClosed
 	}
@@ -596,10 +599,15 @@ func (s *Store) DropOutbox() error {
 	lower, upper := prefixBounds(spaceOutbox, "")
 	b := s.db.NewBatch()
 	defer b.Close()
-	if err := b.DeleteRange(lower, upper, nil); err != nil {
-		return fmt.Errorf("fold: outbox drop: %w", err)
+	err := b.DeleteRange(lower, upper, nil)
+	if err == nil && hold != nil {
+		v, _ := json.Marshal(hold) // plain fields: cannot fail
+		err = b.Set(metaHoldKey, v, nil)
 	}
-	if err := s.apply(b, s.write); err != nil {
+	if err == nil {
+		err = s.apply(b, pebble.Sync)
+	}
+	if err != nil {
 		return fmt.Errorf("fold: outbox drop: %w", err)
 	}
 	s.outboxLen.Store(0)

@@ -74,6 +74,48 @@ func TestRepairAnnouncesTheNetChange(t *testing.T) {
 	if v, ok, err := st.ViewGet([]byte("v/a")); err != nil || !ok || string(v) != "new" {
 		t.Fatalf("the repair's views: v/a = %q %v %v", v, ok, err)
 	}
+	got := outboxOf(t, st)
+	want := []string{fmt.Sprintf("f/%d/0=a", head), fmt.Sprintf("f/%d/1=b", head), fmt.Sprintf("f/%d/2=gone", head)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the outbox after the repairs: %q, want %q", got, want)
+	}
+}
+
+// TestRestoreAnnouncesTheNetChangeUnderItsCursor: a restore folds its
+// difference with the artifact through the plugin like a listing, and
+// files the effects under the artifact's cursor, the revision it moves
+// the fold's cursor to, numbered across its batches. Mutation caught:
+// the restore's effects filed under the fold's old cursor (ids of its
+// history: f/1/n, which a replica's effects of revision 1 also take).
+func TestRestoreAnnouncesTheNetChangeUnderItsCursor(t *testing.T) {
+	dir := t.TempDir()
+	open := func(name string, c fold.Commit) *fold.Store {
+		st, _, err := fold.Open(filepath.Join(dir, name), fold.Options{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		if err := st.Commit(c); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	st := open("fold", fold.Commit{Raw: []fold.Update{{Key: "gone", Op: fold.OpPut, Rev: 1, Value: []byte("x")}}, Cursor: protocol.Cursor{Rev: 1}})
+	art := open("artifact", fold.Commit{Raw: []fold.Update{{Key: "a", Op: fold.OpPut, Rev: 5, Value: []byte("new")}, {Key: "b", Op: fold.OpPut, Rev: 9, Value: []byte("new")}},
+		Cursor: protocol.Cursor{Rev: 10}})
+	notListed := func(context.Context, string) (bool, error) { return false, nil }
+	if _, err := repair.Restore(t.Context(), st, art, &announcer{}, repair.RestoreConfig{MaxBatch: 1, Listed: notListed, Logger: quiet}); err != nil {
+		t.Fatal(err)
+	}
+	got := outboxOf(t, st)
+	if want := []string{"f/10/0=a", "f/10/1=b", "f/10/2=gone"}; !slices.Equal(got, want) || st.Cursor().Rev != 10 {
+		t.Fatalf("the outbox after the restore: %q at cursor %d, want %q at 10", got, st.Cursor().Rev, want)
+	}
+}
+
+// outboxOf is st's outbox, "id=payload" per effect (the fold "f").
+func outboxOf(t *testing.T, st *fold.Store) []string {
+	t.Helper()
 	var got []string
 	if err := st.Outbox(0, func(e fold.OutboxEntry) error {
 		got = append(got, fmt.Sprintf("%s=%s", e.ID("f"), e.Payload))
@@ -81,10 +123,7 @@ func TestRepairAnnouncesTheNetChange(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{fmt.Sprintf("f/%d/0=a", head), fmt.Sprintf("f/%d/1=b", head), fmt.Sprintf("f/%d/2=gone", head)}
-	if !slices.Equal(got, want) {
-		t.Fatalf("the outbox after the repairs: %q, want %q", got, want)
-	}
+	return got
 }
 
 // failingAfter is announcer failing every batch after its first ok ones.

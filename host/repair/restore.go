@@ -67,6 +67,10 @@ func Restore(ctx context.Context, store fold.Target, art fold.Reader, plugin fol
 	if !protocol.RestoreAhead(theirs.Rev, local.Rev) {
 		return r.result(), fmt.Errorf("%w: the artifact's cursor %d, the fold's %d", ErrNotAhead, theirs.Rev, local.Rev)
 	}
+	// The plugin's effects announce the net change under the revision the
+	// restore moves the cursor to, as a listing's do (job.fold): filed
+	// under the fold's old cursor they would take ids of its history.
+	r.head = theirs.Rev
 	r.report(true)
 	for _, p := range inKeyOrder(cfg.Scope) {
 		if err := r.restoreDiff(ctx, art, p, cfg.Listed); err != nil {

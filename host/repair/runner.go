@@ -78,6 +78,12 @@ type Hooks struct {
 	// for readers in between); that func must allow a second call. A
 	// successful repair calls it before End.
 	Begin func(plan protocol.RepairPlan) (end func())
+	// Join runs before a repair folds its difference into the store: art
+	// is the imported artifact a restore folds in (its own history, its
+	// own effects), nil for a listing. The host decides there whether the
+	// fold joins another publisher's effects midway. An error fails the
+	// attempt (it is retried) before anything is folded.
+	Join func(plan protocol.RepairPlan, art *fold.Store) error
 	// End records how a repair ended: outcome "done", "refused", "failed",
 	// "cancelled" (ctx ended) or "skipped" (a cursorless start found no
 	// artifact to restore from).
@@ -98,6 +104,13 @@ func (r *Runner) begin(plan protocol.RepairPlan) func() {
 		return func() {}
 	}
 	return r.Hooks.Begin(plan)
+}
+
+func (r *Runner) join(plan protocol.RepairPlan, art *fold.Store) error {
+	if r.Hooks.Join == nil {
+		return nil
+	}
+	return r.Hooks.Join(plan, art)
 }
 
 func (r *Runner) end(plan protocol.RepairPlan, outcome string, err error, res Result) {
@@ -155,6 +168,13 @@ func (r *Runner) relist(ctx context.Context, feed fold.Feed, plugin fold.Plugin,
 	}
 	r.log().Warn("repair starting", "plan", plan.String(), "cursor", uint64(r.Store.Cursor().Rev), "retains", fmt.Sprintf("%d..%d", ret.First, ret.Last), "cause", causeText(cause))
 	end := r.begin(plan)
+	if err := r.join(plan, nil); err != nil {
+		end()
+		src.Stop()
+		err = fmt.Errorf("repair: %w", err)
+		r.failed(ctx, plan, err, Result{})
+		return nil, err
+	}
 	res, err := Relist(ctx, src, r.Store, plugin, Config{
 		Deletes:    plan == protocol.PlanKeyListingDiff,
 		Scope:      r.Scope,
