@@ -266,7 +266,7 @@ func joinOutbox(dir string) error {
 		var rev protocol.Revision
 		var index uint32
 		rev, index, marked, err = st.OutboxMark()
-		if marked && !h.Syncing && (rev > h.Rev || rev == h.Rev && index > h.Index) {
+		if marked && !h.Syncing && h.After(rev, index) {
 			h.Rev, h.Index = rev, index
 		}
 		h.Tentative = h.Tentative && !marked // the exporter's effects may be unpublished, fence or none

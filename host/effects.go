@@ -538,7 +538,7 @@ func (f *Fold) joinRepair(plan protocol.RepairPlan, art *fold.Store) error {
 		return fmt.Errorf("reading the outbox mark: %w", err)
 	}
 	beyond := func(rev protocol.Revision, index uint32) bool {
-		return !ownMarked || rev > own || rev == own && index > ownIndex
+		return !ownMarked || fold.EffectsHold{Rev: own, Index: ownIndex}.After(rev, index)
 	}
 	var why string
 	args := []any{"plan", plan.String(), "fence", e.target.fence, "last_filed", fmt.Sprintf("%d/%d", own, ownIndex)}
@@ -570,7 +570,7 @@ func (f *Fold) joinRepair(plan protocol.RepairPlan, art *fold.Store) error {
 		if h != nil && h.Syncing && !h.Tentative {
 			return nil // its effects are dropped already, its point is set once caught up
 		}
-		if r := e.restored.Load(); r != nil && h != nil && !h.Syncing && (h.Rev > r.Rev || h.Rev == r.Rev && h.Index > r.Index) {
+		if r := e.restored.Load(); r != nil && h != nil && !h.Syncing && r.After(h.Rev, h.Index) {
 			e.restored.Store(h) // a bootstrap's point, further still
 		}
 		if err := f.setHold(h, &fold.EffectsHold{Syncing: true}, why, args...); !errors.Is(err, errHoldChanged) {

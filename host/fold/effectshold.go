@@ -31,6 +31,17 @@ type EffectsHold struct {
 	Index uint32            `json:"index,omitempty"`
 }
 
+// After reports whether the effect rev/index comes after the hold's point.
+func (h EffectsHold) After(rev protocol.Revision, index uint32) bool {
+	return rev > h.Rev || rev == h.Rev && index > h.Index
+}
+
+// putHold adds the record of h to b.
+func putHold(b *pebble.Batch, h *EffectsHold) error {
+	v, _ := json.Marshal(h) // plain fields: cannot fail
+	return b.Set(metaHoldKey, v, nil)
+}
+
 // EffectsHold returns the store's hold (ok false: none).
 func (s *Store) EffectsHold() (h EffectsHold, ok bool, err error) {
 	if !s.gate.enter() {
@@ -59,8 +70,7 @@ func (s *Store) SetEffectsHold(h *EffectsHold) error {
 	if h == nil {
 		err = b.Delete(metaHoldKey, nil)
 	} else {
-		v, _ := json.Marshal(h) // plain fields: cannot fail
-		err = b.Set(metaHoldKey, v, nil)
+		err = putHold(b, h)
 	}
 	if err == nil {
 		err = s.apply(b, pebble.Sync)

@@ -3,7 +3,6 @@ package fold
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -601,8 +600,7 @@ func (s *Store) DropOutbox(hold *EffectsHold) error {
 	defer b.Close()
 	err := b.DeleteRange(lower, upper, nil)
 	if err == nil && hold != nil {
-		v, _ := json.Marshal(hold) // plain fields: cannot fail
-		err = b.Set(metaHoldKey, v, nil)
+		err = putHold(b, hold)
 	}
 	if err == nil {
 		err = s.apply(b, pebble.Sync)
