@@ -253,27 +253,17 @@ func emptyStore(dir string) (bool, error) {
 // its effects midway: the exporting node's unpublished effects are its own
 // to publish, so the outbox is dropped, and they come before this node's
 // own, so the store holds its publisher until the fence covers the last
-// effect the exporter filed (fold.EffectsHold; a hold the copy carries
-// already stays, at the later of the two points).
+// effect the exporter filed (fold.Store.JoinedHold: a hold the copy
+// carries already stays, at the later of the two points).
 func joinOutbox(dir string) error {
 	st, _, err := fold.Open(dir, fold.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
-	h, held, err := st.EffectsHold()
-	var marked bool
-	if err == nil {
-		var rev protocol.Revision
-		var index uint32
-		rev, index, marked, err = st.OutboxMark()
-		if marked && !h.Syncing && h.After(rev, index) {
-			h.Rev, h.Index = rev, index
-		}
-		h.Tentative = h.Tentative && !marked // the exporter's effects may be unpublished, fence or none
-	}
+	h, ok, err := st.JoinedHold()
 	if err == nil {
 		var hold *fold.EffectsHold
-		if held || marked {
+		if ok {
 			hold = &h
 		}
 		err = st.DropOutbox(hold) // one batch: no crash leaves the outbox dropped and nothing held

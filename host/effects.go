@@ -83,10 +83,12 @@ type effectsState struct {
 	holdMu      sync.Mutex
 	held        chan struct{}
 	joinDropped atomic.Uint64
-	// restored is the point a restore's hold turns to once the artifact
-	// is folded in (joinRepair, restoredEffects): the last effect the
-	// artifact's node filed; nil when the restore joined no one.
-	restored atomic.Pointer[fold.EffectsHold]
+	// restoring: a restore that joined another node's effects is folding
+	// in its artifact, whose net change is dropped (joinRepair).
+	restoring atomic.Bool
+	// pointOwed: a syncing hold caught up, but its point could not be
+	// recorded; the next commit tries again (effectsCaughtUp).
+	pointOwed atomic.Bool
 }
 
 // openEffectsTarget checks, at the start, that the fold's effects stream
@@ -213,7 +215,7 @@ func (f *Fold) screenEffects(out *fold.Output) error {
 		return nil
 	}
 	t := f.effects.target
-	if h := f.effects.hold.Load(); t != nil && h != nil && h.Syncing {
+	if h := f.effects.hold.Load(); t != nil && (h != nil && h.Syncing || f.effects.restoring.Load()) {
 		f.effects.joinDropped.Add(uint64(len(out.Effects)))
 		out.Effects = nil
 		return nil
@@ -514,22 +516,27 @@ func (f *Fold) joinEffects(ctx context.Context) error {
 // revision, publishing the net change first would move the fence past
 // them (the joining state-sync's case), so the repair joins that
 // publisher's history instead: its net change is dropped, and the
-// publisher holds (a syncing hold, its point set once the fold caught
-// up) when
+// publisher holds when
 //   - a restore folds in an artifact whose node filed effects this store
-//     never did (past this store's outbox mark): they are that node's to
-//     publish; once the artifact is folded in, the hold's point is the
-//     last of them (restoredEffects), and the fold's own effects from the
-//     artifact's cursor on are the ones every replica files;
-//   - or the fence is past the last effect this store ever filed: another
-//     publisher went on while this fold could not see the bucket.
+//     never did (past this store's outbox mark), or itself waited for
+//     another publisher's (fold.Store.JoinedHold): they are not this
+//     fold's to publish. The hold's point is the artifact's, recorded
+//     now: nothing is left to record after the restore's last commit, so
+//     no crash there loses it. Only the restore's own net change is
+//     dropped (restoring): the fold's effects from the artifact's cursor
+//     on are the ones every replica files, and are kept. (An artifact
+//     whose node was still catching up gives a syncing hold.)
+//   - or this store waits for another publisher already, or the fence is
+//     past the last effect this store ever filed: another publisher went
+//     on while this fold could not see the bucket. The hold is syncing:
+//     its point is set once the fold caught up (effectsCaughtUp).
 //
 // Otherwise (a fence no further than this store's own effects, or one
 // that cannot be read) the fold is taken to publish alone, and the net
 // change is announced. A hold that cannot be recorded fails the attempt.
-func (f *Fold) joinRepair(plan protocol.RepairPlan, art *fold.Store) error {
+func (f *Fold) joinRepair(ctx context.Context, plan protocol.RepairPlan, art *fold.Store) error {
 	e := &f.effects
-	e.restored.Store(nil)
+	e.restoring.Store(false)
 	if e.target == nil {
 		return nil
 	}
@@ -540,59 +547,47 @@ func (f *Fold) joinRepair(plan protocol.RepairPlan, art *fold.Store) error {
 	beyond := func(rev protocol.Revision, index uint32) bool {
 		return !ownMarked || fold.EffectsHold{Rev: own, Index: ownIndex}.After(rev, index)
 	}
+	join := fold.EffectsHold{Syncing: true}
 	var why string
 	args := []any{"plan", plan.String(), "fence", e.target.fence, "last_filed", fmt.Sprintf("%d/%d", own, ownIndex)}
 	if art != nil {
-		rev, index, marked, err := art.OutboxMark()
+		theirs, ok, err := art.JoinedHold()
 		if err != nil {
-			return fmt.Errorf("reading the artifact's outbox mark: %w", err)
+			return fmt.Errorf("reading the artifact's effects: %w", err)
 		}
-		if marked && beyond(rev, index) {
-			e.restored.Store(&fold.EffectsHold{Rev: rev, Index: index})
-			why = "this fold restores from another node's artifact whose node filed effects this fold never did: they are that node's to publish, " +
+		if ok && (theirs.Syncing || beyond(theirs.Rev, theirs.Index)) {
+			join = theirs
+			why = "this fold restores from another node's artifact, whose node filed effects this fold never did or waited for another publisher's: they are not this fold's to publish, " +
 				"so the restore's net change is dropped, and this fold publishes once the fence passes the last of them; " +
 				"with no other replica, release it: foldhost admin release-effects"
-			args = append(args, "artifact_filed", fmt.Sprintf("%d/%d", rev, index))
+			args = append(args, "artifact_waits_for", theirs.String())
 		}
 	}
 	if why == "" {
-		fence, err := e.target.readFence(context.Background(), f.o.Name, f.effectsEpoch())
-		if err != nil || !fence.has || !beyond(fence.rev, fence.index) {
-			return nil // no further than this store's own
+		if h := e.hold.Load(); h != nil {
+			join.Tentative = h.Tentative
+			why = "this fold waits for another publisher's effects already: the repair's net change is dropped, and this fold publishes once the fence passes the repair's revision"
+			args = append(args, "held", h.String())
+		} else {
+			fence, err := e.target.readFence(ctx, f.o.Name, f.effectsEpoch())
+			if err != nil || !fence.has || !beyond(fence.rev, fence.index) {
+				return nil // no further than this store's own
+			}
+			why = "this fold's cursor expired while its effects fence moved past the last effect it filed: " +
+				"another replica publishes this fold's effects, so the repair's net change is dropped, and this fold publishes once the fence passes the repair's revision; " +
+				"with no other replica, release it: foldhost admin release-effects"
+			args = append(args, "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index))
 		}
-		why = "this fold's cursor expired while its effects fence moved past the last effect it filed: " +
-			"another replica publishes this fold's effects, so the repair's net change is dropped, and this fold publishes once the fence passes the repair's revision; " +
-			"with no other replica, release it: foldhost admin release-effects"
-		args = append(args, "fence_through", fmt.Sprintf("%d/%d", fence.rev, fence.index))
 	}
 	for {
-		h := e.hold.Load()
-		if h != nil && h.Syncing && !h.Tentative {
-			return nil // its effects are dropped already, its point is set once caught up
+		h, next := e.hold.Load(), join
+		if h != nil {
+			next = h.With(join)
 		}
-		if r := e.restored.Load(); r != nil && h != nil && !h.Syncing && r.After(h.Rev, h.Index) {
-			e.restored.Store(h) // a bootstrap's point, further still
-		}
-		if err := f.setHold(h, &fold.EffectsHold{Syncing: true}, why, args...); !errors.Is(err, errHoldChanged) {
+		if err := f.setHold(h, &next, why, args...); !errors.Is(err, errHoldChanged) {
+			e.restoring.Store(err == nil && art != nil)
 			return err
 		}
-	}
-}
-
-// restoredEffects runs when a restore is done: a hold it began
-// (joinRepair) gets its point, the last effect the artifact's node filed.
-// Its history from the artifact's cursor on is the fold's own, effect by
-// effect (the same ids), so the fold's effects are no longer dropped.
-// Unrecorded, the hold stays syncing (its point is set once caught up).
-func (f *Fold) restoredEffects() {
-	p := f.effects.restored.Swap(nil)
-	h := f.effects.hold.Load()
-	if p == nil || h == nil || !h.Syncing {
-		return
-	}
-	if err := f.setHold(h, &fold.EffectsHold{Rev: p.Rev, Index: p.Index}, "the artifact is folded in: this fold publishes its effects once the fence passes the last one the artifact's node filed",
-		"point", fmt.Sprintf("%d/%d", p.Rev, p.Index)); err != nil && !errors.Is(err, errHoldChanged) {
-		f.log.Warn("the effects hold keeps dropping this fold's effects until it has caught up", "err", err)
 	}
 }
 
@@ -641,27 +636,32 @@ func (f *Fold) loadHold() error {
 	if ok {
 		f.effects.hold.Store(&h)
 		f.log.Info("this fold's effects are held: it publishes once the effects fence covers the point it joined at (foldhost admin release-effects: publish now)",
-			"syncing", h.Syncing, "point", fmt.Sprintf("%d/%d", h.Rev, h.Index))
+			"hold", h.String())
 	}
 	return err
 }
 
 // effectsCaughtUp is the fold's OnSynced part: a syncing hold gets its
 // point, the cursor the fold caught up at (every effect another publisher
-// holds below it comes before this fold's own).
+// holds below it comes before this fold's own). A point that cannot be
+// recorded (the store failed a small sync write) is owed: the hold stays
+// syncing (its effects dropped: nothing is lost that another publisher
+// does not hold), the status shows the error, and the next commit tries
+// again at its cursor (onApplied), the batches between dropped too.
 func (f *Fold) effectsCaughtUp(c protocol.Cursor) {
 	h := f.effects.hold.Load()
 	if h == nil || !h.Syncing {
+		f.effects.pointOwed.Store(false)
 		return
+	}
+	if effectsStep != nil {
+		effectsStep(context.Background(), "caught-up")
 	}
 	err := f.setHold(h, &fold.EffectsHold{Rev: c.Rev, Index: math.MaxUint32, Tentative: h.Tentative},
 		"this fold caught up with the bucket it joined: it publishes its effects once the fence passes this revision", "revision", uint64(c.Rev))
-	if err != nil && !errors.Is(err, errHoldChanged) {
-		// The store failed a small sync write; its next commit fails the
-		// fold, whose next catch-up sets the point. Until then its
-		// publisher stays held and its effects dropped: nothing is lost
-		// that another publisher does not hold.
-		f.setErr(fmt.Errorf("recording the effects hold's point: %w", err))
+	f.effects.pointOwed.Store(err != nil && !errors.Is(err, errHoldChanged))
+	if f.effects.pointOwed.Load() {
+		f.setErr(fmt.Errorf("recording the effects hold's point (retried at the next commit; until then this fold's effects are dropped): %w", err))
 	}
 }
 

@@ -670,15 +670,24 @@ func TestEffectsAReplicaJoiningByStateSyncWaitsForTheFence(t *testing.T) {
 // state-sync beside a fold whose effects were published must record its
 // hold before it syncs. With the record failing (fault injection), the
 // fold fails, its reason naming the hold, and publishes nothing; once the
-// record works, a resume holds and syncs. Mutation caught: a record's
-// error ignored (the fold syncs unheld and publishes its collapsed
-// change, under ids of its own).
+// record works, a resume holds and syncs. A point that cannot be recorded
+// at the catch-up leaves the hold syncing and the error in the status,
+// until the next commit records it at its cursor. Mutations caught: a
+// record's error ignored (the fold syncs unheld and publishes its
+// collapsed change, under ids of its own), a point's failed record not
+// retried (the hold syncs for ever, every effect dropped).
 func TestEffectsAHoldThatCannotBeRecordedFailsTheStart(t *testing.T) {
 	b, s, fo, url := effectsSetup(t, 0)
 	opts := func(dir string) host.Options {
 		fo.DataDir = dir
 		return host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
 	}
+	var failAtCatchUp atomic.Bool
+	host.SetEffectsStep(t, func(_ context.Context, step string) {
+		if step == "caught-up" && failAtCatchUp.Swap(false) {
+			host.FailHoldRecords(t)
+		}
+	})
 	first := startHost(t, opts(filepath.Join(t.TempDir(), "first")))
 	waitState(t, first.h.Fold("routes"), httpapi.StateFollowing)
 	for i := range 2 {
@@ -695,12 +704,24 @@ func TestEffectsAHoldThatCannotBeRecordedFailsTheStart(t *testing.T) {
 	if !strings.Contains(st.Reason, "effects hold") || st.Cursor != 0 {
 		t.Errorf("the fold failed at cursor %d with %q, want its hold's record failure before it synced", st.Cursor, st.Reason)
 	}
+	failAtCatchUp.Store(true)
 	heal()
 	if err := j.Resume(); err != nil {
 		t.Fatal(err)
 	}
+	// Its point cannot be recorded at the catch-up: it stays syncing, and
+	// the status says why.
+	waitFor(t, func() bool { return strings.Contains(j.Status().LastError, "effects hold's point") })
+	if st := j.Status(); st.Cursor == 0 || !strings.Contains(st.Effects.Held, "catching up") {
+		t.Fatalf("after a failed record of its point: cursor %d, hold %q, want synced, the hold still syncing", st.Cursor, st.Effects.Held)
+	}
+	heal()
+	// The next commit records it, at its own cursor (its effects dropped
+	// too: the hold was still syncing).
+	rev := put(t, b, "route.h2", `{"upstreams":[{"addr":"10.0.0.2:80","weight":1}]}`)
 	waitFor(t, func() bool {
-		return j.Status().Cursor > 0 && strings.Contains(j.Status().Effects.Held, "passes revision")
+		st := j.Status()
+		return st.Effects.Held == fmt.Sprintf("joined midway: until the fence passes revision %d", rev) && st.LastError == ""
 	})
 	if n := len(streamEffects(t, s)); n != 2 {
 		t.Fatalf("the stream holds %d effects, want the first fold's 2", n)
@@ -910,15 +931,24 @@ func TestEffectsPublishedOnceTheFoldCaughtUp(t *testing.T) {
 //   - a restore from the other's artifact, exported while it held its
 //     unpublished effects: it published nothing after the first stopped
 //     (the fence says nothing), but the artifact's node filed effects the
-//     first never did.
+//     first never did;
+//   - a restore from the artifact of a third node that joined by a
+//     state-sync meanwhile (held, its effects dropped: it filed none), so
+//     only its hold says another publisher may hold effects.
 //
-// The repaired replica drops the repair's net change and holds its
-// publisher until the fence passes the other's effects. The other,
-// restarted, publishes its own; then the repaired one publishes alone.
-// The stream holds every effect of the history once, in order. Mutations
-// caught: no hold at the repair (its net change lands first, and the
-// other's unpublished effects are deleted), a re-list only or a restore
-// not held, a restore's hold judged by the fence alone.
+// The first attempt cannot record the hold (fault injection): it fails
+// before folding anything, and the next one repairs. The repaired replica
+// drops the repair's net change and holds its publisher until the fence
+// passes the other's effects, keeping its own effects from then on (a
+// restore's point is recorded before it folds: none is written after its
+// last commit, where a crash would lose it). The other, restarted,
+// publishes its own; then the repaired one publishes alone. The stream
+// holds every effect of the history once, in order. Mutations caught: no
+// hold at the repair (its net change lands first, and the other's
+// unpublished effects are deleted), a re-list only or a restore not held,
+// a restore's hold judged by the fence alone or blind to the artifact's
+// own hold, a restore's point written when it ends, a hold's record
+// failure ignored.
 func TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence(t *testing.T) {
 	for _, c := range []struct {
 		mode protocol.RepairMode
@@ -927,13 +957,15 @@ func TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence(t *testing.T) {
 		{protocol.RepairAuto, "key-listing-diff"},
 		{protocol.RepairNone, "relist-only"},
 		{protocol.RepairRestore, "restore"},
+		{protocol.RepairRestore, "restore-of-a-held-node"},
 	} {
 		t.Run(c.plan, func(t *testing.T) { replicaRepairingBesideAnother(t, c.mode, c.plan) })
 	}
 }
 
-func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, plan string) {
-	restore := plan == "restore"
+func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, variant string) {
+	plan, _, _ := strings.Cut(variant, "-of-")
+	restore, ofHeld := plan == "restore", variant == "restore-of-a-held-node"
 	url, b := repairServer(t, natskv.BucketConfig{History: 1})
 	js, err := jetstream.New(nc(t, url))
 	if err != nil {
@@ -944,9 +976,13 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, plan 
 		t.Fatal(err)
 	}
 	var block atomic.Bool // the other replica publishes nothing
+	var failAtRestoreDone atomic.Bool
 	host.SetEffectsStep(t, func(ctx context.Context, step string) {
-		if step == "before-publish" && block.Load() {
+		switch {
+		case step == "before-publish" && block.Load():
 			<-ctx.Done()
+		case step == "restore-done" && failAtRestoreDone.Swap(false):
+			host.FailHoldRecords(t) // a restore's hold must need no record after its last commit
 		}
 	})
 	store, err := dirstore.New(filepath.Join(t.TempDir(), "artifacts"))
@@ -980,6 +1016,7 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, plan 
 	if err := behind.stop(t); err != nil {
 		t.Fatal(err)
 	}
+	cursorBefore := last
 	// Every revision up to the cursor and the next is superseded or
 	// purged below: the first retained revision is past cursor+1.
 	block.Store(restore) // a restore's case: the fence stays at the first's last effect
@@ -997,8 +1034,28 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, plan 
 	set("h3", "10.0.0.3:80")
 	last = set("h0", "10.0.0.3:80")
 	waitCursor(t, other.h.Fold("routes"), last)
-	if restore {
+	if restore && !ofHeld {
 		if _, err := other.h.Fold("routes").Export(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ofHeld {
+		// A node that joins now, by a state-sync, holds (the fence shows
+		// the first's effects) at the revision it catches up at, and files
+		// nothing: only its hold tells the restore of its artifact that
+		// the other's effects may be unpublished.
+		third := startHost(t, opts(filepath.Join(t.TempDir(), "third")))
+		tf := third.h.Fold("routes")
+		waitFor(t, func() bool {
+			return tf.Status().Effects.Held == fmt.Sprintf("joined midway: until the fence passes revision %d", last)
+		})
+		if n := host.OutboxLen(tf); n != 0 {
+			t.Fatalf("the joining node filed %d effects, want none", n)
+		}
+		if _, err := tf.Export(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+		if err := third.stop(t); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1010,8 +1067,16 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, plan 
 		t.Fatal(err)
 	}
 
+	heal := host.FailHoldRecords(t)
+	failAtRestoreDone.Store(restore)
 	behind = startHost(t, opts(behindDir))
 	f := behind.h.Fold("routes")
+	waitFor(t, func() bool { return f.Status().Repairs.Last != nil })
+	if st := f.Status(); st.Repairs.Last.Outcome != "failed" || !strings.Contains(st.Repairs.Last.Error, "effects hold") || st.Cursor != cursorBefore {
+		t.Fatalf("the first repair ended %q (%q) at cursor %d, want it failed on the hold's record before folding (cursor %d)",
+			st.Repairs.Last.Outcome, st.Repairs.Last.Error, st.Cursor, cursorBefore)
+	}
+	heal() // the repair is retried
 	if got := waitRepair(t, f, "done").Repairs.Last.Plan; got != plan {
 		t.Fatalf("the repair ran plan %q, want %q", got, plan)
 	}
@@ -1019,12 +1084,29 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, plan 
 		st := f.Status().Effects
 		return strings.Contains(st.Held, "until the fence") || st.Published > 0
 	})
-	if st := f.Status().Effects; st.DroppedJoining == 0 || st.Published != 0 {
+	heal()
+	st := f.Status().Effects
+	if st.DroppedJoining == 0 || st.Published != 0 {
 		t.Errorf("the repaired replica's effects: %+v, want its repair's dropped and none published", st)
 	}
-	if held := f.Status().Effects.Held; restore && !strings.Contains(held, "until the fence covers") {
-		// the last effect the artifact's node filed, not the catch-up's revision: the fold's own effects from there on are kept
-		t.Errorf("the restored replica's hold %q, want one pointed at the artifact's last effect", held)
+	switch want := fmt.Sprintf("until the fence covers %d/", last); {
+	case ofHeld:
+		want = fmt.Sprintf("until the fence passes revision %d", last)
+		fallthrough
+	case restore:
+		if !strings.Contains(st.Held, want) {
+			// the artifact's point (the last effect its node filed, or its
+			// hold's), not the catch-up's: the fold's own effects from
+			// there on are kept
+			t.Errorf("the restored replica's hold %q, want %q", st.Held, want)
+		}
+	}
+	// An effect of a write after the repair is the fold's own: kept (the
+	// other files it too; the fence lets one through).
+	dropped := st.DroppedJoining
+	waitCursor(t, f, set("h6", "10.0.0.6:80"))
+	if st := f.Status().Effects; st.DroppedJoining != dropped || host.OutboxLen(f) == 0 {
+		t.Errorf("after a write past the repair: %d effects dropped (%d before), outbox %d: want the new one kept", st.DroppedJoining, dropped, host.OutboxLen(f))
 	}
 	other = startHost(t, opts(otherDir))
 	waitEffects(t, s, other.h.Fold("routes"), len(m.want))

@@ -397,6 +397,9 @@ func (f *Fold) poisonHook() func(fold.Update, error) fold.DeadLetter {
 
 func (f *Fold) onApplied(a fold.Applied) {
 	f.clearErr()
+	if f.effects.pointOwed.Load() {
+		f.effectsCaughtUp(a.Cursor)
+	}
 	if a.DeadLettered > 0 {
 		f.dead.skipped.Add(uint64(a.DeadLettered))
 		f.dead.pending.Store(true)

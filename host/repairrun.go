@@ -117,9 +117,12 @@ func (f *Fold) repairProgress(p repair.Progress) {
 // the resume from the artifact's cursor starts), before the status says
 // it is done.
 func (f *Fold) repairEnded(plan protocol.RepairPlan, outcome string, err error, res repair.Result) {
+	f.effects.restoring.Store(false) // its net change is folded, or it ended
 	switch {
 	case outcome == "done" && plan == protocol.PlanRestore:
-		f.restoredEffects()
+		if effectsStep != nil {
+			effectsStep(context.Background(), "restore-done")
+		}
 		f.state.Store(httpapi.StateHydrating)
 	case outcome == "done":
 		f.effectsCaughtUp(f.store.Cursor()) // a listing's source is live: no OnSynced

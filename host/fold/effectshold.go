@@ -36,6 +36,37 @@ func (h EffectsHold) After(rev protocol.Revision, index uint32) bool {
 	return rev > h.Rev || rev == h.Rev && index > h.Index
 }
 
+// String describes the hold for the log: "syncing", or its point
+// (rev/index; rev/* for the whole revision), "(tentative)" after.
+func (h EffectsHold) String() string {
+	s := "syncing"
+	switch {
+	case h.Syncing:
+	case h.Index == ^uint32(0):
+		s = fmt.Sprintf("%d/*", h.Rev)
+	default:
+		s = fmt.Sprintf("%d/%d", h.Rev, h.Index)
+	}
+	if h.Tentative {
+		s += " (tentative)"
+	}
+	return s
+}
+
+// With is the hold that waits for both h and o: syncing when either is
+// (a point still to be set comes after any set one), else at the later
+// point; tentative only when both are (a hold that is sure stays sure).
+func (h EffectsHold) With(o EffectsHold) EffectsHold {
+	j := EffectsHold{Syncing: h.Syncing || o.Syncing, Tentative: h.Tentative && o.Tentative, Rev: h.Rev, Index: h.Index}
+	if h.After(o.Rev, o.Index) {
+		j.Rev, j.Index = o.Rev, o.Index
+	}
+	if j.Syncing {
+		j.Rev, j.Index = 0, 0
+	}
+	return j
+}
+
 // putHold adds the record of h to b.
 func putHold(b *pebble.Batch, h *EffectsHold) error {
 	v, _ := json.Marshal(h) // plain fields: cannot fail
@@ -79,6 +110,27 @@ func (s *Store) SetEffectsHold(h *EffectsHold) error {
 		return fmt.Errorf("fold: record the effects hold in %s: %w", s.dir, err)
 	}
 	return nil
+}
+
+// JoinedHold is the hold a store that takes this one's data (a bootstrap
+// or a restore from its artifact) needs to join its effects: this store's
+// own hold, if it has one (its node joined another publisher's effects
+// midway, up to a point it may not have filed), with the last effect this
+// store filed (its node's to publish). ok false: neither, nothing to wait
+// for.
+func (s *Store) JoinedHold() (h EffectsHold, ok bool, err error) {
+	h, held, err := s.EffectsHold()
+	if err != nil {
+		return h, false, err
+	}
+	rev, index, marked, err := s.OutboxMark()
+	switch {
+	case err != nil || !marked:
+		return h, held, err
+	case held:
+		return h.With(EffectsHold{Rev: rev, Index: index}), true, nil
+	}
+	return EffectsHold{Rev: rev, Index: index}, true, nil
 }
 
 // OutboxMark is the last effect the store ever filed (ok false: none),

@@ -76,7 +76,7 @@ func (r *Runner) restore(ctx context.Context, feed fold.Feed, plugin fold.Plugin
 	if o, ok, err := art.Origin(); err != nil || !ok || o.Bucket != m.Bucket || !o.StreamCreated.Equal(m.StreamCreated) {
 		return nil, refuse("the imported artifact's store records origin %v (%t, %v), its manifest says %v", o, ok, err, m.Origin())
 	}
-	if err := r.join(plan, art); err != nil {
+	if err := r.join(ctx, plan, art); err != nil {
 		err = fmt.Errorf("restore: %w", err)
 		r.failed(ctx, plan, err, Result{})
 		return nil, err

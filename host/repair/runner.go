@@ -83,7 +83,7 @@ type Hooks struct {
 	// own effects), nil for a listing. The host decides there whether the
 	// fold joins another publisher's effects midway. An error fails the
 	// attempt (it is retried) before anything is folded.
-	Join func(plan protocol.RepairPlan, art *fold.Store) error
+	Join func(ctx context.Context, plan protocol.RepairPlan, art *fold.Store) error
 	// End records how a repair ended: outcome "done", "refused", "failed",
 	// "cancelled" (ctx ended) or "skipped" (a cursorless start found no
 	// artifact to restore from).
@@ -106,11 +106,11 @@ func (r *Runner) begin(plan protocol.RepairPlan) func() {
 	return r.Hooks.Begin(plan)
 }
 
-func (r *Runner) join(plan protocol.RepairPlan, art *fold.Store) error {
+func (r *Runner) join(ctx context.Context, plan protocol.RepairPlan, art *fold.Store) error {
 	if r.Hooks.Join == nil {
 		return nil
 	}
-	return r.Hooks.Join(plan, art)
+	return r.Hooks.Join(ctx, plan, art)
 }
 
 func (r *Runner) end(plan protocol.RepairPlan, outcome string, err error, res Result) {
@@ -168,7 +168,7 @@ func (r *Runner) relist(ctx context.Context, feed fold.Feed, plugin fold.Plugin,
 	}
 	r.log().Warn("repair starting", "plan", plan.String(), "cursor", uint64(r.Store.Cursor().Rev), "retains", fmt.Sprintf("%d..%d", ret.First, ret.Last), "cause", causeText(cause))
 	end := r.begin(plan)
-	if err := r.join(plan, nil); err != nil {
+	if err := r.join(ctx, plan, nil); err != nil {
 		end()
 		src.Stop()
 		err = fmt.Errorf("repair: %w", err)
