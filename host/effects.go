@@ -83,8 +83,9 @@ type effectsState struct {
 	holdMu      sync.Mutex
 	held        chan struct{}
 	joinDropped atomic.Uint64
-	// restoring: a restore that joined another node's effects is folding
-	// in its artifact, whose net change is dropped (joinRepair).
+	// restoring: a restore that holds (joinRepair) is folding in its
+	// artifact; its net change is dropped, whatever happens to the hold
+	// meanwhile (the fence passing its point, an operator's release).
 	restoring atomic.Bool
 	// pointOwed: a syncing hold caught up, but its point could not be
 	// recorded; the next commit tries again (effectsCaughtUp).
@@ -528,11 +529,13 @@ func (f *Fold) joinEffects(ctx context.Context) error {
 //     whose node was still catching up gives a syncing hold.)
 //   - or this store waits for another publisher already, or the fence is
 //     past the last effect this store ever filed: another publisher went
-//     on while this fold could not see the bucket. The hold is syncing:
-//     its point is set once the fold caught up (effectsCaughtUp).
+//     on while this fold could not see the bucket. A listing's hold is
+//     syncing (its point is set once the fold caught up: effectsCaughtUp);
+//     a restore's point is the artifact's cursor, recorded now as above.
 //
 // Otherwise (a fence no further than this store's own effects, or one
-// that cannot be read) the fold is taken to publish alone, and the net
+// that cannot be read; a read cut short by the attempt's end fails it)
+// the fold is taken to publish alone, and the net
 // change is announced. A hold that cannot be recorded fails the attempt.
 func (f *Fold) joinRepair(ctx context.Context, plan protocol.RepairPlan, art *fold.Store) error {
 	e := &f.effects
@@ -547,7 +550,13 @@ func (f *Fold) joinRepair(ctx context.Context, plan protocol.RepairPlan, art *fo
 	beyond := func(rev protocol.Revision, index uint32) bool {
 		return !ownMarked || fold.EffectsHold{Rev: own, Index: ownIndex}.After(rev, index)
 	}
+	// A listing's hold is syncing: its point is where it catches up. A
+	// restore's is the artifact's cursor: from there on the fold files the
+	// same effects as every replica, its own.
 	join := fold.EffectsHold{Syncing: true}
+	if art != nil {
+		join = fold.EffectsHold{Rev: art.Cursor().Rev, Index: math.MaxUint32}
+	}
 	var why string
 	args := []any{"plan", plan.String(), "fence", e.target.fence, "last_filed", fmt.Sprintf("%d/%d", own, ownIndex)}
 	if art != nil {
@@ -565,11 +574,14 @@ func (f *Fold) joinRepair(ctx context.Context, plan protocol.RepairPlan, art *fo
 	}
 	if why == "" {
 		if h := e.hold.Load(); h != nil {
-			join.Tentative = h.Tentative
+			join.Tentative = h.Tentative // no surer than the hold it has
 			why = "this fold waits for another publisher's effects already: the repair's net change is dropped, and this fold publishes once the fence passes the repair's revision"
 			args = append(args, "held", h.String())
 		} else {
 			fence, err := e.target.readFence(ctx, f.o.Name, f.effectsEpoch())
+			if ctx.Err() != nil {
+				return ctx.Err() // a read cut short says nothing: not "publish alone"
+			}
 			if err != nil || !fence.has || !beyond(fence.rev, fence.index) {
 				return nil // no further than this store's own
 			}
@@ -583,6 +595,10 @@ func (f *Fold) joinRepair(ctx context.Context, plan protocol.RepairPlan, art *fo
 		h, next := e.hold.Load(), join
 		if h != nil {
 			next = h.With(join)
+		}
+		if h != nil && *h == next {
+			e.restoring.Store(art != nil) // recorded already: no write to fail
+			return nil
 		}
 		if err := f.setHold(h, &next, why, args...); !errors.Is(err, errHoldChanged) {
 			e.restoring.Store(err == nil && art != nil)
@@ -659,8 +675,9 @@ func (f *Fold) effectsCaughtUp(c protocol.Cursor) {
 	}
 	err := f.setHold(h, &fold.EffectsHold{Rev: c.Rev, Index: math.MaxUint32, Tentative: h.Tentative},
 		"this fold caught up with the bucket it joined: it publishes its effects once the fence passes this revision", "revision", uint64(c.Rev))
-	f.effects.pointOwed.Store(err != nil && !errors.Is(err, errHoldChanged))
-	if f.effects.pointOwed.Load() {
+	owed := err != nil && !errors.Is(err, errHoldChanged)
+	f.effects.pointOwed.Store(owed)
+	if owed {
 		f.setErr(fmt.Errorf("recording the effects hold's point (retried at the next commit; until then this fold's effects are dropped): %w", err))
 	}
 }

@@ -958,6 +958,7 @@ func TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence(t *testing.T) {
 		{protocol.RepairNone, "relist-only"},
 		{protocol.RepairRestore, "restore"},
 		{protocol.RepairRestore, "restore-of-a-held-node"},
+		{protocol.RepairRestore, "restore-of-a-quiet-node"},
 	} {
 		t.Run(c.plan, func(t *testing.T) { replicaRepairingBesideAnother(t, c.mode, c.plan) })
 	}
@@ -965,7 +966,7 @@ func TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence(t *testing.T) {
 
 func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, variant string) {
 	plan, _, _ := strings.Cut(variant, "-of-")
-	restore, ofHeld := plan == "restore", variant == "restore-of-a-held-node"
+	restore, ofHeld, ofQuiet := plan == "restore", variant == "restore-of-a-held-node", variant == "restore-of-a-quiet-node"
 	url, b := repairServer(t, natskv.BucketConfig{History: 1})
 	js, err := jetstream.New(nc(t, url))
 	if err != nil {
@@ -1019,10 +1020,10 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 	cursorBefore := last
 	// Every revision up to the cursor and the next is superseded or
 	// purged below: the first retained revision is past cursor+1.
-	block.Store(restore) // a restore's case: the fence stays at the first's last effect
+	block.Store(restore && !ofQuiet) // a restore's case: the fence stays at the first's last effect
 	set("h0", "10.0.0.2:80")
 	set("h4", "10.0.0.2:80")
-	if !restore {
+	if !restore || ofQuiet {
 		waitEffects(t, s, other.h.Fold("routes"), len(m.want))
 	}
 	block.Store(true)
@@ -1034,8 +1035,24 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 	set("h3", "10.0.0.3:80")
 	last = set("h0", "10.0.0.3:80")
 	waitCursor(t, other.h.Fold("routes"), last)
-	if restore && !ofHeld {
+	if restore && !ofHeld && !ofQuiet {
 		if _, err := other.h.Fold("routes").Export(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ofQuiet {
+		// A node that folds without publishing effects (no effects_stream)
+		// exports: its artifact says nothing of effects, only the fence
+		// (past the first's last effect) tells the restore that the other
+		// publishes.
+		q := opts(filepath.Join(t.TempDir(), "quiet"))
+		q.Folds[0].EffectsStream = ""
+		quiet := startHost(t, q)
+		waitCursor(t, quiet.h.Fold("routes"), last)
+		if _, err := quiet.h.Fold("routes").Export(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+		if err := quiet.stop(t); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1067,6 +1084,13 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 		t.Fatal(err)
 	}
 
+	artifactAt := last
+	if restore {
+		// A write past the artifact's cursor: the restore's resume folds
+		// it, and its effect is the fold's own (kept), the hold's point no
+		// further than the artifact.
+		last = set("h7", "10.0.0.7:80")
+	}
 	heal := host.FailHoldRecords(t)
 	failAtRestoreDone.Store(restore)
 	behind = startHost(t, opts(behindDir))
@@ -1076,9 +1100,15 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 		t.Fatalf("the first repair ended %q (%q) at cursor %d, want it failed on the hold's record before folding (cursor %d)",
 			st.Repairs.Last.Outcome, st.Repairs.Last.Error, st.Cursor, cursorBefore)
 	}
+	if pending, err := f.Store().RepairPending(); err != nil || pending {
+		t.Fatalf("after the failed attempt the store has a repair's batches (%t, %v), want none folded before its hold", pending, err)
+	}
 	heal() // the repair is retried
 	if got := waitRepair(t, f, "done").Repairs.Last.Plan; got != plan {
 		t.Fatalf("the repair ran plan %q, want %q", got, plan)
+	}
+	if restore {
+		waitCursor(t, f, last) // the resume from the artifact's cursor
 	}
 	waitFor(t, func() bool {
 		st := f.Status().Effects
@@ -1089,16 +1119,19 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 	if st.DroppedJoining == 0 || st.Published != 0 {
 		t.Errorf("the repaired replica's effects: %+v, want its repair's dropped and none published", st)
 	}
-	switch want := fmt.Sprintf("until the fence covers %d/", last); {
-	case ofHeld:
-		want = fmt.Sprintf("until the fence passes revision %d", last)
+	switch want := fmt.Sprintf("until the fence covers %d/", artifactAt); {
+	case ofHeld || ofQuiet:
+		want = fmt.Sprintf("until the fence passes revision %d", artifactAt)
 		fallthrough
 	case restore:
 		if !strings.Contains(st.Held, want) {
-			// the artifact's point (the last effect its node filed, or its
-			// hold's), not the catch-up's: the fold's own effects from
-			// there on are kept
+			// the artifact's point (the last effect its node filed, its
+			// hold's, or its cursor), not the catch-up's: the fold's own
+			// effects from there on are kept
 			t.Errorf("the restored replica's hold %q, want %q", st.Held, want)
+		}
+		if n := host.OutboxLen(f); n == 0 {
+			t.Errorf("the restored replica's outbox is empty: the effect of the write past the artifact's cursor was dropped")
 		}
 	}
 	// An effect of a write after the repair is the fold's own: kept (the
