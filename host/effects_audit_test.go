@@ -22,7 +22,6 @@ import (
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/natskv"
-	"github.com/foldhost/foldhost/internal/syncbuf"
 )
 
 // auditEffect is one effect: its id and "op|payload".
@@ -294,17 +293,7 @@ func effectsAudit(t *testing.T, kills, replicaBatch int) {
 		if mode != "run" {
 			publicationKills++
 		}
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), host.KillEffectsEnv+"="+mode, host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+data, host.KillEffectsPlugin+"="+plugin)
-		var stderr syncbuf.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd, out, stderr := startChild(t, host.KillEffectsEnv+"="+mode, host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+data, host.KillEffectsPlugin+"="+plugin)
 		started, acked, scanned := make(chan struct{}), make(chan struct{}), make(chan struct{})
 		go func() { // ends when the pipe closes
 			defer close(scanned)

@@ -9,8 +9,10 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/protocol"
 )
 
 // OutboxLen counts the entries of f's outbox (tests: what is committed
@@ -57,6 +59,10 @@ const (
 	// KillEffectsNoSync, when set, runs the child's fold with the
 	// defaults instead: NoSync commits, batches of up to 100 updates.
 	KillEffectsNoSync = "FOLDHOST_TEST_KILL_EFFECTS_NOSYNC"
+	// KillEffectsArtifacts, when set, is a directory artifact store the
+	// child's fold restores from (repair = "restore"); "restore-done-1"
+	// kills it right after a restore's last commit.
+	KillEffectsArtifacts = "FOLDHOST_TEST_KILL_EFFECTS_ARTIFACTS"
 )
 
 func killEffectsChild() {
@@ -82,10 +88,19 @@ func killEffectsChild() {
 	if os.Getenv(KillEffectsNoSync) != "" {
 		fo.BatchSize, fo.Sync = 0, false
 	}
+	var arts ArtifactOptions
+	if dir := os.Getenv(KillEffectsArtifacts); dir != "" {
+		st, err := dirstore.New(dir)
+		if err != nil {
+			fail(err)
+		}
+		fo.Repair, arts = protocol.RepairRestore, ArtifactOptions{Store: st, Where: "test", Holder: "t"}
+	}
 	h, err := New(Options{
-		NATS:   NATSOptions{Conn: natskv.ConnOptions{URL: os.Getenv(KillEffectsURL)}},
-		Logger: slog.New(slog.DiscardHandler),
-		Folds:  []FoldOptions{fo},
+		NATS:      NATSOptions{Conn: natskv.ConnOptions{URL: os.Getenv(KillEffectsURL)}},
+		Logger:    slog.New(slog.DiscardHandler),
+		Folds:     []FoldOptions{fo},
+		Artifacts: arts,
 		// The test command's compile cache: each of the audit's children
 		// would compile the plugin again (seconds under the race detector).
 		PluginCacheDir: os.Getenv("FOLDHOST_TEST_WASM_CACHE"),

@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -20,7 +18,6 @@ import (
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/natstest"
-	"github.com/foldhost/foldhost/internal/syncbuf"
 )
 
 // routeChanged is how many route.changed messages s holds.
@@ -59,18 +56,8 @@ func TestEffectsNoSyncKillPublishesOnce(t *testing.T) {
 
 	changes := 1
 	for round := range 2 {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), host.KillEffectsEnv+"=run", host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+data,
+		cmd, out, stderr := startChild(t, host.KillEffectsEnv+"=run", host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+data,
 			host.KillEffectsPlugin+"="+plugin, host.KillEffectsNoSync+"=1")
-		var stderr syncbuf.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
 		sc := bufio.NewScanner(out)
 		if !sc.Scan() || sc.Text() != "started" {
 			_ = cmd.Process.Kill()

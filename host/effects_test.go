@@ -919,6 +919,41 @@ func TestEffectsPublishedOnceTheFoldCaughtUp(t *testing.T) {
 	}
 }
 
+// replicaPair is two replicas of the router fold, behind and other, in
+// data dirs of their own; set writes a route and records its effect in m.
+type replicaPair struct {
+	m                   *routerModel
+	set                 func(h, addr string) uint64
+	behindDir, otherDir string
+	other               *running
+	last                uint64 // the revision of the last route written
+}
+
+// foldBesideThenStop starts the two replicas (opts: a data dir's host
+// options), writes n routes, waits until both folded them and their
+// effects are published, and stops behind.
+func foldBesideThenStop(t *testing.T, b *natskv.Bucket, s jetstream.Stream, opts func(dir string) host.Options, n int) *replicaPair {
+	t.Helper()
+	p := &replicaPair{m: &routerModel{entries: map[string]string{}},
+		behindDir: filepath.Join(t.TempDir(), "behind"), otherDir: filepath.Join(t.TempDir(), "other")}
+	p.set = func(h, addr string) uint64 {
+		p.m.put(h, addr+"=1")
+		return put(t, b, "route."+h, route(addr))
+	}
+	behind := startHost(t, opts(p.behindDir))
+	p.other = startHost(t, opts(p.otherDir))
+	for i := range n {
+		p.last = p.set(fmt.Sprintf("h%d", i), "10.0.0.1:80")
+	}
+	waitCursor(t, behind.h.Fold("routes"), p.last)
+	waitEffects(t, s, p.other.h.Fold("routes"), len(p.m.want))
+	waitFor(t, func() bool { return host.OutboxLen(behind.h.Fold("routes")) == 0 })
+	if err := behind.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence: of two
 // replicas of a fold on a history-1 bucket, one is down while the other
 // folds on, and then holds effects it has not published (stopped before
@@ -1000,23 +1035,8 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 		return host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo},
 			Artifacts: host.ArtifactOptions{Store: store, Where: "test", Holder: "t"}}
 	}
-	m := &routerModel{entries: map[string]string{}}
-	set := func(h, addr string) uint64 {
-		m.put(h, addr+"=1")
-		return put(t, b, "route."+h, route(addr))
-	}
-	behindDir, otherDir := filepath.Join(t.TempDir(), "behind"), filepath.Join(t.TempDir(), "other")
-	behind, other := startHost(t, opts(behindDir)), startHost(t, opts(otherDir))
-	var last uint64
-	for i := range 5 {
-		last = set(fmt.Sprintf("h%d", i), "10.0.0.1:80")
-	}
-	waitCursor(t, behind.h.Fold("routes"), last)
-	waitEffects(t, s, other.h.Fold("routes"), len(m.want))
-	waitFor(t, func() bool { return host.OutboxLen(behind.h.Fold("routes")) == 0 })
-	if err := behind.stop(t); err != nil {
-		t.Fatal(err)
-	}
+	p := foldBesideThenStop(t, b, s, opts, 5)
+	m, set, behindDir, otherDir, other, last := p.m, p.set, p.behindDir, p.otherDir, p.other, p.last
 	cursorBefore := last
 	// Every revision up to the cursor and the next is superseded or
 	// purged below: the first retained revision is past cursor+1.
@@ -1093,7 +1113,7 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 	}
 	heal := host.FailHoldRecords(t)
 	failAtRestoreDone.Store(restore)
-	behind = startHost(t, opts(behindDir))
+	behind := startHost(t, opts(behindDir))
 	f := behind.h.Fold("routes")
 	waitFor(t, func() bool { return f.Status().Repairs.Last != nil })
 	if st := f.Status(); st.Repairs.Last.Outcome != "failed" || !strings.Contains(st.Repairs.Last.Error, "effects hold") || st.Cursor != cursorBefore {

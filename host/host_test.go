@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/leakcheck"
 	"github.com/foldhost/foldhost/internal/natstest"
+	"github.com/foldhost/foldhost/internal/syncbuf"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -104,6 +106,25 @@ func startHost(t testing.TB, o host.Options) *running {
 	go func() { r.done <- h.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r
+}
+
+// startChild runs this test binary again with env added (TestMain makes
+// it the child those variables name), its stdout piped to the caller and
+// its stderr kept.
+func startChild(t *testing.T, env ...string) (*exec.Cmd, io.ReadCloser, *syncbuf.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	stderr := &syncbuf.Buffer{}
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, out, stderr
 }
 
 func (r *running) stop(t testing.TB) error {

@@ -7,8 +7,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,7 +19,6 @@ import (
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/wasm"
-	"github.com/foldhost/foldhost/internal/syncbuf"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -519,18 +516,8 @@ func TestKilledRebuild(t *testing.T) {
 		t.Run(at, func(t *testing.T) {
 			b, pluginFile, o := seedKeyview(t, 3000)
 			placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview2")))
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), host.KillRebuildEnv+"="+at, host.KillRebuildURL+"="+o.NATS.Conn.URL,
+			cmd, out, stderr := startChild(t, host.KillRebuildEnv+"="+at, host.KillRebuildURL+"="+o.NATS.Conn.URL,
 				host.KillRebuildDir+"="+o.Folds[0].DataDir, host.KillRebuildPlugin+"="+pluginFile)
-			var stderr syncbuf.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
 			want := map[string]string{"mid-replay": "progress", "before-switch": "replayed"}[at]
 			seen, scanned := make(chan bool, 1), make(chan struct{})
 			go func() { // ends when the pipe closes (the child killed, Wait)
@@ -556,7 +543,7 @@ func TestKilledRebuild(t *testing.T) {
 				t.Errorf("the child printed no %q within 2m", want)
 			}
 			_ = cmd.Process.Signal(syscall.SIGKILL)
-			err = cmd.Wait()
+			err := cmd.Wait()
 			<-scanned
 			if t.Failed() {
 				t.Fatalf("child stderr: %s", stderr.String())
