@@ -551,15 +551,13 @@ func (f *Fold) joinRepair(ctx context.Context, plan protocol.RepairPlan, art *fo
 		return !ownMarked || fold.EffectsHold{Rev: own, Index: ownIndex}.After(rev, index)
 	}
 	// A listing's hold is syncing: its point is where it catches up. A
-	// restore's is the artifact's cursor: from there on the fold files the
-	// same effects as every replica, its own.
+	// restore's is the artifact's cursor (from there on the fold files the
+	// same effects as every replica, its own), or the artifact's own.
 	join := fold.EffectsHold{Syncing: true}
-	if art != nil {
-		join = fold.EffectsHold{Rev: art.Cursor().Rev, Index: math.MaxUint32}
-	}
 	var why string
 	args := []any{"plan", plan.String(), "fence", e.target.fence, "last_filed", fmt.Sprintf("%d/%d", own, ownIndex)}
 	if art != nil {
+		join = fold.EffectsHold{Rev: art.Cursor().Rev, Index: math.MaxUint32}
 		theirs, ok, err := art.JoinedHold()
 		if err != nil {
 			return fmt.Errorf("reading the artifact's effects: %w", err)

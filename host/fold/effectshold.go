@@ -124,13 +124,14 @@ func (s *Store) JoinedHold() (h EffectsHold, ok bool, err error) {
 		return h, false, err
 	}
 	rev, index, marked, err := s.OutboxMark()
-	switch {
-	case err != nil || !marked:
+	if err != nil || !marked {
 		return h, held, err
-	case held:
-		return h.With(EffectsHold{Rev: rev, Index: index}), true, nil
 	}
-	return EffectsHold{Rev: rev, Index: index}, true, nil
+	filed := EffectsHold{Rev: rev, Index: index}
+	if held {
+		filed = h.With(filed)
+	}
+	return filed, true, nil
 }
 
 // OutboxMark is the last effect the store ever filed (ok false: none),
