@@ -8,11 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/datadir"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/pluginobj"
 	"github.com/foldhost/foldhost/host/wasm"
@@ -74,7 +74,7 @@ func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return BootstrapResult{}, err
 	}
-	lk, err := files.TryLock(bootstrapLock(f.DataDir))
+	lk, err := files.TryLock(datadir.BootstrapLock(f.DataDir))
 	if err != nil {
 		return BootstrapResult{}, fmt.Errorf("another bootstrap of fold %s is running: %w", f.Name, err)
 	}
@@ -83,10 +83,10 @@ func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions)
 	if log == nil {
 		log = slog.Default()
 	}
-	if _, err := finishResetSwap(f.DataDir, log); err != nil { // a killed repair --reset
+	if _, err := datadir.FinishSwap(f.DataDir, log); err != nil { // a killed repair --reset
 		return BootstrapResult{}, fmt.Errorf("fold %s: %w", f.Name, err)
 	}
-	clearStaleImports(f.DataDir)
+	datadir.ClearStaleImports(f.DataDir)
 	// A store that folded nothing (what a first run against an empty
 	// bucket leaves) is replaced, but only once an artifact to replace it
 	// with was found and checked: without one it stays as it was.
@@ -145,38 +145,6 @@ func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions)
 	res.Cursor, res.Bytes, res.Took = uint64(c.Rev), total.Load(), time.Since(start)
 	res.Warning = pluginMismatch(f, m)
 	return res, nil
-}
-
-// bootstrapLock is the lock file that keeps two bootstraps of the fold in
-// dataDir apart.
-func bootstrapLock(dataDir string) string {
-	return filepath.Join(filepath.Dir(dataDir), "."+filepath.Base(dataDir)+".bootstrap.lock")
-}
-
-// clearStaleImportsIfIdle removes what a bootstrap killed mid-way left beside
-// dataDir (a hidden import directory up to the payload's size), unless a
-// bootstrap of the fold is running. Every command that opens a fold's
-// store calls it, so the leftovers do not wait for the next bootstrap.
-func clearStaleImportsIfIdle(dataDir string) {
-	lk, err := files.TryLock(bootstrapLock(dataDir))
-	if err != nil {
-		return // a bootstrap runs (its import is live), or the parent is not ours to write
-	}
-	defer lk.Unlock()
-	clearStaleImports(dataDir)
-}
-
-// clearStaleImports removes what an import killed mid-way left beside
-// dataDir (the caller holds the bootstrap lock, so none is running).
-func clearStaleImports(dataDir string) {
-	parent := filepath.Dir(dataDir)
-	prefix := artifact.ImportTempPrefix(dataDir)
-	entries, _ := os.ReadDir(parent)
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), prefix) {
-			_ = os.RemoveAll(filepath.Join(parent, e.Name()))
-		}
-	}
 }
 
 // pluginMismatch says when the artifact's views were made by another

@@ -15,6 +15,7 @@ import (
 
 	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/artifact/lease"
+	"github.com/foldhost/foldhost/host/datadir"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -170,7 +171,7 @@ func (e *exporter) round(ctx context.Context, o FoldOptions, store *fold.Store, 
 	}
 	rr, err := RunRound(ctx, loop, store, e.o.Store, ls, RoundConfig{
 		Key: o.ArtifactKey, Holder: e.o.Holder, TTL: e.o.LeaseTTL,
-		StageDir: StageDir(o.DataDir), IgnoreLease: ls == nil, Logger: e.log.With("fold", o.Name), Settle: settle,
+		StageDir: datadir.StageDir(o.DataDir), IgnoreLease: ls == nil, Logger: e.log.With("fold", o.Name), Settle: settle,
 	})
 	res.TookMS = time.Since(start).Milliseconds()
 	if err != nil {
@@ -389,7 +390,7 @@ func ExportStopped(ctx context.Context, o Options, name string, force bool) (Exp
 	if err != nil {
 		return ExportResult{}, err
 	}
-	if err := resetStageDir(fo); err != nil {
+	if err := datadir.ResetStageDir(fo.DataDir); err != nil {
 		return ExportResult{}, err
 	}
 	var nc *nats.Conn
@@ -428,6 +429,6 @@ func OpenStopped(dir string, log *slog.Logger) (*fold.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	clearStaleImportsIfIdle(dir)
+	datadir.ClearStaleImportsIfIdle(dir)
 	return s, nil
 }

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/foldhost/foldhost/host/datadir"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -93,7 +93,7 @@ func newFold(o FoldOptions, h *Host) (*Fold, error) {
 	// A repair --reset killed mid-swap left its fresh store recorded:
 	// put in place before the data dir is opened (else an empty store
 	// would be made there).
-	if _, err := finishResetSwap(o.DataDir, f.log); err != nil {
+	if _, err := datadir.FinishSwap(o.DataDir, f.log); err != nil {
 		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
 	}
 	so := fold.Options{Sync: o.Sync, Logger: f.log, DiskReserve: o.DiskReserve, MemTableSize: o.MemTableSize}
@@ -105,14 +105,14 @@ func newFold(o FoldOptions, h *Host) (*Fold, error) {
 		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
 	}
 	f.store = st
-	clearStaleImportsIfIdle(o.DataDir)
+	datadir.ClearStaleImportsIfIdle(o.DataDir)
 	// A repair's scratch dir is left only by a process that died
 	// mid-repair (the store's lock, now held, keeps every other out).
-	if err := os.RemoveAll(RepairDir(o.DataDir)); err != nil {
+	if err := os.RemoveAll(datadir.RepairDir(o.DataDir)); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("fold %s: clearing a stale repair scratch dir: %w", o.Name, err)
 	}
-	if err := resetStageDir(o); err != nil {
+	if err := datadir.ResetStageDir(o.DataDir); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
 	}
@@ -485,25 +485,6 @@ func (f *Fold) logProgress(ctx context.Context, start time.Time) {
 			f.log.Info("fold hydrating", args...)
 		}
 	}
-}
-
-// StageDir is where the artifacts of the fold in dataDir are staged: a
-// hidden sibling of its data dir (".<name>.export"), so on its filesystem
-// (the checkpoint hard-links sstables).
-func StageDir(dataDir string) string {
-	dataDir = filepath.Clean(dataDir)
-	return filepath.Join(filepath.Dir(dataDir), "."+filepath.Base(dataDir)+".export")
-}
-
-// resetStageDir empties a fold's stage dir: anything in it was left by an
-// export that died mid-way (the caller holds the fold's store, so no other
-// export of the fold runs).
-func resetStageDir(o FoldOptions) error {
-	dir := StageDir(o.DataDir)
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("clearing stale exports: %w", err)
-	}
-	return os.MkdirAll(dir, 0o755)
 }
 
 // WaitCursor waits until the fold's cursor reaches rev, calling progress

@@ -10,19 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/foldhost/foldhost/host/datadir"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/repair"
 	"github.com/foldhost/foldhost/protocol"
 )
-
-// RepairDir is where a repair of the fold in dataDir keeps its scratch
-// store (the sorted bucket listing): a hidden sibling of the data dir
-// (".<name>.repair"), beside and never inside the fold's pebble directory.
-func RepairDir(dataDir string) string {
-	dataDir = filepath.Clean(dataDir) // "/x/fold/" must not give "/x/fold/.fold.repair"
-	return filepath.Join(filepath.Dir(dataDir), "."+filepath.Base(dataDir)+".repair")
-}
 
 // newRepairer wires the fold's repair.Runner (the repair it runs when its
 // cursor expires: planning, memo, Verify, artifact checks) to its bucket,
@@ -50,7 +43,7 @@ func (f *Fold) newRepairer() *repair.Runner {
 		Artifacts:      f.h.o.Artifacts.Store,
 		ArtifactKey:    f.o.ArtifactKey,
 		ArtifactsWhere: f.h.o.Artifacts.Where,
-		ScratchDir:     RepairDir(f.o.DataDir),
+		ScratchDir:     datadir.RepairDir(f.o.DataDir),
 		MaxBatch:       f.o.BatchSize,
 		Poison:         f.countedPoison(),
 		Hooks:          repair.Hooks{Begin: f.pinForRepair, Join: f.joinRepair, End: f.repairEnded, Progress: f.repairProgress},
@@ -247,14 +240,14 @@ func ResetStopped(ctx context.Context, o Options, name string, progress func(htt
 	if log == nil {
 		log = slog.Default()
 	}
-	if _, err := finishResetSwap(dataDir, log); err != nil { // an earlier reset killed mid-swap
+	if _, err := datadir.FinishSwap(dataDir, log); err != nil { // an earlier reset killed mid-swap
 		return ResetResult{}, fmt.Errorf("fold %s: %w", name, err)
 	}
 	old, _, err := fold.Open(dataDir, fold.Options{Logger: o.Logger})
 	if err != nil {
 		return ResetResult{}, fmt.Errorf("fold %s: %w", name, err) // held by a running fold: ErrLocked
 	}
-	fresh := resetFreshDir(dataDir)
+	fresh := datadir.ResetFreshDir(dataDir)
 	if err := os.RemoveAll(fresh); err != nil {
 		old.Close()
 		return ResetResult{}, err
@@ -298,17 +291,21 @@ func ResetStopped(ctx context.Context, o Options, name string, progress func(htt
 		return res, fmt.Errorf("fold %s: refolding into a fresh store: %w (the old store is untouched)", name, err)
 	}
 	res.Kept = dataDir + ".replaced-" + time.Now().UTC().Format("20060102T150405Z")
-	for i := 2; exists(res.Kept); i++ { // two resets in one second
+	for i := 2; datadir.Exists(res.Kept); i++ { // two resets in one second
 		res.Kept = fmt.Sprintf("%s.replaced-%s-%d", dataDir, time.Now().UTC().Format("20060102T150405Z"), i)
 	}
 	if err := old.Close(); err != nil {
 		return res, err
 	}
-	// Crash-safe (resetswap.go): a kill from here on leaves the swap
+	// Crash-safe (datadir.Swap): a kill from here on leaves the swap
 	// recorded, and the next open of the fold completes it.
-	if err := swapResetStore(resetSwap{Data: dataDir, Fresh: fresh, Kept: res.Kept}); err != nil {
+	if err := (datadir.Swap{Data: dataDir, Fresh: fresh, Kept: res.Kept}).Do(resetStep); err != nil {
 		return res, fmt.Errorf("fold %s: %w", name, err)
 	}
 	res.Took = time.Since(start)
 	return res, nil
 }
+
+// resetStep, when set (tests only: SetResetStep), is called before each
+// step of a reset's swap (datadir.Swap.Do).
+var resetStep func(step string) error

@@ -14,6 +14,7 @@ import (
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact/s3test"
+	"github.com/foldhost/foldhost/host/datadir"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/command"
@@ -324,14 +325,14 @@ data_dir = %q
 name = "never-run"
 `, store))
 	// What an export killed mid-way left in the fold's staging dir.
-	if err := os.MkdirAll(filepath.Join(host.StageDir(store), ".export-killed", "data"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(datadir.StageDir(store), ".export-killed", "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut := runCLI(t, nil, "export", "--config", cfg, "--fold", "routes", "--force", "--json")
 	if r := exportResults(t, out); code != 0 || len(r) != 1 || r[0].Outcome != host.ExportPublished || r[0].Cursor != 4 {
 		t.Fatalf("forced offline export with NATS down: exit %d: %s %s", code, out, errOut)
 	}
-	if left, _ := os.ReadDir(host.StageDir(store)); len(left) != 0 {
+	if left, _ := os.ReadDir(datadir.StageDir(store)); len(left) != 0 {
 		t.Errorf("staging dir holds %d entries after the round (a stale one, or the round's artifact)", len(left))
 	}
 	code, _, errOut = runCLI(t, nil, "export", "--config", cfg, "--fold", "routes")

@@ -1,4 +1,4 @@
-package host
+package datadir
 
 import (
 	"encoding/json"
@@ -11,39 +11,31 @@ import (
 	"github.com/foldhost/foldhost/internal/files"
 )
 
-// The swap of `repair --reset` (ResetStopped) replaces a fold's data dir
+// The swap of `repair --reset` (host.ResetStopped) replaces a fold's data dir
 // by the fresh store it folded beside it. It takes two renames (the old
 // store aside, the fresh one in), and a process killed between them would
 // leave no data dir at all: the next run would silently start an empty
 // fold. So the swap is recorded first, in a marker file beside the data
 // dir naming the three directories, and whatever opens the fold's store
 // (run, repair, bootstrap, the next reset) first completes a recorded swap
-// (finishResetSwap): the fresh store was finished before the marker was
+// (FinishSwap): the fresh store was finished before the marker was
 // written, so the swap always rolls forward. A kill before the marker is
 // in place leaves the old store where it was (and the unfinished fresh one
 // beside it, which the next reset clears). RATIONALE.md, "The reset's swap".
 
-// resetSwap is the marker's content.
-type resetSwap struct {
+// Swap is a swap of a fresh store into a fold's data dir, as its marker
+// records it.
+type Swap struct {
 	Data  string `json:"data"`  // the fold's data dir
 	Fresh string `json:"fresh"` // the finished fresh store
 	Kept  string `json:"kept"`  // where the replaced store goes
 }
 
-// resetFreshDir is where ResetStopped folds the fresh store of dataDir.
-func resetFreshDir(dataDir string) string {
-	return filepath.Join(filepath.Dir(dataDir), "."+filepath.Base(dataDir)+".reset")
-}
+// ResetFreshDir is where a reset folds the fresh store of dataDir.
+func ResetFreshDir(dataDir string) string { return sibling(dataDir, "reset") }
 
 // resetMarker is the marker of a swap into dataDir.
-func resetMarker(dataDir string) string {
-	return filepath.Join(filepath.Dir(dataDir), "."+filepath.Base(dataDir)+".reset-swap")
-}
-
-// resetStep, when set (tests only), is called before each step of a swap
-// with the step's name; an error stops the swap there, as if the process
-// had died (nothing is undone).
-var resetStep func(step string) error
+func resetMarker(dataDir string) string { return sibling(dataDir, "reset-swap") }
 
 // Steps of the swap, in order.
 const (
@@ -53,12 +45,14 @@ const (
 	stepUnmark   = "remove-marker"
 )
 
-// swapResetStore moves sw.Data to sw.Kept and sw.Fresh to sw.Data, through
-// the marker. Every step is synced to disk before the next.
-func swapResetStore(sw resetSwap) error {
+// Do moves sw.Data to sw.Kept and sw.Fresh to sw.Data, through the
+// marker. Every step is synced to disk before the next. hook, when set
+// (tests only), is called before each step with its name; an error stops
+// the swap there, as if the process had died (nothing is undone).
+func (sw Swap) Do(hook func(step string) error) error {
 	step := func(name string) error {
-		if resetStep != nil {
-			return resetStep(name)
+		if hook != nil {
+			return hook(name)
 		}
 		return nil
 	}
@@ -72,7 +66,7 @@ func swapResetStore(sw resetSwap) error {
 		return err
 	}
 	if err := renameSynced(sw.Data, sw.Kept); err != nil {
-		if exists(sw.Data) && removeSynced(resetMarker(sw.Data)) == nil { // nothing moved: no swap
+		if Exists(sw.Data) && removeSynced(resetMarker(sw.Data)) == nil { // nothing moved: no swap
 			return fmt.Errorf("moving the old store aside: %w (it is still in place; the fresh one is in %s)", err, sw.Fresh)
 		}
 		return fmt.Errorf("moving the old store aside: %w (the fresh one is in %s; the next start completes the swap)", err, sw.Fresh)
@@ -89,11 +83,11 @@ func swapResetStore(sw resetSwap) error {
 	return removeSynced(resetMarker(sw.Data))
 }
 
-// finishResetSwap completes a swap into dataDir that a killed reset left
+// FinishSwap completes a swap into dataDir that a killed reset left
 // recorded, and reports whether there was one. It refuses (an error naming
 // the directories) a state the swap cannot have left, rather than let the
 // fold start on something else.
-func finishResetSwap(dataDir string, log *slog.Logger) (bool, error) {
+func FinishSwap(dataDir string, log *slog.Logger) (bool, error) {
 	dataDir = filepath.Clean(dataDir)
 	marker := resetMarker(dataDir)
 	_ = os.Remove(marker + ".tmp") // a marker never put in place: no swap began
@@ -104,11 +98,11 @@ func finishResetSwap(dataDir string, log *slog.Logger) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("reading the marker of an interrupted repair --reset: %w", err)
 	}
-	var sw resetSwap
+	var sw Swap
 	if err := json.Unmarshal(b, &sw); err != nil || sw.Data != dataDir || sw.Fresh == "" || sw.Kept == "" {
 		return false, fmt.Errorf("the marker of an interrupted repair --reset, %s, is not one for %s (%q): move it aside once the data dir is what it should be", marker, dataDir, b)
 	}
-	data, fresh, kept := exists(sw.Data), exists(sw.Fresh), exists(sw.Kept)
+	data, fresh, kept := Exists(sw.Data), Exists(sw.Fresh), Exists(sw.Kept)
 	switch {
 	case fresh && data && !kept: // killed before the old store moved
 		if err := renameSynced(sw.Data, sw.Kept); err != nil {
@@ -131,13 +125,8 @@ func finishResetSwap(dataDir string, log *slog.Logger) (bool, error) {
 	return true, nil
 }
 
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
-}
-
 // writeMarker puts sw's marker in place atomically and durably.
-func writeMarker(sw resetSwap) error {
+func writeMarker(sw Swap) error {
 	b, err := json.Marshal(sw)
 	if err != nil {
 		return err
