@@ -7,191 +7,18 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/foldhost/foldhost/host/artifact"
-	"github.com/foldhost/foldhost/host/artifact/lease"
+	"github.com/foldhost/foldhost/host/artifact/round"
 	"github.com/foldhost/foldhost/host/datadir"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/protocol"
 )
-
-// ExportOutcome is how an export round ended.
-type ExportOutcome int
-
-const (
-	// ExportPublished: the round's artifact is the key's pointer now.
-	ExportPublished ExportOutcome = iota + 1
-	// ExportSuperseded: the store already holds a newer artifact; nothing
-	// was published (a normal outcome).
-	ExportSuperseded
-	// ExportSkipped: another node (or this one) holds the key's lease:
-	// it exported within the lease's TTL. Nothing was exported.
-	ExportSkipped
-	// ExportFailed: the round failed (ExportResult.Error says why).
-	ExportFailed
-)
-
-var exportOutcomes = [...]string{ExportPublished: "published", ExportSuperseded: "superseded", ExportSkipped: "skipped", ExportFailed: "failed"}
-
-func (o ExportOutcome) String() string {
-	if o >= ExportPublished && o <= ExportFailed {
-		return exportOutcomes[o]
-	}
-	return fmt.Sprintf("ExportOutcome(%d)", int(o))
-}
-
-// MarshalText is the outcome's name.
-func (o ExportOutcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
-
-// UnmarshalText reads an outcome's name.
-func (o *ExportOutcome) UnmarshalText(b []byte) error {
-	if i := slices.Index(exportOutcomes[:], string(b)); i > 0 {
-		*o = ExportOutcome(i)
-		return nil
-	}
-	return fmt.Errorf("unknown export outcome %q", b)
-}
-
-// ExportResult is a round's outcome, as the CLI prints it and the HTTP API
-// returns it.
-type ExportResult struct {
-	Fold    string        `json:"fold"`
-	Key     string        `json:"key"`
-	Store   string        `json:"store"`
-	Outcome ExportOutcome `json:"outcome"`
-	// Cursor is the exported cursor (published, superseded).
-	Cursor uint64   `json:"cursor,omitempty"`
-	Pruned []string `json:"pruned,omitempty"`
-	// LeaseHolder and LeaseExpires name the node holding the lease when
-	// the round was skipped.
-	LeaseHolder  string    `json:"lease_holder,omitempty"`
-	LeaseExpires time.Time `json:"lease_expires,omitzero"`
-	// LeaseCompleted is when the holder's round completed; zero while the
-	// round runs, or when it died without completing (the lease then
-	// holds until it expires).
-	LeaseCompleted time.Time `json:"lease_completed,omitzero"`
-	Forced         bool      `json:"forced,omitempty"`
-	TookMS         int64     `json:"took_ms"`
-	// Reason says why a round skipped without asking for the lease:
-	// SkipEmpty. "" for a lease skip.
-	Reason string `json:"reason,omitempty"`
-	// Error says why a round failed (outcome failed).
-	Error string `json:"error,omitempty"`
-}
-
-// SkipEmpty is the Reason of a round skipped because the fold has folded
-// nothing yet (no cursor): there is nothing to publish, which is no failure.
-const SkipEmpty = "empty"
-
-func (r ExportResult) String() string {
-	switch r.Outcome {
-	case ExportSkipped:
-		if r.Reason == SkipEmpty {
-			return fmt.Sprintf("fold %s: skipped: the fold has folded nothing yet (no cursor): nothing to export", r.Fold)
-		}
-		what := "its round has not completed: it is still running, or it died (the lease then holds until it expires)"
-		if !r.LeaseCompleted.IsZero() {
-			what = "it completed a round at " + r.LeaseCompleted.Format(time.RFC3339) + ", and a round holds the key for lease_ttl"
-		}
-		return fmt.Sprintf("fold %s: skipped: %s holds the export lease of %q until %s: %s; --force exports anyway",
-			r.Fold, r.LeaseHolder, r.Key, r.LeaseExpires.Format(time.RFC3339), what)
-	case ExportSuperseded:
-		return fmt.Sprintf("fold %s: superseded: %s already holds a newer artifact of %q than cursor %d; nothing published",
-			r.Fold, r.Store, r.Key, r.Cursor)
-	case ExportFailed:
-		return fmt.Sprintf("fold %s: export failed: %s", r.Fold, r.Error)
-	}
-	return fmt.Sprintf("fold %s: published artifact %q at cursor %d to %s in %s (pruned %d old payloads)",
-		r.Fold, r.Key, r.Cursor, r.Store, time.Duration(r.TookMS)*time.Millisecond, len(r.Pruned))
-}
-
-// exporter runs the export rounds of one host: one artifact store and one
-// lease bucket for every fold.
-type exporter struct {
-	o ArtifactOptions
-	// nc is the NATS connection the lease bucket is opened on (lazily, so
-	// a host that never exports needs no permission to create it); nil
-	// runs every round without the lease (a single node on a stopped
-	// embedded server).
-	nc         *nats.Conn
-	reqTimeout time.Duration
-	log        *slog.Logger
-
-	mu    sync.Mutex
-	lease *lease.Lease
-}
-
-// newExporter is nil when no artifact store is configured.
-func newExporter(o ArtifactOptions, nc *nats.Conn, reqTimeout time.Duration, log *slog.Logger) *exporter {
-	if o.Store == nil {
-		return nil
-	}
-	return &exporter{o: o, nc: nc, reqTimeout: reqTimeout, log: log}
-}
-
-// leaseFor opens the lease bucket on first use.
-func (e *exporter) leaseFor(ctx context.Context) (*lease.Lease, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.lease != nil {
-		return e.lease, nil
-	}
-	b, err := natskv.OpenBucket(ctx, e.nc, natskv.BucketConfig{Name: e.o.LeaseBucket, History: 1, Replicas: 1},
-		natskv.Options{RequestTimeout: e.reqTimeout})
-	if err != nil {
-		return nil, fmt.Errorf("export lease bucket %s: %w", e.o.LeaseBucket, err)
-	}
-	e.lease = lease.New(b.KV(), lease.Options{RequestTimeout: e.reqTimeout})
-	return e.lease, nil
-}
-
-// round runs one export round of the fold o from store (loop nil: nothing
-// folds into the store meanwhile). force, or no NATS connection, skips the
-// lease.
-func (e *exporter) round(ctx context.Context, o FoldOptions, store *fold.Store, loop *fold.Loop, force bool, settle func(context.Context, fold.Target) error) (ExportResult, error) {
-	start := time.Now()
-	res := ExportResult{Fold: o.Name, Key: o.ArtifactKey, Store: e.o.Where, Forced: force}
-	if store.Cursor().Rev == protocol.NoRevision {
-		res.Outcome, res.Reason = ExportSkipped, SkipEmpty
-		return res, nil
-	}
-	var ls *lease.Lease
-	if !force && e.nc != nil {
-		var err error
-		if ls, err = e.leaseFor(ctx); err != nil {
-			return res, err
-		}
-	}
-	rr, err := RunRound(ctx, loop, store, e.o.Store, ls, RoundConfig{
-		Key: o.ArtifactKey, Holder: e.o.Holder, TTL: e.o.LeaseTTL,
-		StageDir: datadir.StageDir(o.DataDir), IgnoreLease: ls == nil, Logger: e.log.With("fold", o.Name), Settle: settle,
-	})
-	res.TookMS = time.Since(start).Milliseconds()
-	if err != nil {
-		return res, err
-	}
-	switch {
-	case rr.Skipped:
-		res.Outcome = ExportSkipped
-		res.LeaseHolder = rr.Holder.HolderID
-		res.LeaseExpires = time.Unix(rr.Holder.ExpiresAtUnix, 0).UTC()
-		if c := rr.Holder.CompletedAtUnix; c != nil {
-			res.LeaseCompleted = time.Unix(*c, 0).UTC()
-		}
-	case rr.Outcome == artifact.SupersededByNewer:
-		res.Outcome, res.Cursor = ExportSuperseded, uint64(rr.Cursor.Rev)
-	default:
-		res.Outcome, res.Cursor, res.Pruned = ExportPublished, uint64(rr.Cursor.Rev), rr.Pruned
-	}
-	return res, nil
-}
 
 // settleNow settles the store's cursor, when a prefix watch left it
 // unsettled, before an export round checkpoints it. On the loop with
@@ -218,6 +45,24 @@ func (f *Fold) settleNow(ctx context.Context, t fold.Target) error {
 	}
 	return t.Commit(fold.Commit{Cursor: protocol.Settle(c, s, 0, false)})
 }
+
+// The report of an export round (package round), under the names the
+// host's API has always given it.
+type (
+	ExportResult  = round.Report
+	ExportOutcome = round.Outcome
+)
+
+// Export round outcomes (round.Outcome).
+const (
+	ExportPublished  = round.Published
+	ExportSuperseded = round.Superseded
+	ExportSkipped    = round.Skipped
+	ExportFailed     = round.Failed
+	// SkipEmpty is the Reason of a round skipped because the fold has
+	// folded nothing yet.
+	SkipEmpty = round.SkipEmpty
+)
 
 // exportState is what a fold's rounds report.
 type exportState struct {
@@ -267,7 +112,7 @@ func (f *Fold) exportRound(ctx context.Context, force bool) (ExportResult, error
 		// one anyway (a stopped loop refuses): say why.
 		return ExportResult{Fold: f.o.Name}, errors.New("the fold is repairing an expired cursor: no artifact of a half-repaired store; the next round after the repair exports")
 	}
-	res, err := f.h.exp.round(ctx, f.o, f.store, loop, force, f.settleNow)
+	res, err := f.h.exp.Round(ctx, f.o.exportee(), f.store, loop, force, f.settleNow)
 	if err != nil {
 		res.Outcome, res.Error = ExportFailed, err.Error()
 	}
@@ -404,7 +249,7 @@ func ExportStopped(ctx context.Context, o Options, name string, force bool) (Exp
 		}
 		defer nc.Close()
 	}
-	return newExporter(o.Artifacts, nc, o.NATS.RequestTimeout, o.Logger).round(ctx, fo, st, nil, force, nil)
+	return o.exporter(nc).Round(ctx, fo.exportee(), st, nil, force, nil)
 }
 
 // ErrLeaseUnavailable: the fleet's export lease cannot be reached (it
@@ -431,4 +276,17 @@ func OpenStopped(dir string, log *slog.Logger) (*fold.Store, error) {
 	}
 	datadir.ClearStaleImportsIfIdle(dir)
 	return s, nil
+}
+
+// exportee names the fold to an export round.
+func (o FoldOptions) exportee() round.Fold {
+	return round.Fold{Name: o.Name, ArtifactKey: o.ArtifactKey, DataDir: o.DataDir}
+}
+
+// exporter is the host's exporter over nc (nil: rounds without the
+// lease); nil with no artifact store.
+func (o Options) exporter(nc *nats.Conn) *round.Exporter {
+	a := o.Artifacts
+	return round.NewExporter(round.ExporterOptions{Store: a.Store, Where: a.Where, LeaseBucket: a.LeaseBucket, LeaseTTL: a.LeaseTTL,
+		Holder: a.Holder, NC: nc, RequestTimeout: o.NATS.RequestTimeout, Logger: o.Logger})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/foldhost/foldhost/host/artifact/round"
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
@@ -40,7 +41,7 @@ type Host struct {
 	srv     *embeddednats.Server
 	nc      *nats.Conn
 	health  natskv.Health // the connection's state, for status and readiness
-	exp     *exporter
+	exp     *round.Exporter
 
 	// The NATS account the host's connection is in ("" with the reason
 	// when the server did not say), for the admin service's caller check.
@@ -118,7 +119,7 @@ func (h *Host) Start(ctx context.Context) (err error) {
 		return err
 	}
 	phase("object-store plugins loaded")
-	h.exp = newExporter(h.o.Artifacts, h.nc, h.o.NATS.RequestTimeout, h.log)
+	h.exp = h.o.exporter(h.nc)
 	if h.exp != nil {
 		h.log.Info("artifact store", "store", h.o.Artifacts.Where, "lease_bucket", h.o.Artifacts.LeaseBucket,
 			"lease_ttl", h.o.Artifacts.LeaseTTL.String(), "holder", h.o.Artifacts.Holder)

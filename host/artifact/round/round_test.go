@@ -1,4 +1,4 @@
-package host
+package round
 
 import (
 	"context"
@@ -117,8 +117,8 @@ func TestRoundThenDeltaOnlyBootstrap(t *testing.T) {
 	if err := a.store.SetOrigin(fold.NewOrigin("routes", nil, time.Time{})); err != nil {
 		t.Fatal(err)
 	}
-	cfg := RoundConfig{Key: "routes", Holder: "node-a", TTL: time.Minute, StageDir: t.TempDir()}
-	res, err := RunRound(ctx, a.loop.Load(), a.store, tr, ls, cfg)
+	cfg := Config{Key: "routes", Holder: "node-a", TTL: time.Minute, StageDir: t.TempDir()}
+	res, err := Run(ctx, a.loop.Load(), a.store, tr, ls, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestRoundThenDeltaOnlyBootstrap(t *testing.T) {
 	}
 	// Another node in the same TTL: the lease is held, nothing exported.
 	cfg.Holder = "node-c"
-	if res2, err := RunRound(ctx, a.loop.Load(), a.store, tr, ls, cfg); err != nil || !res2.Skipped {
+	if res2, err := Run(ctx, a.loop.Load(), a.store, tr, ls, cfg); err != nil || !res2.Skipped {
 		t.Fatalf("second round within the TTL = %+v, %v; want skipped", res2, err)
 	}
 
@@ -180,7 +180,7 @@ func TestRoundSupersededAbandonsTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	run := func(st *fold.Store, holder string, now time.Time) RoundResult {
+	run := func(st *fold.Store, holder string, now time.Time) Result {
 		t.Helper()
 		src := &idleSource{ch: make(chan fold.Event)}
 		loop := fold.NewLoop(st, fold.NopPlugin, fold.LoopConfig{})
@@ -188,7 +188,7 @@ func TestRoundSupersededAbandonsTheLease(t *testing.T) {
 		done := make(chan struct{})
 		go func() { loop.Run(lctx, src); close(done) }()
 		defer func() { cancel(); <-done }()
-		res, err := RunRound(ctx, loop, st, tr, ls, RoundConfig{Key: "k", Holder: holder, TTL: time.Minute,
+		res, err := Run(ctx, loop, st, tr, ls, Config{Key: "k", Holder: holder, TTL: time.Minute,
 			StageDir: t.TempDir(), Now: func() time.Time { return now }})
 		if err != nil {
 			t.Fatal(err)
@@ -237,7 +237,7 @@ var leaseT0 = time.Unix(1_718_000_000, 0)
 // then holds until it expires), and the completion survives JSON.
 func TestSkippedRoundSaysWhatHoldsTheLease(t *testing.T) {
 	exp := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	r := ExportResult{Fold: "f", Key: "f", Outcome: ExportSkipped, LeaseHolder: "node-b", LeaseExpires: exp}
+	r := Report{Fold: "f", Key: "f", Outcome: Skipped, LeaseHolder: "node-b", LeaseExpires: exp}
 	if s := r.String(); !strings.Contains(s, "node-b holds") || !strings.Contains(s, "has not completed") || strings.Contains(s, "completed a round") {
 		t.Errorf("running or crashed holder: %s", s)
 	}
@@ -249,7 +249,7 @@ func TestSkippedRoundSaysWhatHoldsTheLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back ExportResult
+	var back Report
 	if err := json.Unmarshal(b, &back); err != nil || !back.LeaseCompleted.Equal(r.LeaseCompleted) {
 		t.Fatalf("JSON round trip: %s -> %+v (%v)", b, back, err)
 	}

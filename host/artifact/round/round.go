@@ -1,4 +1,4 @@
-package host
+package round
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 	"github.com/foldhost/foldhost/protocol"
 )
 
-// RoundConfig configures one export round.
-type RoundConfig struct {
+// Config configures one export round.
+type Config struct {
 	Key      string        // the artifact key (transport layout and lease key)
 	Holder   string        // this node's identity in the lease
 	TTL      time.Duration // the lease's lifetime; payloads are pruned after 4x TTL
@@ -31,12 +31,12 @@ type RoundConfig struct {
 	Logger *slog.Logger // default slog.Default()
 	// Settle, if set, runs on the loop right before the export, with
 	// nothing pending (a prefix fold settles its cursor there, so the
-	// artifact carries a settled one: Fold.settleNow).
+	// artifact carries a settled one).
 	Settle func(context.Context, fold.Target) error
 }
 
-// RoundResult is what a round did.
-type RoundResult struct {
+// Result is what a round did.
+type Result struct {
 	// Skipped: another node holds the lease (Holder, until its expiry);
 	// nothing was exported.
 	Skipped bool
@@ -52,7 +52,7 @@ type RoundResult struct {
 // the strict rank rule).
 const PruneGraceFactor = 4
 
-// RunRound runs one fleet-wide export round for a live fold: lease ->
+// Run runs one fleet-wide export round for a live fold: lease ->
 // export between flushes of the fold's loop (its pending batch flushed
 // first, so the artifact's cursor is the applied cursor) -> upload -> pointer
 // swap -> complete -> prune -> delete the local artifact. Failure handling
@@ -62,10 +62,10 @@ const PruneGraceFactor = 4
 // outcome; failures to complete the lease or to prune after a publish are
 // logged, not returned (the artifact is published; the next round retries).
 //
-// loop must be the running loop that folds into store; RunRound blocks on
+// loop must be the running loop that folds into store; Run blocks on
 // loop.Do until the loop handles the request. loop is nil for a store that
 // nothing folds into while the round runs (an offline export).
-func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, st artifact.Store, ls *lease.Lease, cfg RoundConfig) (RoundResult, error) {
+func Run(ctx context.Context, loop *fold.Loop, store *fold.Store, st artifact.Store, ls *lease.Lease, cfg Config) (Result, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -78,14 +78,14 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, st artifa
 		var err error
 		guard, err = ls.TryAcquire(ctx, cfg.Key, cfg.Holder, cfg.TTL, cfg.Now())
 		if err != nil {
-			return RoundResult{}, fmt.Errorf("export round %s: lease: %w", cfg.Key, err)
+			return Result{}, fmt.Errorf("export round %s: lease: %w", cfg.Key, err)
 		}
 		if guard == nil {
 			rec, err := ls.Read(ctx, cfg.Key)
 			if err != nil {
 				log.Debug("export round: reading the held lease failed", "key", cfg.Key, "err", err)
 			}
-			return RoundResult{Skipped: true, Holder: rec}, nil
+			return Result{Skipped: true, Holder: rec}, nil
 		}
 	}
 	// The lease is released even when ctx ended (a shutdown, a caller
@@ -124,17 +124,17 @@ func RunRound(ctx context.Context, loop *fold.Loop, store *fold.Store, st artifa
 		defer os.RemoveAll(dir) // artifacts are transient: they pin files the store compacts away
 	}
 	if err != nil {
-		return RoundResult{}, abandon(fmt.Errorf("export round %s: export: %w", cfg.Key, err))
+		return Result{}, abandon(fmt.Errorf("export round %s: export: %w", cfg.Key, err))
 	}
 	cursor, err := m.DecodeCursor()
 	if err != nil {
-		return RoundResult{}, abandon(fmt.Errorf("export round %s: %w", cfg.Key, err))
+		return Result{}, abandon(fmt.Errorf("export round %s: %w", cfg.Key, err))
 	}
 	out, err := artifact.Upload(ctx, st, cfg.Key, dir)
 	if err != nil {
-		return RoundResult{}, abandon(fmt.Errorf("export round %s: upload: %w", cfg.Key, err))
+		return Result{}, abandon(fmt.Errorf("export round %s: upload: %w", cfg.Key, err))
 	}
-	res := RoundResult{Outcome: out, Cursor: cursor}
+	res := Result{Outcome: out, Cursor: cursor}
 	if out != artifact.Published {
 		_ = abandon(nil)
 		log.Info("export round superseded by a newer artifact", "key", cfg.Key, "cursor", uint64(cursor.Rev))
