@@ -34,8 +34,12 @@ func cmdPluginNew(c *cli, args []string) error {
 	if err := skeleton.Write(dir, files); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "wrote the %s plugin skeleton to %s (%d files). Build it there:\n  %s\nthen check it:\n  foldhost plugin check plugin.wasm\n",
-		lang, dir, len(files), skeleton.BuildSteps(lang))
+	note := ""
+	if n := skeleton.BuildNote(lang); n != "" {
+		note = "(" + n + ")\n"
+	}
+	fmt.Fprintf(c.stdout, "wrote the %s plugin skeleton to %s (%d files). Build it there:\n  %s\n%sthen check it:\n  foldhost plugin check plugin.wasm\n",
+		lang, dir, len(files), skeleton.BuildSteps(lang), note)
 	return nil
 }
 

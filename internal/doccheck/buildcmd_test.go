@@ -1,6 +1,8 @@
 package doccheck
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,7 +17,7 @@ import (
 // modulo file names and the flags that only turn warnings into errors (so
 // a reader's plugin.wasm is built as the repository's is). A flag added to
 // the script and not to the documentation, or dropped from a README, fails
-// it.
+// it. The AssemblyScript SDK's README is checked by asReadme.
 func TestPluginBuildCommandsMatchBuildPlugins(t *testing.T) {
 	script := read(t, "scripts/build-plugins")
 	want := map[string][]string{
@@ -45,6 +47,176 @@ func TestPluginBuildCommandsMatchBuildPlugins(t *testing.T) {
 			t.Errorf("%s: the build command's flags %q differ from scripts/build-plugins' %q", readme, got, want[lang])
 		}
 	}
+	asReadme(t, want["AssemblyScript"])
+}
+
+// asReadme checks abi/sdk/assemblyscript/README.md against how
+// scripts/build-plugins builds the example router (asc's flags want, with
+// the example's package.json and asconfig.json): its package.json's build
+// script has the script's flags and the example's compiler version; its
+// asconfig.json has the example's settings (but outFile, and false
+// booleans: asc's defaults); and the command its Build block spells out
+// (npx asc ... with the asconfig's flags in parentheses) has the script's
+// flags plus the example's asconfig as flags.
+func asReadme(t *testing.T, want []string) {
+	const (
+		readme  = "abi/sdk/assemblyscript/README.md"
+		example = "plugins/example-router/assemblyscript/"
+	)
+	doc := read(t, readme)
+	var exPkg, docPkg asPackage
+	var exCfg, docCfg asConfig
+	decode(t, example+"package.json", read(t, example+"package.json"), &exPkg)
+	decode(t, example+"asconfig.json", read(t, example+"asconfig.json"), &exCfg)
+	decode(t, readme+", package.json", blockAfter(t, readme, doc, "`package.json`", "json"), &docPkg)
+	decode(t, readme+", asconfig.json", blockAfter(t, readme, doc, "`asconfig.json`", "json"), &docCfg)
+
+	if got := options(fields(docPkg.Scripts.Build)); !slices.Equal(got, want) {
+		t.Errorf("%s: package.json's build script's flags %q differ from scripts/build-plugins' %q", readme, got, want)
+	}
+	if got, w := docPkg.DevDependencies["assemblyscript"], exPkg.DevDependencies["assemblyscript"]; got != w {
+		t.Errorf("%s: package.json pins assemblyscript %q, the example %q", readme, got, w)
+	}
+	exSettings, err := exCfg.settings()
+	if err != nil {
+		t.Fatalf("%s: %v", example+"asconfig.json", err)
+	}
+	docSettings, err := docCfg.settings()
+	if err != nil {
+		t.Fatalf("%s, asconfig.json: %v", readme, err)
+	}
+	if !slices.Equal(docSettings, exSettings) {
+		t.Errorf("%s: asconfig.json's settings %q differ from %sasconfig.json's %q", readme, docSettings, example, exSettings)
+	}
+
+	cmd := blockAfter(t, readme, doc, "Build:", "sh")
+	if !strings.Contains(cmd, "asc assembly/index.ts") {
+		t.Fatalf("%s: the Build block spells out no asc assembly/index.ts command", readme)
+	}
+	cmd = strings.NewReplacer("#", " ", "(", " ", ")", " ").Replace(cmd)
+	exFlags, err := exCfg.flags()
+	if err != nil {
+		t.Fatalf("%s: %v", example+"asconfig.json", err)
+	}
+	wantCmd := append(slices.Clone(want), exFlags...)
+	slices.Sort(wantCmd)
+	if got := options(fields(cmd)); !slices.Equal(got, wantCmd) {
+		t.Errorf("%s: the Build block's asc flags %q differ from scripts/build-plugins' with the example's asconfig.json, %q", readme, got, wantCmd)
+	}
+}
+
+// asPackage is what asReadme reads of a package.json.
+type asPackage struct {
+	DevDependencies map[string]string `json:"devDependencies"`
+	Scripts         struct {
+		Build string `json:"build"`
+	} `json:"scripts"`
+}
+
+// asConfig is an asconfig.json: the release target (the one --target
+// release picks) and the options of every target.
+type asConfig struct {
+	Targets struct {
+		Release map[string]any `json:"release"`
+	} `json:"targets"`
+	Options map[string]any `json:"options"`
+}
+
+// all merges the release target over the options, without outFile.
+func (c asConfig) all() map[string]any {
+	m := map[string]any{}
+	for k, v := range c.Options {
+		m[k] = v
+	}
+	for k, v := range c.Targets.Release {
+		m[k] = v
+	}
+	delete(m, "outFile")
+	return m
+}
+
+// settings returns the config's settings as sorted "name=value" words,
+// false booleans (asc's defaults) left out.
+func (c asConfig) settings() ([]string, error) {
+	var out []string
+	for k, v := range c.all() {
+		switch v := v.(type) {
+		case bool:
+			if v {
+				out = append(out, k+"=true")
+			}
+		case string, float64:
+			out = append(out, fmt.Sprintf("%s=%v", k, v))
+		case []any:
+			for _, e := range v {
+				out = append(out, fmt.Sprintf("%s=%v", k, e))
+			}
+		default:
+			return nil, fmt.Errorf("asconfig setting %s: unexpected %T", k, v)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// flags returns the config's settings as asc's command-line flags:
+// optimizeLevel o and shrinkLevel s as -O<o>, -O<o>s or -O<o>z, true
+// booleans as --name, others as --name value.
+func (c asConfig) flags() ([]string, error) {
+	m := c.all()
+	var out []string
+	o, hasO := m["optimizeLevel"].(float64)
+	sh, hasS := m["shrinkLevel"].(float64)
+	delete(m, "optimizeLevel")
+	delete(m, "shrinkLevel")
+	if hasO || hasS {
+		if !hasO || sh < 0 || sh > 2 {
+			return nil, fmt.Errorf("asconfig: optimizeLevel %v with shrinkLevel %v has no -O flag", m["optimizeLevel"], sh)
+		}
+		out = append(out, fmt.Sprintf("-O%d%s", int(o), []string{"", "s", "z"}[int(sh)]))
+	}
+	for k, v := range m {
+		switch v := v.(type) {
+		case bool:
+			if v {
+				out = append(out, "--"+k)
+			}
+		case string, float64:
+			out = append(out, fmt.Sprintf("--%s %v", k, v))
+		case []any:
+			for _, e := range v {
+				out = append(out, fmt.Sprintf("--%s %v", k, e))
+			}
+		default:
+			return nil, fmt.Errorf("asconfig setting %s: unexpected %T", k, v)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func decode(t *testing.T, what, text string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(text), v); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// blockAfter returns the first ```lang block after marker in doc (named
+// name in failures).
+func blockAfter(t *testing.T, name, doc, marker, lang string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(doc, marker)
+	if ok {
+		_, rest, ok = strings.Cut(rest, "```"+lang+"\n")
+	}
+	if ok {
+		rest, _, ok = strings.Cut(rest, "```")
+	}
+	if !ok {
+		t.Fatalf("%s: no ```%s block after %q", name, lang, marker)
+	}
+	return rest
 }
 
 func read(t *testing.T, rel string) string {
@@ -139,7 +311,8 @@ func fields(cmd string) []string {
 
 // withArg are the options whose argument is the next word.
 var withArg = map[string]bool{"-C": true, "-D": true, "-I": true, "-o": true,
-	"--target": true, "--edition": true, "--crate-type": true, "--outFile": true}
+	"--target": true, "--edition": true, "--crate-type": true, "--outFile": true,
+	"--runtime": true, "--use": true}
 
 // notBuild are options that change no output: they only refuse code the
 // repository must compile cleanly, and a reader's plugin need not.

@@ -45,6 +45,17 @@ func Langs() []string {
 // gives it.
 func BuildCommand(lang string) string { return buildCommands[lang] }
 
+// BuildNote is what to know before lang's build, in a line (empty when
+// nothing): the toolchain the Rust build needs.
+func BuildNote(lang string) string {
+	if lang == "rust" {
+		return "under rustup, run 'rustup target add wasm32-unknown-unknown' first, or call Debian's " +
+			"/usr/bin/rustc in place of rustc: without the wasm32 standard library rustc stops at " +
+			"\"can't find crate for `std`\""
+	}
+	return ""
+}
+
 // BuildSteps is the build as a user types it: with the npm install the
 // AssemblyScript build needs first.
 func BuildSteps(lang string) string {
@@ -411,9 +422,12 @@ var readmeOf = map[string]string{
 		"while clang runs (clang 14 runs it after linking).\n\nBuild:\n\n    BUILD\n",
 	"rust": "Rust, std only, no cargo: `plugin.rs` includes the foldhost Rust SDK\n" +
 		"(`foldhost.rs`) as a module. Toolchain: rustc 1.63 or newer with the\n" +
-		"wasm32-unknown-unknown standard library (Debian: `rustc\n" +
-		"libstd-rust-dev-wasm32 lld-14`; a rustup `rustc` needs `rustup target\n" +
-		"add wasm32-unknown-unknown`).\n\nBuild:\n\n    BUILD\n",
+		"wasm32-unknown-unknown standard library. Either Debian's (`apt install\n" +
+		"rustc libstd-rust-dev-wasm32 lld-14`): when a rustup `rustc` comes\n" +
+		"first on `PATH`, call `/usr/bin/rustc` in place of `rustc` below; or\n" +
+		"rustup's, after `rustup target add wasm32-unknown-unknown`. Without\n" +
+		"that standard library rustc stops at \"can't find crate for `std`\".\n\n" +
+		"Build:\n\n    BUILD\n",
 	"assemblyscript": "AssemblyScript, with the foldhost AssemblyScript SDK in\n" +
 		"`foldhost-sdk/` (a `file:` dependency). `npm ci` installs the\n" +
 		"compiler version `package-lock.json` pins (Node 20 or newer).\n\n" +
