@@ -20,6 +20,7 @@ import (
 
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/internal/testhook"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -331,10 +332,8 @@ func (f *Fold) publishEffects(ctx context.Context) {
 			}
 			continue
 		default:
-			if effectsStep != nil {
-				if effectsStep(ctx, "before-publish"); ctx.Err() != nil {
-					return
-				}
+			if testhook.Step(ctx, "before-publish"); ctx.Err() != nil {
+				return
 			}
 			// What goes out must be durable first (Store.SyncOutbox).
 			if err = f.store.SyncOutbox(); err != nil {
@@ -373,8 +372,8 @@ func (f *Fold) publishEffects(ctx context.Context) {
 				known = false
 				continue
 			}
-			if err == nil && effectsStep != nil {
-				if effectsStep(ctx, "after-ack"); ctx.Err() != nil {
+			if err == nil {
+				if testhook.Step(ctx, "after-ack"); ctx.Err() != nil {
 					return
 				}
 			}
@@ -413,12 +412,6 @@ func (f *Fold) publishEffects(ctx context.Context) {
 		}
 	}
 }
-
-// effectsStep, when set (tests' fault injection), runs at two steps of a
-// batch's publication: "before-publish" (read from the outbox, not sent)
-// and "after-ack" (acknowledged, not yet deleted). A publisher whose ctx
-// ended there stops as a killed process would.
-var effectsStep func(ctx context.Context, step string)
 
 // noteHead records when the publisher first saw the outbox's first entry.
 func (e *effectsState) noteHead(chunk []fold.OutboxEntry, err error) {
@@ -617,8 +610,8 @@ func (f *Fold) setHold(from, h *fold.EffectsHold, msg string, args ...any) error
 	if e.hold.Load() != from {
 		return errHoldChanged
 	}
-	err := errHoldRecordFault
-	if !failHoldRecords.Load() {
+	err := testhook.ErrHoldRecordFault
+	if !testhook.FailHoldRecords.Load() {
 		err = f.store.SetEffectsHold(h)
 	}
 	if err != nil {
@@ -635,13 +628,6 @@ func (f *Fold) setHold(from, h *fold.EffectsHold, msg string, args ...any) error
 }
 
 var errHoldChanged = errors.New("the effects hold changed meanwhile")
-
-// failHoldRecords makes every record of a hold fail with
-// errHoldRecordFault: tests' fault injection (FailHoldRecords).
-var (
-	failHoldRecords    atomic.Bool
-	errHoldRecordFault = errors.New("injected fault: the effects hold's record failed")
-)
 
 // loadHold reads the store's effects hold, at the start.
 func (f *Fold) loadHold() error {
@@ -668,9 +654,7 @@ func (f *Fold) effectsCaughtUp(c protocol.Cursor) {
 		f.effects.pointOwed.Store(false)
 		return
 	}
-	if effectsStep != nil {
-		effectsStep(context.Background(), "caught-up")
-	}
+	testhook.Step(context.Background(), "caught-up")
 	err := f.setHold(h, &fold.EffectsHold{Rev: c.Rev, Index: math.MaxUint32, Tentative: h.Tentative},
 		"this fold caught up with the bucket it joined: it publishes its effects once the fence passes this revision", "revision", uint64(c.Rev))
 	owed := err != nil && !errors.Is(err, errHoldChanged)

@@ -12,6 +12,7 @@ import (
 	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/testhook"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -31,15 +32,14 @@ func EffectsDroppedByStore(f *Fold) uint64 { return f.store.EffectsDropped() }
 // SetEffectsStep sets the publishers' fault-injection hook (effectsStep)
 // until the test ends.
 func SetEffectsStep(t interface{ Cleanup(func()) }, fn func(ctx context.Context, step string)) {
-	effectsStep = fn
-	t.Cleanup(func() { effectsStep = nil })
+	testhook.Set(t, &testhook.EffectsStep, fn)
 }
 
 // FailHoldRecords makes every record of an effects hold fail (fault
 // injection) until heal is called or the test ends.
 func FailHoldRecords(t interface{ Cleanup(func()) }) (heal func()) {
-	failHoldRecords.Store(true)
-	heal = func() { failHoldRecords.Store(false) }
+	testhook.FailHoldRecords.Store(true)
+	heal = func() { testhook.FailHoldRecords.Store(false) }
 	t.Cleanup(heal)
 	return heal
 }
@@ -75,7 +75,7 @@ func killEffectsChild() {
 		at, n := mode[:i], 0
 		_, _ = fmt.Sscanf(mode[i+1:], "%d", &n)
 		var steps atomic.Int64
-		effectsStep = func(_ context.Context, step string) {
+		testhook.EffectsStep = func(_ context.Context, step string) {
 			if step == at && steps.Add(1) == int64(n) {
 				fmt.Println("killing")
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

@@ -15,6 +15,7 @@ import (
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/repair"
+	"github.com/foldhost/foldhost/internal/testhook"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -97,8 +98,8 @@ func newFold(o FoldOptions, h *Host) (*Fold, error) {
 		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
 	}
 	so := fold.Options{Sync: o.Sync, Logger: f.log, DiskReserve: o.DiskReserve, MemTableSize: o.MemTableSize}
-	if storeOptions != nil {
-		storeOptions(o.Name, &so)
+	if hook := testhook.StoreOptions; hook != nil {
+		hook(o.Name, &so)
 	}
 	st, _, err := fold.Open(o.DataDir, so)
 	if err != nil {
@@ -118,10 +119,6 @@ func newFold(o FoldOptions, h *Host) (*Fold, error) {
 	}
 	return f, nil
 }
-
-// storeOptions, when set (tests only: SetStoreOptions), adjusts the
-// options each fold's store is opened with.
-var storeOptions func(fold string, o *fold.Options)
 
 func (f *Fold) closeStore() {
 	if err := f.store.Close(); err != nil && !errors.Is(err, fold.ErrClosed) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/testhook"
 )
 
 // SetStoreOptions makes every fold's store open with the options fn
@@ -17,9 +18,8 @@ import (
 // replaces how often a fold failed on a full disk checks for space. The
 // returned func unsets both. Not safe while a host runs.
 func SetStoreOptions(fn func(fold string, o *fold.Options), diskPollEvery time.Duration) (unset func()) {
-	was := diskPoll
-	storeOptions, diskPoll = fn, diskPollEvery
-	return func() { storeOptions, diskPoll = nil, was }
+	testhook.StoreOptions, testhook.DiskPoll = fn, diskPollEvery
+	return func() { testhook.StoreOptions, testhook.DiskPoll = nil, 0 }
 }
 
 // SetResetStep makes every repair --reset swap call fn before each of its
@@ -27,8 +27,8 @@ func SetStoreOptions(fn func(fold string, o *fold.Options), diskPollEvery time.D
 // error stops the swap there, nothing undone, as a kill would. The returned
 // func unsets it. Not safe while a reset runs.
 func SetResetStep(fn func(step string) error) (unset func()) {
-	resetStep = fn
-	return func() { resetStep = nil }
+	testhook.ResetStep = fn
+	return func() { testhook.ResetStep = nil }
 }
 
 // SetAfterReplay makes every view rebuild call fn between its replay and
@@ -36,8 +36,8 @@ func SetResetStep(fn func(step string) error) (unset func()) {
 // fn should return when ctx ends. The returned func unsets it. Not safe
 // while a host runs.
 func SetAfterReplay(fn func(ctx context.Context, live bool)) (unset func()) {
-	afterReplay = fn
-	return func() { afterReplay = nil }
+	testhook.AfterReplay = fn
+	return func() { testhook.AfterReplay = nil }
 }
 
 // KillRebuildEnv makes the test binary a child of TestKilledRebuild
@@ -58,7 +58,7 @@ func killRebuildChild() {
 		os.Exit(2)
 	}
 	var once sync.Once
-	onRebuildProgress = func(p fold.RebuildProgress) {
+	testhook.RebuildProgress = func(p fold.RebuildProgress) {
 		if p.Replayed > 0 {
 			once.Do(func() { fmt.Println("progress") })
 		}
@@ -88,9 +88,8 @@ func killRebuildChild() {
 // object besides the watch; the returned func restores it. Not safe while a
 // host runs.
 func SetObjectPoll(d time.Duration) (restore func()) {
-	old := objectPoll
-	objectPoll = d
-	return func() { objectPoll = old }
+	testhook.ObjectPoll = d
+	return func() { testhook.ObjectPoll = 0 }
 }
 
 // StallLoop holds the fold's live loop on a request, as a stopped process

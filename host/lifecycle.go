@@ -11,6 +11,7 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/internal/testhook"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -70,7 +71,7 @@ func (c *stateCell) setLocked(to httpapi.State) {
 
 // diskPoll is how often a fold failed on a full disk checks whether the
 // space it needs is free again.
-var diskPoll = 10 * time.Second
+const diskPoll = 10 * time.Second
 
 // supervisor is what a fold's run loop takes orders from: an operator's
 // pause and resume, and the retry of a failed fold that a fixed plugin or
@@ -224,7 +225,7 @@ func (f *Fold) supervise(ctx context.Context, attempt func(ctx context.Context, 
 			// A fold failed on a full disk also retries by itself once the
 			// space it needs is free again (checked every diskPoll).
 			if !paused && errors.Is(failure, fold.ErrDiskFull) { // a store broken by a full disk too
-				t := time.NewTimer(diskPoll)
+				t := time.NewTimer(testhook.Or(testhook.DiskPoll, diskPoll))
 				select {
 				case <-ctx.Done():
 				case <-s.wake:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/foldhost/foldhost/host/pluginobj"
 	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/internal/testhook"
 )
 
 // A fold's module can live in a NATS object store (plugin =
@@ -24,7 +25,7 @@ import (
 
 // objectPoll is how often a node looks at its object besides the watch,
 // and rewrites its record.
-var objectPoll = 30 * time.Second
+const objectPoll = 30 * time.Second
 
 // objectSource is a module in a NATS object store.
 type objectSource struct {
@@ -100,7 +101,7 @@ func (s *objectSource) watch(ctx context.Context, p *plugin) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
-		pluginobj.Watch(ctx, s.js, s.ref, objectPoll, func(info *jetstream.ObjectInfo) bool {
+		pluginobj.Watch(ctx, s.js, s.ref, testhook.Or(testhook.ObjectPoll, objectPoll), func(info *jetstream.ObjectInfo) bool {
 			if d, err := jetstream.DecodeObjectDigest(info.Digest); err == nil && hex.EncodeToString(d) == p.Upcoming().SHA256 {
 				return false // the module this node runs (or is about to)
 			}
@@ -111,7 +112,7 @@ func (s *objectSource) watch(ctx context.Context, p *plugin) {
 				return false // shutting down
 			case err != nil && !pluginobj.Verdict(err):
 				// Not a verdict on the module: looked at again next poll.
-				s.f.log.Warn("could not download the plugin object; retried at the next look", "from", s.ref.String(), "err", err, "next_in", objectPoll.String())
+				s.f.log.Warn("could not download the plugin object; retried at the next look", "from", s.ref.String(), "err", err, "next_in", testhook.Or(testhook.ObjectPoll, objectPoll).String())
 				return true
 			case err != nil:
 				p.ReloadFailed(err)
@@ -126,7 +127,7 @@ func (s *objectSource) watch(ctx context.Context, p *plugin) {
 			s.f.log.Warn("plugin object deleted; the running module stays", "from", s.ref.String())
 		})
 	})
-	t := time.NewTicker(objectPoll)
+	t := time.NewTicker(testhook.Or(testhook.ObjectPoll, objectPoll))
 	defer t.Stop()
 	for {
 		s.publish(ctx, p)

@@ -11,6 +11,7 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/internal/testhook"
 )
 
 // A fold's views are rebuilt from its raw fold when the plugin about to
@@ -118,7 +119,7 @@ func (f *Fold) rebuildBegins(why, module string, live bool) {
 }
 
 func (f *Fold) rebuildProgress(p fold.RebuildProgress) {
-	if hook := onRebuildProgress; hook != nil {
+	if hook := testhook.RebuildProgress; hook != nil {
 		hook(p)
 	}
 	f.rb.mu.Lock()
@@ -272,7 +273,7 @@ func (f *Fold) rebuildInto(ctx context.Context, p fold.Plugin, id fold.PluginIde
 	if prog, err = fold.Replay(ctx, snap, sh, p, cfg, total); err != nil {
 		return prog, err
 	}
-	if hook := afterReplay; hook != nil {
+	if hook := testhook.AfterReplay; hook != nil {
 		hook(ctx, onLoop != nil)
 	}
 	if err := ctx.Err(); err != nil {
@@ -297,17 +298,6 @@ func (f *Fold) rebuildInto(ctx context.Context, p fold.Plugin, id fold.PluginIde
 	}
 	return prog, onLoop(ctx, switchIn)
 }
-
-// afterReplay, if set, is called by every rebuild between its replay and
-// its switch (live: whether it runs beside the live fold), with the
-// rebuild's context: a test's synchronization point (SetAfterReplay), never
-// set in production.
-var afterReplay func(ctx context.Context, live bool)
-
-// onRebuildProgress, if set, is called after every batch of every rebuild:
-// a test's synchronization point (a kill mid-replay), never set in
-// production.
-var onRebuildProgress func(fold.RebuildProgress)
 
 // errNoAttempt: the fold's watch is not running, so a live rebuild cannot
 // switch in on its loop.

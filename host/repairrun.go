@@ -14,6 +14,7 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/repair"
+	"github.com/foldhost/foldhost/internal/testhook"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -113,9 +114,7 @@ func (f *Fold) repairEnded(plan protocol.RepairPlan, outcome string, err error, 
 	f.effects.restoring.Store(false) // its net change is folded, or it ended
 	switch {
 	case outcome == "done" && plan == protocol.PlanRestore:
-		if effectsStep != nil {
-			effectsStep(context.Background(), "restore-done")
-		}
+		testhook.Step(context.Background(), "restore-done")
 		f.state.Store(httpapi.StateHydrating)
 	case outcome == "done":
 		f.effectsCaughtUp(f.store.Cursor()) // a listing's source is live: no OnSynced
@@ -299,13 +298,9 @@ func ResetStopped(ctx context.Context, o Options, name string, progress func(htt
 	}
 	// Crash-safe (datadir.Swap): a kill from here on leaves the swap
 	// recorded, and the next open of the fold completes it.
-	if err := (datadir.Swap{Data: dataDir, Fresh: fresh, Kept: res.Kept}).Do(resetStep); err != nil {
+	if err := (datadir.Swap{Data: dataDir, Fresh: fresh, Kept: res.Kept}).Do(testhook.ResetStep); err != nil {
 		return res, fmt.Errorf("fold %s: %w", name, err)
 	}
 	res.Took = time.Since(start)
 	return res, nil
 }
-
-// resetStep, when set (tests only: SetResetStep), is called before each
-// step of a reset's swap (datadir.Swap.Do).
-var resetStep func(step string) error
