@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
@@ -21,10 +23,10 @@ import (
 // used; a fold whose bucket exists logs nothing of the kind. Mutation
 // caught: the creation not logged (it was silent).
 func TestMissingBucketCreatedLoudly(t *testing.T) {
-	url, _ := natsServer(t) // holds "routes"
+	url, _ := hosttest.NATSServer(t) // holds "routes"
 	var logs syncbuf.Buffer
 	dir := t.TempDir()
-	startHost(t, host.Options{
+	hosttest.StartHost(t, host.Options{
 		NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		Folds: []host.FoldOptions{
@@ -35,10 +37,10 @@ func TestMissingBucketCreatedLoudly(t *testing.T) {
 	})
 	l := logs.String()
 	if !strings.Contains(l, `level=WARN msg="the bucket did not exist: created it, empty (a misspelled bucket name? create_bucket = false refuses a missing bucket)" fold=typo bucket=rotues history=5 max_age=1h0m0s max_bytes=0 replicas=1 storage=file limit_marker_ttl=0s`) {
-		t.Errorf("no WARN line for the created bucket:\n%s", grepLines(l, "bucket"))
+		t.Errorf("no WARN line for the created bucket:\n%s", hosttest.GrepLines(l, "bucket"))
 	}
 	if strings.Contains(l, "fold=routes bucket=routes history") {
-		t.Errorf("an existing bucket was reported created:\n%s", grepLines(l, "bucket"))
+		t.Errorf("an existing bucket was reported created:\n%s", hosttest.GrepLines(l, "bucket"))
 	}
 }
 
@@ -46,19 +48,19 @@ func TestMissingBucketCreatedLoudly(t *testing.T) {
 // missing bucket fails the start, naming it, and is not created. Mutation
 // caught: NoCreate ignored (the start succeeds on a new, empty bucket).
 func TestMissingBucketRefused(t *testing.T) {
-	url, _ := natsServer(t)
-	err := startErr(t, host.Options{
+	url, _ := hosttest.NATSServer(t)
+	err := hosttest.StartErr(t, host.Options{
 		NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "typo", Bucket: "rotues", NoCreateBucket: true, DataDir: filepath.Join(t.TempDir(), "a")}},
 	})
 	if !errors.Is(err, natskv.ErrNoBucket) || !strings.Contains(err.Error(), `"rotues"`) || !strings.Contains(err.Error(), "create_bucket = false") {
 		t.Fatalf("the start with a missing bucket and NoCreateBucket: %v", err)
 	}
-	if _, err := objectJS(t, url).KeyValue(context.Background(), "rotues"); !errors.Is(err, jetstream.ErrBucketNotFound) {
+	if _, err := hosttest.JS(t, url).KeyValue(context.Background(), "rotues"); !errors.Is(err, jetstream.ErrBucketNotFound) {
 		t.Errorf("the refused bucket exists: %v", err)
 	}
 	// An existing bucket opens as ever.
-	startHost(t, host.Options{
+	hosttest.StartHost(t, host.Options{
 		NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", NoCreateBucket: true, DataDir: filepath.Join(t.TempDir(), "a")}},
 	})

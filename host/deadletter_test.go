@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
@@ -30,10 +32,10 @@ import (
 // error; deadletter_max bounds what is kept. Mutation caught: no Poison
 // hook (the fold fails on the first trap).
 func TestPoisonRecordsAreSkipped(t *testing.T) {
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	dir := t.TempDir()
-	plugin := builtPlugin(t, "testdata", "keyview1")
-	r := startHost(t, host.Options{
+	plugin := hosttest.BuiltPlugin(t, "testdata", "keyview1")
+	r := hosttest.StartHost(t, host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{
 			{Name: "routes", Plugin: plugin, DataDir: filepath.Join(dir, "a"), OnPluginError: host.PluginErrorSkip,
@@ -42,22 +44,22 @@ func TestPoisonRecordsAreSkipped(t *testing.T) {
 				DeadLetterMax: 1, PluginRetries: wasm.NoRetries},
 		},
 	})
-	f := r.h.Fold("routes")
+	f := r.H.Fold("routes")
 	var last uint64
 	for i := range 100 {
 		v := fmt.Sprint(i)
 		if i == 50 || i == 77 {
 			v = "trap1"
 		}
-		last = put(t, b, fmt.Sprintf("k%03d", i), v)
+		last = hosttest.Put(t, b, fmt.Sprintf("k%03d", i), v)
 	}
-	waitCursor(t, f, last)
-	waitCursor(t, r.h.Fold("bounded"), last)
+	hosttest.WaitCursor(t, f, last)
+	hosttest.WaitCursor(t, r.H.Fold("bounded"), last)
 	// The cursor moves with the commit; the dead letter figures right
 	// after it (the loop's OnApplied).
-	waitFor(t, func() bool { d := f.Status().DeadLetters; return d != nil && d.Stored == 2 && d.SkippedSinceStart == 2 })
-	waitFor(t, func() bool {
-		d := r.h.Fold("bounded").Status().DeadLetters
+	hosttest.WaitFor(t, func() bool { d := f.Status().DeadLetters; return d != nil && d.Stored == 2 && d.SkippedSinceStart == 2 })
+	hosttest.WaitFor(t, func() bool {
+		d := r.H.Fold("bounded").Status().DeadLetters
 		return d != nil && d.SkippedSinceStart == 2 && d.Stored == 1
 	})
 	st := f.Status()
@@ -70,7 +72,7 @@ func TestPoisonRecordsAreSkipped(t *testing.T) {
 	if got := foldViews(t, f); !maps.Equal(got, want) {
 		t.Errorf("views: %d entries, want %d%s", len(got), len(want), diffSample(got, want))
 	}
-	web := loopbackAPI(t, r.h.Handler())
+	web := hosttest.LoopbackAPI(t, r.H.Handler())
 	defer web.Close()
 	var list struct {
 		Count int
@@ -81,7 +83,7 @@ func TestPoisonRecordsAreSkipped(t *testing.T) {
 			Plugin   string
 		}
 	}
-	_, body := httpGet(t, web.URL+"/v1/folds/routes/deadletter")
+	_, body := hosttest.HTTPGet(t, web.URL+"/v1/folds/routes/deadletter")
 	if err := json.Unmarshal([]byte(body), &list); err != nil {
 		t.Fatal(err)
 	}
@@ -89,15 +91,15 @@ func TestPoisonRecordsAreSkipped(t *testing.T) {
 		list.Items[0].Plugin != st.Plugin.SHA256 {
 		t.Errorf("dead letters: %s", body)
 	}
-	if _, m := httpGet(t, web.URL+"/metrics"); !strings.Contains(m, `foldhost_fold_dead_lettered_total{fold="routes"} 2`) ||
+	if _, m := hosttest.HTTPGet(t, web.URL+"/metrics"); !strings.Contains(m, `foldhost_fold_dead_lettered_total{fold="routes"} 2`) ||
 		!strings.Contains(m, `foldhost_fold_dead_letters{fold="bounded"} 1`) {
-		t.Errorf("metrics:\n%s", grepLines(m, "dead_letter"))
+		t.Errorf("metrics:\n%s", hosttest.GrepLines(m, "dead_letter"))
 	}
 
 	// The data is fixed for one key; the replay folds it, the other fails
 	// again and stays.
-	fixed := put(t, b, "k050", "fixed")
-	waitCursor(t, f, fixed)
+	fixed := hosttest.Put(t, b, "k050", "fixed")
+	hosttest.WaitCursor(t, f, fixed)
 	resp, err := http.Post(web.URL+"/v1/folds/routes/deadletter/replay", "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -126,20 +128,20 @@ func TestPoisonRecordsAreSkipped(t *testing.T) {
 // live fold frozen for dead letters x deadline x retries, whatever the
 // caller did).
 func TestReplayLetsTheLiveFoldThrough(t *testing.T) {
-	url, b := natsServer(t)
-	r := startHost(t, host.Options{
+	url, b := hosttest.NATSServer(t)
+	r := hosttest.StartHost(t, host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "testdata", "spin"), DataDir: filepath.Join(t.TempDir(), "a"),
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "testdata", "spin"), DataDir: filepath.Join(t.TempDir(), "a"),
 			OnPluginError: host.PluginErrorSkip, BatchSize: 1, PluginCallTimeout: 100 * time.Millisecond, PluginRetries: wasm.NoRetries}},
 	})
-	f := r.h.Fold("routes")
+	f := r.H.Fold("routes")
 	const n = 30
 	var last uint64
 	for i := range n {
-		last = put(t, b, fmt.Sprintf("p%03d", i), "x")
+		last = hosttest.Put(t, b, fmt.Sprintf("p%03d", i), "x")
 	}
-	waitCursor(t, f, last)
-	waitFor(t, func() bool { d := f.Status().DeadLetters; return d != nil && d.Stored == n }) // counted after the commit
+	hosttest.WaitCursor(t, f, last)
+	hosttest.WaitFor(t, func() bool { d := f.Status().DeadLetters; return d != nil && d.Stored == n }) // counted after the commit
 	if st := f.Status(); st.DeadLetters == nil || st.DeadLetters.Stored != n {
 		t.Fatalf("dead letters %+v", st.DeadLetters)
 	}
@@ -155,12 +157,12 @@ func TestReplayLetsTheLiveFoldThrough(t *testing.T) {
 		done <- result{res, err}
 	}()
 	began := time.Now()
-	waitFor(t, func() bool { // the replay runs: a dead letter was failed again
+	hosttest.WaitFor(t, func() bool { // the replay runs: a dead letter was failed again
 		ds, err := f.DeadLetters()
 		return err == nil && len(ds) > 0 && ds[0].At.After(began)
 	})
-	rev := put(t, b, "live", "y")
-	waitCursor(t, f, rev) // folded between two dead letters (the plugin fails it too: a dead letter)
+	rev := hosttest.Put(t, b, "live", "y")
+	hosttest.WaitCursor(t, f, rev) // folded between two dead letters (the plugin fails it too: a dead letter)
 	select {
 	case res := <-done:
 		t.Fatalf("the replay ended (%+v, %v) before the live write was folded: the test proves nothing; make it longer", res.res, res.err)
@@ -180,19 +182,19 @@ func TestReplayLetsTheLiveFoldThrough(t *testing.T) {
 // the rebuild ignored the policy and the fold failed at start.
 func TestRebuildSkipsPoisonRecords(t *testing.T) {
 	b, pluginFile, o := seedKeyview(t, 100)
-	last := put(t, b, "poison", "trap2") // fine for schema 1
+	last := hosttest.Put(t, b, "poison", "trap2") // fine for schema 1
 	o.Folds[0].OnPluginError = host.PluginErrorSkip
 	o.Folds[0].PluginRetries = wasm.NoRetries
-	r := startHost(t, o)
-	waitCursor(t, r.h.Fold("routes"), last)
-	if err := r.stop(t); err != nil {
+	r := hosttest.StartHost(t, o)
+	hosttest.WaitCursor(t, r.H.Fold("routes"), last)
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview2")))
-	r = startHost(t, o)
-	f := r.h.Fold("routes")
-	rev := put(t, b, "after", "x")
-	waitCursor(t, f, rev)
+	hosttest.PlaceFile(t, pluginFile, hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview2")))
+	r = hosttest.StartHost(t, o)
+	f := r.H.Fold("routes")
+	rev := hosttest.Put(t, b, "after", "x")
+	hosttest.WaitCursor(t, f, rev)
 	st := f.Status()
 	if l := st.Rebuild.Last; l.Outcome != "done" || l.DeadLettered != 1 || st.Plugin.ViewSchema != 2 || st.DeadLetters.Stored != 1 {
 		t.Fatalf("rebuild %+v, plugin %+v, dead letters %+v", st.Rebuild.Last, st.Plugin.PluginIdentity, st.DeadLetters)
@@ -212,17 +214,17 @@ func TestRebuildSkipsPoisonRecords(t *testing.T) {
 // and the fold follows. Mutation caught: no Poison in the repair
 // (the repair fails and the fold with it).
 func TestRepairSkipsPoisonRecords(t *testing.T) {
-	url, b := repairServer(t, natskv.BucketConfig{History: 1})
-	fo := host.FoldOptions{Name: "routes", Bucket: "rt", Plugin: builtPlugin(t, "testdata", "keyview1"), DataDir: filepath.Join(t.TempDir(), "a"),
+	url, b := hosttest.RepairServer(t, natskv.BucketConfig{History: 1})
+	fo := host.FoldOptions{Name: "routes", Bucket: "rt", Plugin: hosttest.BuiltPlugin(t, "testdata", "keyview1"), DataDir: filepath.Join(t.TempDir(), "a"),
 		OnPluginError: host.PluginErrorSkip, PluginRetries: wasm.NoRetries, Repair: protocol.RepairAuto}
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
-	r := startHost(t, o)
+	r := hosttest.StartHost(t, o)
 	var last uint64
 	for i := range 20 {
-		last = put(t, b, fmt.Sprintf("k%02d", i), fmt.Sprint(i))
+		last = hosttest.Put(t, b, fmt.Sprintf("k%02d", i), fmt.Sprint(i))
 	}
-	waitCursor(t, r.h.Fold("routes"), last)
-	if err := r.stop(t); err != nil {
+	hosttest.WaitCursor(t, r.H.Fold("routes"), last)
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	// The outage: one key deleted (its marker purged below), every other
@@ -237,17 +239,17 @@ func TestRepairSkipsPoisonRecords(t *testing.T) {
 			v = "trap1"
 		}
 		if i != 3 {
-			put(t, b, fmt.Sprintf("k%02d", i), v)
+			hosttest.Put(t, b, fmt.Sprintf("k%02d", i), v)
 		}
 	}
 	if err := b.KV().PurgeDeletes(context.Background(), jetstream.DeleteMarkersOlderThan(-1)); err != nil {
 		t.Fatal(err)
 	}
-	r = startHost(t, o)
-	f := r.h.Fold("routes")
-	st := waitRepair(t, f, "done")
-	rev := put(t, b, "after", "x")
-	waitCursor(t, f, rev)
+	r = hosttest.StartHost(t, o)
+	f := r.H.Fold("routes")
+	st := hosttest.WaitRepair(t, f, "done")
+	rev := hosttest.Put(t, b, "after", "x")
+	hosttest.WaitCursor(t, f, rev)
 	st = f.Status()
 	if st.State != httpapi.StateFollowing || st.DeadLetters.Stored != 1 {
 		t.Fatalf("state %s, dead letters %+v, repairs %+v", st.State, st.DeadLetters, st.Repairs.Last)

@@ -5,16 +5,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/foldhost/foldhost/host"
@@ -25,104 +23,6 @@ import (
 	"github.com/foldhost/foldhost/protocol"
 )
 
-// fullDiskFSFake is a fault-injecting filesystem (a fake, for tests): the
-// OS's, with a disk of a settable free space under root. Every write of a
-// file under root takes from avail; a write larger than what is left fails
-// whole, nothing written, with ENOSPC as the OS reports it (an
-// *os.PathError); so does an allocation of more than is left.
-// GetDiskUsage reports avail, or plenty while lie is set: something else
-// took the space between the store's check and its write.
-type fullDiskFSFake struct {
-	vfs.FS
-	root  string
-	avail atomic.Int64
-	lie   atomic.Bool
-	fails atomic.Int64 // writes failed
-}
-
-func newFullDiskFSFake(root string) *fullDiskFSFake {
-	f := &fullDiskFSFake{FS: vfs.Default, root: root}
-	f.avail.Store(1 << 40)
-	return f
-}
-
-func (f *fullDiskFSFake) under(path string) bool {
-	return path == f.root || strings.HasPrefix(path, f.root+string(filepath.Separator))
-}
-
-func (f *fullDiskFSFake) wrap(file vfs.File, name string, err error) (vfs.File, error) {
-	if err != nil || !f.under(name) {
-		return file, err
-	}
-	return &fullDiskFileFake{File: file, fs: f, name: name}, nil
-}
-
-func (f *fullDiskFSFake) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	file, err := f.FS.Create(name, c)
-	return f.wrap(file, name, err)
-}
-
-func (f *fullDiskFSFake) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
-	file, err := f.FS.OpenReadWrite(name, c, opts...)
-	return f.wrap(file, name, err)
-}
-
-func (f *fullDiskFSFake) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	file, err := f.FS.ReuseForWrite(oldname, newname, c)
-	return f.wrap(file, newname, err)
-}
-
-func (f *fullDiskFSFake) GetDiskUsage(path string) (vfs.DiskUsage, error) {
-	if !f.under(path) {
-		return f.FS.GetDiskUsage(path)
-	}
-	avail := max(f.avail.Load(), 0)
-	if f.lie.Load() {
-		avail = 1 << 40
-	}
-	return vfs.DiskUsage{AvailBytes: uint64(avail), TotalBytes: 1 << 41, UsedBytes: 1<<41 - uint64(avail)}, nil
-}
-
-func (f *fullDiskFSFake) Unwrap() vfs.FS { return f.FS }
-
-// take debits n bytes of a write of name, or fails it.
-func (f *fullDiskFSFake) take(name string, n int) error {
-	if f.avail.Add(-int64(n)) < 0 {
-		f.avail.Add(int64(n))
-		f.fails.Add(1)
-		return &os.PathError{Op: "write", Path: name, Err: syscall.ENOSPC}
-	}
-	return nil
-}
-
-type fullDiskFileFake struct {
-	vfs.File
-	fs   *fullDiskFSFake
-	name string
-}
-
-func (f *fullDiskFileFake) Write(p []byte) (int, error) {
-	if err := f.fs.take(f.name, len(p)); err != nil {
-		return 0, err
-	}
-	return f.File.Write(p)
-}
-
-func (f *fullDiskFileFake) Preallocate(off, n int64) error {
-	if err := f.fs.take(f.name, int(n)); err != nil {
-		return err
-	}
-	f.fs.avail.Add(n) // allocated, not written: given back
-	return f.File.Preallocate(off, n)
-}
-
-func (f *fullDiskFileFake) WriteAt(p []byte, off int64) (int, error) {
-	if err := f.fs.take(f.name, len(p)); err != nil {
-		return 0, err
-	}
-	return f.File.WriteAt(p, off)
-}
-
 // diskHost runs a host with two raw folds, "a" on fake (its bucket a;
 // syncing every commit if sync) and "b" on the OS's filesystem (bucket b),
 // and its HTTP API.
@@ -130,9 +30,9 @@ type diskHost struct {
 	url    string
 	dir    string
 	a, b   *natskv.Bucket
-	fake   *fullDiskFSFake
+	fake   *hosttest.FullDiskFSFake
 	opts   host.Options
-	r      *running
+	r      *hosttest.Running
 	web    *httptest.Server
 	fa, fb *host.Fold
 }
@@ -142,7 +42,7 @@ func newDiskHost(t *testing.T, sync bool) *diskHost {
 	srv, nc := natstest.Start(t)
 	d := &diskHost{url: srv.ClientURL(), dir: t.TempDir()}
 	d.a, d.b = openTestBucket(t, nc, "a"), openTestBucket(t, nc, "b")
-	d.fake = newFullDiskFSFake(filepath.Join(d.dir, "a"))
+	d.fake = hosttest.NewFullDiskFSFake(filepath.Join(d.dir, "a"))
 	t.Cleanup(host.SetStoreOptions(func(name string, o *fold.Options) {
 		if name == "a" {
 			o.FS, o.DiskReserve = d.fake, 1<<20
@@ -161,15 +61,15 @@ func newDiskHost(t *testing.T, sync bool) *diskHost {
 
 func (d *diskHost) start(t *testing.T) {
 	t.Helper()
-	d.r = startHost(t, d.opts)
-	d.web = httptest.NewServer(d.r.h.Handler())
-	d.fa, d.fb = d.r.h.Fold("a"), d.r.h.Fold("b")
+	d.r = hosttest.StartHost(t, d.opts)
+	d.web = httptest.NewServer(d.r.H.Handler())
+	d.fa, d.fb = d.r.H.Fold("a"), d.r.H.Fold("b")
 }
 
-func (d *diskHost) stop(t *testing.T) error {
+func (d *diskHost) Stop(t *testing.T) error {
 	t.Helper()
 	d.web.Close()
-	return d.r.stop(t)
+	return d.r.Stop(t)
 }
 
 func openTestBucket(t *testing.T, nc *nats.Conn, name string) *natskv.Bucket {
@@ -185,12 +85,12 @@ func openTestBucket(t *testing.T, nc *nats.Conn, name string) *natskv.Bucket {
 // (failed, or retrying) as not ready.
 func (d *diskHost) othersRun(t *testing.T, key string) {
 	t.Helper()
-	rev := put(t, d.b, key, "v")
-	waitCursor(t, d.fb, rev)
-	if code, body := httpGet(t, d.web.URL+"/v1/folds/b/raw/"+key); code != http.StatusOK {
+	rev := hosttest.Put(t, d.b, key, "v")
+	hosttest.WaitCursor(t, d.fb, rev)
+	if code, body := hosttest.HTTPGet(t, d.web.URL+"/v1/folds/b/raw/"+key); code != http.StatusOK {
 		t.Errorf("GET fold b's %s while a is failed: %d %q", key, code, body)
 	}
-	if code, body := httpGet(t, d.web.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "fold a: ") || strings.Contains(body, "fold b") {
+	if code, body := hosttest.HTTPGet(t, d.web.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "fold a: ") || strings.Contains(body, "fold b") {
 		t.Errorf("readyz with fold a failed: %d %q", code, body)
 	}
 }
@@ -198,7 +98,7 @@ func (d *diskHost) othersRun(t *testing.T, key string) {
 // rawListing is fold a's raw entries as the API lists them.
 func (d *diskHost) rawListing(t *testing.T) string {
 	t.Helper()
-	code, body := httpGet(t, d.web.URL+"/v1/folds/a/raw?prefix=&format=ndjson")
+	code, body := hosttest.HTTPGet(t, d.web.URL+"/v1/folds/a/raw?prefix=&format=ndjson")
 	if code != http.StatusOK {
 		t.Fatalf("GET fold a's raw entries: %d %q", code, body)
 	}
@@ -215,15 +115,15 @@ func (d *diskHost) rawListing(t *testing.T) string {
 // fold never failed (and the next commit panicked the process).
 func TestFullDiskFailsTheFoldNotTheProcess(t *testing.T) {
 	d := newDiskHost(t, false)
-	defer d.stop(t)
-	put(t, d.a, "k1", "v1")
-	rev := put(t, d.a, "k2", "v2")
-	waitCursor(t, d.fa, rev)
+	defer d.Stop(t)
+	hosttest.Put(t, d.a, "k1", "v1")
+	rev := hosttest.Put(t, d.a, "k2", "v2")
+	hosttest.WaitCursor(t, d.fa, rev)
 	before, listed := d.fa.Status().Cursor, d.rawListing(t)
 
-	d.fake.avail.Store(64 << 10) // below the 1 MiB reserve
-	missed := put(t, d.a, "k3", "v3")
-	waitFor(t, func() bool { return d.fa.Status().State == httpapi.StateFailed })
+	d.fake.Avail.Store(64 << 10) // below the 1 MiB reserve
+	missed := hosttest.Put(t, d.a, "k3", "v3")
+	hosttest.WaitFor(t, func() bool { return d.fa.Status().State == httpapi.StateFailed })
 	st := d.fa.Status()
 	for _, want := range []string{"disk full", filepath.Join(d.dir, "a"), "needs", "its filesystem has 65536", "nothing was written"} {
 		if !strings.Contains(st.LastError, want) {
@@ -237,19 +137,19 @@ func TestFullDiskFailsTheFoldNotTheProcess(t *testing.T) {
 	if got := d.rawListing(t); got != listed {
 		t.Errorf("fold a's entries changed by the refused commit:\n%s\nwant\n%s", got, listed)
 	}
-	if n := d.fake.fails.Load(); n != 0 {
+	if n := d.fake.Fails.Load(); n != 0 {
 		t.Errorf("%d writes reached the full disk", n)
 	}
 
-	d.fake.avail.Store(1 << 40) // space freed: a resumes by itself
-	waitFor(t, func() bool {
+	d.fake.Avail.Store(1 << 40) // space freed: a resumes by itself
+	hosttest.WaitFor(t, func() bool {
 		st := d.fa.Status()
 		return st.Cursor >= missed && st.State == httpapi.StateFollowing
 	})
-	if code, body := httpGet(t, d.web.URL+"/v1/folds/a/raw/k3"); code != http.StatusOK {
+	if code, body := hosttest.HTTPGet(t, d.web.URL+"/v1/folds/a/raw/k3"); code != http.StatusOK {
 		t.Errorf("GET fold a's k3 after the resume: %d %q", code, body)
 	}
-	if err := d.stop(t); err != nil {
+	if err := d.Stop(t); err != nil {
 		t.Errorf("a host whose fold recovered: Run returned %v", err)
 	}
 }
@@ -278,13 +178,13 @@ func TestWriteErrorBreaksTheStoreNotTheProcess(t *testing.T) {
 
 func testWriteErrorBreaksTheStore(t *testing.T, sync bool) {
 	d := newDiskHost(t, sync)
-	defer d.stop(t)
-	rev := put(t, d.a, "k0", "v0")
-	waitCursor(t, d.fa, rev)
+	defer d.Stop(t)
+	rev := hosttest.Put(t, d.a, "k0", "v0")
+	hosttest.WaitCursor(t, d.fa, rev)
 	before := d.fa.Status().Cursor
 
-	d.fake.lie.Store(true)
-	d.fake.avail.Store(0)
+	d.fake.Lie.Store(true)
+	d.fake.Avail.Store(0)
 	// NoSync commits reach the log file a block (32 KiB) at a time: write
 	// until one fails.
 	big := strings.Repeat("x", 8<<10)
@@ -294,7 +194,7 @@ func testWriteErrorBreaksTheStore(t *testing.T, sync bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("fold a still %s after %d writes of 8 KiB on a disk failing every write", d.fa.Status().State, i)
 		}
-		last = put(t, d.a, "big"+strconv.Itoa(i), big)
+		last = hosttest.Put(t, d.a, "big"+strconv.Itoa(i), big)
 	}
 	st := d.fa.Status()
 	for _, want := range []string{"store broken", filepath.Join(d.dir, "a"), "no space left on device"} {
@@ -313,9 +213,9 @@ func testWriteErrorBreaksTheStore(t *testing.T, sync bool) {
 		if err := d.fa.Pause(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, func() bool { return d.fa.Status().State == httpapi.StatePaused })
-		d.fake.lie.Store(false)
-		d.fake.avail.Store(1 << 40)
+		hosttest.WaitFor(t, func() bool { return d.fa.Status().State == httpapi.StatePaused })
+		d.fake.Lie.Store(false)
+		d.fake.Avail.Store(1 << 40)
 		st := d.fa.Store()
 		cur, err := st.Reopen()
 		if err != nil {
@@ -331,15 +231,15 @@ func testWriteErrorBreaksTheStore(t *testing.T, sync bool) {
 			t.Fatal(err)
 		}
 	} else {
-		d.fake.lie.Store(false)
-		d.fake.avail.Store(1 << 40)
+		d.fake.Lie.Store(false)
+		d.fake.Avail.Store(1 << 40)
 	}
-	waitFor(t, func() bool {
+	hosttest.WaitFor(t, func() bool {
 		st := d.fa.Status()
 		return st.Cursor >= last && st.State == httpapi.StateFollowing
 	})
 	sameAsBucketUpTo(t, d.fa.Store(), last)
-	if err := d.stop(t); err != nil {
+	if err := d.Stop(t); err != nil {
 		t.Errorf("the host whose store was reopened: Run returned %v", err)
 	}
 }

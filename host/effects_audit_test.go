@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -169,7 +171,7 @@ func effectsAudit(t *testing.T, kills, replicaBatch int) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	const window = time.Second
-	dir, port := t.TempDir(), freePort(t)
+	dir, port := t.TempDir(), hosttest.FreePort(t)
 	var srv *embeddednats.Server
 	startServer := func() {
 		var err error
@@ -193,7 +195,7 @@ func effectsAudit(t *testing.T, kills, replicaBatch int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := effectsStream("EV", "route.changed")
+	cfg := hosttest.EffectsStream("EV", "route.changed")
 	cfg.Duplicates = window
 	ev, err := js.CreateStream(context.Background(), cfg)
 	if err != nil {
@@ -202,17 +204,17 @@ func effectsAudit(t *testing.T, kills, replicaBatch int) {
 	// sync: a delete or commit is durable when it returns, so a publisher
 	// that deletes out of order cannot hide behind pebble's write buffer
 	// dying with the process.
-	plugin, data := builtPlugin(t, "example-router", "router-c"), filepath.Join(t.TempDir(), "routes")
+	plugin, data := hosttest.BuiltPlugin(t, "example-router", "router-c"), filepath.Join(t.TempDir(), "routes")
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", Plugin: plugin, DataDir: data, EffectsStream: "EV", BatchSize: 1, Sync: true}}}
 
 	// The fold starts on the empty bucket and folds a first key, so every
 	// later start resumes from a cursor (each revision delivered, none
 	// collapsed by a first state-sync).
-	r := startHost(t, o)
-	waitState(t, r.h.Fold("routes"), "following")
-	waitCursor(t, r.h.Fold("routes"), put(t, b, "route.seed", `{"upstreams":[{"addr":"10.9.0.1:80","weight":1}]}`))
-	if err := r.stop(t); err != nil {
+	r := hosttest.StartHost(t, o)
+	hosttest.WaitState(t, r.H.Fold("routes"), "following")
+	hosttest.WaitCursor(t, r.H.Fold("routes"), hosttest.Put(t, b, "route.seed", `{"upstreams":[{"addr":"10.9.0.1:80","weight":1}]}`))
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	// A replica starts from a copy of that store: replicas must fold the
@@ -265,15 +267,15 @@ func effectsAudit(t *testing.T, kills, replicaBatch int) {
 	// The replica publishes throughout; the killed host's batches are
 	// acknowledged only when it wins the fence, so beside a replica it is
 	// killed before its publishes and at random, never after an ack.
-	var replica *running
+	var replica *hosttest.Running
 	if replicaBatch > 0 {
 		ro := o
 		ro.Folds = []host.FoldOptions{o.Folds[0]}
 		// A batch stays open 200 ms: the writer's 20 ms pace fills it.
 		ro.Folds[0].DataDir, ro.Folds[0].BatchSize, ro.Folds[0].BatchWindow = replicaData, replicaBatch, 200*time.Millisecond
-		replica = startHost(t, ro)
+		replica = hosttest.StartHost(t, ro)
 		defer func() {
-			if err := replica.stop(t); err != nil {
+			if err := replica.Stop(t); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -293,7 +295,7 @@ func effectsAudit(t *testing.T, kills, replicaBatch int) {
 		if mode != "run" {
 			publicationKills++
 		}
-		cmd, out, stderr := startChild(t, host.KillEffectsEnv+"="+mode, host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+data, host.KillEffectsPlugin+"="+plugin)
+		cmd, out, stderr := hosttest.StartChild(t, host.KillEffectsEnv+"="+mode, host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+data, host.KillEffectsPlugin+"="+plugin)
 		started, acked, scanned := make(chan struct{}), make(chan struct{}), make(chan struct{})
 		go func() { // ends when the pipe closes
 			defer close(scanned)
@@ -355,14 +357,14 @@ func effectsAudit(t *testing.T, kills, replicaBatch int) {
 	}
 
 	want, last := routerHistoryEffects(t, js, "routes")
-	r = startHost(t, o)
-	f := r.h.Fold("routes")
-	waitCursor(t, f, last)
-	waitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+	r = hosttest.StartHost(t, o)
+	f := r.H.Fold("routes")
+	hosttest.WaitCursor(t, f, last)
+	hosttest.WaitFor(t, func() bool { return host.OutboxLen(f) == 0 })
 	if replica != nil {
-		rf := replica.h.Fold("routes")
-		waitCursor(t, rf, last)
-		waitFor(t, func() bool { return host.OutboxLen(rf) == 0 })
+		rf := replica.H.Fold("routes")
+		hosttest.WaitCursor(t, rf, last)
+		hosttest.WaitFor(t, func() bool { return host.OutboxLen(rf) == 0 })
 		t.Logf("the replica: %d batches; effects %+v", rf.Status().Counters.Batches, rf.Status().Effects)
 		if b := rf.Status().Counters.Batches; b*2 > uint64(len(want)) {
 			t.Fatalf("the replica folded %d updates in %d batches: it batched about as the killed host did, the audit proves nothing of batching", len(want), b)
@@ -394,39 +396,39 @@ func TestEffectsAcrossStreamLeaderChanges(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 3))
-	c := startCluster(t, 3)
-	client := nc(t, c.urls())
+	c := hosttest.StartCluster(t, 3)
+	client := hosttest.Conn(t, c.URLs())
 	js, err := jetstream.New(client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv := retry(t, "create the R3 bucket", func(ctx context.Context) (jetstream.KeyValue, error) {
+	kv := hosttest.Retry(t, "create the R3 bucket", func(ctx context.Context) (jetstream.KeyValue, error) {
 		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "routes", History: 64, Replicas: 3})
 	})
-	cfg := effectsStream("EV", "route.changed")
+	cfg := hosttest.EffectsStream("EV", "route.changed")
 	cfg.Replicas = 3
-	ev := retry(t, "create the R3 effects stream", func(ctx context.Context) (jetstream.Stream, error) {
+	ev := hosttest.Retry(t, "create the R3 effects stream", func(ctx context.Context) (jetstream.Stream, error) {
 		return js.CreateOrUpdateStream(ctx, cfg)
 	})
-	plugin, base := builtPlugin(t, "example-router", "router-c"), t.TempDir()
+	plugin, base := hosttest.BuiltPlugin(t, "example-router", "router-c"), t.TempDir()
 	var folds []*host.Fold
 	for _, node := range []string{"a", "b"} {
-		r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: c.urls(), Name: node}},
+		r := hosttest.StartHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: c.URLs(), Name: node}},
 			Folds: []host.FoldOptions{{Name: "routes", Plugin: plugin, DataDir: filepath.Join(base, node), EffectsStream: "EV", BatchSize: 1}}})
-		folds = append(folds, r.h.Fold("routes"))
-		waitState(t, folds[len(folds)-1], "following")
+		folds = append(folds, r.H.Fold("routes"))
+		hosttest.WaitState(t, folds[len(folds)-1], "following")
 	}
 	var last uint64
 	for i := range 400 {
 		h := fmt.Sprintf("route.h%03d", rng.IntN(60))
 		if rng.IntN(5) == 0 {
-			retry(t, "delete", func(ctx context.Context) (struct{}, error) { return struct{}{}, kv.Delete(ctx, h) })
+			hosttest.Retry(t, "delete", func(ctx context.Context) (struct{}, error) { return struct{}{}, kv.Delete(ctx, h) })
 		} else {
 			v := fmt.Appendf(nil, `{"upstreams":[{"addr":"10.0.0.%d:80","weight":%d}]}`, rng.IntN(3), 1+rng.IntN(2))
-			last = retry(t, "put", func(ctx context.Context) (uint64, error) { return kv.Put(ctx, h, v) })
+			last = hosttest.Retry(t, "put", func(ctx context.Context) (uint64, error) { return kv.Put(ctx, h, v) })
 		}
 		if i%100 == 50 {
-			retry(t, "step the effects stream's leader down", func(ctx context.Context) (struct{}, error) {
+			hosttest.Retry(t, "step the effects stream's leader down", func(ctx context.Context) (struct{}, error) {
 				m, err := client.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN.EV", nil)
 				if err != nil {
 					return struct{}{}, err
@@ -446,8 +448,8 @@ func TestEffectsAcrossStreamLeaderChanges(t *testing.T) {
 	}
 	want, head := routerHistoryEffects(t, js, "routes")
 	for _, f := range folds {
-		waitCursor(t, f, max(last, head))
-		waitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+		hosttest.WaitCursor(t, f, max(last, head))
+		hosttest.WaitFor(t, func() bool { return host.OutboxLen(f) == 0 })
 		st := f.Status().Effects
 		t.Logf("replica: %+v", st)
 		if st.LastError != "" {
@@ -471,19 +473,19 @@ func TestEffectsSmallerBatchesForAServerThatWantsThem(t *testing.T) {
 	}
 	t.Cleanup(srv.Shutdown)
 	url := srv.ClientURL()
-	client := nc(t, url)
+	client := hosttest.Conn(t, url)
 	b, _, ev := effectsBucketAndStream(t, client, 64)
 	// Written before the fold starts: one batch of 100 updates, 100 effects.
 	var last uint64
 	for i := range 100 {
-		last = put(t, b, fmt.Sprintf("route.h%03d", i), `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+		last = hosttest.Put(t, b, fmt.Sprintf("route.h%03d", i), `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
 	}
-	r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "routes"),
+	r := hosttest.StartHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "routes"),
 			EffectsStream: "EV", BatchSize: 1000}}})
-	f := r.h.Fold("routes")
-	waitCursor(t, f, last)
-	waitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+	f := r.H.Fold("routes")
+	hosttest.WaitCursor(t, f, last)
+	hosttest.WaitFor(t, func() bool { return host.OutboxLen(f) == 0 })
 	got := streamAudit(t, ev)
 	if len(got) != 100 {
 		t.Fatalf("%d effects in the stream, want 100", len(got))

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
@@ -44,19 +46,19 @@ func TestEffectsNoSyncKillPublishesOnce(t *testing.T) {
 	srv, nc := natstest.Start(t)
 	url := srv.ClientURL()
 	b, _, ev := effectsBucketAndStream(t, nc, 64)
-	plugin, data := builtPlugin(t, "example-router", "router-c"), filepath.Join(t.TempDir(), "routes")
+	plugin, data := hosttest.BuiltPlugin(t, "example-router", "router-c"), filepath.Join(t.TempDir(), "routes")
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", Plugin: plugin, DataDir: data, EffectsStream: "EV"}}}
-	r := startHost(t, o)
-	waitState(t, r.h.Fold("routes"), httpapi.StateFollowing)
-	waitCursor(t, r.h.Fold("routes"), put(t, b, "route.seed", `{"upstreams":[{"addr":"10.9.0.1:80","weight":1}]}`))
-	if err := r.stop(t); err != nil {
+	r := hosttest.StartHost(t, o)
+	hosttest.WaitState(t, r.H.Fold("routes"), httpapi.StateFollowing)
+	hosttest.WaitCursor(t, r.H.Fold("routes"), hosttest.Put(t, b, "route.seed", `{"upstreams":[{"addr":"10.9.0.1:80","weight":1}]}`))
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 
 	changes := 1
 	for round := range 2 {
-		cmd, out, stderr := startChild(t, host.KillEffectsEnv+"=run", host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+data,
+		cmd, out, stderr := hosttest.StartChild(t, host.KillEffectsEnv+"=run", host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+data,
 			host.KillEffectsPlugin+"="+plugin, host.KillEffectsNoSync+"=1")
 		sc := bufio.NewScanner(out)
 		if !sc.Scan() || sc.Text() != "started" {
@@ -67,7 +69,7 @@ func TestEffectsNoSyncKillPublishesOnce(t *testing.T) {
 		// Each change published before the next is made: one batch each.
 		var last uint64
 		for i := range 20 {
-			last = put(t, b, fmt.Sprintf("route.r%dh%d", round, i), `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+			last = hosttest.Put(t, b, fmt.Sprintf("route.r%dh%d", round, i), `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
 			changes++
 			deadline := time.Now().Add(time.Minute)
 			for routeChanged(t, ev) < changes {
@@ -90,14 +92,14 @@ func TestEffectsNoSyncKillPublishesOnce(t *testing.T) {
 		t.Logf("round %d: last change at revision %d, the killed store's cursor %d", round, last, cur.Rev)
 	}
 
-	r = startHost(t, o)
-	f := r.h.Fold("routes")
+	r = hosttest.StartHost(t, o)
+	f := r.H.Fold("routes")
 	rev, _, err := b.Retention(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitCursor(t, f, uint64(rev.Last))
-	waitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+	hosttest.WaitCursor(t, f, uint64(rev.Last))
+	hosttest.WaitFor(t, func() bool { return host.OutboxLen(f) == 0 })
 	got := streamEffects(t, ev)
 	seen := map[string]int{}
 	for _, e := range got {
@@ -132,11 +134,11 @@ func TestEffectsMaxWaitWhenTheFenceCannotBeRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed")); err != nil {
+	if _, err := js.CreateStream(context.Background(), hosttest.EffectsStream("EV", "route.changed")); err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.New(host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: srv.ClientURL()}}, Logger: quiet,
-		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "routes"),
+	h, err := host.New(host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: srv.ClientURL()}}, Logger: hosttest.Quiet,
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "routes"),
 			EffectsStream: "EV", EffectsMaxWait: 300 * time.Millisecond}}})
 	if err != nil {
 		t.Fatal(err)
@@ -155,8 +157,8 @@ func TestEffectsMaxWaitWhenTheFenceCannotBeRead(t *testing.T) {
 	f := h.Fold("routes")
 	// A live effect: a fold that started on a bucket with history and
 	// could not read its fence drops its hydration's (joinEffects).
-	waitState(t, f, httpapi.StateFollowing)
-	waitCursor(t, f, put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`))
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
+	hosttest.WaitCursor(t, f, hosttest.Put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`))
 	// Waited for as the reason, not as readiness lost: a loaded machine
 	// showed the fold not yet ready at all ("hydrating") at the first look.
 	deadline := time.Now().Add(20 * time.Second)
@@ -180,23 +182,23 @@ func TestEffectsFenceOfAnotherFold(t *testing.T) {
 	srv, nc := natstest.Start(t)
 	url := srv.ClientURL()
 	b, _, ev := effectsBucketAndStream(t, nc, 0)
-	plugin := builtPlugin(t, "example-router", "router-c")
+	plugin := hosttest.BuiltPlugin(t, "example-router", "router-c")
 	var folds []*host.Fold
 	for _, name := range []string{"a", "b"} {
-		r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		r := hosttest.StartHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 			Folds: []host.FoldOptions{{Name: name, Bucket: "routes", Plugin: plugin, DataDir: filepath.Join(t.TempDir(), name),
 				EffectsStream: "EV", EffectsFence: "foldhost.fence.shared", BatchSize: 1 + len(folds)*3}}})
-		folds = append(folds, r.h.Fold(name))
-		waitState(t, r.h.Fold(name), httpapi.StateFollowing)
+		folds = append(folds, r.H.Fold(name))
+		hosttest.WaitState(t, r.H.Fold(name), httpapi.StateFollowing)
 	}
 	const n = 60
 	var last uint64
 	for i := range n {
-		last = put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+		last = hosttest.Put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
 	}
 	for _, f := range folds {
-		waitCursor(t, f, last)
-		waitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+		hosttest.WaitCursor(t, f, last)
+		hosttest.WaitFor(t, func() bool { return host.OutboxLen(f) == 0 })
 	}
 	per := map[string]int{}
 	for _, e := range streamAuditAll(t, ev) {

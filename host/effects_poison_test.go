@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
@@ -35,27 +37,27 @@ func TestEffectsPoisonToDeadLetters(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	url, b := natsServer(t)
-	js, err := jetstream.New(nc(t, url))
+	url, b := hosttest.NATSServer(t)
+	js, err := jetstream.New(hosttest.Conn(t, url))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const maxMsg = 512
-	cfg := effectsStream("EV", "route.changed")
+	cfg := hosttest.EffectsStream("EV", "route.changed")
 	cfg.MaxMsgSize = maxMsg
 	s, err := js.CreateStream(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logs syncbuf.Buffer
-	r := startHost(t, host.Options{
+	r := hosttest.StartHost(t, host.Options{
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 		NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "routes"),
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "routes"),
 			EffectsStream: "EV", BatchSize: 5}},
 	})
-	f := r.h.Fold("routes")
-	waitState(t, f, httpapi.StateFollowing)
+	f := r.H.Fold("routes")
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
 
 	m := &routerModel{entries: map[string]string{}}    // the effects that fit
 	long := &routerModel{entries: map[string]string{}} // the poison ones
@@ -79,17 +81,17 @@ func TestEffectsPoisonToDeadLetters(t *testing.T) {
 			continue
 		}
 		addr := fmt.Sprintf("10.0.0.%d:80", rng.IntN(3))
-		last = put(t, b, "route."+host, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":1}]}`, addr))
+		last = hosttest.Put(t, b, "route."+host, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":1}]}`, addr))
 		mdl.put(host, addr+"=1")
 		if i == 140 && len(long.want) == 0 { // at least one, whatever the random draws
-			last = put(t, b, "route."+longHost(9), `{"upstreams":[{"addr":"10.0.0.9:80","weight":1}]}`)
+			last = hosttest.Put(t, b, "route."+longHost(9), `{"upstreams":[{"addr":"10.0.0.9:80","weight":1}]}`)
 			long.put(longHost(9), "10.0.0.9:80=1")
 		}
 	}
 	// A later effect that fits goes after them.
-	last = put(t, b, "route.tail.example.com", `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+	last = hosttest.Put(t, b, "route.tail.example.com", `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
 	m.put("tail.example.com", "10.0.0.1:80=1")
-	waitCursor(t, f, last)
+	hosttest.WaitCursor(t, f, last)
 
 	if d := diffEffects(waitEffects(t, s, f, len(m.want)), m.want); d != "" {
 		t.Fatalf("the effects that fit: %s", d)
@@ -143,8 +145,8 @@ func TestEffectsPoisonToDeadLetters(t *testing.T) {
 // ready meanwhile. Mutation caught: readiness that ignores the outbox
 // (readyz stays 200).
 func TestEffectsMaxWaitReadiness(t *testing.T) {
-	b, _, fo, url := effectsSetup(t, 0)
-	js, err := jetstream.New(nc(t, url))
+	b, _, fo, url := hosttest.EffectsSetup(t, 0)
+	js, err := jetstream.New(hosttest.Conn(t, url))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,34 +154,34 @@ func TestEffectsMaxWaitReadiness(t *testing.T) {
 	patient := fo
 	patient.Name, patient.DataDir, patient.EffectsMaxWait = "patient", filepath.Join(t.TempDir(), "patient"), -1
 	patient.Bucket, patient.EffectsFence = "routes", "foldhost.fence.patient"
-	r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo, patient}})
-	f, fp := r.h.Fold("routes"), r.h.Fold("patient")
-	waitState(t, f, httpapi.StateFollowing)
-	waitState(t, fp, httpapi.StateFollowing)
-	web := httptest.NewServer(r.h.Handler())
+	r := hosttest.StartHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo, patient}})
+	f, fp := r.H.Fold("routes"), r.H.Fold("patient")
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
+	hosttest.WaitState(t, fp, httpapi.StateFollowing)
+	web := httptest.NewServer(r.H.Handler())
 	defer web.Close()
 	readyz := func() (int, string) {
-		code, body, err := httpGetBody(web.URL + "/readyz")
+		code, body, err := hosttest.HTTPGetBody(web.URL + "/readyz")
 		if err != nil {
 			t.Fatal(err)
 		}
 		return code, body
 	}
 	drained := func() bool { return host.OutboxLen(f) == 0 && host.OutboxLen(fp) == 0 }
-	waitCursor(t, f, put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`))
-	waitFor(t, drained)
+	hosttest.WaitCursor(t, f, hosttest.Put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`))
+	hosttest.WaitFor(t, drained)
 	if code, body := readyz(); code != http.StatusOK {
 		t.Fatalf("readyz with the effects published: %d %s", code, body)
 	}
 
-	cfg := effectsStream("EV", "route.changed")
+	cfg := hosttest.EffectsStream("EV", "route.changed")
 	cfg.Subjects = []string{"elsewhere", "foldhost.fence.>"}
 	if _, err := js.UpdateStream(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	last := put(t, b, "route.b", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
-	waitCursor(t, f, last)
-	waitFor(t, func() bool { code, _ := readyz(); return code == http.StatusServiceUnavailable })
+	last := hosttest.Put(t, b, "route.b", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
+	hosttest.WaitCursor(t, f, last)
+	hosttest.WaitFor(t, func() bool { code, _ := readyz(); return code == http.StatusServiceUnavailable })
 	code, body := readyz()
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "fold routes: effects: the outbox's first effect has waited") ||
 		!strings.Contains(body, "more than effects_max_wait (300ms); 1 wait; last error: ") || strings.Contains(body, "fold patient") {
@@ -189,11 +191,11 @@ func TestEffectsMaxWaitReadiness(t *testing.T) {
 		t.Fatalf("status %+v %+v (patient's outbox %d)", st, st.Effects, host.OutboxLen(fp))
 	}
 
-	if _, err := js.UpdateStream(context.Background(), effectsStream("EV", "route.changed")); err != nil {
+	if _, err := js.UpdateStream(context.Background(), hosttest.EffectsStream("EV", "route.changed")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, drained)
-	waitFor(t, func() bool { code, _ := readyz(); return code == http.StatusOK })
+	hosttest.WaitFor(t, drained)
+	hosttest.WaitFor(t, func() bool { code, _ := readyz(); return code == http.StatusOK })
 }
 
 // TestEffectsPoisonOverMaxPayload: a server with max_payload 2048 and a
@@ -208,35 +210,35 @@ func TestEffectsPoisonOverMaxPayload(t *testing.T) {
 	}
 	t.Cleanup(srv.Shutdown)
 	url := srv.ClientURL()
-	b, err := natskv.OpenBucket(context.Background(), nc(t, url), natskv.BucketConfig{Name: "routes"}, natskv.Options{})
+	b, err := natskv.OpenBucket(context.Background(), hosttest.Conn(t, url), natskv.BucketConfig{Name: "routes"}, natskv.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(nc(t, url))
+	js, err := jetstream.New(hosttest.Conn(t, url))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
+	s, err := js.CreateStream(context.Background(), hosttest.EffectsStream("EV", "route.changed"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := startHost(t, host.Options{
+	r := hosttest.StartHost(t, host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "routes"),
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "routes"),
 			EffectsStream: "EV"}},
 	})
-	f := r.h.Fold("routes")
-	waitState(t, f, httpapi.StateFollowing)
+	f := r.H.Fold("routes")
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
 	m := &routerModel{entries: map[string]string{}}
 	big := strings.Repeat("y", 2100) + ".example.com"
 	var last uint64
 	for _, h := range []string{"a.example.com", big, "b.example.com"} {
-		last = put(t, b, "route."+h, `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+		last = hosttest.Put(t, b, "route."+h, `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
 		if h != big {
 			m.put(h, "10.0.0.1:80=1")
 		}
 	}
-	waitCursor(t, f, last)
+	hosttest.WaitCursor(t, f, last)
 	if d := diffEffects(waitEffects(t, s, f, len(m.want)), m.want); d != "" {
 		t.Fatalf("the effects that fit: %s", d)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -41,7 +43,7 @@ func TestEffectsARestoreKilledAfterItsLastCommitKeepsItsPoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plugin := builtPlugin(t, "example-router", "router-c")
+	plugin := hosttest.BuiltPlugin(t, "example-router", "router-c")
 	// The child's fold (host.KillEffectsEnv): the same options.
 	opts := func(dir string) host.Options {
 		fo := host.FoldOptions{Name: "routes", Plugin: plugin, DataDir: dir, Repair: protocol.RepairRestore, EffectsStream: "EV", BatchSize: 1, Sync: true}
@@ -57,18 +59,18 @@ func TestEffectsARestoreKilledAfterItsLastCommitKeepsItsPoint(t *testing.T) {
 		set(fmt.Sprintf("h%d", i), "10.0.0.2:80")
 	}
 	last = set("h0", "10.0.0.3:80")
-	waitCursor(t, other.h.Fold("routes"), last)
-	if _, err := other.h.Fold("routes").Export(context.Background(), true); err != nil {
+	hosttest.WaitCursor(t, other.H.Fold("routes"), last)
+	if _, err := other.H.Fold("routes").Export(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
-	if err := other.stop(t); err != nil {
+	if err := other.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	block.Store(false)
 	artifactAt := last
 	past := set("h5", "10.0.0.5:80") // past the artifact's cursor
 
-	cmd, out, stderr := startChild(t, host.KillEffectsEnv+"=restore-done-1", host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+behindDir,
+	cmd, out, stderr := hosttest.StartChild(t, host.KillEffectsEnv+"=restore-done-1", host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+behindDir,
 		host.KillEffectsPlugin+"="+plugin, host.KillEffectsArtifacts+"="+artifacts)
 	var lines []string
 	sc := bufio.NewScanner(out)
@@ -80,9 +82,9 @@ func TestEffectsARestoreKilledAfterItsLastCommitKeepsItsPoint(t *testing.T) {
 		t.Fatalf("the child was not killed after its restore (%v; out %q): %s", werr, lines, stderr.String())
 	}
 
-	behind := startHost(t, opts(behindDir))
-	f := behind.h.Fold("routes")
-	waitCursor(t, f, past)
+	behind := hosttest.StartHost(t, opts(behindDir))
+	f := behind.H.Fold("routes")
+	hosttest.WaitCursor(t, f, past)
 	st := f.Status()
 	if st.Repairs.Last != nil {
 		t.Errorf("the restarted replica repaired again (%+v): the killed restore's last commit should stand", *st.Repairs.Last)
@@ -94,10 +96,10 @@ func TestEffectsARestoreKilledAfterItsLastCommitKeepsItsPoint(t *testing.T) {
 		t.Errorf("after the kill %d effects were dropped, outbox %d: want the write past the artifact's cursor kept",
 			st.Effects.DroppedJoining, host.OutboxLen(f))
 	}
-	other = startHost(t, opts(otherDir))
+	other = hosttest.StartHost(t, opts(otherDir))
 	set("h6", "10.0.0.6:80")
-	waitEffects(t, s, other.h.Fold("routes"), len(m.want))
-	waitFor(t, func() bool { return f.Status().Effects.Held == "" && host.OutboxLen(f) == 0 })
+	waitEffects(t, s, other.H.Fold("routes"), len(m.want))
+	hosttest.WaitFor(t, func() bool { return f.Status().Effects.Held == "" && host.OutboxLen(f) == 0 })
 	if d := diffEffects(streamEffects(t, s), m.want); d != "" {
 		t.Fatalf("a restore killed after its last commit: %s", d)
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -68,16 +70,10 @@ func routeWorkload(t *testing.T, b *natskv.Bucket, m *routerModel, rng *rand.Ran
 			continue
 		}
 		addr, w := fmt.Sprintf("10.0.0.%d:80", rng.IntN(3)), 1+rng.IntN(2)
-		last = put(t, b, "route."+host, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":%d}]}`, addr, w))
+		last = hosttest.Put(t, b, "route."+host, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":%d}]}`, addr, w))
 		m.put(host, fmt.Sprintf("%s=%d", addr, w))
 	}
 	return last
-}
-
-// effectsStream is a stream the host publishes effects to: it captures
-// subjects and the folds' fences, and allows atomic batches.
-func effectsStream(name string, subjects ...string) jetstream.StreamConfig {
-	return jetstream.StreamConfig{Name: name, Subjects: append(subjects, "foldhost.fence.>"), AllowAtomicPublish: true}
 }
 
 // streamEffects reads the stream's messages in order as "op|payload",
@@ -162,7 +158,7 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream := effectsStream("ROUTE_EVENTS", "route.changed")
+	stream := hosttest.EffectsStream("ROUTE_EVENTS", "route.changed")
 	s, err := js.CreateStream(context.Background(), stream)
 	if err != nil {
 		t.Fatal(err)
@@ -170,17 +166,17 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 	dir := t.TempDir()
 	opts := host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: nc.ConnectedUrl()}},
-		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(dir, "routes"),
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(dir, "routes"),
 			EffectsStream: "ROUTE_EVENTS", EffectsSubjects: []string{"route.changed"}, BatchSize: 7}},
 	}
 	m := &routerModel{entries: map[string]string{}}
 
 	// Live: published as folded. (Caught up first: a state-sync sees each
 	// key's latest value only, so changes it collapses emit nothing.)
-	r := startHost(t, opts)
-	f := r.h.Fold("routes")
-	waitState(t, f, httpapi.StateFollowing)
-	waitCursor(t, f, routeWorkload(t, b, m, rng, 120))
+	r := hosttest.StartHost(t, opts)
+	f := r.H.Fold("routes")
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
+	hosttest.WaitCursor(t, f, routeWorkload(t, b, m, rng, 120))
 	if d := diffEffects(waitEffects(t, s, f, len(m.want)), m.want); d != "" {
 		t.Fatalf("live: %s", d)
 	}
@@ -191,15 +187,15 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	published := len(m.want)
-	waitCursor(t, f, routeWorkload(t, b, m, rng, 120))
-	waitFor(t, func() bool { return host.OutboxLen(f) == len(m.want)-published && f.Status().Effects.LastError != "" })
+	hosttest.WaitCursor(t, f, routeWorkload(t, b, m, rng, 120))
+	hosttest.WaitFor(t, func() bool { return host.OutboxLen(f) == len(m.want)-published && f.Status().Effects.LastError != "" })
 	if st := f.Status().Effects; st.Published != uint64(published) || st.Outbox != int64(len(m.want)-published) {
 		t.Fatalf("status %+v, want %d published, %d in the outbox", st, published, len(m.want)-published)
 	}
 	// The first waiting effect's wait grows while the stream takes nothing.
 	w0 := f.Status().Effects.OutboxWaitSeconds
-	waitFor(t, func() bool { return f.Status().Effects.OutboxWaitSeconds > w0 && w0 > 0 })
-	if err := r.stop(t); err != nil {
+	hosttest.WaitFor(t, func() bool { return f.Status().Effects.OutboxWaitSeconds > w0 && w0 > 0 })
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 
@@ -209,9 +205,9 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 	if _, err := js.UpdateStream(context.Background(), stream); err != nil {
 		t.Fatal(err)
 	}
-	r = startHost(t, opts)
-	f = r.h.Fold("routes")
-	waitCursor(t, f, routeWorkload(t, b, m, rng, 60))
+	r = hosttest.StartHost(t, opts)
+	f = r.H.Fold("routes")
+	hosttest.WaitCursor(t, f, routeWorkload(t, b, m, rng, 60))
 	if d := diffEffects(waitEffects(t, s, f, len(m.want)), m.want); d != "" {
 		t.Fatalf("after the restart: %s", d)
 	}
@@ -232,7 +228,7 @@ func TestEffectsStreamRefusedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(context.Background(), effectsStream("EV", "route.*")); err != nil {
+	if _, err := js.CreateStream(context.Background(), hosttest.EffectsStream("EV", "route.*")); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -245,9 +241,9 @@ func TestEffectsStreamRefusedAtStart(t *testing.T) {
 		{"EV", []string{"other"}, `effects_subjects "other": stream "EV" does not capture it`},
 	} {
 		h, err := host.New(host.Options{
-			Logger: quiet,
+			Logger: hosttest.Quiet,
 			NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: nc.ConnectedUrl()}},
-			Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
+			Folds: []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
 				EffectsStream: c.stream, EffectsSubjects: c.subjects}},
 		})
 		if err != nil {
@@ -262,9 +258,9 @@ func TestEffectsStreamRefusedAtStart(t *testing.T) {
 	// route.changed and route.* are captured: the start succeeds.
 	for _, subjects := range [][]string{nil, {"route.changed"}, {"route.*"}} {
 		h, err := host.New(host.Options{
-			Logger: quiet,
+			Logger: hosttest.Quiet,
 			NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: nc.ConnectedUrl()}},
-			Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
+			Folds: []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
 				EffectsStream: "EV", EffectsSubjects: subjects}},
 		})
 		if err != nil {
@@ -288,17 +284,17 @@ func TestEffectsOutsideTheSubjectsFailTheBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(context.Background(), effectsStream("EV", "other.>")); err != nil {
+	if _, err := js.CreateStream(context.Background(), hosttest.EffectsStream("EV", "other.>")); err != nil {
 		t.Fatal(err)
 	}
-	r := startHost(t, host.Options{
+	r := hosttest.StartHost(t, host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: nc.ConnectedUrl()}},
-		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
 			EffectsStream: "EV"}},
 	})
-	f := r.h.Fold("routes")
-	put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
-	st := waitState(t, f, httpapi.StateFailed)
+	f := r.H.Fold("routes")
+	hosttest.Put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
+	st := hosttest.WaitState(t, f, httpapi.StateFailed)
 	if !strings.Contains(st.LastError, `subject "route.changed", outside the fold's effects subjects`) || st.Cursor != 0 || host.OutboxLen(f) != 0 {
 		t.Fatalf("status %+v (outbox %d)", st, host.OutboxLen(f))
 	}
@@ -309,20 +305,20 @@ func TestEffectsOutsideTheSubjectsFailTheBatch(t *testing.T) {
 // many there are, and nothing waits in the outbox. Mutation caught: a
 // WARN per batch, or effects committed with no publisher to drain them.
 func TestEffectsWithoutAStreamAreDropped(t *testing.T) {
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	var logs syncbuf.Buffer
-	r := startHost(t, host.Options{
+	r := hosttest.StartHost(t, host.Options{
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-		Folds:  []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"), BatchSize: 1}},
+		Folds:  []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"), BatchSize: 1}},
 	})
-	f := r.h.Fold("routes")
-	waitState(t, f, httpapi.StateFollowing)
+	f := r.H.Fold("routes")
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
 	var last uint64
 	for i := range 5 {
-		last = put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
+		last = hosttest.Put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
 	}
-	waitCursor(t, f, last)
+	hosttest.WaitCursor(t, f, last)
 	if st := f.Status().Effects; st == nil || st.Dropped != 5 || st.Published != 0 || st.Stream != "" {
 		t.Fatalf("effects status %+v, want 5 dropped", st)
 	}
@@ -346,31 +342,11 @@ func effectsBucketAndStream(t *testing.T, nc *nats.Conn, history uint8) (*natskv
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
+	ev, err := js.CreateStream(context.Background(), hosttest.EffectsStream("EV", "route.changed"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b, js, ev
-}
-
-// effectsSetup is a routes bucket, an effects stream EV (duplicate window
-// dup; 0: the server's default) and the router fold's options publishing
-// to it with batches of one update.
-func effectsSetup(t *testing.T, dup time.Duration) (*natskv.Bucket, jetstream.Stream, host.FoldOptions, string) {
-	t.Helper()
-	url, b := natsServer(t)
-	js, err := jetstream.New(nc(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := effectsStream("EV", "route.changed")
-	cfg.Duplicates = dup
-	s, err := js.CreateStream(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b, s, host.FoldOptions{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "routes"),
-		EffectsStream: "EV", BatchSize: 1}, url
 }
 
 // TestEffectsFenceOutlastsTheDuplicateWindow: the host stops (as a
@@ -383,7 +359,7 @@ func effectsSetup(t *testing.T, dup time.Duration) (*natskv.Bucket, jetstream.St
 // twice).
 func TestEffectsFenceOutlastsTheDuplicateWindow(t *testing.T) {
 	const window = 200 * time.Millisecond
-	b, s, fo, url := effectsSetup(t, window)
+	b, s, fo, url := hosttest.EffectsSetup(t, window)
 	acked := make(chan struct{}, 1)
 	var once sync.Once
 	host.SetEffectsStep(t, func(ctx context.Context, step string) {
@@ -397,11 +373,11 @@ func TestEffectsFenceOutlastsTheDuplicateWindow(t *testing.T) {
 	})
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
 	m := &routerModel{entries: map[string]string{}}
-	r := startHost(t, o)
-	f := r.h.Fold("routes")
-	waitState(t, f, httpapi.StateFollowing)
+	r := hosttest.StartHost(t, o)
+	f := r.H.Fold("routes")
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
 	for i := range 5 {
-		put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
+		hosttest.Put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
 		m.put(fmt.Sprintf("h%d", i), "10.0.0.1:80=1")
 	}
 	select {
@@ -410,15 +386,15 @@ func TestEffectsFenceOutlastsTheDuplicateWindow(t *testing.T) {
 		t.Fatal("no batch was acknowledged")
 	}
 	left := host.OutboxLen(f)
-	if err := r.stop(t); err != nil {
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	if left == 0 {
 		t.Fatal("the outbox was empty after the ack: nothing to repeat")
 	}
 	time.Sleep(3 * window) // the stream forgets the message ids
-	r = startHost(t, o)
-	f = r.h.Fold("routes")
+	r = hosttest.StartHost(t, o)
+	f = r.H.Fold("routes")
 	if d := diffEffects(waitEffects(t, s, f, len(m.want)), m.want); d != "" {
 		t.Fatalf("after the restart: %s", d)
 	}
@@ -450,35 +426,35 @@ func TestEffectsTwoReplicasPublishOnce(t *testing.T) {
 			seed := time.Now().UnixNano()
 			t.Logf("seed %d", seed)
 			rng := rand.New(rand.NewPCG(uint64(seed), 0))
-			b, s, fo, url := effectsSetup(t, 0)
-			var rs []*running
+			b, s, fo, url := hosttest.EffectsSetup(t, 0)
+			var rs []*hosttest.Running
 			for i, size := range sizes {
 				fo.DataDir = filepath.Join(t.TempDir(), fmt.Sprint("replica", i))
 				fo.BatchSize = size
-				rs = append(rs, startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}))
-				waitState(t, rs[i].h.Fold("routes"), httpapi.StateFollowing)
+				rs = append(rs, hosttest.StartHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}))
+				hosttest.WaitState(t, rs[i].H.Fold("routes"), httpapi.StateFollowing)
 			}
 			m := &routerModel{entries: map[string]string{}}
 			last := routeWorkload(t, b, m, rng, 150)
 			if c.stop {
-				waitCursor(t, rs[0].h.Fold("routes"), last)
-				if err := rs[0].stop(t); err != nil {
+				hosttest.WaitCursor(t, rs[0].H.Fold("routes"), last)
+				if err := rs[0].Stop(t); err != nil {
 					t.Fatal(err)
 				}
 				rs = rs[1:]
 			}
 			last = routeWorkload(t, b, m, rng, 150)
 			for _, r := range rs {
-				waitCursor(t, r.h.Fold("routes"), last)
+				hosttest.WaitCursor(t, r.H.Fold("routes"), last)
 			}
-			got := waitEffects(t, s, rs[len(rs)-1].h.Fold("routes"), len(m.want))
-			waitFor(t, func() bool { return host.OutboxLen(rs[0].h.Fold("routes")) == 0 })
+			got := waitEffects(t, s, rs[len(rs)-1].H.Fold("routes"), len(m.want))
+			hosttest.WaitFor(t, func() bool { return host.OutboxLen(rs[0].H.Fold("routes")) == 0 })
 			if d := diffEffects(streamEffects(t, s), m.want); d != "" {
 				t.Fatalf("two replicas: %s (first read %d)", d, len(got))
 			}
 			moves := 0
 			for _, r := range rs {
-				st := r.h.Fold("routes").Status()
+				st := r.H.Fold("routes").Status()
 				t.Logf("replica: %d batches; effects %+v", st.Counters.Batches, st.Effects)
 				moves += int(st.Effects.FenceMoves + st.Effects.Confirmed)
 			}
@@ -488,7 +464,7 @@ func TestEffectsTwoReplicasPublishOnce(t *testing.T) {
 			if moves == 0 {
 				t.Fatal("no replica ever found the fence moved or a batch landed: the two did not compete")
 			}
-			if b0, b1 := rs[0].h.Fold("routes").Status().Counters.Batches, rs[1].h.Fold("routes").Status().Counters.Batches; sizes[0] != sizes[1] && b1 >= b0 {
+			if b0, b1 := rs[0].H.Fold("routes").Status().Counters.Batches, rs[1].H.Fold("routes").Status().Counters.Batches; sizes[0] != sizes[1] && b1 >= b0 {
 				t.Fatalf("the replicas committed %d and %d batches: they batched alike, the test proves nothing", b0, b1)
 			}
 		})
@@ -501,8 +477,8 @@ func TestEffectsTwoReplicasPublishOnce(t *testing.T) {
 // And an effect to the fence subject itself fails its batch. Mutation
 // caught: any of the start checks removed (the start succeeds).
 func TestEffectsStreamSettingsRefused(t *testing.T) {
-	url, b := natsServer(t)
-	js, err := jetstream.New(nc(t, url))
+	url, b := hosttest.NATSServer(t)
+	js, err := jetstream.New(hosttest.Conn(t, url))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,9 +497,9 @@ func TestEffectsStreamSettingsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		h, err := host.New(host.Options{
-			Logger: quiet,
+			Logger: hosttest.Quiet,
 			NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-			Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
+			Folds: []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
 				EffectsStream: c.cfg.Name, EffectsFence: c.fence}},
 		})
 		if err != nil {
@@ -536,17 +512,17 @@ func TestEffectsStreamSettingsRefused(t *testing.T) {
 		}
 	}
 	// The fence on the subject the router's effects go to.
-	if _, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed")); err != nil {
+	if _, err := js.CreateStream(context.Background(), hosttest.EffectsStream("EV", "route.changed")); err != nil {
 		t.Fatal(err)
 	}
-	r := startHost(t, host.Options{
+	r := hosttest.StartHost(t, host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(t.TempDir(), "r"),
 			EffectsStream: "EV", EffectsFence: "route.changed"}},
 	})
-	f := r.h.Fold("routes")
-	put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
-	if st := waitState(t, f, httpapi.StateFailed); !strings.Contains(st.LastError, `subject "route.changed", a fold's effects fence`) || host.OutboxLen(f) != 0 {
+	f := r.H.Fold("routes")
+	hosttest.Put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
+	if st := hosttest.WaitState(t, f, httpapi.StateFailed); !strings.Contains(st.LastError, `subject "route.changed", a fold's effects fence`) || host.OutboxLen(f) != 0 {
 		t.Fatalf("status %+v (outbox %d)", st, host.OutboxLen(f))
 	}
 }
@@ -558,24 +534,24 @@ func TestEffectsStreamSettingsRefused(t *testing.T) {
 // Mutation caught: the check of the namespace removed (the effect is
 // committed to the outbox).
 func TestEffectToAnotherFoldsFenceRefused(t *testing.T) {
-	url, b := natsServer(t)
-	js, err := jetstream.New(nc(t, url))
+	url, b := hosttest.NATSServer(t)
+	js, err := jetstream.New(hosttest.Conn(t, url))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(context.Background(), effectsStream("EV", "probe.>")); err != nil {
+	if _, err := js.CreateStream(context.Background(), hosttest.EffectsStream("EV", "probe.>")); err != nil {
 		t.Fatal(err)
 	}
-	r := startHost(t, host.Options{
+	r := hosttest.StartHost(t, host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-		Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "testdata", "probe-c"), DataDir: filepath.Join(t.TempDir(), "r"),
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "testdata", "probe-c"), DataDir: filepath.Join(t.TempDir(), "r"),
 			EffectsStream: "EV"}},
 	})
-	f := r.h.Fold("routes")
-	put(t, b, "emit/probe.ok", "fine")
-	waitFor(t, func() bool { return f.Status().Effects != nil && f.Status().Effects.Published == 1 })
-	put(t, b, "emit/foldhost.fence.other", "forged")
-	if st := waitState(t, f, httpapi.StateFailed); !strings.Contains(st.LastError, `subject "foldhost.fence.other", a fold's effects fence`) || host.OutboxLen(f) != 0 {
+	f := r.H.Fold("routes")
+	hosttest.Put(t, b, "emit/probe.ok", "fine")
+	hosttest.WaitFor(t, func() bool { return f.Status().Effects != nil && f.Status().Effects.Published == 1 })
+	hosttest.Put(t, b, "emit/foldhost.fence.other", "forged")
+	if st := hosttest.WaitState(t, f, httpapi.StateFailed); !strings.Contains(st.LastError, `subject "foldhost.fence.other", a fold's effects fence`) || host.OutboxLen(f) != 0 {
 		t.Fatalf("status %+v (outbox %d)", st, host.OutboxLen(f))
 	}
 }
@@ -594,7 +570,7 @@ func TestEffectToAnotherFoldsFenceRefused(t *testing.T) {
 // unpublished), the hydration's effects not dropped, a hold that does not
 // end when the fence passes its point.
 func TestEffectsAReplicaJoiningByStateSyncWaitsForTheFence(t *testing.T) {
-	b, s, fo, url := effectsSetup(t, 0)
+	b, s, fo, url := hosttest.EffectsSetup(t, 0)
 	var block atomic.Bool // the first fold publishes nothing
 	host.SetEffectsStep(t, func(ctx context.Context, step string) {
 		if step == "before-publish" && block.Load() {
@@ -606,36 +582,36 @@ func TestEffectsAReplicaJoiningByStateSyncWaitsForTheFence(t *testing.T) {
 		return host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
 	}
 	m := &routerModel{entries: map[string]string{}}
-	route := func(h, addr string) uint64 {
+	putRoute := func(h, addr string) uint64 {
 		m.put(h, addr+"=1")
-		return put(t, b, "route."+h, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":1}]}`, addr))
+		return hosttest.Put(t, b, "route."+h, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":1}]}`, addr))
 	}
 	firstDir := filepath.Join(t.TempDir(), "first")
-	first := startHost(t, opts(firstDir))
-	waitState(t, first.h.Fold("routes"), httpapi.StateFollowing)
+	first := hosttest.StartHost(t, opts(firstDir))
+	hosttest.WaitState(t, first.H.Fold("routes"), httpapi.StateFollowing)
 	for i := range 3 {
-		route(fmt.Sprintf("h%d", i), "10.0.0.1:80")
+		putRoute(fmt.Sprintf("h%d", i), "10.0.0.1:80")
 	}
-	waitEffects(t, s, first.h.Fold("routes"), len(m.want))
+	waitEffects(t, s, first.H.Fold("routes"), len(m.want))
 	published := len(m.want)
 
 	block.Store(true)
-	route("h0", "10.0.0.2:80")
-	route("h0", "10.0.0.3:80")
-	last := route("h3", "10.0.0.1:80")
-	waitCursor(t, first.h.Fold("routes"), last)
-	if n := host.OutboxLen(first.h.Fold("routes")); n != 3 {
+	putRoute("h0", "10.0.0.2:80")
+	putRoute("h0", "10.0.0.3:80")
+	last := putRoute("h3", "10.0.0.1:80")
+	hosttest.WaitCursor(t, first.H.Fold("routes"), last)
+	if n := host.OutboxLen(first.H.Fold("routes")); n != 3 {
 		t.Fatalf("the first fold's outbox holds %d effects, want 3", n)
 	}
-	if err := first.stop(t); err != nil {
+	if err := first.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	block.Store(false)
 
-	joined := startHost(t, opts(filepath.Join(t.TempDir(), "joined")))
-	j := joined.h.Fold("routes")
-	waitCursor(t, j, last)
-	waitFor(t, func() bool {
+	joined := hosttest.StartHost(t, opts(filepath.Join(t.TempDir(), "joined")))
+	j := joined.H.Fold("routes")
+	hosttest.WaitCursor(t, j, last)
+	hosttest.WaitFor(t, func() bool {
 		st := j.Status().Effects
 		return strings.Contains(st.Held, "passes revision") || st.Published > 0
 	})
@@ -643,20 +619,20 @@ func TestEffectsAReplicaJoiningByStateSyncWaitsForTheFence(t *testing.T) {
 		t.Errorf("the joined replica's effects: %+v, want its hydration's dropped, none published, held until revision %d", st, last)
 	}
 
-	first = startHost(t, opts(firstDir))
-	waitEffects(t, s, first.h.Fold("routes"), len(m.want))
+	first = hosttest.StartHost(t, opts(firstDir))
+	waitEffects(t, s, first.H.Fold("routes"), len(m.want))
 	if d := diffEffects(streamEffects(t, s), m.want); d != "" || j.Status().Effects.Held == "" {
 		t.Fatalf("after the first fold's restart (the stream held %d before): %s; the joined replica's hold %q", published, d, j.Status().Effects.Held)
 	}
-	last = route("h1", "10.0.0.2:80")
-	waitCursor(t, first.h.Fold("routes"), last)
-	waitEffects(t, s, first.h.Fold("routes"), len(m.want))
-	waitFor(t, func() bool { return j.Status().Effects.Held == "" && host.OutboxLen(j) == 0 })
-	if err := first.stop(t); err != nil {
+	last = putRoute("h1", "10.0.0.2:80")
+	hosttest.WaitCursor(t, first.H.Fold("routes"), last)
+	waitEffects(t, s, first.H.Fold("routes"), len(m.want))
+	hosttest.WaitFor(t, func() bool { return j.Status().Effects.Held == "" && host.OutboxLen(j) == 0 })
+	if err := first.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	last = route("h2", "10.0.0.3:80")
-	route("h4", "10.0.0.1:80")
+	last = putRoute("h2", "10.0.0.3:80")
+	putRoute("h4", "10.0.0.1:80")
 	waitEffects(t, s, j, len(m.want))
 	if d := diffEffects(streamEffects(t, s), m.want); d != "" {
 		t.Fatalf("a replica joined by state-sync: %s", d)
@@ -677,7 +653,7 @@ func TestEffectsAReplicaJoiningByStateSyncWaitsForTheFence(t *testing.T) {
 // collapsed change, under ids of its own), a point's failed record not
 // retried (the hold syncs for ever, every effect dropped).
 func TestEffectsAHoldThatCannotBeRecordedFailsTheStart(t *testing.T) {
-	b, s, fo, url := effectsSetup(t, 0)
+	b, s, fo, url := hosttest.EffectsSetup(t, 0)
 	opts := func(dir string) host.Options {
 		fo.DataDir = dir
 		return host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
@@ -688,19 +664,19 @@ func TestEffectsAHoldThatCannotBeRecordedFailsTheStart(t *testing.T) {
 			host.FailHoldRecords(t)
 		}
 	})
-	first := startHost(t, opts(filepath.Join(t.TempDir(), "first")))
-	waitState(t, first.h.Fold("routes"), httpapi.StateFollowing)
+	first := hosttest.StartHost(t, opts(filepath.Join(t.TempDir(), "first")))
+	hosttest.WaitState(t, first.H.Fold("routes"), httpapi.StateFollowing)
 	for i := range 2 {
-		put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+		hosttest.Put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
 	}
-	waitEffects(t, s, first.h.Fold("routes"), 2)
-	if err := first.stop(t); err != nil {
+	waitEffects(t, s, first.H.Fold("routes"), 2)
+	if err := first.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	heal := host.FailHoldRecords(t)
-	joined := startHost(t, opts(filepath.Join(t.TempDir(), "joined")))
-	j := joined.h.Fold("routes")
-	st := waitState(t, j, httpapi.StateFailed)
+	joined := hosttest.StartHost(t, opts(filepath.Join(t.TempDir(), "joined")))
+	j := joined.H.Fold("routes")
+	st := hosttest.WaitState(t, j, httpapi.StateFailed)
 	if !strings.Contains(st.Reason, "effects hold") || st.Cursor != 0 {
 		t.Errorf("the fold failed at cursor %d with %q, want its hold's record failure before it synced", st.Cursor, st.Reason)
 	}
@@ -711,15 +687,15 @@ func TestEffectsAHoldThatCannotBeRecordedFailsTheStart(t *testing.T) {
 	}
 	// Its point cannot be recorded at the catch-up: it stays syncing, and
 	// the status says why.
-	waitFor(t, func() bool { return strings.Contains(j.Status().LastError, "effects hold's point") })
+	hosttest.WaitFor(t, func() bool { return strings.Contains(j.Status().LastError, "effects hold's point") })
 	if st := j.Status(); st.Cursor == 0 || !strings.Contains(st.Effects.Held, "catching up") {
 		t.Fatalf("after a failed record of its point: cursor %d, hold %q, want synced, the hold still syncing", st.Cursor, st.Effects.Held)
 	}
 	heal()
 	// The next commit records it, at its own cursor (its effects dropped
 	// too: the hold was still syncing).
-	rev := put(t, b, "route.h2", `{"upstreams":[{"addr":"10.0.0.2:80","weight":1}]}`)
-	waitFor(t, func() bool {
+	rev := hosttest.Put(t, b, "route.h2", `{"upstreams":[{"addr":"10.0.0.2:80","weight":1}]}`)
+	hosttest.WaitFor(t, func() bool {
 		st := j.Status()
 		return st.Effects.Held == fmt.Sprintf("joined midway: until the fence passes revision %d", rev) && st.LastError == ""
 	})
@@ -737,32 +713,32 @@ func TestEffectsAHoldThatCannotBeRecordedFailsTheStart(t *testing.T) {
 // announced).
 // Mutations caught: a release that leaves the hold (nothing published).
 func TestEffectsReleaseAHold(t *testing.T) {
-	b, s, fo, url := effectsSetup(t, 0)
+	b, s, fo, url := hosttest.EffectsSetup(t, 0)
 	fo.EffectsMaxWait = 300 * time.Millisecond
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
 	m := &routerModel{entries: map[string]string{}}
-	route := func(h, addr string) uint64 {
+	putRoute := func(h, addr string) uint64 {
 		m.put(h, addr+"=1")
-		return put(t, b, "route."+h, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":1}]}`, addr))
+		return hosttest.Put(t, b, "route."+h, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":1}]}`, addr))
 	}
-	r := startHost(t, o)
-	waitState(t, r.h.Fold("routes"), httpapi.StateFollowing)
-	route("h0", "10.0.0.1:80")
-	waitEffects(t, s, r.h.Fold("routes"), 1)
-	if err := r.stop(t); err != nil {
+	r := hosttest.StartHost(t, o)
+	hosttest.WaitState(t, r.H.Fold("routes"), httpapi.StateFollowing)
+	putRoute("h0", "10.0.0.1:80")
+	waitEffects(t, s, r.H.Fold("routes"), 1)
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.RemoveAll(fo.DataDir); err != nil {
 		t.Fatal(err)
 	}
-	route("h1", "10.0.0.1:80") // folded by the hydration: not announced
+	putRoute("h1", "10.0.0.1:80") // folded by the hydration: not announced
 	m.want = m.want[:1]
-	r = startHost(t, o)
-	f := r.h.Fold("routes")
-	waitState(t, f, httpapi.StateFollowing)
-	last := route("h2", "10.0.0.2:80")
-	waitCursor(t, f, last)
-	waitFor(t, func() bool {
+	r = hosttest.StartHost(t, o)
+	f := r.H.Fold("routes")
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
+	last := putRoute("h2", "10.0.0.2:80")
+	hosttest.WaitCursor(t, f, last)
+	hosttest.WaitFor(t, func() bool {
 		st := f.Status()
 		return host.OutboxLen(f) == 1 && !st.Ready && strings.Contains(st.Reason, "held, joined midway")
 	})
@@ -772,7 +748,7 @@ func TestEffectsReleaseAHold(t *testing.T) {
 	if d := diffEffects(waitEffects(t, s, f, len(m.want)), m.want); d != "" {
 		t.Fatalf("after the release: %s", d)
 	}
-	waitFor(t, func() bool { return f.Status().Ready })
+	hosttest.WaitFor(t, func() bool { return f.Status().Ready })
 	if err := f.ReleaseEffects(); !errors.Is(err, httpapi.ErrNothingHeld) {
 		t.Fatalf("a second release: %v, want ErrNothingHeld", err)
 	}
@@ -791,7 +767,7 @@ func TestEffectsReleaseAHold(t *testing.T) {
 // first, and the exporter's are deleted unpublished), a held publisher
 // with an empty outbox that does not read the fence (held for good).
 func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
-	b, s, fo, url := effectsSetup(t, 0)
+	b, s, fo, url := hosttest.EffectsSetup(t, 0)
 	var block atomic.Bool // the exporter publishes nothing
 	host.SetEffectsStep(t, func(ctx context.Context, step string) {
 		if step == "before-publish" && block.Load() {
@@ -805,24 +781,24 @@ func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
 	opts := func(dir string) host.Options {
 		fo.DataDir = dir
 		return host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo},
-			Artifacts: host.ArtifactOptions{Store: store, Where: "test", Holder: "t"}, Logger: quiet}
+			Artifacts: host.ArtifactOptions{Store: store, Where: "test", Holder: "t"}, Logger: hosttest.Quiet}
 	}
 	m := &routerModel{entries: map[string]string{}}
-	route := func(h, addr string) uint64 {
+	putRoute := func(h, addr string) uint64 {
 		m.put(h, addr+"=1")
-		return put(t, b, "route."+h, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":1}]}`, addr))
+		return hosttest.Put(t, b, "route."+h, fmt.Sprintf(`{"upstreams":[{"addr":%q,"weight":1}]}`, addr))
 	}
 	exporterDir := filepath.Join(t.TempDir(), "exporter")
-	exporter := startHost(t, opts(exporterDir))
-	waitState(t, exporter.h.Fold("routes"), httpapi.StateFollowing)
-	route("h0", "10.0.0.1:80")
-	route("h1", "10.0.0.1:80")
-	waitEffects(t, s, exporter.h.Fold("routes"), len(m.want))
+	exporter := hosttest.StartHost(t, opts(exporterDir))
+	hosttest.WaitState(t, exporter.H.Fold("routes"), httpapi.StateFollowing)
+	putRoute("h0", "10.0.0.1:80")
+	putRoute("h1", "10.0.0.1:80")
+	waitEffects(t, s, exporter.H.Fold("routes"), len(m.want))
 	block.Store(true)
-	route("h0", "10.0.0.2:80")
-	last := route("h2", "10.0.0.1:80")
-	waitCursor(t, exporter.h.Fold("routes"), last)
-	if err := exporter.stop(t); err != nil {
+	putRoute("h0", "10.0.0.2:80")
+	last := putRoute("h2", "10.0.0.1:80")
+	hosttest.WaitCursor(t, exporter.H.Fold("routes"), last)
+	if err := exporter.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := host.ExportStopped(context.Background(), opts(exporterDir), "routes", true); err != nil {
@@ -834,11 +810,11 @@ func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
 	if _, err := host.Bootstrap(context.Background(), opts(joinedDir), "routes", host.BootstrapOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	joined := startHost(t, opts(joinedDir))
-	j := joined.h.Fold("routes")
-	waitState(t, j, httpapi.StateFollowing)
-	waitCursor(t, j, route("h3", "10.0.0.1:80"))
-	waitFor(t, func() bool {
+	joined := hosttest.StartHost(t, opts(joinedDir))
+	j := joined.H.Fold("routes")
+	hosttest.WaitState(t, j, httpapi.StateFollowing)
+	hosttest.WaitCursor(t, j, putRoute("h3", "10.0.0.1:80"))
+	hosttest.WaitFor(t, func() bool {
 		st := j.Status().Effects
 		return st.Held != "" && host.OutboxLen(j) == 1 || st.Published > 0
 	})
@@ -846,13 +822,13 @@ func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
 		t.Errorf("the bootstrapped replica published %d effects before the exporter's: %+v", st.Published, st)
 	}
 
-	exporter = startHost(t, opts(exporterDir))
-	waitEffects(t, s, exporter.h.Fold("routes"), len(m.want))
-	waitFor(t, func() bool { return j.Status().Effects.Held == "" && host.OutboxLen(j) == 0 })
-	if err := exporter.stop(t); err != nil {
+	exporter = hosttest.StartHost(t, opts(exporterDir))
+	waitEffects(t, s, exporter.H.Fold("routes"), len(m.want))
+	hosttest.WaitFor(t, func() bool { return j.Status().Effects.Held == "" && host.OutboxLen(j) == 0 })
+	if err := exporter.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	route("h4", "10.0.0.1:80")
+	putRoute("h4", "10.0.0.1:80")
 	waitEffects(t, s, j, len(m.want))
 	if d := diffEffects(streamEffects(t, s), m.want); d != "" {
 		t.Fatalf("a replica bootstrapped from an artifact: %s", d)
@@ -861,7 +837,7 @@ func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
 	// From an artifact whose effects were all published, a node holds
 	// nothing for long: the fence covers the exporter's last effect, and
 	// the hold ends with no effect of its own to publish.
-	if err := joined.stop(t); err != nil {
+	if err := joined.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := host.ExportStopped(context.Background(), opts(joinedDir), "routes", true); err != nil {
@@ -871,8 +847,8 @@ func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
 	if _, err := host.Bootstrap(context.Background(), opts(thirdDir), "routes", host.BootstrapOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	third := startHost(t, opts(thirdDir)).h.Fold("routes")
-	waitFor(t, func() bool {
+	third := hosttest.StartHost(t, opts(thirdDir)).H.Fold("routes")
+	hosttest.WaitFor(t, func() bool {
 		return third.Status().State == httpapi.StateFollowing && third.Status().Effects.Held == ""
 	})
 }
@@ -883,7 +859,7 @@ func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
 // them, in order. Mutation caught: the publisher not waiting for the
 // catch-up (it publishes while the fold is hydrating).
 func TestEffectsPublishedOnceTheFoldCaughtUp(t *testing.T) {
-	b, s, fo, url := effectsSetup(t, 0)
+	b, s, fo, url := hosttest.EffectsSetup(t, 0)
 	var folding atomic.Pointer[host.Fold]
 	var early atomic.Int64 // publishes begun while the fold was hydrating
 	host.SetEffectsStep(t, func(_ context.Context, step string) {
@@ -895,9 +871,9 @@ func TestEffectsPublishedOnceTheFoldCaughtUp(t *testing.T) {
 	for i := range 600 {
 		h := fmt.Sprintf("h%03d", i)
 		m.put(h, "10.0.0.1:80=1")
-		put(t, b, "route."+h, `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
+		hosttest.Put(t, b, "route."+h, `{"upstreams":[{"addr":"10.0.0.1:80","weight":1}]}`)
 	}
-	h, err := host.New(host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}, Logger: quiet,
+	h, err := host.New(host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}, Logger: hosttest.Quiet,
 		PluginCacheDir: os.Getenv("FOLDHOST_TEST_WASM_CACHE")})
 	if err != nil {
 		t.Fatal(err)
@@ -925,7 +901,7 @@ type replicaPair struct {
 	m                   *routerModel
 	set                 func(h, addr string) uint64
 	behindDir, otherDir string
-	other               *running
+	other               *hosttest.Running
 	last                uint64 // the revision of the last route written
 }
 
@@ -938,17 +914,17 @@ func foldBesideThenStop(t *testing.T, b *natskv.Bucket, s jetstream.Stream, opts
 		behindDir: filepath.Join(t.TempDir(), "behind"), otherDir: filepath.Join(t.TempDir(), "other")}
 	p.set = func(h, addr string) uint64 {
 		p.m.put(h, addr+"=1")
-		return put(t, b, "route."+h, route(addr))
+		return hosttest.Put(t, b, "route."+h, hosttest.Route(addr))
 	}
-	behind := startHost(t, opts(p.behindDir))
-	p.other = startHost(t, opts(p.otherDir))
+	behind := hosttest.StartHost(t, opts(p.behindDir))
+	p.other = hosttest.StartHost(t, opts(p.otherDir))
 	for i := range n {
 		p.last = p.set(fmt.Sprintf("h%d", i), "10.0.0.1:80")
 	}
-	waitCursor(t, behind.h.Fold("routes"), p.last)
-	waitEffects(t, s, p.other.h.Fold("routes"), len(p.m.want))
-	waitFor(t, func() bool { return host.OutboxLen(behind.h.Fold("routes")) == 0 })
-	if err := behind.stop(t); err != nil {
+	hosttest.WaitCursor(t, behind.H.Fold("routes"), p.last)
+	waitEffects(t, s, p.other.H.Fold("routes"), len(p.m.want))
+	hosttest.WaitFor(t, func() bool { return host.OutboxLen(behind.H.Fold("routes")) == 0 })
+	if err := behind.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -993,7 +969,7 @@ func TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence(t *testing.T) {
 		{protocol.RepairNone, "relist-only"},
 		{protocol.RepairRestore, "restore"},
 		{protocol.RepairRestore, "restore-of-a-held-node"},
-		{protocol.RepairRestore, "restore-of-a-quiet-node"},
+		{protocol.RepairRestore, "restore-of-a-hosttest.Quiet-node"},
 	} {
 		t.Run(c.plan, func(t *testing.T) { replicaRepairingBesideAnother(t, c.mode, c.plan) })
 	}
@@ -1001,13 +977,13 @@ func TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence(t *testing.T) {
 
 func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, variant string) {
 	plan, _, _ := strings.Cut(variant, "-of-")
-	restore, ofHeld, ofQuiet := plan == "restore", variant == "restore-of-a-held-node", variant == "restore-of-a-quiet-node"
-	url, b := repairServer(t, natskv.BucketConfig{History: 1})
-	js, err := jetstream.New(nc(t, url))
+	restore, ofHeld, ofQuiet := plan == "restore", variant == "restore-of-a-held-node", variant == "restore-of-a-hosttest.Quiet-node"
+	url, b := hosttest.RepairServer(t, natskv.BucketConfig{History: 1})
+	js, err := jetstream.New(hosttest.Conn(t, url))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
+	s, err := js.CreateStream(context.Background(), hosttest.EffectsStream("EV", "route.changed"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1030,7 +1006,7 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 		scope = nil // a whole-bucket watch settles what it commits: its artifact's cursor can be resumed from
 	}
 	opts := func(dir string) host.Options {
-		fo := host.FoldOptions{Name: "routes", Bucket: "rt", Scope: scope, Plugin: builtPlugin(t, "example-router", "router-c"),
+		fo := host.FoldOptions{Name: "routes", Bucket: "rt", Scope: scope, Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"),
 			DataDir: dir, Repair: mode, EffectsStream: "EV", BatchSize: 1}
 		return host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo},
 			Artifacts: host.ArtifactOptions{Store: store, Where: "test", Holder: "t"}}
@@ -1044,7 +1020,7 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 	set("h0", "10.0.0.2:80")
 	set("h4", "10.0.0.2:80")
 	if !restore || ofQuiet {
-		waitEffects(t, s, other.h.Fold("routes"), len(m.want))
+		waitEffects(t, s, other.H.Fold("routes"), len(m.want))
 	}
 	block.Store(true)
 	set("h2", "10.0.0.2:80")
@@ -1054,9 +1030,9 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 	m.del("h1")
 	set("h3", "10.0.0.3:80")
 	last = set("h0", "10.0.0.3:80")
-	waitCursor(t, other.h.Fold("routes"), last)
+	hosttest.WaitCursor(t, other.H.Fold("routes"), last)
 	if restore && !ofHeld && !ofQuiet {
-		if _, err := other.h.Fold("routes").Export(context.Background(), true); err != nil {
+		if _, err := other.H.Fold("routes").Export(context.Background(), true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1067,12 +1043,12 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 		// publishes.
 		q := opts(filepath.Join(t.TempDir(), "quiet"))
 		q.Folds[0].EffectsStream = ""
-		quiet := startHost(t, q)
-		waitCursor(t, quiet.h.Fold("routes"), last)
-		if _, err := quiet.h.Fold("routes").Export(context.Background(), true); err != nil {
+		silent := hosttest.StartHost(t, q)
+		hosttest.WaitCursor(t, silent.H.Fold("routes"), last)
+		if _, err := silent.H.Fold("routes").Export(context.Background(), true); err != nil {
 			t.Fatal(err)
 		}
-		if err := quiet.stop(t); err != nil {
+		if err := silent.Stop(t); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1081,9 +1057,9 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 		// the first's effects) at the revision it catches up at, and files
 		// nothing: only its hold tells the restore of its artifact that
 		// the other's effects may be unpublished.
-		third := startHost(t, opts(filepath.Join(t.TempDir(), "third")))
-		tf := third.h.Fold("routes")
-		waitFor(t, func() bool {
+		third := hosttest.StartHost(t, opts(filepath.Join(t.TempDir(), "third")))
+		tf := third.H.Fold("routes")
+		hosttest.WaitFor(t, func() bool {
 			return tf.Status().Effects.Held == fmt.Sprintf("joined midway: until the fence passes revision %d", last)
 		})
 		if n := host.OutboxLen(tf); n != 0 {
@@ -1092,11 +1068,11 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 		if _, err := tf.Export(context.Background(), true); err != nil {
 			t.Fatal(err)
 		}
-		if err := third.stop(t); err != nil {
+		if err := third.Stop(t); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := other.stop(t); err != nil {
+	if err := other.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	block.Store(false)
@@ -1113,9 +1089,9 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 	}
 	heal := host.FailHoldRecords(t)
 	failAtRestoreDone.Store(restore)
-	behind := startHost(t, opts(behindDir))
-	f := behind.h.Fold("routes")
-	waitFor(t, func() bool { return f.Status().Repairs.Last != nil })
+	behind := hosttest.StartHost(t, opts(behindDir))
+	f := behind.H.Fold("routes")
+	hosttest.WaitFor(t, func() bool { return f.Status().Repairs.Last != nil })
 	if st := f.Status(); st.Repairs.Last.Outcome != "failed" || !strings.Contains(st.Repairs.Last.Error, "effects hold") || st.Cursor != cursorBefore {
 		t.Fatalf("the first repair ended %q (%q) at cursor %d, want it failed on the hold's record before folding (cursor %d)",
 			st.Repairs.Last.Outcome, st.Repairs.Last.Error, st.Cursor, cursorBefore)
@@ -1124,13 +1100,13 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 		t.Fatalf("after the failed attempt the store has a repair's batches (%t, %v), want none folded before its hold", pending, err)
 	}
 	heal() // the repair is retried
-	if got := waitRepair(t, f, "done").Repairs.Last.Plan; got != plan {
+	if got := hosttest.WaitRepair(t, f, "done").Repairs.Last.Plan; got != plan {
 		t.Fatalf("the repair ran plan %q, want %q", got, plan)
 	}
 	if restore {
-		waitCursor(t, f, last) // the resume from the artifact's cursor
+		hosttest.WaitCursor(t, f, last) // the resume from the artifact's cursor
 	}
-	waitFor(t, func() bool {
+	hosttest.WaitFor(t, func() bool {
 		st := f.Status().Effects
 		return strings.Contains(st.Held, "until the fence") || st.Published > 0
 	})
@@ -1157,20 +1133,20 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 	// An effect of a write after the repair is the fold's own: kept (the
 	// other files it too; the fence lets one through).
 	dropped := st.DroppedJoining
-	waitCursor(t, f, set("h6", "10.0.0.6:80"))
+	hosttest.WaitCursor(t, f, set("h6", "10.0.0.6:80"))
 	if st := f.Status().Effects; st.DroppedJoining != dropped || host.OutboxLen(f) == 0 {
 		t.Errorf("after a write past the repair: %d effects dropped (%d before), outbox %d: want the new one kept", st.DroppedJoining, dropped, host.OutboxLen(f))
 	}
-	other = startHost(t, opts(otherDir))
-	waitEffects(t, s, other.h.Fold("routes"), len(m.want))
+	other = hosttest.StartHost(t, opts(otherDir))
+	waitEffects(t, s, other.H.Fold("routes"), len(m.want))
 	if d := diffEffects(streamEffects(t, s), m.want); d != "" {
 		t.Fatalf("after the other replica's restart: %s", d)
 	}
 	last = set("h4", "10.0.0.4:80")
-	waitCursor(t, other.h.Fold("routes"), last)
-	waitEffects(t, s, other.h.Fold("routes"), len(m.want))
-	waitFor(t, func() bool { return f.Status().Effects.Held == "" && host.OutboxLen(f) == 0 })
-	if err := other.stop(t); err != nil {
+	hosttest.WaitCursor(t, other.H.Fold("routes"), last)
+	waitEffects(t, s, other.H.Fold("routes"), len(m.want))
+	hosttest.WaitFor(t, func() bool { return f.Status().Effects.Held == "" && host.OutboxLen(f) == 0 })
+	if err := other.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	set("h5", "10.0.0.5:80")

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/natskv"
 )
@@ -23,7 +25,7 @@ func Example() {
 	h, err := host.New(host.Options{
 		NATS:   host.NATSOptions{Embedded: &host.EmbeddedNATS{Host: "127.0.0.1", Dir: filepath.Join(dir, "nats")}},
 		Folds:  []host.FoldOptions{{Name: "routes", DataDir: filepath.Join(dir, "routes")}},
-		Logger: quiet,
+		Logger: hosttest.Quiet,
 	})
 	if err != nil {
 		panic(err)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -134,8 +136,8 @@ func onFold(name, fold string, more ...string) series {
 }
 
 // servedAPI serves the host's HTTP API for the test.
-func servedAPI(t *testing.T, r *running) string {
-	web := httptest.NewServer(r.h.Handler())
+func servedAPI(t *testing.T, r *hosttest.Running) string {
+	web := httptest.NewServer(r.H.Handler())
 	t.Cleanup(web.Close)
 	return web.URL
 }
@@ -144,14 +146,14 @@ func servedAPI(t *testing.T, r *running) string {
 // deadline, no retries); the fault is an update the plugin fails on.
 func pluginFault(plugin string) func(t *testing.T) (string, func()) {
 	return func(t *testing.T) (string, func()) {
-		url, b := natsServer(t)
-		r := startHost(t, host.Options{
+		url, b := hosttest.NATSServer(t)
+		r := hosttest.StartHost(t, host.Options{
 			NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-			Folds: []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "testdata", plugin), DataDir: filepath.Join(t.TempDir(), "a"),
+			Folds: []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "testdata", plugin), DataDir: filepath.Join(t.TempDir(), "a"),
 				PluginCallTimeout: 300 * time.Millisecond, PluginRetries: wasm.NoRetries}},
 		})
-		waitFor(t, func() bool { return r.h.Fold("routes").Status().Ready })
-		return servedAPI(t, r), func() { put(t, b, "route.a", "x") }
+		hosttest.WaitFor(t, func() bool { return r.H.Fold("routes").Status().Ready })
+		return servedAPI(t, r), func() { hosttest.Put(t, b, "route.a", "x") }
 	}
 }
 
@@ -192,14 +194,14 @@ func TestEveryFaultIsVisible(t *testing.T) {
 				}
 				t.Cleanup(srv.Shutdown)
 				url := srv.ClientURL()
-				if _, err := natskv.OpenBucket(context.Background(), nc(t, url), natskv.BucketConfig{Name: "routes"}, natskv.Options{}); err != nil {
+				if _, err := natskv.OpenBucket(context.Background(), hosttest.Conn(t, url), natskv.BucketConfig{Name: "routes"}, natskv.Options{}); err != nil {
 					t.Fatal(err)
 				}
-				r := startHost(t, host.Options{
+				r := hosttest.StartHost(t, host.Options{
 					NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 					Folds: []host.FoldOptions{{Name: "routes", DataDir: filepath.Join(t.TempDir(), "a")}},
 				})
-				waitFor(t, func() bool { return r.h.Fold("routes").Status().Ready })
+				hosttest.WaitFor(t, func() bool { return r.H.Fold("routes").Status().Ready })
 				return servedAPI(t, r), srv.Shutdown
 			},
 			watch: []watch{
@@ -210,14 +212,14 @@ func TestEveryFaultIsVisible(t *testing.T) {
 		{
 			name: "bucket recreated (stream replaced)",
 			setup: func(t *testing.T) (string, func()) {
-				url, b := natsServer(t)
-				r := startHost(t, host.Options{
+				url, b := hosttest.NATSServer(t)
+				r := hosttest.StartHost(t, host.Options{
 					NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 					Folds: []host.FoldOptions{{Name: "routes", DataDir: filepath.Join(t.TempDir(), "a")}},
 				})
-				waitCursor(t, r.h.Fold("routes"), put(t, b, "old", "v"))
+				hosttest.WaitCursor(t, r.H.Fold("routes"), hosttest.Put(t, b, "old", "v"))
 				return servedAPI(t, r), func() {
-					kv := remakeBucket(t, url, "routes")
+					kv := hosttest.RemakeBucket(t, url, "routes")
 					for i := range 3 {
 						if _, err := kv.Put(context.Background(), fmt.Sprintf("new.%d", i), []byte("v")); err != nil {
 							t.Fatal(err)
@@ -236,25 +238,25 @@ func TestEveryFaultIsVisible(t *testing.T) {
 			// its cursor expired and repairs.
 			name: "cursor expired (NATS compacted past the cursor)",
 			setup: func(t *testing.T) (string, func()) {
-				url, b := repairServer(t, natskv.BucketConfig{History: 1})
-				r := startHost(t, host.Options{
+				url, b := hosttest.RepairServer(t, natskv.BucketConfig{History: 1})
+				r := hosttest.StartHost(t, host.Options{
 					NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 					Folds: []host.FoldOptions{{Name: "rt", DataDir: filepath.Join(t.TempDir(), "a")}},
 				})
-				f := r.h.Fold("rt")
+				f := r.H.Fold("rt")
 				var last uint64
 				for i := range 3 {
-					last = put(t, b, fmt.Sprintf("k%d", i), "v0")
+					last = hosttest.Put(t, b, fmt.Sprintf("k%d", i), "v0")
 				}
-				waitCursor(t, f, last)
+				hosttest.WaitCursor(t, f, last)
 				return servedAPI(t, r), func() {
 					if err := f.Pause(); err != nil {
 						t.Fatal(err)
 					}
-					waitState(t, f, httpapi.StatePaused)
+					hosttest.WaitState(t, f, httpapi.StatePaused)
 					for round := 1; round <= 2; round++ {
 						for i := range 3 {
-							put(t, b, fmt.Sprintf("k%d", i), fmt.Sprint("v", round))
+							hosttest.Put(t, b, fmt.Sprintf("k%d", i), fmt.Sprint("v", round))
 						}
 					}
 					if err := f.Resume(); err != nil {
@@ -269,14 +271,14 @@ func TestEveryFaultIsVisible(t *testing.T) {
 		{
 			name: "S3 artifact store down",
 			setup: func(t *testing.T) (string, func()) {
-				url, b := natsServer(t)
+				url, b := hosttest.NATSServer(t)
 				g := s3test.Start(t)
 				store, err := s3store.New(s3store.Options{Endpoint: g.Endpoint, Region: s3test.Region, Bucket: g.NewBucket(t), Prefix: "exports",
 					AccessKey: s3test.AccessKey, SecretKey: s3test.SecretKey, UsePathStyle: true})
 				if err != nil {
 					t.Fatal(err)
 				}
-				r := startHost(t, host.Options{
+				r := hosttest.StartHost(t, host.Options{
 					NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 					// A round's lease is held to its end: rounds skip until
 					// it expires, so the next after that meets the outage.
@@ -284,12 +286,12 @@ func TestEveryFaultIsVisible(t *testing.T) {
 					Folds: []host.FoldOptions{{Name: "routes", DataDir: filepath.Join(t.TempDir(), "a"),
 						ExportInterval: 200 * time.Millisecond}},
 				})
-				f := r.h.Fold("routes")
-				waitCursor(t, f, put(t, b, "k", "v"))
-				waitFor(t, func() bool { return f.Status().Export.Rounds.Published > 0 })
+				f := r.H.Fold("routes")
+				hosttest.WaitCursor(t, f, hosttest.Put(t, b, "k", "v"))
+				hosttest.WaitFor(t, func() bool { return f.Status().Export.Rounds.Published > 0 })
 				return servedAPI(t, r), func() {
 					g.Stop()
-					put(t, b, "k", "v2") // a round has something to publish
+					hosttest.Put(t, b, "k", "v2") // a round has something to publish
 				}
 			},
 			watch: []watch{
@@ -300,11 +302,11 @@ func TestEveryFaultIsVisible(t *testing.T) {
 			name: "disk full",
 			setup: func(t *testing.T) (string, func()) {
 				d := newDiskHost(t, false)
-				t.Cleanup(func() { _ = d.stop(t) })
-				waitCursor(t, d.fa, put(t, d.a, "k1", "v1"))
+				t.Cleanup(func() { _ = d.Stop(t) })
+				hosttest.WaitCursor(t, d.fa, hosttest.Put(t, d.a, "k1", "v1"))
 				return d.web.URL, func() {
-					d.fake.avail.Store(64 << 10) // below the 1 MiB reserve
-					put(t, d.a, "k2", "v2")
+					d.fake.Avail.Store(64 << 10) // below the 1 MiB reserve
+					hosttest.Put(t, d.a, "k2", "v2")
 				}
 			},
 			watch: []watch{

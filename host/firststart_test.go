@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
@@ -22,19 +24,19 @@ import (
 // a warning. It logged "the store holds data but no cursor", which sent
 // operators looking for a torn commit in a store that was empty.
 func TestFirstStartOnAnEvictingBucketSaysWhatItDoes(t *testing.T) {
-	url, b := repairServer(t, natskv.BucketConfig{History: 1})
-	updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.Discard, c.MaxMsgs = jetstream.DiscardOld, 3 })
+	url, b := hosttest.RepairServer(t, natskv.BucketConfig{History: 1})
+	hosttest.UpdateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.Discard, c.MaxMsgs = jetstream.DiscardOld, 3 })
 	var last uint64
 	for i := range 5 {
-		last = put(t, b, fmt.Sprintf("k%d", i), "v")
+		last = hosttest.Put(t, b, fmt.Sprintf("k%d", i), "v")
 	}
 	logs := &syncbuf.Buffer{}
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Folds: []host.FoldOptions{{Name: "ev", Bucket: "rt", DataDir: filepath.Join(t.TempDir(), "fold"), Repair: protocol.RepairAuto}}}
-	r := startHost(t, o)
-	f := r.h.Fold("ev")
-	waitCursor(t, f, last)
-	waitState(t, f, httpapi.StateFollowing)
+	r := hosttest.StartHost(t, o)
+	f := r.H.Fold("ev")
+	hosttest.WaitCursor(t, f, last)
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
 	s := logs.String()
 	if strings.Contains(s, "holds data but no cursor") {
 		t.Errorf("an empty store's first start says it holds data:\n%s", s)

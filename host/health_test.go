@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/embeddednats"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -31,14 +33,14 @@ func TestNATSOutageIsVisible(t *testing.T) {
 	port := srv.Port()
 	t.Cleanup(func() { srv.Shutdown() })
 	url := srv.ClientURL()
-	b, err := natskv.OpenBucket(context.Background(), nc(t, url), natskv.BucketConfig{Name: "routes"}, natskv.Options{})
+	b, err := natskv.OpenBucket(context.Background(), hosttest.Conn(t, url), natskv.BucketConfig{Name: "routes"}, natskv.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := put(t, b, "k", "1")
+	first := hosttest.Put(t, b, "k", "1")
 
-	start := func(name string, grace time.Duration, logs io.Writer) *running {
-		return startHost(t, host.Options{
+	start := func(name string, grace time.Duration, logs io.Writer) *hosttest.Running {
+		return hosttest.StartHost(t, host.Options{
 			NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}, DisconnectGrace: grace},
 			Logger: slog.New(slog.NewTextHandler(logs, nil)),
 			Folds:  []host.FoldOptions{{Name: "routes", Bucket: "routes", DataDir: filepath.Join(t.TempDir(), name)}},
@@ -47,16 +49,16 @@ func TestNATSOutageIsVisible(t *testing.T) {
 	logs := &syncbuf.Buffer{}
 	strict := start("strict", 300*time.Millisecond, logs)
 	patient := start("patient", time.Hour, io.Discard)
-	fs, fp := strict.h.Fold("routes"), patient.h.Fold("routes")
-	waitCursor(t, fs, first)
-	waitCursor(t, fp, first)
+	fs, fp := strict.H.Fold("routes"), patient.H.Fold("routes")
+	hosttest.WaitCursor(t, fs, first)
+	hosttest.WaitCursor(t, fp, first)
 	if st := fs.Status(); st.NATS.State != natskv.ConnConnected || !st.Ready || st.NATS.Disconnects != 0 {
 		t.Fatalf("before the outage: %+v", st)
 	}
-	web := httptest.NewServer(strict.h.Handler())
+	web := httptest.NewServer(strict.H.Handler())
 	defer web.Close()
 	readyz := func() (int, string) {
-		code, body, err := httpGetBody(web.URL + "/readyz")
+		code, body, err := hosttest.HTTPGetBody(web.URL + "/readyz")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,19 +70,19 @@ func TestNATSOutageIsVisible(t *testing.T) {
 
 	down := time.Now()
 	srv.Shutdown()
-	waitFor(t, func() bool { return fs.Status().NATS.State == natskv.ConnReconnecting })
+	hosttest.WaitFor(t, func() bool { return fs.Status().NATS.State == natskv.ConnReconnecting })
 	if st := fs.Status(); st.NATS.Disconnects != 1 || st.NATS.Since.Before(down) {
 		t.Fatalf("during the outage: %+v", st.NATS)
 	}
-	waitFor(t, func() bool { return strings.Contains(logs.String(), "level=WARN msg=\"NATS connection lost") })
-	waitFor(t, func() bool { return !fs.Status().Ready })
+	hosttest.WaitFor(t, func() bool { return strings.Contains(logs.String(), "level=WARN msg=\"NATS connection lost") })
+	hosttest.WaitFor(t, func() bool { return !fs.Status().Ready })
 	if st := fs.Status(); !strings.Contains(st.Reason, "NATS unreachable") {
 		t.Fatalf("not-ready reason: %q", st.Reason)
 	}
 	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "NATS unreachable") {
 		t.Fatalf("readyz during the outage: %d %s", code, body)
 	}
-	if _, body, _ := httpGetBody(web.URL + "/metrics"); !strings.Contains(body, `foldhost_fold_nats_connected{fold="routes"} 0`) {
+	if _, body, _ := hosttest.HTTPGetBody(web.URL + "/metrics"); !strings.Contains(body, `foldhost_fold_nats_connected{fold="routes"} 0`) {
 		t.Fatalf("metrics during the outage lack nats_connected 0")
 	}
 	if st := fp.Status(); st.NATS.State != natskv.ConnReconnecting || !st.Ready {
@@ -91,28 +93,18 @@ func TestNATSOutageIsVisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return fs.Status().NATS.State == natskv.ConnConnected && fs.Status().Ready })
-	waitFor(t, func() bool { return strings.Contains(logs.String(), "level=INFO msg=\"NATS connection restored") })
+	hosttest.WaitFor(t, func() bool { return fs.Status().NATS.State == natskv.ConnConnected && fs.Status().Ready })
+	hosttest.WaitFor(t, func() bool { return strings.Contains(logs.String(), "level=INFO msg=\"NATS connection restored") })
 	if code, body := readyz(); code != http.StatusOK {
 		t.Fatalf("readyz after the reconnect: %d %s", code, body)
 	}
 	// Writes may fail until JetStream is back on the restarted server.
 	var next uint64
-	waitFor(t, func() bool {
+	hosttest.WaitFor(t, func() bool {
 		rev, err := b.KV().Put(context.Background(), "k", []byte("2"))
 		next = rev
 		return err == nil
 	})
-	waitCursor(t, fs, next)
-	waitCursor(t, fp, next)
-}
-
-func httpGetBody(url string) (int, string, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
+	hosttest.WaitCursor(t, fs, next)
+	hosttest.WaitCursor(t, fp, next)
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,13 +23,13 @@ import (
 // (key_b64) and read back through ?key_b64=, from NATS to the HTTP answer.
 // 128 such keys listed as one "k\uFFFD" before.
 func TestBinaryKeysThroughTheAPI(t *testing.T) {
-	url0, _ := natsServer(t)
+	url0, _ := hosttest.NATSServer(t)
 	dir := t.TempDir()
-	r := startHost(t, host.Options{
+	r := hosttest.StartHost(t, host.Options{
 		NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url0}},
 		Folds: []host.FoldOptions{{Name: "routes", DataDir: filepath.Join(dir, "a")}},
 	})
-	f := r.h.Fold("routes")
+	f := r.H.Fold("routes")
 	nc, err := nats.Connect(url0)
 	if err != nil {
 		t.Fatal(err)
@@ -47,10 +49,10 @@ func TestBinaryKeysThroughTheAPI(t *testing.T) {
 		}
 		last, keys = ack.Sequence, append(keys, k)
 	}
-	waitCursor(t, f, last)
-	web := httptest.NewServer(r.h.Handler())
+	hosttest.WaitCursor(t, f, last)
+	web := httptest.NewServer(r.H.Handler())
 	defer web.Close()
-	code, body := httpGet(t, web.URL+"/v1/folds/routes/raw?prefix=k&limit=1000")
+	code, body := hosttest.HTTPGet(t, web.URL+"/v1/folds/routes/raw?prefix=k&limit=1000")
 	var page struct {
 		Items []struct {
 			Key    *string `json:"key"`
@@ -66,7 +68,7 @@ func TestBinaryKeysThroughTheAPI(t *testing.T) {
 		if it.Key != nil {
 			t.Errorf("key %q of key_b64 %s: a non-UTF-8 key given as text", *it.Key, it.KeyB64)
 		}
-		if code, body := httpGet(t, web.URL+"/v1/folds/routes/raw?key_b64="+url.QueryEscape(it.KeyB64)); code != 200 {
+		if code, body := hosttest.HTTPGet(t, web.URL+"/v1/folds/routes/raw?key_b64="+url.QueryEscape(it.KeyB64)); code != 200 {
 			t.Errorf("read back %s: %d %s", it.KeyB64, code, body)
 		}
 	}

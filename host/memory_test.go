@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -161,7 +163,7 @@ func TestHostilePluginsStayWithinMemory(t *testing.T) {
 				if strings.HasPrefix(v, "xxxx") {
 					key = "big"
 				}
-				last = put(t, b, key, v)
+				last = hosttest.Put(t, b, key, v)
 			}
 			start := time.Now()
 			env := fmt.Sprintf("%s,%d,%d,%d,%s,%s,%d", c.name, memMB, gcOff, *hostileCap, srv.ClientURL(), c.name, last)
@@ -272,15 +274,15 @@ func hostileChild(t *testing.T, env string) {
 	}()
 	defer func() { close(stop); <-stopped }()
 	dir := t.TempDir()
-	r := startHost(t, host.Options{
+	r := hosttest.StartHost(t, host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: f[4]}},
-		Folds: []host.FoldOptions{{Name: f[0], Bucket: f[5], Plugin: builtPlugin(t, "testdata", "hostile"),
+		Folds: []host.FoldOptions{{Name: f[0], Bucket: f[5], Plugin: hosttest.BuiltPlugin(t, "testdata", "hostile"),
 			DataDir: filepath.Join(dir, "fold"), PluginMemoryMB: memMB, OnPluginError: host.PluginErrorSkip,
 			// The cases bound memory, not time: a loaded machine must not
 			// turn read-at-limit's 8 reads of 31 MiB into a deadline.
 			PluginCallTimeout: 10 * time.Minute}},
 	})
-	fd := r.h.Fold(f[0])
+	fd := r.H.Fold(f[0])
 	deadline := time.Now().Add(10 * time.Minute)
 	for fd.Status().Cursor < last {
 		if st := fd.Status(); st.State == httpapi.StateFailed {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -102,14 +104,14 @@ func TestAdminOverNATS(t *testing.T) {
 	addr := multiAccountServer(t, "")
 	var logs syncbuf.Buffer
 	dir := t.TempDir()
-	r := startHost(t, host.Options{
+	r := hosttest.StartHost(t, host.Options{
 		NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: "nats://fh:fhpw@" + addr}},
 		Admin:  host.AdminOptions{NATS: true, Node: "n1"},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		Folds:  []host.FoldOptions{{Name: "routes", Plugin: builtPlugin(t, "testdata", "keyview1"), DataDir: filepath.Join(dir, "a")}},
+		Folds:  []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "testdata", "keyview1"), DataDir: filepath.Join(dir, "a")}},
 	})
-	f := r.h.Fold("routes")
-	waitFor(t, func() bool { return f.Status().Ready })
+	f := r.H.Fold("routes")
+	hosttest.WaitFor(t, func() bool { return f.Status().Ready })
 
 	own, err := nats.Connect("nats://fh:fhpw@" + addr)
 	if err != nil {
@@ -159,7 +161,7 @@ func TestAdminOverNATS(t *testing.T) {
 	}
 	if l := logs.String(); !strings.Contains(l, `msg="admin action refused: no caller identity the NATS server vouches for" action=pause fold=routes via=nats subject=foldhost.admin.n1.pause reason="the Nats-Request-Info header names the host's own account \"SVC\"`) ||
 		!strings.Contains(l, `claimed_account=SVC claimed_user=fh`) {
-		t.Errorf("the refusal's log line does not say why:\n%s", grepLines(l, "refused"))
+		t.Errorf("the refusal's log line does not say why:\n%s", hosttest.GrepLines(l, "refused"))
 	}
 	// The README's advice for foldhost's own account: deny its other
 	// users publish on the admin subjects. The server refuses the publish.
@@ -192,17 +194,17 @@ func TestAdminOverNATS(t *testing.T) {
 	if body, code := adminCall(t, alice, "foldhost.admin.n1.pause", `{"fold":"routes","user":"mallory"}`, aliceForged); code != "" {
 		t.Fatalf("alice's pause: %s %s", code, body)
 	}
-	waitState(t, f, httpapi.StatePaused)
+	hosttest.WaitState(t, f, httpapi.StatePaused)
 	if l := logs.String(); !strings.Contains(l, `msg="admin action" action=pause fold=routes via=nats admitted_by=server_identity account=OPS user=alice client=alice-cli`) {
-		t.Errorf("audit line missing:\n%s", grepLines(l, "admin action"))
+		t.Errorf("audit line missing:\n%s", hosttest.GrepLines(l, "admin action"))
 	}
 	if l := logs.String(); !strings.Contains(l, `msg="admin service on NATS" subject=foldhost.admin.n1.> account=SVC`) {
-		t.Errorf("the service's start line does not name its account:\n%s", grepLines(l, "admin service"))
+		t.Errorf("the service's start line does not name its account:\n%s", hosttest.GrepLines(l, "admin service"))
 	}
 	if _, code := adminCall(t, alice, "foldhost.admin.n1.resume", `{"fold":"routes"}`, nil); code != "" {
 		t.Fatalf("alice's resume: %s", code)
 	}
-	waitState(t, f, httpapi.StateFollowing)
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
 	if _, code := adminCall(t, alice, "foldhost.admin.n1.resume", `{"fold":"routes"}`, nil); code != "409" {
 		t.Errorf("resume of a following fold: %q, want 409", code)
 	}
@@ -227,16 +229,16 @@ func TestAdminOverNATSAnonymous(t *testing.T) {
 	for _, allow := range []bool{false, true} {
 		for _, hdr := range []nats.Header{nil, forged} {
 			t.Run(fmt.Sprint("allow_anonymous=", allow, ",forged=", hdr != nil), func(t *testing.T) {
-				url, _ := natsServer(t)
+				url, _ := hosttest.NATSServer(t)
 				var logs syncbuf.Buffer
-				r := startHost(t, host.Options{
+				r := hosttest.StartHost(t, host.Options{
 					NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 					Admin:  host.AdminOptions{NATS: true, Node: "n1", AllowAnonymous: allow},
 					Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 					Folds:  []host.FoldOptions{{Name: "routes", DataDir: filepath.Join(t.TempDir(), "a")}},
 				})
-				f := r.h.Fold("routes")
-				waitFor(t, func() bool { return f.Status().Ready })
+				f := r.H.Fold("routes")
+				hosttest.WaitFor(t, func() bool { return f.Status().Ready })
 				nc, err := nats.Connect(url)
 				if err != nil {
 					t.Fatal(err)
@@ -248,7 +250,7 @@ func TestAdminOverNATSAnonymous(t *testing.T) {
 				}
 				l := logs.String()
 				if strings.Contains(l, " account=OPS") || strings.Contains(l, " user=mallory") {
-					t.Errorf("the claimed identity was taken for the caller's:\n%s", grepLines(l, "admin action"))
+					t.Errorf("the claimed identity was taken for the caller's:\n%s", hosttest.GrepLines(l, "admin action"))
 				}
 				why := "no caller identity"
 				if hdr != nil {
@@ -256,19 +258,19 @@ func TestAdminOverNATSAnonymous(t *testing.T) {
 				}
 				if !allow {
 					if !strings.Contains(body, why) || !strings.Contains(l, `msg="admin action refused: no caller identity the NATS server vouches for"`) {
-						t.Errorf("the refusal does not say why (%q): %s\n%s", why, body, grepLines(l, "admin action"))
+						t.Errorf("the refusal does not say why (%q): %s\n%s", why, body, hosttest.GrepLines(l, "admin action"))
 					}
 					if st := f.Status(); st.State != httpapi.StateFollowing {
 						t.Fatalf("a refused pause acted: %s", st.State)
 					}
 					return
 				}
-				waitState(t, f, httpapi.StatePaused)
+				hosttest.WaitState(t, f, httpapi.StatePaused)
 				if !strings.Contains(l, `msg="admin action" action=pause fold=routes via=nats admitted_by=allow_anonymous untrusted=`) {
-					t.Errorf("the audit does not say how the caller was admitted:\n%s", grepLines(l, "admin action"))
+					t.Errorf("the audit does not say how the caller was admitted:\n%s", hosttest.GrepLines(l, "admin action"))
 				}
 				if hdr != nil && !strings.Contains(l, "claimed_account=OPS claimed_user=mallory") {
-					t.Errorf("the audit does not keep the claim apart:\n%s", grepLines(l, "admin action"))
+					t.Errorf("the audit does not keep the claim apart:\n%s", hosttest.GrepLines(l, "admin action"))
 				}
 			})
 		}
@@ -283,16 +285,16 @@ func TestAdminOverNATSAnonymous(t *testing.T) {
 func TestAdminOverNATSUnknownAccount(t *testing.T) {
 	addr := multiAccountServer(t, `, permissions: {publish: {deny: ["$SYS.REQ.USER.INFO"]}}`)
 	var logs syncbuf.Buffer
-	r := startHost(t, host.Options{
+	r := hosttest.StartHost(t, host.Options{
 		NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: "nats://fh:fhpw@" + addr}, RequestTimeout: time.Second},
 		Admin:  host.AdminOptions{NATS: true, Node: "n1"},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		Folds:  []host.FoldOptions{{Name: "routes", DataDir: filepath.Join(t.TempDir(), "a")}},
 	})
-	f := r.h.Fold("routes")
-	waitFor(t, func() bool { return f.Status().Ready })
+	f := r.H.Fold("routes")
+	hosttest.WaitFor(t, func() bool { return f.Status().Ready })
 	if l := logs.String(); !strings.Contains(l, "could not learn the host's NATS account; no caller identity is trusted") {
-		t.Errorf("no warning at start:\n%s", grepLines(l, "admin service"))
+		t.Errorf("no warning at start:\n%s", hosttest.GrepLines(l, "admin service"))
 	}
 	alice, err := nats.Connect("nats://alice:alicepw@" + addr)
 	if err != nil {

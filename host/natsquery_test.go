@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
@@ -64,22 +66,22 @@ func natsQuery(t testing.TB, c *nats.Conn, subject, input string, hdr map[string
 // three folds of the bucket routes: "routes" running the C router (query
 // inputs up to 1024 bytes), "q" the query test plugin (its "trap" query
 // traps), "raw" none.
-func queryHost(t testing.TB) (*running, *natskv.Bucket, string) {
+func queryHost(t testing.TB) (*hosttest.Running, *natskv.Bucket, string) {
 	t.Helper()
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	dir := t.TempDir()
-	r := startHost(t, host.Options{
+	r := hosttest.StartHost(t, host.Options{
 		NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Admin: host.AdminOptions{NATS: true, Node: "n1"},
 		Folds: []host.FoldOptions{
-			{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(dir, "routes"),
+			{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(dir, "routes"),
 				PluginLimits: wasm.Limits{MaxQueryInputBytes: 1024}},
-			{Name: "q", Bucket: "routes", Plugin: builtPlugin(t, "testdata", "query"), DataDir: filepath.Join(dir, "q")},
+			{Name: "q", Bucket: "routes", Plugin: hosttest.BuiltPlugin(t, "testdata", "query"), DataDir: filepath.Join(dir, "q")},
 			{Name: "raw", Bucket: "routes", DataDir: filepath.Join(dir, "raw")},
 		},
 	})
 	for _, name := range []string{"routes", "q", "raw"} {
-		waitState(t, r.h.Fold(name), httpapi.StateFollowing)
+		hosttest.WaitState(t, r.H.Fold(name), httpapi.StateFollowing)
 	}
 	return r, b, url
 }
@@ -98,15 +100,15 @@ func queryHost(t testing.TB) (*running, *natskv.Bucket, string) {
 // headers dropped; the input not passed (hosts_of_upstream answers 422).
 func TestQueriesOverNATS(t *testing.T) {
 	r, b, url := queryHost(t)
-	f := r.h.Fold("routes")
-	web := loopbackAPI(t, r.h.Handler())
+	f := r.H.Fold("routes")
+	web := hosttest.LoopbackAPI(t, r.H.Handler())
 	defer web.Close()
-	c := nc(t, url)
-	put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80","weight":3},{"addr":"10.0.0.2:80"}]}`)
-	put(t, b, "route.b", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
-	rev := put(t, b, "route.c", `{"upstreams":[{"addr":"10.0.0.2:80"},{"addr":"10.0.0.3:80"}]}`)
-	waitCursor(t, f, rev)
-	waitCursor(t, r.h.Fold("q"), rev)
+	c := hosttest.Conn(t, url)
+	hosttest.Put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80","weight":3},{"addr":"10.0.0.2:80"}]}`)
+	hosttest.Put(t, b, "route.b", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
+	rev := hosttest.Put(t, b, "route.c", `{"upstreams":[{"addr":"10.0.0.2:80"},{"addr":"10.0.0.3:80"}]}`)
+	hosttest.WaitCursor(t, f, rev)
+	hosttest.WaitCursor(t, r.H.Fold("q"), rev)
 	subj := "foldhost.admin.n1.query.routes."
 
 	// The same answers as over HTTP.
@@ -141,13 +143,13 @@ func TestQueriesOverNATS(t *testing.T) {
 			t.Errorf("%s %q %v: %d %s, want %d saying %q", c2.subject, c2.input, c2.hdr, got.code, got.body, c2.code, c2.says)
 		}
 	}
-	if st := r.h.Fold("q").Status(); st.State != httpapi.StateFollowing || st.Counters.PluginErrors != 0 {
+	if st := r.H.Fold("q").Status(); st.State != httpapi.StateFollowing || st.Counters.PluginErrors != 0 {
 		t.Fatalf("the fold after a trapping query over NATS: %+v", st)
 	}
 
 	// Read your writes, with the loop held.
 	release := holdLoop(t, f)
-	held := put(t, b, "route.d", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
+	held := hosttest.Put(t, b, "route.d", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
 	want := `{"upstream":"10.0.0.2:80","hosts":["a","b","c"]}`
 	if got := natsQuery(t, c, subj+"hosts_of_upstream", "10.0.0.2:80", nil); got.code != 200 || got.body != want || got.cursor != rev {
 		t.Fatalf("while held: %+v, want the answer at cursor %d", got, rev)
@@ -202,10 +204,10 @@ func queryMetrics(t testing.TB, h *host.Host, fold, query string) (map[string]fl
 // counted ok); the label of an unknown name its own.
 func TestQueryMetrics(t *testing.T) {
 	r, b, url := queryHost(t)
-	web := loopbackAPI(t, r.h.Handler())
+	web := hosttest.LoopbackAPI(t, r.H.Handler())
 	defer web.Close()
-	c := nc(t, url)
-	waitCursor(t, r.h.Fold("routes"), put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`))
+	c := hosttest.Conn(t, url)
+	hosttest.WaitCursor(t, r.H.Fold("routes"), hosttest.Put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`))
 	q := web.URL + "/v1/folds/routes/query/"
 	for _, call := range []func(){
 		func() { doQuery(t, "GET", q+"top_upstreams?input=2", "") },
@@ -221,22 +223,22 @@ func TestQueryMetrics(t *testing.T) {
 	} {
 		call()
 	}
-	counts, n := queryMetrics(t, r.h, "routes", "top_upstreams")
+	counts, n := queryMetrics(t, r.H, "routes", "top_upstreams")
 	want := map[string]float64{"ok": 2, "refused": 1, "too_large": 1, "bad_request": 1, "timeout": 1}
 	if fmt.Sprint(counts) != fmt.Sprint(want) || n != 3 {
 		t.Errorf("routes top_upstreams: counts %v, %d timed; want %v, 3 timed", counts, n, want)
 	}
-	if counts, _ := queryMetrics(t, r.h, "routes", httpapi.UnknownQueryLabel); fmt.Sprint(counts) != fmt.Sprint(map[string]float64{"not_found": 2}) {
+	if counts, _ := queryMetrics(t, r.H, "routes", httpapi.UnknownQueryLabel); fmt.Sprint(counts) != fmt.Sprint(map[string]float64{"not_found": 2}) {
 		t.Errorf("routes, undeclared names: %v", counts)
 	}
-	if counts, n := queryMetrics(t, r.h, "q", "trap"); fmt.Sprint(counts) != fmt.Sprint(map[string]float64{"error": 1}) || n != 1 {
+	if counts, n := queryMetrics(t, r.H, "q", "trap"); fmt.Sprint(counts) != fmt.Sprint(map[string]float64{"error": 1}) || n != 1 {
 		t.Errorf("q trap: %v, %d timed", counts, n)
 	}
-	if counts, _ := queryMetrics(t, r.h, "nofold", "top_upstreams"); len(counts) != 0 {
+	if counts, _ := queryMetrics(t, r.H, "nofold", "top_upstreams"); len(counts) != 0 {
 		t.Errorf("an unknown fold counted: %v", counts)
 	}
 	for _, name := range []string{"no_such_query", "other"} {
-		if counts, _ := queryMetrics(t, r.h, "routes", name); len(counts) != 0 {
+		if counts, _ := queryMetrics(t, r.H, "routes", name); len(counts) != 0 {
 			t.Errorf("an undeclared name has series of its own: %s %v", name, counts)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -43,20 +45,20 @@ func natsRead(t *testing.T, c *nats.Conn, endpoint, body string) (string, string
 // are 400. Mutations caught: min_revision not passed on (the held get
 // answers 404 at once, not 504); the cursor header dropped.
 func TestReadsOverNATS(t *testing.T) {
-	url, b := natsServer(t)
-	r := startHost(t, host.Options{
+	url, b := hosttest.NATSServer(t)
+	r := hosttest.StartHost(t, host.Options{
 		NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Admin: host.AdminOptions{NATS: true, Node: "n1"},
 		Folds: []host.FoldOptions{{Name: "routes", DataDir: filepath.Join(t.TempDir(), "routes")}},
 	})
-	f := r.h.Fold("routes")
-	waitState(t, f, httpapi.StateFollowing)
-	web := httptest.NewServer(r.h.Handler())
+	f := r.H.Fold("routes")
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
+	web := httptest.NewServer(r.H.Handler())
 	defer web.Close()
-	c := nc(t, url)
+	c := hosttest.Conn(t, url)
 
-	put(t, b, "k.a", "1")
-	put(t, b, "k.b", "2")
+	hosttest.Put(t, b, "k.a", "1")
+	hosttest.Put(t, b, "k.b", "2")
 	odd := "k.\xff"
 	js, err := jetstream.New(c)
 	if err != nil {
@@ -65,7 +67,7 @@ func TestReadsOverNATS(t *testing.T) {
 	if _, err := js.Publish(context.Background(), "$KV.routes."+odd, []byte("3")); err != nil { // the KV client refuses such keys
 		t.Fatal(err)
 	}
-	waitCursor(t, f, put(t, b, "k.c", "4"))
+	hosttest.WaitCursor(t, f, hosttest.Put(t, b, "k.c", "4"))
 
 	// The same answers as over HTTP.
 	for _, c2 := range []struct{ endpoint, body, path string }{
@@ -121,7 +123,7 @@ func TestReadsOverNATS(t *testing.T) {
 
 	// Read your writes, with the loop held.
 	release := holdLoop(t, f)
-	rev := put(t, b, "k.new", "5")
+	rev := hosttest.Put(t, b, "k.new", "5")
 	if body, code, _ := natsRead(t, c, "get", `{"fold":"routes","space":"raw","key":"k.new"}`); code != "404" {
 		t.Fatalf("plain get while held: %q %s", code, body)
 	}

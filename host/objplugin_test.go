@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -24,31 +26,6 @@ import (
 	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/internal/syncbuf"
 )
-
-// objectJS is a JetStream client of the test's server at url.
-func objectJS(t testing.TB, url string) jetstream.JetStream {
-	t.Helper()
-	nc, err := natskv.Connect(natskv.ConnOptions{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
-}
-
-// push stores the built plugin file as ref's object and returns its hash.
-func push(t testing.TB, js jetstream.JetStream, ref pluginobj.Ref, file string) string {
-	t.Helper()
-	b := readFile(t, file)
-	if _, err := pluginobj.Push(context.Background(), js, ref, b, "test"); err != nil {
-		t.Fatal(err)
-	}
-	return wasm.ModuleHash(b)
-}
 
 // records reads the plugin record bucket, by node.
 func records(t testing.TB, js jetstream.JetStream) map[string]pluginobj.Record {
@@ -71,10 +48,10 @@ func records(t testing.TB, js jetstream.JetStream) map[string]pluginobj.Record {
 // Mutations caught: the object watch not reloading (nodes stay on v1); a
 // refused module swapped in anyway (the nodes would fail on it).
 func TestPluginRolloutThroughNATS(t *testing.T) {
-	url, b := natsServer(t)
-	js := objectJS(t, url)
+	url, b := hosttest.NATSServer(t)
+	js := hosttest.JS(t, url)
 	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
-	v1 := push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
+	v1 := hosttest.Push(t, js, ref, hosttest.BuiltPlugin(t, "testdata", "keyview1"))
 	dir := t.TempDir()
 	opts := func(node string) host.Options {
 		return host.Options{
@@ -86,15 +63,15 @@ func TestPluginRolloutThroughNATS(t *testing.T) {
 	nodes := []string{"x", "y"}
 	var folds []*host.Fold
 	for _, n := range nodes {
-		folds = append(folds, startHost(t, opts(n)).h.Fold("routes"))
+		folds = append(folds, hosttest.StartHost(t, opts(n)).H.Fold("routes"))
 	}
 	// runs waits until every node folded a new key with module sha (a
 	// swap lands at a batch boundary) and recorded it.
 	runs := func(sha, key string) {
 		t.Helper()
-		rev := put(t, b, key, "v")
+		rev := hosttest.Put(t, b, key, "v")
 		for _, f := range folds {
-			waitCursor(t, f, rev)
+			hosttest.WaitCursor(t, f, rev)
 			if got := f.Status().Plugin.SHA256; got != sha {
 				t.Fatalf("node folds with %.12s, want %.12s (last reload %+v)", got, sha, f.Status().Plugin.LastReload)
 			}
@@ -102,7 +79,7 @@ func TestPluginRolloutThroughNATS(t *testing.T) {
 				t.Fatalf("view of %s = %q", key, v)
 			}
 		}
-		waitFor(t, func() bool {
+		hosttest.WaitFor(t, func() bool {
 			recs := records(t, js)
 			for _, n := range nodes {
 				if r := recs[n]; r.Module != sha || r.Fold != "routes" || r.Source != ref.String() {
@@ -115,21 +92,21 @@ func TestPluginRolloutThroughNATS(t *testing.T) {
 	runs(v1, "a")
 
 	// v2 (another build, same view schema): every node takes it.
-	v2bytes := readFile(t, builtPlugin(t, "testdata", "keyview1"))
+	v2bytes := hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview1"))
 	v2bytes = append(v2bytes, customSection("rollout", "v2")...)
 	if _, err := pluginobj.Push(context.Background(), js, ref, v2bytes, "v2"); err != nil {
 		t.Fatal(err)
 	}
 	v2 := wasm.ModuleHash(v2bytes)
 	for _, f := range folds {
-		waitFor(t, func() bool { rl := f.Status().Plugin.LastReload; return rl != nil && rl.Module == v2 })
+		hosttest.WaitFor(t, func() bool { rl := f.Status().Plugin.LastReload; return rl != nil && rl.Module == v2 })
 	}
 	runs(v2, "b")
 
 	// A module that fails validation: refused everywhere, v2 stays.
-	push(t, js, ref, builtPlugin(t, "testdata", "noexport"))
+	hosttest.Push(t, js, ref, hosttest.BuiltPlugin(t, "testdata", "noexport"))
 	for _, f := range folds {
-		waitFor(t, func() bool { rl := f.Status().Plugin.LastReload; return rl != nil && rl.Outcome == "refused" })
+		hosttest.WaitFor(t, func() bool { rl := f.Status().Plugin.LastReload; return rl != nil && rl.Outcome == "refused" })
 	}
 	runs(v2, "c")
 	for _, n := range nodes {
@@ -157,37 +134,37 @@ func customSection(name, data string) []byte {
 // rollout's restart). Mutations caught: the pin check removed (the first
 // start runs); the version object not used (the restart fails).
 func TestPinnedPluginObject(t *testing.T) {
-	url, b := natsServer(t)
-	js := objectJS(t, url)
+	url, b := hosttest.NATSServer(t)
+	js := hosttest.JS(t, url)
 	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
-	v1 := push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
+	v1 := hosttest.Push(t, js, ref, hosttest.BuiltPlugin(t, "testdata", "keyview1"))
 	dir := t.TempDir()
 	o := func(pin string) host.Options {
 		r := ref
 		r.Pin = pin
 		return host.Options{
 			NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-			Logger: quiet,
+			Logger: hosttest.Quiet,
 			Folds:  []host.FoldOptions{{Name: "routes", Plugin: r.String(), DataDir: filepath.Join(dir, "a")}},
 		}
 	}
-	if err := startErr(t, o(strings.Repeat("0", 64))); !errors.Is(err, pluginobj.ErrPinMismatch) || !strings.Contains(err.Error(), v1) {
+	if err := hosttest.StartErr(t, o(strings.Repeat("0", 64))); !errors.Is(err, pluginobj.ErrPinMismatch) || !strings.Contains(err.Error(), v1) {
 		t.Fatalf("a start pinned to another digest: %v", err)
 	}
-	r := startHost(t, o(v1))
-	push(t, js, ref, builtPlugin(t, "testdata", "keyview2"))
-	rev := put(t, b, "k", "v")
-	waitCursor(t, r.h.Fold("routes"), rev)
-	if st := r.h.Fold("routes").Status().Plugin; st.SHA256 != v1 {
+	r := hosttest.StartHost(t, o(v1))
+	hosttest.Push(t, js, ref, hosttest.BuiltPlugin(t, "testdata", "keyview2"))
+	rev := hosttest.Put(t, b, "k", "v")
+	hosttest.WaitCursor(t, r.H.Fold("routes"), rev)
+	if st := r.H.Fold("routes").Status().Plugin; st.SHA256 != v1 {
 		t.Fatalf("runs %.12s, want the pinned %.12s", st.SHA256, v1)
 	}
-	if err := r.stop(t); err != nil {
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	r = startHost(t, o(v1)) // after the push of v2: still v1
-	rev = put(t, b, "k2", "v")
-	waitCursor(t, r.h.Fold("routes"), rev)
-	if st := r.h.Fold("routes").Status().Plugin; st.SHA256 != v1 || foldViews(t, r.h.Fold("routes"))["s1/k2"] != "v" {
+	r = hosttest.StartHost(t, o(v1)) // after the push of v2: still v1
+	rev = hosttest.Put(t, b, "k2", "v")
+	hosttest.WaitCursor(t, r.H.Fold("routes"), rev)
+	if st := r.H.Fold("routes").Status().Plugin; st.SHA256 != v1 || foldViews(t, r.H.Fold("routes"))["s1/k2"] != "v" {
 		t.Fatalf("restarted pinned node runs %.12s, want %.12s", st.SHA256, v1)
 	}
 }
@@ -201,19 +178,19 @@ func TestPinnedPluginObject(t *testing.T) {
 // (the stop waits).
 func TestPluginObjectDownloadStall(t *testing.T) {
 	t.Cleanup(host.SetObjectPoll(time.Second))
-	url, b := natsServer(t)
-	js := objectJS(t, url)
+	url, b := hosttest.NATSServer(t)
+	js := hosttest.JS(t, url)
 	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
-	v1b := readFile(t, builtPlugin(t, "testdata", "keyview1"))
-	push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
+	v1b := hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview1"))
+	hosttest.Push(t, js, ref, hosttest.BuiltPlugin(t, "testdata", "keyview1"))
 	logs := &syncbuf.Buffer{}
-	r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+	r := hosttest.StartHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Folds:  []host.FoldOptions{{Name: "routes", Plugin: ref.String(), DataDir: filepath.Join(t.TempDir(), "a")}}})
-	f := r.h.Fold("routes")
+	f := r.H.Fold("routes")
 	v2b := append(bytes.Clone(v1b), customSection("x", "v2")...)
 	chunk := chunklessMeta(t, js, ref, v2b)
-	waitFor(t, func() bool { return strings.Contains(logs.String(), "could not download the plugin object; retried") })
+	hosttest.WaitFor(t, func() bool { return strings.Contains(logs.String(), "could not download the plugin object; retried") })
 	if st := f.Status().Plugin; st.Reloads.Refused != 0 || st.LastReload != nil {
 		t.Errorf("a stalled download counted as a verdict: %+v", st)
 	}
@@ -221,14 +198,14 @@ func TestPluginObjectDownloadStall(t *testing.T) {
 	if _, err := js.Publish(context.Background(), chunk, v2b); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { rl := f.Status().Plugin.LastReload; return rl != nil && rl.Module == wasm.ModuleHash(v2b) })
-	waitCursor(t, f, put(t, b, "k", "v"))
+	hosttest.WaitFor(t, func() bool { rl := f.Status().Plugin.LastReload; return rl != nil && rl.Module == wasm.ModuleHash(v2b) })
+	hosttest.WaitCursor(t, f, hosttest.Put(t, b, "k", "v"))
 
 	n := strings.Count(logs.String(), "plugin object changed; loading it")
 	chunklessMeta(t, js, ref, append(bytes.Clone(v1b), customSection("x", "gone again")...))
-	waitFor(t, func() bool { return strings.Count(logs.String(), "plugin object changed; loading it") > n })
+	hosttest.WaitFor(t, func() bool { return strings.Count(logs.String(), "plugin object changed; loading it") > n })
 	start := time.Now()
-	if err := r.stop(t); err != nil {
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -265,8 +242,8 @@ func chunklessMeta(t *testing.T, js jetstream.JetStream, ref pluginobj.Ref, body
 // caught: the start waiting for the object (it did: the whole process hung
 // until a push, the HTTP API never listening).
 func TestPluginObjectAwaited(t *testing.T) {
-	url, b := natsServer(t)
-	js := objectJS(t, url)
+	url, b := hosttest.NATSServer(t)
+	js := hosttest.JS(t, url)
 	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
 	logs := &syncbuf.Buffer{}
 	dir := t.TempDir()
@@ -292,23 +269,23 @@ func TestPluginObjectAwaited(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	web := loopbackAPI(t, h.Handler())
+	web := hosttest.LoopbackAPI(t, h.Handler())
 	defer web.Close()
 
 	f, raw := h.Fold("routes"), h.Fold("raw")
-	rev := put(t, b, "k", "v")
-	waitCursor(t, raw, rev) // the other fold runs
+	rev := hosttest.Put(t, b, "k", "v")
+	hosttest.WaitCursor(t, raw, rev) // the other fold runs
 	st := f.Status()
 	want := "waiting for its plugin module nats-object://plugins/router to be pushed (foldhost plugin push FILE --fold routes)"
 	if st.State != httpapi.StateWaiting || st.Ready || !strings.Contains(st.Reason, want) || st.Plugin.Source != ref.String() {
 		t.Fatalf("the waiting fold: state %s, ready %v, reason %q, plugin source %q", st.State, st.Ready, st.Reason, st.Plugin.Source)
 	}
-	if code, body := httpGet(t, web.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "fold routes: "+want) || strings.Contains(body, "fold raw") {
+	if code, body := hosttest.HTTPGet(t, web.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "fold routes: "+want) || strings.Contains(body, "fold raw") {
 		t.Errorf("readyz with a waiting fold: %d %q", code, body)
 	}
-	if _, m := httpGet(t, web.URL+"/metrics"); !strings.Contains(m, `foldhost_fold_state{fold="routes",state="waiting"} 1`) ||
+	if _, m := hosttest.HTTPGet(t, web.URL+"/metrics"); !strings.Contains(m, `foldhost_fold_state{fold="routes",state="waiting"} 1`) ||
 		!strings.Contains(m, `foldhost_fold_state{fold="raw",state="following"} 1`) {
-		t.Errorf("state gauges:\n%s", grepLines(m, "foldhost_fold_state"))
+		t.Errorf("state gauges:\n%s", hosttest.GrepLines(m, "foldhost_fold_state"))
 	}
 	for path, code := range map[string]int{"pause": 409, "resume": 409, "rebuild": 409, "reload": 200} {
 		resp, err := http.Post(web.URL+"/v1/folds/routes/"+path, "", nil)
@@ -325,34 +302,34 @@ func TestPluginObjectAwaited(t *testing.T) {
 	if _, err := pluginobj.Push(context.Background(), js, ref, []byte("not a wasm module"), "bad"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return strings.Contains(f.Status().Reason, "was refused") })
+	hosttest.WaitFor(t, func() bool { return strings.Contains(f.Status().Reason, "was refused") })
 	if st := f.Status(); st.State != httpapi.StateWaiting || st.Ready {
 		t.Fatalf("after a refused version: state %s, ready %v", st.State, st.Ready)
 	}
-	v1 := push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
-	waitCursor(t, f, rev)
-	waitFor(t, func() bool { return f.Status().Ready })
+	v1 := hosttest.Push(t, js, ref, hosttest.BuiltPlugin(t, "testdata", "keyview1"))
+	hosttest.WaitCursor(t, f, rev)
+	hosttest.WaitFor(t, func() bool { return f.Status().Ready })
 	if st := f.Status().Plugin; st.SHA256 != v1 {
 		t.Fatalf("runs %.12s, want %.12s", st.SHA256, v1)
 	}
 	if v := foldViews(t, f)["s1/k"]; v != "v" {
 		t.Errorf("view of k = %q", v)
 	}
-	if code, body := httpGet(t, web.URL+"/readyz"); code != http.StatusOK {
+	if code, body := hosttest.HTTPGet(t, web.URL+"/readyz"); code != http.StatusOK {
 		t.Errorf("readyz once the module loaded: %d %q", code, body)
 	}
 	if l := logs.String(); !strings.Contains(l, "the plugin module has not been pushed: the fold waits for it, the rest of the host starts") {
-		t.Errorf("no log line at the start:\n%s", grepLines(l, "plugin"))
+		t.Errorf("no log line at the start:\n%s", hosttest.GrepLines(l, "plugin"))
 	}
 }
 
 // TestPluginObjectAwaitedStops: a host stopped while a fold still waits
 // for its module stops cleanly (the fold is stopped, Run returns nil).
 func TestPluginObjectAwaitedStops(t *testing.T) {
-	url, _ := natsServer(t)
+	url, _ := hosttest.NATSServer(t)
 	h, err := host.New(host.Options{
 		NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-		Logger: quiet,
+		Logger: hosttest.Quiet,
 		Folds:  []host.FoldOptions{{Name: "routes", Plugin: "nats-object://plugins/router", DataDir: filepath.Join(t.TempDir(), "a")}},
 	})
 	if err != nil {
@@ -366,7 +343,7 @@ func TestPluginObjectAwaitedStops(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx) }()
 	f := h.Fold("routes")
-	waitFor(t, func() bool { return f.Status().State == httpapi.StateWaiting })
+	hosttest.WaitFor(t, func() bool { return f.Status().State == httpapi.StateWaiting })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -379,13 +356,13 @@ func TestPluginObjectAwaitedStops(t *testing.T) {
 // TestPluginObjectSizeBound: an object over plugin_max_mb is refused
 // before it is downloaded.
 func TestPluginObjectSizeBound(t *testing.T) {
-	url, _ := natsServer(t)
-	js := objectJS(t, url)
+	url, _ := hosttest.NATSServer(t)
+	js := hosttest.JS(t, url)
 	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
-	push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
-	err := startErr(t, host.Options{
+	hosttest.Push(t, js, ref, hosttest.BuiltPlugin(t, "testdata", "keyview1"))
+	err := hosttest.StartErr(t, host.Options{
 		NATS:   host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-		Logger: quiet,
+		Logger: hosttest.Quiet,
 		Folds:  []host.FoldOptions{{Name: "routes", Plugin: ref.String(), PluginMaxBytes: 100, DataDir: filepath.Join(t.TempDir(), "a")}},
 	})
 	if !errors.Is(err, pluginobj.ErrTooLarge) {
@@ -417,15 +394,15 @@ func TestPluginObjectNames(t *testing.T) {
 // only that the version was accepted. Mutation caught: the rebuild's
 // outcome left out of the record.
 func TestPluginObjectRebuildFailureRecorded(t *testing.T) {
-	url, b := natsServer(t)
-	js := objectJS(t, url)
+	url, b := hosttest.NATSServer(t)
+	js := hosttest.JS(t, url)
 	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
-	v1 := push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
-	f := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Admin: host.AdminOptions{Node: "x"},
-		Folds: []host.FoldOptions{{Name: "routes", Plugin: ref.String(), DataDir: filepath.Join(t.TempDir(), "a")}}}).h.Fold("routes")
-	waitCursor(t, f, put(t, b, "k", "trap2")) // schema 2 traps on it
-	v2 := push(t, js, ref, builtPlugin(t, "testdata", "keyview2"))
-	waitFor(t, func() bool {
+	v1 := hosttest.Push(t, js, ref, hosttest.BuiltPlugin(t, "testdata", "keyview1"))
+	f := hosttest.StartHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Admin: host.AdminOptions{Node: "x"},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: ref.String(), DataDir: filepath.Join(t.TempDir(), "a")}}}).H.Fold("routes")
+	hosttest.WaitCursor(t, f, hosttest.Put(t, b, "k", "trap2")) // schema 2 traps on it
+	v2 := hosttest.Push(t, js, ref, hosttest.BuiltPlugin(t, "testdata", "keyview2"))
+	hosttest.WaitFor(t, func() bool {
 		rb := records(t, js)["x"].LastRebuild
 		return rb != nil && rb.Module == v2 && rb.Outcome == "failed"
 	})
@@ -439,13 +416,13 @@ func TestPluginObjectRebuildFailureRecorded(t *testing.T) {
 // verdict on any module: it fails, saying why, and records no refusal; the
 // running module stays. It used to count as a refused reload.
 func TestPluginObjectReloadWithoutTheObject(t *testing.T) {
-	url, b := natsServer(t)
-	js := objectJS(t, url)
+	url, b := hosttest.NATSServer(t)
+	js := hosttest.JS(t, url)
 	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}
-	v1 := push(t, js, ref, builtPlugin(t, "testdata", "keyview1"))
-	r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+	v1 := hosttest.Push(t, js, ref, hosttest.BuiltPlugin(t, "testdata", "keyview1"))
+	r := hosttest.StartHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", Plugin: ref.String(), DataDir: filepath.Join(t.TempDir(), "a")}}})
-	f := r.h.Fold("routes")
+	f := r.H.Fold("routes")
 	store, err := js.ObjectStore(context.Background(), ref.Bucket)
 	if err != nil {
 		t.Fatal(err)
@@ -459,8 +436,8 @@ func TestPluginObjectReloadWithoutTheObject(t *testing.T) {
 	if st := f.Status().Plugin; st.Reloads.Refused != 0 || st.LastReload != nil || st.SHA256 != v1 {
 		t.Errorf("after a reload that could not download: %+v, want no verdict and %.12s running", st, v1)
 	}
-	waitCursor(t, f, put(t, b, "k", "v"))
-	if err := r.stop(t); err != nil {
+	hosttest.WaitCursor(t, f, hosttest.Put(t, b, "k", "v"))
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 }

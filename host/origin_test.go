@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact"
@@ -41,21 +41,6 @@ func readOrigin(t *testing.T, dir string) (fold.Origin, bool, protocol.Cursor) {
 	return o, ok, cur
 }
 
-// startErr starts a host with o and returns Start's error (the host is
-// closed either way; a host that starts is stopped at once).
-func startErr(t *testing.T, o host.Options) error {
-	t.Helper()
-	if o.Logger == nil {
-		o.Logger = quiet
-	}
-	h, err := host.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	return h.Start(context.Background())
-}
-
 func streamCreated(t *testing.T, b *natskv.Bucket) time.Time {
 	t.Helper()
 	c, err := b.StreamCreated(context.Background())
@@ -70,17 +55,17 @@ func streamCreated(t *testing.T, b *natskv.Bucket) time.Time {
 // refused at start and by an offline export, naming both and touching
 // nothing; --adopt (FoldOptions.Adopt) takes it over deliberately.
 func TestStoreRecordsWhatItFolds(t *testing.T) {
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	dir := filepath.Join(t.TempDir(), "fold")
 	nats := host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}
 	routes := host.FoldOptions{Name: "routes", Bucket: "routes", Scope: []string{"route."}, DataDir: dir}
-	r := startHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{routes}})
+	r := hosttest.StartHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{routes}})
 	var last uint64
 	for i := range 5 {
-		last = put(t, b, fmt.Sprintf("route.h%d", i), "v")
+		last = hosttest.Put(t, b, fmt.Sprintf("route.h%d", i), "v")
 	}
-	waitCursor(t, r.h.Fold("routes"), last)
-	if err := r.stop(t); err != nil {
+	hosttest.WaitCursor(t, r.H.Fold("routes"), last)
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	rec, ok, cur := readOrigin(t, dir)
@@ -105,7 +90,7 @@ func TestStoreRecordsWhatItFolds(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := host.Options{NATS: nats, Artifacts: arts, Folds: []host.FoldOptions{c.fo}}
-			err := startErr(t, o)
+			err := hosttest.StartErr(t, o)
 			var oe *host.OriginError
 			if !errors.As(err, &oe) || !errors.Is(err, host.ErrOriginMismatch) {
 				t.Fatalf("start: err = %v, want an *OriginError", err)
@@ -129,7 +114,7 @@ func TestStoreRecordsWhatItFolds(t *testing.T) {
 	}
 
 	// Adopt: a deliberate takeover records the config's origin.
-	other, err := natskv.OpenBucket(context.Background(), nc(t, url), natskv.BucketConfig{Name: "other2"}, natskv.Options{})
+	other, err := natskv.OpenBucket(context.Background(), hosttest.Conn(t, url), natskv.BucketConfig{Name: "other2"}, natskv.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +127,8 @@ func TestStoreRecordsWhatItFolds(t *testing.T) {
 	}
 	logs := &syncbuf.Buffer{}
 	adopt := host.FoldOptions{Name: "o2", Bucket: "other2", Scope: []string{"route."}, DataDir: dir, Adopt: true}
-	r = startHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{adopt}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err := r.stop(t); err != nil {
+	r = hosttest.StartHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{adopt}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	if got, _, _ := readOrigin(t, dir); !got.Equal(fold.NewOrigin("other2", []string{"route."}, streamCreated(t, other))) {
@@ -158,23 +143,23 @@ func TestStoreRecordsWhatItFolds(t *testing.T) {
 // stream whose revisions start over; a store of the old one must not
 // resume on it (its cursor would skip the new stream's first revisions).
 func TestRecreatedStreamIsRefused(t *testing.T) {
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	dir := filepath.Join(t.TempDir(), "fold")
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", Bucket: "routes", DataDir: dir}}}
-	r := startHost(t, o)
+	r := hosttest.StartHost(t, o)
 	var last uint64
 	for i := range 5 {
-		last = put(t, b, fmt.Sprintf("k%d", i), "v")
+		last = hosttest.Put(t, b, fmt.Sprintf("k%d", i), "v")
 	}
-	waitCursor(t, r.h.Fold("routes"), last)
-	if err := r.stop(t); err != nil {
+	hosttest.WaitCursor(t, r.H.Fold("routes"), last)
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	before, _, _ := readOrigin(t, dir)
 
-	remakeBucket(t, url, "routes") // a new stream
-	err := startErr(t, o)
+	hosttest.RemakeBucket(t, url, "routes") // a new stream
+	err := hosttest.StartErr(t, o)
 	if !errors.Is(err, host.ErrOriginMismatch) || !strings.Contains(err.Error(), "deleted and made again") {
 		t.Fatalf("start on a recreated stream: err = %v, want a stream mismatch", err)
 	}
@@ -187,9 +172,9 @@ func TestRecreatedStreamIsRefused(t *testing.T) {
 // recorded (cursor, data, no record) starts as before and gets the
 // config's origin, stream included.
 func TestStoreWithoutRecordIsUpgraded(t *testing.T) {
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	dir := filepath.Join(t.TempDir(), "fold")
-	rev := put(t, b, "k", "v")
+	rev := hosttest.Put(t, b, "k", "v")
 	st, _, err := fold.Open(dir, fold.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -203,9 +188,9 @@ func TestStoreWithoutRecordIsUpgraded(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &syncbuf.Buffer{}
-	r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	r := hosttest.StartHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Folds: []host.FoldOptions{{Name: "routes", Bucket: "routes", DataDir: dir}}})
-	if err := r.stop(t); err != nil {
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	got, ok, cur := readOrigin(t, dir)
@@ -221,7 +206,7 @@ func TestStoreWithoutRecordIsUpgraded(t *testing.T) {
 // before anything downloads; one from the same bucket but an older stream
 // installs (bootstrap does not reach NATS) and the fold's start refuses it.
 func TestBootstrapChecksOrigin(t *testing.T) {
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	base := t.TempDir()
 	store, err := dirstore.New(filepath.Join(base, "artifacts"))
 	if err != nil {
@@ -230,17 +215,17 @@ func TestBootstrapChecksOrigin(t *testing.T) {
 	nats := host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}
 	arts := host.ArtifactOptions{Store: store, Where: "test", Holder: "t"}
 	a := host.FoldOptions{Name: "routes", Bucket: "routes", DataDir: filepath.Join(base, "a")}
-	r := startHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{a}})
-	waitCursor(t, r.h.Fold("routes"), put(t, b, "k", "v"))
-	if err := r.stop(t); err != nil {
+	r := hosttest.StartHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{a}})
+	hosttest.WaitCursor(t, r.H.Fold("routes"), hosttest.Put(t, b, "k", "v"))
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := host.ExportStopped(context.Background(), host.Options{NATS: nats, Artifacts: arts, Folds: []host.FoldOptions{a}, Logger: quiet}, "routes", true); err != nil {
+	if _, err := host.ExportStopped(context.Background(), host.Options{NATS: nats, Artifacts: arts, Folds: []host.FoldOptions{a}, Logger: hosttest.Quiet}, "routes", true); err != nil {
 		t.Fatal(err)
 	}
 
 	wrong := host.FoldOptions{Name: "routes", Bucket: "elsewhere", DataDir: filepath.Join(base, "b")}
-	_, err = host.Bootstrap(context.Background(), host.Options{NATS: nats, Artifacts: arts, Folds: []host.FoldOptions{wrong}, Logger: quiet}, "routes", host.BootstrapOptions{})
+	_, err = host.Bootstrap(context.Background(), host.Options{NATS: nats, Artifacts: arts, Folds: []host.FoldOptions{wrong}, Logger: hosttest.Quiet}, "routes", host.BootstrapOptions{})
 	if !errors.Is(err, host.ErrOriginMismatch) || !strings.Contains(err.Error(), "elsewhere") {
 		t.Fatalf("bootstrap from another bucket: err = %v", err)
 	}
@@ -248,47 +233,15 @@ func TestBootstrapChecksOrigin(t *testing.T) {
 		t.Fatalf("refused bootstrap left %v", names)
 	}
 
-	remakeBucket(t, url, "routes")
+	hosttest.RemakeBucket(t, url, "routes")
 	c := host.FoldOptions{Name: "routes", Bucket: "routes", DataDir: filepath.Join(base, "c")}
-	o := host.Options{NATS: nats, Artifacts: arts, Folds: []host.FoldOptions{c}, Logger: quiet}
+	o := host.Options{NATS: nats, Artifacts: arts, Folds: []host.FoldOptions{c}, Logger: hosttest.Quiet}
 	if _, err := host.Bootstrap(context.Background(), o, "routes", host.BootstrapOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := startErr(t, o); !errors.Is(err, host.ErrOriginMismatch) || !strings.Contains(err.Error(), "deleted and made again") {
+	if err := hosttest.StartErr(t, o); !errors.Is(err, host.ErrOriginMismatch) || !strings.Contains(err.Error(), "deleted and made again") {
 		t.Fatalf("start of a fold bootstrapped from an older stream: err = %v", err)
 	}
-}
-
-// remakeBucket deletes the KV bucket name and makes it again (History 1),
-// retrying the create: the server removes a deleted stream's files after it
-// answered, and a create right after it can fail ("error creating store for
-// stream").
-func remakeBucket(t *testing.T, url, name string) jetstream.KeyValue {
-	t.Helper()
-	js, err := jetstream.New(nc(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteKeyValue(context.Background(), name); err != nil {
-		t.Fatal(err)
-	}
-	var kv jetstream.KeyValue
-	waitFor(t, func() bool {
-		kv, err = js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: name, History: 1})
-		return err == nil
-	})
-	return kv
-}
-
-// nc is a NATS client for one test.
-func nc(t testing.TB, url string) *nats.Conn {
-	t.Helper()
-	c, err := natskv.Connect(natskv.ConnOptions{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
 }
 
 // TestLiveStreamReplacementStopsTheFold: a bucket deleted and made again
@@ -298,16 +251,16 @@ func nc(t testing.TB, url string) *nats.Conn {
 // stream's first writes and keep the old stream's keys).
 func TestLiveStreamReplacementStopsTheFold(t *testing.T) {
 	t.Parallel() // it waits ~20 s for the consumer's missed heartbeats: the wait overlaps the other waiting tests (scripts/test runs four at once)
-	url, b := natsServer(t)
-	r := startHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+	url, b := hosttest.NATSServer(t)
+	r := hosttest.StartHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", Bucket: "routes", DataDir: filepath.Join(t.TempDir(), "fold")}}})
-	f := r.h.Fold("routes")
+	f := r.H.Fold("routes")
 	var last uint64
 	for i := range 3 {
-		last = put(t, b, fmt.Sprintf("old.%d", i), "v")
+		last = hosttest.Put(t, b, fmt.Sprintf("old.%d", i), "v")
 	}
-	waitCursor(t, f, last)
-	kv := remakeBucket(t, url, "routes")
+	hosttest.WaitCursor(t, f, last)
+	kv := hosttest.RemakeBucket(t, url, "routes")
 	for i := range 6 { // revisions 1..6 of the new stream, past the old cursor
 		if _, err := kv.Put(context.Background(), fmt.Sprintf("new.%d", i), []byte("v")); err != nil {
 			t.Fatal(err)
@@ -315,12 +268,12 @@ func TestLiveStreamReplacementStopsTheFold(t *testing.T) {
 	}
 	// The watch notices the deletion only when its consumer's heartbeats
 	// stop (~10 s); the fold must stop then, at its old cursor.
-	waitFor(t, func() bool { return f.Status().State == httpapi.StateFailed || f.Status().Cursor != last })
+	hosttest.WaitFor(t, func() bool { return f.Status().State == httpapi.StateFailed || f.Status().Cursor != last })
 	st := f.Status()
 	if !strings.Contains(st.LastError, "deleted and made again") || st.Cursor != last {
 		t.Fatalf("after the replacement: state %s cursor %d (want %d), error %q", st.State, st.Cursor, last, st.LastError)
 	}
-	if err := r.stop(t); !errors.Is(err, fold.ErrStreamReplaced) {
+	if err := r.Stop(t); !errors.Is(err, fold.ErrStreamReplaced) {
 		t.Fatalf("Run: err = %v, want ErrStreamReplaced", err)
 	}
 }
@@ -330,17 +283,17 @@ func TestLiveStreamReplacementStopsTheFold(t *testing.T) {
 // them (new, or from an earlier version) gets no record from the failed
 // start.
 func TestRefusedStartReportsEveryFoldAndWritesNothing(t *testing.T) {
-	url, b := natsServer(t)
-	if _, err := natskv.OpenBucket(context.Background(), nc(t, url), natskv.BucketConfig{Name: "other"}, natskv.Options{}); err != nil {
+	url, b := hosttest.NATSServer(t)
+	if _, err := natskv.OpenBucket(context.Background(), hosttest.Conn(t, url), natskv.BucketConfig{Name: "other"}, natskv.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	base := t.TempDir()
 	nats := host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}
 	a := host.FoldOptions{Name: "a", Bucket: "routes", DataDir: filepath.Join(base, "a")}
 	o := host.FoldOptions{Name: "o", Bucket: "other", DataDir: filepath.Join(base, "o")}
-	r := startHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{a, o}})
-	waitCursor(t, r.h.Fold("a"), put(t, b, "k", "v"))
-	if err := r.stop(t); err != nil {
+	r := hosttest.StartHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{a, o}})
+	hosttest.WaitCursor(t, r.H.Fold("a"), hosttest.Put(t, b, "k", "v"))
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	legacy := filepath.Join(base, "legacy")
@@ -354,7 +307,7 @@ func TestRefusedStartReportsEveryFoldAndWritesNothing(t *testing.T) {
 	st.Close()
 	a.DataDir, o.DataDir = o.DataDir, a.DataDir
 	first := host.FoldOptions{Name: "first", Bucket: "routes", DataDir: legacy}
-	err = startErr(t, host.Options{NATS: nats, Folds: []host.FoldOptions{first, a, o}})
+	err = hosttest.StartErr(t, host.Options{NATS: nats, Folds: []host.FoldOptions{first, a, o}})
 	if !errors.Is(err, host.ErrOriginMismatch) || !strings.Contains(err.Error(), "fold a:") || !strings.Contains(err.Error(), "fold o:") {
 		t.Fatalf("swapped data dirs: err = %v, want both folds named", err)
 	}
@@ -369,23 +322,23 @@ func TestRefusedStartReportsEveryFoldAndWritesNothing(t *testing.T) {
 // TestUnreadableOriginRecord: a garbled record refuses the start, names
 // the way out, and --adopt replaces it.
 func TestUnreadableOriginRecord(t *testing.T) {
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	dir := filepath.Join(t.TempDir(), "fold")
 	fo := host.FoldOptions{Name: "routes", Bucket: "routes", DataDir: dir}
 	nats := host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}
-	r := startHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{fo}})
-	waitCursor(t, r.h.Fold("routes"), put(t, b, "k", "v"))
-	if err := r.stop(t); err != nil {
+	r := hosttest.StartHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{fo}})
+	hosttest.WaitCursor(t, r.H.Fold("routes"), hosttest.Put(t, b, "k", "v"))
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	garbleOrigin(t, dir)
-	err := startErr(t, host.Options{NATS: nats, Folds: []host.FoldOptions{fo}})
+	err := hosttest.StartErr(t, host.Options{NATS: nats, Folds: []host.FoldOptions{fo}})
 	if !errors.Is(err, host.ErrOriginMismatch) || !strings.Contains(err.Error(), "unreadable") || !strings.Contains(err.Error(), "--adopt routes") {
 		t.Fatalf("garbled record: err = %v", err)
 	}
 	fo.Adopt = true
-	r = startHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{fo}})
-	if err := r.stop(t); err != nil {
+	r = hosttest.StartHost(t, host.Options{NATS: nats, Folds: []host.FoldOptions{fo}})
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok, _ := readOrigin(t, dir); !ok || !got.Equal(fold.NewOrigin("routes", nil, streamCreated(t, b))) {
@@ -412,15 +365,17 @@ func garbleOrigin(t *testing.T, dir string) {
 // quietPebble keeps a test's direct pebble.Open off stderr.
 type quietPebble struct{}
 
-func (quietPebble) Infof(string, ...any)         {}
-func (quietPebble) Errorf(string, ...any)        {}
+func (quietPebble) Infof(string, ...any) {}
+
+func (quietPebble) Errorf(string, ...any) {}
+
 func (quietPebble) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
 
 // TestKilledBootstrapLeftoversAreCleared: what a killed bootstrap left
 // beside a fold's data dir is removed by a start and by an offline open,
 // unless a bootstrap of the fold holds its lock (its import is live).
 func TestKilledBootstrapLeftoversAreCleared(t *testing.T) {
-	url, _ := natsServer(t)
+	url, _ := hosttest.NATSServer(t)
 	dir := filepath.Join(t.TempDir(), "fold")
 	leftover := func() string {
 		t.Helper()
@@ -435,15 +390,15 @@ func TestKilledBootstrapLeftoversAreCleared(t *testing.T) {
 		Folds: []host.FoldOptions{{Name: "routes", Bucket: "routes", DataDir: dir}}}
 
 	p := leftover()
-	r := startHost(t, o)
+	r := hosttest.StartHost(t, o)
 	if !gone(p) {
 		t.Fatal("a start left a killed bootstrap's import dir")
 	}
-	if err := r.stop(t); err != nil {
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	p = leftover()
-	st, err := host.OpenStopped(dir, quiet)
+	st, err := host.OpenStopped(dir, hosttest.Quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +413,7 @@ func TestKilledBootstrapLeftoversAreCleared(t *testing.T) {
 	}
 	defer lk.Unlock()
 	p = leftover()
-	if st, err = host.OpenStopped(dir, quiet); err != nil {
+	if st, err = host.OpenStopped(dir, hosttest.Quiet); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -30,45 +32,45 @@ import (
 // the page's headers; other unknown paths stay 404.
 func TestStatusPageInABrowser(t *testing.T) {
 	browser := chromium(t)
-	b, _, fo, url := effectsSetup(t, 0)
-	probes, err := natskv.OpenBucket(context.Background(), nc(t, url), natskv.BucketConfig{Name: "probes"}, natskv.Options{})
+	b, _, fo, url := hosttest.EffectsSetup(t, 0)
+	probes, err := natskv.OpenBucket(context.Background(), hosttest.Conn(t, url), natskv.BucketConfig{Name: "probes"}, natskv.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := startHost(t, host.Options{
+	r := hosttest.StartHost(t, host.Options{
 		NATS:             host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		HeadPollInterval: 20 * time.Millisecond,
-		Folds: []host.FoldOptions{fo, {Name: "probe", Bucket: "probes", Plugin: builtPlugin(t, "testdata", "probe-c"),
+		Folds: []host.FoldOptions{fo, {Name: "probe", Bucket: "probes", Plugin: hosttest.BuiltPlugin(t, "testdata", "probe-c"),
 			DataDir: filepath.Join(t.TempDir(), "probe")}},
 	})
-	routes, probe := r.h.Fold("routes"), r.h.Fold("probe")
+	routes, probe := r.H.Fold("routes"), r.H.Fold("probe")
 	var last uint64
 	for i := range 5 {
-		last = put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
+		last = hosttest.Put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
 	}
-	waitCursor(t, routes, last)
-	waitFor(t, func() bool { e := routes.Status().Effects; return e != nil && e.Outbox == 0 && e.Published > 0 })
+	hosttest.WaitCursor(t, routes, last)
+	hosttest.WaitFor(t, func() bool { e := routes.Status().Effects; return e != nil && e.Outbox == 0 && e.Published > 0 })
 
 	// The injected markup would, were it markup, add an element and
 	// retitle the page.
 	const evil = `<script>document.title="pwned"</script><b id="injected">bold</b>`
-	waitCursor(t, probe, put(t, probes, "ignored", "x"))
+	hosttest.WaitCursor(t, probe, hosttest.Put(t, probes, "ignored", "x"))
 	// The fold idles at the head for a while, where the head polls find
 	// it: its lag in seconds counts from the last of them, not from its
 	// last commit.
 	time.Sleep(2 * time.Second)
 	beforeFail := time.Now()
-	put(t, probes, "fail", evil)
+	hosttest.Put(t, probes, "fail", evil)
 	afterFail := time.Now()
-	waitState(t, probe, httpapi.StateFailed)
-	waitFor(t, func() bool { return probe.Status().Lag == 1 })
+	hosttest.WaitState(t, probe, httpapi.StateFailed)
+	hosttest.WaitFor(t, func() bool { return probe.Status().Lag == 1 })
 
 	// The page's requests are timed: the lag in seconds it shows is
 	// checked against them.
 	var mu sync.Mutex
 	var reqStart, reqEnd time.Time
-	api := r.h.Handler()
-	web := loopbackAPI(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	api := r.H.Handler()
+	web := hosttest.LoopbackAPI(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		start := time.Now()
 		api.ServeHTTP(w, req)
 		if req.URL.Path == "/" && req.Method == http.MethodGet {
@@ -139,9 +141,9 @@ func TestStatusPageInABrowser(t *testing.T) {
 	// More updates, then a second view: the rate is measured between the
 	// two views (at least a second apart).
 	for i := range 10 {
-		last = put(t, b, fmt.Sprintf("route.g%d", i), `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
+		last = hosttest.Put(t, b, fmt.Sprintf("route.g%d", i), `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
 	}
-	waitCursor(t, routes, last)
+	hosttest.WaitCursor(t, routes, last)
 	time.Sleep(time.Until(firstDone.Add(time.Second))) // the page's shortest rate interval
 	dom = dumpDOM(t, browser, web.URL+"/")
 	rows = pageRows(t, dom)
@@ -171,7 +173,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"/index.html", "/x", "/v1"} {
-		if code, body, err := httpGetBody(web.URL + p); err != nil || code != http.StatusNotFound {
+		if code, body, err := hosttest.HTTPGetBody(web.URL + p); err != nil || code != http.StatusNotFound {
 			t.Errorf("GET %s: %d %s %v, want 404", p, code, body, err)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -69,40 +71,40 @@ func copyFile(t testing.TB, from, to string) {
 // are the state before the held put); min_revision waits for a put as
 // every read does; GET and POST inputs; every refusal with its code.
 func TestQueriesOverHTTP(t *testing.T) {
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	dir := t.TempDir()
-	r := startHost(t, host.Options{
+	r := hosttest.StartHost(t, host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{
-			{Name: "routes", Plugin: builtPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(dir, "routes"),
+			{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"), DataDir: filepath.Join(dir, "routes"),
 				PluginLimits: wasm.Limits{MaxQueryInputBytes: 1024}, PluginQueryInstances: 3},
 			{Name: "raw", Bucket: "routes", DataDir: filepath.Join(dir, "raw")},
-			{Name: "gorouter", Bucket: "routes", Plugin: builtPlugin(t, "example-router", "router-go"), DataDir: filepath.Join(dir, "gorouter")},
-			{Name: "noq", Bucket: "routes", Plugin: builtPlugin(t, "testdata", "keyview1"), DataDir: filepath.Join(dir, "noq")},
+			{Name: "gorouter", Bucket: "routes", Plugin: hosttest.BuiltPlugin(t, "example-router", "router-go"), DataDir: filepath.Join(dir, "gorouter")},
+			{Name: "noq", Bucket: "routes", Plugin: hosttest.BuiltPlugin(t, "testdata", "keyview1"), DataDir: filepath.Join(dir, "noq")},
 		},
 	})
-	f := r.h.Fold("routes")
-	waitState(t, f, httpapi.StateFollowing)
-	web := loopbackAPI(t, r.h.Handler())
+	f := r.H.Fold("routes")
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
+	web := hosttest.LoopbackAPI(t, r.H.Handler())
 	defer web.Close()
-	put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80","weight":3},{"addr":"10.0.0.2:80"}]}`)
-	put(t, b, "route.b", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
-	rev := put(t, b, "route.c", `{"upstreams":[{"addr":"10.0.0.2:80"},{"addr":"10.0.0.3:80"}]}`)
+	hosttest.Put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80","weight":3},{"addr":"10.0.0.2:80"}]}`)
+	hosttest.Put(t, b, "route.b", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
+	rev := hosttest.Put(t, b, "route.c", `{"upstreams":[{"addr":"10.0.0.2:80"},{"addr":"10.0.0.3:80"}]}`)
 	q := web.URL + "/v1/folds/routes/query/"
 	if qs := f.Status().Plugin.Queries; len(qs) != 2 || qs[0] != (httpapi.PluginQuery{Name: "hosts_of_upstream", ContentType: "application/json"}) || qs[1].Name != "top_upstreams" {
 		t.Fatalf("the status's queries: %+v", qs)
 	}
-	if qs := r.h.Fold("noq").Status().Plugin.Queries; qs != nil {
+	if qs := r.H.Fold("noq").Status().Plugin.Queries; qs != nil {
 		t.Fatalf("a plugin without queries lists %+v", qs)
 	}
 	// plugin_query_instances reaches the plugin's pool (the default: 2).
 	for fold, want := range map[string]int{"routes": 3, "gorouter": wasm.DefaultQueryInstances, "noq": 0} {
-		if got := r.h.Fold(fold).Status().Plugin.QueryInstances; got != want {
+		if got := r.H.Fold(fold).Status().Plugin.QueryInstances; got != want {
 			t.Errorf("fold %s: %d query instances, want %d", fold, got, want)
 		}
 	}
 	// The Go build declares the same queries and answers alike.
-	if qs := r.h.Fold("gorouter").Status().Plugin.Queries; len(qs) != 2 || qs[0].Name != "hosts_of_upstream" || qs[1].Name != "top_upstreams" {
+	if qs := r.H.Fold("gorouter").Status().Plugin.Queries; len(qs) != 2 || qs[0].Name != "hosts_of_upstream" || qs[1].Name != "top_upstreams" {
 		t.Fatalf("the Go router's queries: %+v", qs)
 	}
 	got := doQuery(t, "GET", fmt.Sprintf("%s/v1/folds/gorouter/query/hosts_of_upstream?input=10.0.0.2:80&min_revision=%d", web.URL, rev), "")
@@ -131,7 +133,7 @@ func TestQueriesOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := put(t, b, "route.d", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
+	held := hosttest.Put(t, b, "route.d", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
 	got = doQuery(t, "GET", q+"hosts_of_upstream?input=10.0.0.2:80", "")
 	if got.code != 200 || got.body != `{"upstream":"10.0.0.2:80","hosts":["a","b","c"]}` || got.cursor != rev {
 		t.Fatalf("while held: %+v, want the answer at cursor %d", got, rev)
@@ -179,21 +181,21 @@ func TestQueriesOverHTTP(t *testing.T) {
 // hot reload the queries are the new module's at once, before any batch
 // ran it.
 func TestATrappingQueryLeavesTheFoldAlone(t *testing.T) {
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	dir := t.TempDir()
 	plugin := filepath.Join(dir, "plugin.wasm")
-	copyFile(t, builtPlugin(t, "testdata", "query"), plugin)
-	r := startHost(t, host.Options{
+	copyFile(t, hosttest.BuiltPlugin(t, "testdata", "query"), plugin)
+	r := hosttest.StartHost(t, host.Options{
 		NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "q", Bucket: "routes", Plugin: plugin, DataDir: filepath.Join(dir, "q")}},
 	})
-	f := r.h.Fold("q")
-	waitState(t, f, httpapi.StateFollowing)
-	web := loopbackAPI(t, r.h.Handler())
+	f := r.H.Fold("q")
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
+	web := hosttest.LoopbackAPI(t, r.H.Handler())
 	defer web.Close()
 	q := web.URL + "/v1/folds/q/query/"
-	rev := put(t, b, "k1", "v1")
-	waitCursor(t, f, rev)
+	rev := hosttest.Put(t, b, "k1", "v1")
+	hosttest.WaitCursor(t, f, rev)
 
 	got := doQuery(t, "GET", q+"trap", "")
 	if got.code != 500 || !strings.Contains(got.body, "query.wasm: about to trap") || !strings.Contains(got.body, "trap") {
@@ -202,8 +204,8 @@ func TestATrappingQueryLeavesTheFoldAlone(t *testing.T) {
 	if st := f.Status(); st.State != httpapi.StateFollowing || st.Counters.PluginErrors != 0 || st.LastError != "" {
 		t.Fatalf("the fold after a trapping query: %+v", st)
 	}
-	rev = put(t, b, "k2", "v2")
-	waitCursor(t, f, rev)
+	rev = hosttest.Put(t, b, "k2", "v2")
+	hosttest.WaitCursor(t, f, rev)
 	if st := f.Status(); st.State != httpapi.StateFollowing || st.Counters.PluginErrors != 0 || st.LastError != "" {
 		t.Fatalf("the fold folding after a trapping query: %+v", st)
 	}
@@ -216,7 +218,7 @@ func TestATrappingQueryLeavesTheFoldAlone(t *testing.T) {
 
 	// Hot reload to the router: its queries at once, no batch folded.
 	cur := f.Status().Cursor
-	copyFile(t, builtPlugin(t, "example-router", "router-c"), plugin)
+	copyFile(t, hosttest.BuiltPlugin(t, "example-router", "router-c"), plugin)
 	if err := f.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -234,24 +236,24 @@ func TestATrappingQueryLeavesTheFoldAlone(t *testing.T) {
 // the old schema's views, and is refused (503, saying why) until the
 // rebuilt views are switched in.
 func TestQueriesWaitForTheirViewSchema(t *testing.T) {
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	dir := t.TempDir()
 	pluginFile := filepath.Join(dir, "plugin.wasm")
-	copyFile(t, builtPlugin(t, "testdata", "keyview2"), pluginFile)
+	copyFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview2"), pluginFile)
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "q", Bucket: "routes", Plugin: pluginFile, DataDir: filepath.Join(dir, "q")}}}
-	r := startHost(t, o)
-	rev := put(t, b, "k", "v")
-	waitCursor(t, r.h.Fold("q"), rev)
-	if err := r.stop(t); err != nil {
+	r := hosttest.StartHost(t, o)
+	rev := hosttest.Put(t, b, "k", "v")
+	hosttest.WaitCursor(t, r.H.Fold("q"), rev)
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 
-	copyFile(t, builtPlugin(t, "testdata", "query"), pluginFile) // view schema 1
-	replayed, unblock := holdRebuilds(t)
-	r = startHost(t, o)
-	f := r.h.Fold("q")
-	web := loopbackAPI(t, r.h.Handler())
+	copyFile(t, hosttest.BuiltPlugin(t, "testdata", "query"), pluginFile) // view schema 1
+	replayed, unblock := hosttest.HoldRebuilds(t)
+	r = hosttest.StartHost(t, o)
+	f := r.H.Fold("q")
+	web := hosttest.LoopbackAPI(t, r.H.Handler())
 	defer web.Close()
 	select {
 	case <-replayed:
@@ -262,7 +264,7 @@ func TestQueriesWaitForTheirViewSchema(t *testing.T) {
 		t.Fatalf("a query over the old schema's views: %+v", got)
 	}
 	unblock()
-	waitState(t, f, httpapi.StateFollowing)
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
 	if got := doQuery(t, "GET", web.URL+"/v1/folds/q/query/get?input=k", ""); got.code != 200 || got.body != "v" {
 		t.Fatalf("a query over the rebuilt views: %+v", got)
 	}

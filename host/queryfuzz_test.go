@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/foldhost/foldhost/host/httpapi"
 )
 
@@ -47,13 +49,13 @@ var queryStatuses = map[int]bool{200: true, 400: true, 404: true, 405: true, 413
 // failure).
 func FuzzQueryRequests(f *testing.F) {
 	r, b, _ := queryHost(f)
-	put(f, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80","weight":3},{"addr":"10.0.0.2:80"}]}`)
-	rev := put(f, b, "route.b", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
+	hosttest.Put(f, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80","weight":3},{"addr":"10.0.0.2:80"}]}`)
+	rev := hosttest.Put(f, b, "route.b", `{"upstreams":[{"addr":"10.0.0.2:80"}]}`)
 	folds := []string{"routes", "q", "raw"}
 	for _, name := range folds {
-		waitCursor(f, r.h.Fold(name), rev)
+		hosttest.WaitCursor(f, r.H.Fold(name), rev)
 	}
-	h := r.h.Handler()
+	h := r.H.Handler()
 	for _, s := range []struct {
 		method, fold, query, params string
 		body                        []byte
@@ -123,7 +125,7 @@ func FuzzQueryRequests(f *testing.F) {
 			t.Fatalf("%s = 200: the trap answered", what())
 		}
 		for _, name := range folds {
-			if st := r.h.Fold(name).Status(); st.State != httpapi.StateFollowing {
+			if st := r.H.Fold(name).Status(); st.State != httpapi.StateFollowing {
 				t.Fatalf("%s: fold %s is %s: %s", what(), name, st.State, st.LastError)
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/foldhost/foldhost/internal/hosttest"
 )
 
 // readmeCommand is one command of a README.md example block, with the
@@ -59,7 +61,7 @@ func shellWords(t testing.TB, line string) []string {
 // that runs a query (a curl of …/query/, a nats req of ….query.).
 func readmeQueryExamples(t testing.TB) []readmeCommand {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testDir, "..", "README.md"))
+	b, err := os.ReadFile(filepath.Join(hosttest.RepoRoot, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,21 +121,21 @@ func readmeQueryExamples(t testing.TB) []readmeCommand {
 func TestREADMEQueryExamples(t *testing.T) {
 	cmds := readmeQueryExamples(t)
 	r, b, url := queryHost(t)
-	f := r.h.Fold("routes")
-	web := loopbackAPI(t, r.h.Handler())
+	f := r.H.Fold("routes")
+	web := hosttest.LoopbackAPI(t, r.H.Handler())
 	defer web.Close()
-	c := nc(t, url)
+	c := hosttest.Conn(t, url)
 	var rev uint64
 	runs := map[string]int{}
 	for _, cmd := range cmds {
 		if isRoutePut(cmd.args) {
-			rev = put(t, b, cmd.args[len(cmd.args)-2], cmd.args[len(cmd.args)-1])
+			rev = hosttest.Put(t, b, cmd.args[len(cmd.args)-2], cmd.args[len(cmd.args)-1])
 		}
 	}
 	if rev == 0 {
 		t.Fatal("README's query examples write no route")
 	}
-	waitCursor(t, f, rev)
+	hosttest.WaitCursor(t, f, rev)
 	for _, cmd := range cmds {
 		where := fmt.Sprintf("README.md:%d (%s): %s", cmd.line, cmd.section, strings.Join(cmd.args, " "))
 		var got queryReply

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
@@ -27,22 +29,22 @@ import (
 // Paging and the ndjson stream take it too. Mutation caught: a read that
 // ignores min_revision (it answers while the loop is held: a 404).
 func TestReadYourWrites(t *testing.T) {
-	url, b := natsServer(t)
-	r := startHost(t, host.Options{
+	url, b := hosttest.NATSServer(t)
+	r := hosttest.StartHost(t, host.Options{
 		NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", DataDir: filepath.Join(t.TempDir(), "routes")}},
 	})
-	f := r.h.Fold("routes")
-	waitState(t, f, httpapi.StateFollowing)
-	web := httptest.NewServer(r.h.Handler())
+	f := r.H.Fold("routes")
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
+	web := httptest.NewServer(r.H.Handler())
 	defer web.Close()
-	waitCursor(t, f, put(t, b, "k.old", "1"))
+	hosttest.WaitCursor(t, f, hosttest.Put(t, b, "k.old", "1"))
 
 	release := holdLoop(t, f)
-	rev := put(t, b, "k.new", "2")
+	rev := hosttest.Put(t, b, "k.new", "2")
 
 	// Without min_revision: at once, from the cursor before the put.
-	if code, body := httpGet(t, web.URL+"/v1/folds/routes/raw/k.new"); code != http.StatusNotFound {
+	if code, body := hosttest.HTTPGet(t, web.URL+"/v1/folds/routes/raw/k.new"); code != http.StatusNotFound {
 		t.Fatalf("plain read while held: %d %s", code, body)
 	}
 	// A short wait: 504 with the cursor reached.
@@ -105,11 +107,11 @@ func TestReadYourWrites(t *testing.T) {
 	if len(got) != len(paths) {
 		t.Fatalf("answers for %q", got)
 	}
-	if code, body := httpGet(t, fmt.Sprintf("%s/v1/folds/routes/raw/k.new?min_revision=%d", web.URL, rev)); code != http.StatusOK {
+	if code, body := hosttest.HTTPGet(t, fmt.Sprintf("%s/v1/folds/routes/raw/k.new?min_revision=%d", web.URL, rev)); code != http.StatusOK {
 		t.Fatalf("after the release: %d %s", code, body)
 	}
 	for _, bad := range []string{"?min_revision=0", "?min_revision=x", "?wait=1s", "?min_revision=1&wait=2h", "?min_revision=1&wait=-1s"} {
-		if code, body := httpGet(t, web.URL+"/v1/folds/routes/raw/k.new"+bad); code != http.StatusBadRequest {
+		if code, body := hosttest.HTTPGet(t, web.URL+"/v1/folds/routes/raw/k.new"+bad); code != http.StatusBadRequest {
 			t.Errorf("%s: %d %s, want 400", bad, code, body)
 		}
 	}
@@ -120,15 +122,15 @@ func TestReadYourWrites(t *testing.T) {
 // its revision; reports the put-to-answer latency's p50 and p99 (ms).
 // Run: go test ./host -run '^$' -bench ReadYourWrites -benchtime 2000x
 func BenchmarkReadYourWrites(b *testing.B) {
-	url, bk := natsServer(b)
-	r := startHost(b, host.Options{
+	url, bk := hosttest.NATSServer(b)
+	r := hosttest.StartHost(b, host.Options{
 		NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", DataDir: filepath.Join(b.TempDir(), "routes")}},
 	})
-	waitState(b, r.h.Fold("routes"), httpapi.StateFollowing)
-	web := httptest.NewServer(r.h.Handler())
+	hosttest.WaitState(b, r.H.Fold("routes"), httpapi.StateFollowing)
+	web := httptest.NewServer(r.H.Handler())
 	defer web.Close()
-	js, err := jetstream.New(nc(b, url))
+	js, err := jetstream.New(hosttest.Conn(b, url))
 	if err != nil {
 		b.Fatal(err)
 	}

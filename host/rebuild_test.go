@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
@@ -90,25 +92,25 @@ func TestViewRebuildOnReload(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	dir := t.TempDir()
 	pluginFile := filepath.Join(dir, "plugin.wasm")
-	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview1")))
+	hosttest.PlaceFile(t, pluginFile, hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview1")))
 	// The rebuild waits after its replay until the live fold folded
 	// writes and deletes the snapshot did not have: the catch-up always
 	// has work, however fast the replay (the writer below adds more, at
 	// random moments).
-	replayed, unblock := holdRebuilds(t)
-	r := startHost(t, host.Options{
+	replayed, unblock := hosttest.HoldRebuilds(t)
+	r := hosttest.StartHost(t, host.Options{
 		NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", Plugin: pluginFile, DataDir: filepath.Join(dir, "a"), BatchSize: 7}},
 	})
-	f := r.h.Fold("routes")
+	f := r.H.Fold("routes")
 	var last uint64
 	for i := range 5000 {
-		last = put(t, b, fmt.Sprintf("k%04d", i), fmt.Sprint(i))
+		last = hosttest.Put(t, b, fmt.Sprintf("k%04d", i), fmt.Sprint(i))
 	}
-	waitCursor(t, f, last)
+	hosttest.WaitCursor(t, f, last)
 
 	// Writes and deletes go on while the rebuild runs.
 	stop := make(chan struct{})
@@ -136,7 +138,7 @@ func TestViewRebuildOnReload(t *testing.T) {
 			mu.Unlock()
 		}
 	})
-	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview2")))
+	hosttest.PlaceFile(t, pluginFile, hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview2")))
 	<-replayed
 	for i := range 50 {
 		key := fmt.Sprintf("k%04d", i*7)
@@ -146,16 +148,16 @@ func TestViewRebuildOnReload(t *testing.T) {
 			}
 			continue
 		}
-		put(t, b, key, "during")
+		hosttest.Put(t, b, key, "during")
 	}
-	held := put(t, b, "held", "h")
-	waitCursor(t, f, held) // folded by the old module, into the old views
+	held := hosttest.Put(t, b, "held", "h")
+	hosttest.WaitCursor(t, f, held) // folded by the old module, into the old views
 	if v := foldViews(t, f)["s1/held"]; v != "h" {
 		t.Fatalf("the live fold during the rebuild: view s1/held = %q", v)
 	}
 	unblock()
 	sawRunning, samples := false, 0
-	waitFor(t, func() bool {
+	hosttest.WaitFor(t, func() bool {
 		st := f.Status()
 		if st.Rebuild != nil && st.Rebuild.Running != nil {
 			sawRunning = true
@@ -176,7 +178,7 @@ func TestViewRebuildOnReload(t *testing.T) {
 	}
 	// A sentinel put after the writer stopped: once folded, so is every
 	// write and delete before it (a delete returns no revision to wait for).
-	waitCursor(t, f, put(t, b, "sentinel", "s"))
+	hosttest.WaitCursor(t, f, hosttest.Put(t, b, "sentinel", "s"))
 	if got, want := viewsAndKeyview(t, f, 2); !maps.Equal(got, want) {
 		t.Errorf("views after the rebuild: %d entries, want %d (the new plugin over the raw fold)%s", len(got), len(want), diffSample(got, want))
 	}
@@ -191,8 +193,8 @@ func TestViewRebuildOnReload(t *testing.T) {
 		t.Errorf("the fold runs %+v, want the schema 2 module", st.Plugin.PluginIdentity)
 	}
 	// And it folds on through the new module.
-	rev := put(t, b, "after", "x")
-	waitCursor(t, f, rev)
+	rev := hosttest.Put(t, b, "after", "x")
+	hosttest.WaitCursor(t, f, rev)
 	if v := foldViews(t, f)["s2/after"]; v != "x" {
 		t.Errorf("a write after the switch: view s2/after = %q", v)
 	}
@@ -202,20 +204,20 @@ func TestViewRebuildOnReload(t *testing.T) {
 // of the fold fails its rebuild: the old views and the old module stay, and
 // the fold folds on with them.
 func TestViewRebuildFailureKeepsTheOldViews(t *testing.T) {
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	dir := t.TempDir()
 	pluginFile := filepath.Join(dir, "plugin.wasm")
-	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview1")))
-	r := startHost(t, host.Options{
+	hosttest.PlaceFile(t, pluginFile, hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview1")))
+	r := hosttest.StartHost(t, host.Options{
 		NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", Plugin: pluginFile, DataDir: filepath.Join(dir, "a"), PluginRetries: wasm.NoRetries}},
 	})
-	f := r.h.Fold("routes")
-	put(t, b, "a", "1")
-	last := put(t, b, "poison", "trap2") // fine for schema 1
-	waitCursor(t, f, last)
-	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview2")))
-	waitFor(t, func() bool { st := f.Status(); return st.Rebuild != nil && st.Rebuild.Last != nil })
+	f := r.H.Fold("routes")
+	hosttest.Put(t, b, "a", "1")
+	last := hosttest.Put(t, b, "poison", "trap2") // fine for schema 1
+	hosttest.WaitCursor(t, f, last)
+	hosttest.PlaceFile(t, pluginFile, hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview2")))
+	hosttest.WaitFor(t, func() bool { st := f.Status(); return st.Rebuild != nil && st.Rebuild.Last != nil })
 	st := f.Status()
 	if l := st.Rebuild.Last; l.Outcome != "failed" || !strings.Contains(l.Error, "poison") {
 		t.Errorf("the rebuild: %+v", l)
@@ -223,8 +225,8 @@ func TestViewRebuildFailureKeepsTheOldViews(t *testing.T) {
 	if st.Plugin.ViewSchema != 1 || st.State != httpapi.StateFollowing {
 		t.Errorf("after a failed rebuild: plugin %+v, state %s", st.Plugin.PluginIdentity, st.State)
 	}
-	rev := put(t, b, "b", "2")
-	waitCursor(t, f, rev)
+	rev := hosttest.Put(t, b, "b", "2")
+	hosttest.WaitCursor(t, f, rev)
 	if got, want := viewsAndKeyview(t, f, 1); !maps.Equal(got, want) {
 		t.Errorf("views after a failed rebuild: %v, want %v", got, want)
 	}
@@ -236,25 +238,25 @@ func TestViewRebuildFailureKeepsTheOldViews(t *testing.T) {
 // with the same plugin rebuilds nothing. Mutation caught: no rebuild at
 // start (the views hold only what was written after the restart).
 func TestPluginAddedToARawOnlyFold(t *testing.T) {
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	dir := t.TempDir()
 	fo := host.FoldOptions{Name: "routes", DataDir: filepath.Join(dir, "a")}
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
-	r := startHost(t, o)
+	r := hosttest.StartHost(t, o)
 	var last uint64
 	for i := range 300 {
-		last = put(t, b, fmt.Sprintf("k%03d", i), fmt.Sprint(i))
+		last = hosttest.Put(t, b, fmt.Sprintf("k%03d", i), fmt.Sprint(i))
 	}
-	waitCursor(t, r.h.Fold("routes"), last)
-	if err := r.stop(t); err != nil {
+	hosttest.WaitCursor(t, r.H.Fold("routes"), last)
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 
-	o.Folds[0].Plugin = builtPlugin(t, "testdata", "keyview1")
-	r = startHost(t, o)
-	f := r.h.Fold("routes")
-	rev := put(t, b, "new", "n")
-	waitCursor(t, f, rev)
+	o.Folds[0].Plugin = hosttest.BuiltPlugin(t, "testdata", "keyview1")
+	r = hosttest.StartHost(t, o)
+	f := r.H.Fold("routes")
+	rev := hosttest.Put(t, b, "new", "n")
+	hosttest.WaitCursor(t, f, rev)
 	st := f.Status()
 	if st.Rebuild == nil || st.Rebuild.Last == nil || st.Rebuild.Last.Outcome != "done" || st.Rebuild.Last.Live ||
 		!strings.Contains(st.Rebuild.Last.Why, "raw-only") || st.Rebuild.Last.Replayed != 300 {
@@ -263,13 +265,13 @@ func TestPluginAddedToARawOnlyFold(t *testing.T) {
 	if got, want := viewsAndKeyview(t, f, 1); !maps.Equal(got, want) {
 		t.Errorf("views: %d entries, want %d%s", len(got), len(want), diffSample(got, want))
 	}
-	if err := r.stop(t); err != nil {
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	r = startHost(t, o)
-	f = r.h.Fold("routes")
-	rev = put(t, b, "again", "a")
-	waitCursor(t, f, rev)
+	r = hosttest.StartHost(t, o)
+	f = r.H.Fold("routes")
+	rev = hosttest.Put(t, b, "again", "a")
+	hosttest.WaitCursor(t, f, rev)
 	if st := f.Status(); st.Rebuild != nil {
 		t.Errorf("a restart with the same plugin rebuilt: %+v", st.Rebuild)
 	}
@@ -300,28 +302,28 @@ func diffSample(got, want map[string]string) string {
 // stray write) is gone afterwards. A raw-only fold has nothing to rebuild
 // (409).
 func TestRequestedRebuild(t *testing.T) {
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	dir := t.TempDir()
-	r := startHost(t, host.Options{
+	r := hosttest.StartHost(t, host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{
-			{Name: "routes", Plugin: builtPlugin(t, "testdata", "keyview1"), DataDir: filepath.Join(dir, "a")},
+			{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "testdata", "keyview1"), DataDir: filepath.Join(dir, "a")},
 			{Name: "raw", Bucket: "routes", DataDir: filepath.Join(dir, "b")},
 		},
 	})
-	f := r.h.Fold("routes")
+	f := r.H.Fold("routes")
 	var last uint64
 	for i := range 200 {
-		last = put(t, b, fmt.Sprintf("k%03d", i), fmt.Sprint(i))
+		last = hosttest.Put(t, b, fmt.Sprintf("k%03d", i), fmt.Sprint(i))
 	}
-	waitCursor(t, f, last)
-	waitFor(t, func() bool { return f.Status().Ready && r.h.Fold("raw").Status().Ready })
+	hosttest.WaitCursor(t, f, last)
+	hosttest.WaitFor(t, func() bool { return f.Status().Ready && r.H.Fold("raw").Status().Ready })
 	// A stray view entry, committed beside the fold at its cursor.
 	if err := f.Store().Commit(fold.Commit{Views: []fold.ViewMutation{{Key: []byte("stray"), Op: fold.ViewPut, Value: []byte("x")}},
 		Cursor: f.Store().Cursor()}); err != nil {
 		t.Fatal(err)
 	}
-	web := loopbackAPI(t, r.h.Handler())
+	web := hosttest.LoopbackAPI(t, r.H.Handler())
 	defer web.Close()
 	post := func(path string) int {
 		resp, err := http.Post(web.URL+path, "", nil)
@@ -337,7 +339,7 @@ func TestRequestedRebuild(t *testing.T) {
 	if code := post("/v1/folds/routes/rebuild"); code != http.StatusOK {
 		t.Fatalf("rebuild: %d", code)
 	}
-	waitFor(t, func() bool { st := f.Status(); return st.Rebuild != nil && st.Rebuild.Last != nil })
+	hosttest.WaitFor(t, func() bool { st := f.Status(); return st.Rebuild != nil && st.Rebuild.Last != nil })
 	if l := f.Status().Rebuild.Last; l.Outcome != "done" || !strings.Contains(l.Why, "operator") {
 		t.Errorf("the requested rebuild: %+v", l)
 	}
@@ -358,7 +360,7 @@ func TestRequestedRebuild(t *testing.T) {
 func TestRestartMidRebuild(t *testing.T) {
 	b, pluginFile, o := seedKeyview(t, 300)
 	// The dead rebuild's leftovers.
-	st, _, err := fold.Open(o.Folds[0].DataDir, fold.Options{Logger: quiet})
+	st, _, err := fold.Open(o.Folds[0].DataDir, fold.Options{Logger: hosttest.Quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,11 +375,11 @@ func TestRestartMidRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview2")))
-	r := startHost(t, o)
-	f := r.h.Fold("routes")
-	rev := put(t, b, "after", "a")
-	waitCursor(t, f, rev)
+	hosttest.PlaceFile(t, pluginFile, hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview2")))
+	r := hosttest.StartHost(t, o)
+	f := r.H.Fold("routes")
+	rev := hosttest.Put(t, b, "after", "a")
+	hosttest.WaitCursor(t, f, rev)
 	st2 := f.Status()
 	if l := st2.Rebuild; l == nil || l.Last == nil || l.Last.Outcome != "done" || l.Last.Live || !strings.Contains(l.Last.Why, "view schema 1") {
 		t.Fatalf("the rebuild at start: %+v", st2.Rebuild)
@@ -387,41 +389,23 @@ func TestRestartMidRebuild(t *testing.T) {
 	}
 }
 
-// holdRebuilds holds every view rebuild after its replay until unblock is
-// called (or its context ends); replayed is closed when the first one gets
-// there.
-func holdRebuilds(t *testing.T) (replayed <-chan struct{}, unblock func()) {
-	r, release := make(chan struct{}), make(chan struct{})
-	var once, released sync.Once
-	unblock = func() { released.Do(func() { close(release) }) }
-	t.Cleanup(host.SetAfterReplay(func(ctx context.Context, _ bool) {
-		once.Do(func() { close(r) })
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-	}))
-	t.Cleanup(unblock) // before the host stops (cleanups run last first)
-	return r, unblock
-}
-
 // seedKeyview folds n keys through keyview1 into a fold under dir and
 // stops; it returns the options to start it again.
 func seedKeyview(t *testing.T, n int) (*natskv.Bucket, string, host.Options) {
 	t.Helper()
-	url, b := natsServer(t)
+	url, b := hosttest.NATSServer(t)
 	dir := t.TempDir()
 	pluginFile := filepath.Join(dir, "plugin.wasm")
-	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview1")))
+	hosttest.PlaceFile(t, pluginFile, hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview1")))
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", Plugin: pluginFile, DataDir: filepath.Join(dir, "a")}}}
-	r := startHost(t, o)
+	r := hosttest.StartHost(t, o)
 	var last uint64
 	for i := range n {
-		last = put(t, b, fmt.Sprintf("k%05d", i), fmt.Sprint(i))
+		last = hosttest.Put(t, b, fmt.Sprintf("k%05d", i), fmt.Sprint(i))
 	}
-	waitCursor(t, r.h.Fold("routes"), last)
-	if err := r.stop(t); err != nil {
+	hosttest.WaitCursor(t, r.H.Fold("routes"), last)
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	return b, pluginFile, o
@@ -436,21 +420,21 @@ func seedKeyview(t *testing.T, n int) (*natskv.Bucket, string, host.Options) {
 // replaying plugin, leaving views of both schemas for good.
 func TestReloadDuringARebuildBeforeFollowing(t *testing.T) {
 	b, pluginFile, o := seedKeyview(t, 500)
-	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview2")))
-	replayed, unblock := holdRebuilds(t)
-	r := startHost(t, o)
-	f := r.h.Fold("routes")
+	hosttest.PlaceFile(t, pluginFile, hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview2")))
+	replayed, unblock := hosttest.HoldRebuilds(t)
+	r := hosttest.StartHost(t, o)
+	f := r.H.Fold("routes")
 	<-replayed
 	if st := f.Status(); st.State != httpapi.StateRebuilding {
 		t.Fatalf("state %s, want rebuilding", st.State)
 	}
-	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview1")))
+	hosttest.PlaceFile(t, pluginFile, hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview1")))
 	if err := f.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	unblock()
-	rev := put(t, b, "after", "x")
-	waitCursor(t, f, rev)
+	rev := hosttest.Put(t, b, "after", "x")
+	hosttest.WaitCursor(t, f, rev)
 	st := f.Status()
 	if st.Plugin.ViewSchema != 1 || st.Rebuild.Last.Outcome != "cancelled" {
 		t.Errorf("plugin %+v, last rebuild %+v", st.Plugin.PluginIdentity, st.Rebuild.Last)
@@ -468,22 +452,22 @@ func TestReloadDuringARebuildBeforeFollowing(t *testing.T) {
 // module only, so the revert was "nothing to swap" and schema 2 switched in.
 func TestRevertDuringALiveRebuild(t *testing.T) {
 	b, pluginFile, o := seedKeyview(t, 500)
-	replayed, _ := holdRebuilds(t)
+	replayed, _ := hosttest.HoldRebuilds(t)
 	modules := wasm.OpenModules()
-	r := startHost(t, o)
-	f := r.h.Fold("routes")
-	waitFor(t, func() bool { return f.Status().Ready })
-	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview2")))
+	r := hosttest.StartHost(t, o)
+	f := r.H.Fold("routes")
+	hosttest.WaitFor(t, func() bool { return f.Status().Ready })
+	hosttest.PlaceFile(t, pluginFile, hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview2")))
 	if err := f.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	<-replayed
-	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview1")))
+	hosttest.PlaceFile(t, pluginFile, hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview1")))
 	if err := f.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rev := put(t, b, "after", "x")
-	waitCursor(t, f, rev)
+	rev := hosttest.Put(t, b, "after", "x")
+	hosttest.WaitCursor(t, f, rev)
 	st := f.Status()
 	if st.Plugin.ViewSchema != 1 || st.Rebuild.Running != nil || st.Rebuild.Last.Outcome != "cancelled" {
 		t.Errorf("plugin %+v, rebuild %+v", st.Plugin.PluginIdentity, st.Rebuild)
@@ -493,12 +477,12 @@ func TestRevertDuringALiveRebuild(t *testing.T) {
 	}
 	// Shut down in the middle of another live rebuild (held after its
 	// replay until its context ends).
-	placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview2")))
+	hosttest.PlaceFile(t, pluginFile, hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview2")))
 	if err := f.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { st := f.Status(); return st.Rebuild.Running != nil })
-	if err := r.stop(t); err != nil {
+	hosttest.WaitFor(t, func() bool { st := f.Status(); return st.Rebuild.Running != nil })
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	if n := wasm.OpenModules(); n != modules {
@@ -515,8 +499,8 @@ func TestKilledRebuild(t *testing.T) {
 	for _, at := range []string{"mid-replay", "before-switch"} {
 		t.Run(at, func(t *testing.T) {
 			b, pluginFile, o := seedKeyview(t, 3000)
-			placeFile(t, pluginFile, readFile(t, builtPlugin(t, "testdata", "keyview2")))
-			cmd, out, stderr := startChild(t, host.KillRebuildEnv+"="+at, host.KillRebuildURL+"="+o.NATS.Conn.URL,
+			hosttest.PlaceFile(t, pluginFile, hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview2")))
+			cmd, out, stderr := hosttest.StartChild(t, host.KillRebuildEnv+"="+at, host.KillRebuildURL+"="+o.NATS.Conn.URL,
 				host.KillRebuildDir+"="+o.Folds[0].DataDir, host.KillRebuildPlugin+"="+pluginFile)
 			want := map[string]string{"mid-replay": "progress", "before-switch": "replayed"}[at]
 			seen, scanned := make(chan bool, 1), make(chan struct{})
@@ -553,7 +537,7 @@ func TestKilledRebuild(t *testing.T) {
 			}
 
 			// The store as the kill left it.
-			st, _, err := fold.Open(o.Folds[0].DataDir, fold.Options{Logger: quiet})
+			st, _, err := fold.Open(o.Folds[0].DataDir, fold.Options{Logger: hosttest.Quiet})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -585,10 +569,10 @@ func TestKilledRebuild(t *testing.T) {
 			}
 			t.Logf("the kill left the schema %d views", id.ViewSchema)
 
-			r := startHost(t, o)
-			f := r.h.Fold("routes")
-			rev := put(t, b, "after", "a")
-			waitCursor(t, f, rev)
+			r := hosttest.StartHost(t, o)
+			f := r.H.Fold("routes")
+			rev := hosttest.Put(t, b, "after", "a")
+			hosttest.WaitCursor(t, f, rev)
 			if got, want := viewsAndKeyview(t, f, 2); !maps.Equal(got, want) {
 				t.Errorf("views after the restart: %d entries, want %d%s", len(got), len(want), diffSample(got, want))
 			}

@@ -2,7 +2,6 @@ package host_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/foldhost/foldhost/internal/hosttest"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -22,42 +23,27 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
-	"github.com/foldhost/foldhost/internal/natstest"
 	"github.com/foldhost/foldhost/internal/syncbuf"
 	"github.com/foldhost/foldhost/protocol"
 )
-
-// repairServer is an embedded server with the bucket "rt" made from cfg.
-func repairServer(t *testing.T, cfg natskv.BucketConfig) (string, *natskv.Bucket) {
-	t.Helper()
-	srv, nc := natstest.Start(t)
-	cfg.Name = "rt"
-	b, err := natskv.OpenBucket(context.Background(), nc, cfg, natskv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srv.ClientURL(), b
-}
 
 // routerFold is a fold "routes" of bucket rt's route. keys through the C
 // example-router, repair auto, in a fresh data dir.
 func routerFold(t *testing.T, url string) (string, host.Options) {
 	dir := filepath.Join(t.TempDir(), "fold")
-	fo := host.FoldOptions{Name: "routes", Bucket: "rt", Scope: []string{"route."}, Plugin: builtPlugin(t, "example-router", "router-c"),
+	fo := host.FoldOptions{Name: "routes", Bucket: "rt", Scope: []string{"route."}, Plugin: hosttest.BuiltPlugin(t, "example-router", "router-c"),
 		DataDir: dir, Repair: protocol.RepairAuto}
 	return dir, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
 }
 
-func route(addr string) string { return `{"upstreams":[{"addr":"` + addr + `"}]}` }
-
 // routerViews is what example-router derives from a bucket of single-upstream
 // routes: host/<h> = "addr=1" and upstream/<addr>/<h> = "".
-func routerViews(t *testing.T, entries map[string]kvEntry) map[string]string {
+func routerViews(t *testing.T, entries map[string]hosttest.KVEntry) map[string]string {
 	t.Helper()
 	v := map[string]string{}
 	for k, e := range entries {
 		h := strings.TrimPrefix(k, "route.")
-		addr := strings.TrimSuffix(strings.TrimPrefix(e.value, `{"upstreams":[{"addr":"`), `"}]}`)
+		addr := strings.TrimSuffix(strings.TrimPrefix(e.Value, `{"upstreams":[{"addr":"`), `"}]}`)
 		v["host/"+h] = addr + "=1"
 		v["upstream/"+addr+"/"+h] = ""
 	}
@@ -76,23 +62,6 @@ func viewsOf(t *testing.T, f *host.Fold) map[string]string {
 	return v
 }
 
-// waitRepair waits until the fold's last repair ended with outcome.
-func waitRepair(t *testing.T, f *host.Fold, outcome string) httpapi.Status {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		st := f.Status()
-		if st.Repairs.Last != nil && st.Repairs.Last.Outcome == outcome && st.Repairs.Running == nil {
-			return st
-		}
-		if time.Now().After(deadline) {
-			b, _ := json.MarshalIndent(st, "", "  ")
-			t.Fatalf("fold %s: no repair ended %q within 2m; its status:\n%s", f.Name(), outcome, b)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestRepairAfterAnOutage: the everyday case the default `repair = "auto"`
 // exists for. A fold of a small, hot history-1 bucket (no max_age) is down
 // while every key is rewritten or deleted (the delete markers purged): its
@@ -104,15 +73,15 @@ func waitRepair(t *testing.T, f *host.Fold, outcome string) httpapi.Status {
 // switched off (the fold stops "failed": waitRepair times out... and the
 // first check below names it), no synthetic deletes (h1, h2 stay).
 func TestRepairAfterAnOutage(t *testing.T) {
-	url, b := repairServer(t, natskv.BucketConfig{History: 1})
+	url, b := hosttest.RepairServer(t, natskv.BucketConfig{History: 1})
 	_, o := routerFold(t, url)
-	r := startHost(t, o)
+	r := hosttest.StartHost(t, o)
 	var last uint64
 	for i := range 10 {
-		last = put(t, b, fmt.Sprintf("route.h%d", i), route(fmt.Sprintf("10.0.0.%d:80", i)))
+		last = hosttest.Put(t, b, fmt.Sprintf("route.h%d", i), hosttest.Route(fmt.Sprintf("10.0.0.%d:80", i)))
 	}
-	waitCursor(t, r.h.Fold("routes"), last)
-	if err := r.stop(t); err != nil {
+	hosttest.WaitCursor(t, r.H.Fold("routes"), last)
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 
@@ -124,29 +93,29 @@ func TestRepairAfterAnOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	put(t, b, "route.h3", route("10.9.9.9:80"))
+	hosttest.Put(t, b, "route.h3", hosttest.Route("10.9.9.9:80"))
 	for _, i := range []int{0, 4, 5, 6, 7, 8, 9} {
-		put(t, b, fmt.Sprintf("route.h%d", i), route(fmt.Sprintf("10.1.1.%d:80", i)))
+		hosttest.Put(t, b, fmt.Sprintf("route.h%d", i), hosttest.Route(fmt.Sprintf("10.1.1.%d:80", i)))
 	}
-	put(t, b, "route.h10", route("10.0.0.10:80"))
+	hosttest.Put(t, b, "route.h10", hosttest.Route("10.0.0.10:80"))
 	if err := kv.PurgeDeletes(context.Background(), jetstream.DeleteMarkersOlderThan(-1)); err != nil {
 		t.Fatal(err)
 	}
 
 	logs := &syncbuf.Buffer{}
 	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	r = startHost(t, o)
-	f := r.h.Fold("routes")
-	waitFor(t, func() bool {
+	r = hosttest.StartHost(t, o)
+	f := r.H.Fold("routes")
+	hosttest.WaitFor(t, func() bool {
 		st := f.Status()
 		if st.State == httpapi.StateFailed {
 			t.Fatalf("the fold stopped instead of repairing: %s", st.LastError)
 		}
 		return st.Repairs.Last != nil && st.Repairs.Running == nil
 	})
-	st := waitRepair(t, f, "done")
-	want := truthOf(t, kv)
-	sameEntries(t, "fold after the repair", foldOf(t, f), want)
+	st := hosttest.WaitRepair(t, f, "done")
+	want := hosttest.TruthOf(t, kv)
+	hosttest.SameEntries(t, "fold after the repair", hosttest.FoldOf(t, f), want)
 	sameStrings(t, "views after the repair", viewsOf(t, f), routerViews(t, want))
 	if l := st.Repairs.Last; l.Plan != "key-listing-diff" || l.Deleted != 2 {
 		t.Errorf("last repair %+v: want a key-listing diff with 2 synthetic deletes", l)
@@ -158,10 +127,10 @@ func TestRepairAfterAnOutage(t *testing.T) {
 		t.Errorf("no repair in the log:\n%s", logs)
 	}
 
-	live := put(t, b, "route.h11", route("10.0.0.11:80"))
-	waitCursor(t, f, live)
-	want = truthOf(t, kv)
-	sameEntries(t, "fold after a live update", foldOf(t, f), want)
+	live := hosttest.Put(t, b, "route.h11", hosttest.Route("10.0.0.11:80"))
+	hosttest.WaitCursor(t, f, live)
+	want = hosttest.TruthOf(t, kv)
+	hosttest.SameEntries(t, "fold after a live update", hosttest.FoldOf(t, f), want)
 	sameStrings(t, "views after a live update", viewsOf(t, f), routerViews(t, want))
 }
 
@@ -190,37 +159,37 @@ func sameStrings(t *testing.T, who string, got, want map[string]string) {
 // deleted); the memo not committed (the repair after max_age is turned off
 // deletes them).
 func TestRepairRefusedWhereTheListingIsNotTheTruth(t *testing.T) {
-	url, b := repairServer(t, natskv.BucketConfig{History: 1, MaxAge: time.Second})
+	url, b := hosttest.RepairServer(t, natskv.BucketConfig{History: 1, MaxAge: time.Second})
 	dir := filepath.Join(t.TempDir(), "fold")
 	fo := host.FoldOptions{Name: "ages", Bucket: "rt", DataDir: dir, Repair: protocol.RepairRelist}
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
-	r := startHost(t, o)
+	r := hosttest.StartHost(t, o)
 	var last uint64
 	for i := range 5 {
-		last = put(t, b, fmt.Sprintf("k%d", i), "old")
+		last = hosttest.Put(t, b, fmt.Sprintf("k%d", i), "old")
 	}
-	waitCursor(t, r.h.Fold("ages"), last)
-	if err := r.stop(t); err != nil {
+	hosttest.WaitCursor(t, r.H.Fold("ages"), last)
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	// k5, written after the cursor, ages out unseen (with k0..k4); k6
 	// makes the stream go on past it: the cursor expired.
-	gone := put(t, b, "k5", "gone")
-	waitFor(t, func() bool {
+	gone := hosttest.Put(t, b, "k5", "gone")
+	hosttest.WaitFor(t, func() bool {
 		ret, _, err := b.Retention(context.Background())
 		return err == nil && ret.Window.Last == protocol.Revision(gone) && ret.Window.First > protocol.Revision(gone)
 	})
 	// k6 must outlive the refused starts below (mode none lists it): an
 	// hour, which still evicts.
-	updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
-	put(t, b, "k6", "new")
+	hosttest.UpdateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
+	hosttest.Put(t, b, "k6", "new")
 
 	failed := func(mode protocol.RepairMode, naming string) {
 		t.Helper()
 		o.Folds[0].Repair = mode
-		r := startHost(t, o)
-		f := r.h.Fold("ages")
-		waitFor(t, func() bool {
+		r := hosttest.StartHost(t, o)
+		f := r.H.Fold("ages")
+		hosttest.WaitFor(t, func() bool {
 			st := f.Status()
 			if st.Repairs.Last != nil && st.Repairs.Last.Outcome == "done" {
 				t.Fatalf("mode %s: the repair ran: %+v", mode, st.Repairs.Last)
@@ -231,7 +200,7 @@ func TestRepairRefusedWhereTheListingIsNotTheTruth(t *testing.T) {
 		if !strings.Contains(st.LastError, "repair refused") || !strings.Contains(st.LastError, naming) {
 			t.Errorf("mode %s: last error %q, want a refusal naming %q", mode, st.LastError, naming)
 		}
-		if err := r.stop(t); err == nil {
+		if err := r.Stop(t); err == nil {
 			t.Errorf("mode %s: Run returned nil for a failed fold", mode)
 		}
 		if got := len(foldOfDir(t, dir)); got != 5 {
@@ -245,35 +214,35 @@ func TestRepairRefusedWhereTheListingIsNotTheTruth(t *testing.T) {
 	failed(protocol.RepairAuto, "max_age")
 
 	// max_age off: the bucket no longer evicts, but the fold saw it did.
-	updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = 0 })
+	hosttest.UpdateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = 0 })
 	failed(protocol.RepairRelist, "eviction memo")
 
 	// none: re-list what is there, delete nothing.
 	o.Folds[0].Repair = protocol.RepairNone
-	r = startHost(t, o)
-	st := waitRepair(t, r.h.Fold("ages"), "done")
+	r = hosttest.StartHost(t, o)
+	st := hosttest.WaitRepair(t, r.H.Fold("ages"), "done")
 	if l := st.Repairs.Last; l.Plan != "relist-only" || l.Kept != 5 || l.Deleted != 0 {
 		t.Errorf("mode none: last repair %+v, want relist-only keeping 5", l)
 	}
-	if err := r.stop(t); err != nil {
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if got := foldOfDir(t, dir); len(got) != 6 || got["k6"].value != "new" {
+	if got := foldOfDir(t, dir); len(got) != 6 || got["k6"].Value != "new" {
 		t.Errorf("mode none: fold %v, want k0..k4 kept and k6", got)
 	}
 }
 
 // foldOfDir reads the raw entries of the stopped store in dir.
-func foldOfDir(t *testing.T, dir string) map[string]kvEntry {
+func foldOfDir(t *testing.T, dir string) map[string]hosttest.KVEntry {
 	t.Helper()
-	st, _, err := fold.Open(dir, fold.Options{Logger: quiet})
+	st, _, err := fold.Open(dir, fold.Options{Logger: hosttest.Quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	m := map[string]kvEntry{}
+	m := map[string]hosttest.KVEntry{}
 	if err := st.RawRange("", func(k []byte, rev protocol.Revision, v []byte) error {
-		m[string(k)] = kvEntry{rev, string(v)}
+		m[string(k)] = hosttest.KVEntry{Rev: rev, Value: string(v)}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -297,17 +266,17 @@ func storeCursor(t *testing.T, dir string) protocol.Cursor {
 // caught: GapHoldsNoEviction not consulted at resume (the fold stops,
 // repair refused).
 func TestSupersessionOnlyGapResumesWithoutRepair(t *testing.T) {
-	url, b := repairServer(t, natskv.BucketConfig{History: 1, MaxAge: time.Hour})
-	put(t, b, "k0", "first")
+	url, b := hosttest.RepairServer(t, natskv.BucketConfig{History: 1, MaxAge: time.Hour})
+	hosttest.Put(t, b, "k0", "first")
 	for i := range 5 {
-		put(t, b, fmt.Sprintf("k%d", i), "v1") // k0 supersedes revision 1
+		hosttest.Put(t, b, fmt.Sprintf("k%d", i), "v1") // k0 supersedes revision 1
 	}
 	dir := filepath.Join(t.TempDir(), "fold")
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "ages", Bucket: "rt", DataDir: dir, Repair: protocol.RepairAuto}}}
-	r := startHost(t, o)
-	waitCursor(t, r.h.Fold("ages"), 6)
-	if err := r.stop(t); err != nil {
+	r := hosttest.StartHost(t, o)
+	hosttest.WaitCursor(t, r.H.Fold("ages"), 6)
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	if c := storeCursor(t, dir); !c.EvictionSeen || c.MsgUnixNano == 0 {
@@ -316,19 +285,19 @@ func TestSupersessionOnlyGapResumesWithoutRepair(t *testing.T) {
 	var last uint64
 	for _, v := range []string{"v2", "v3"} { // v3 supersedes the first revision after the cursor
 		for i := range 5 {
-			last = put(t, b, fmt.Sprintf("k%d", i), v)
+			last = hosttest.Put(t, b, fmt.Sprintf("k%d", i), v)
 		}
 	}
 	if ret, _, _ := b.Retention(context.Background()); protocol.CheckResume(6, ret.Window) != protocol.ResumeExpired {
 		t.Fatalf("setup: cursor 6 not expired against %d..%d", ret.First, ret.Last)
 	}
-	r = startHost(t, o)
-	f := r.h.Fold("ages")
-	waitCursor(t, f, last)
+	r = hosttest.StartHost(t, o)
+	f := r.H.Fold("ages")
+	hosttest.WaitCursor(t, f, last)
 	if st := f.Status(); len(st.Repairs.Counts) != 0 {
 		t.Errorf("a supersession-only gap was repaired: %+v", st.Repairs)
 	}
-	sameEntries(t, "fold", foldOf(t, f), truthOf(t, b.KV()))
+	hosttest.SameEntries(t, "fold", hosttest.FoldOf(t, f), hosttest.TruthOf(t, b.KV()))
 }
 
 // artifactStores are the two backends a restore is tested against.
@@ -377,10 +346,10 @@ func TestRestoreFromANewerArtifact(t *testing.T) {
 			// loaded the machine (with a second, a loaded run aged the six
 			// routes out before X started: "cursor 0, want 6"); the
 			// expiry below turns it down to a second for a moment.
-			url, b := repairServer(t, natskv.BucketConfig{History: 1, MaxAge: time.Hour})
+			url, b := hosttest.RepairServer(t, natskv.BucketConfig{History: 1, MaxAge: time.Hour})
 			store := newStore(t)
 			base := t.TempDir()
-			plugin := builtPlugin(t, "example-router", "router-c")
+			plugin := hosttest.BuiltPlugin(t, "example-router", "router-c")
 			opts := func(node string) host.Options {
 				return host.Options{
 					NATS:      host.NATSOptions{Conn: natskv.ConnOptions{URL: url, Name: node}},
@@ -391,12 +360,12 @@ func TestRestoreFromANewerArtifact(t *testing.T) {
 			}
 			var last uint64
 			for i := range 6 {
-				last = put(t, b, fmt.Sprintf("route.h%d", i), route(fmt.Sprintf("10.0.0.%d:80", i)))
+				last = hosttest.Put(t, b, fmt.Sprintf("route.h%d", i), hosttest.Route(fmt.Sprintf("10.0.0.%d:80", i)))
 			}
-			x, y := startHost(t, opts("x")), startHost(t, opts("y"))
-			waitCursor(t, x.h.Fold("routes"), last)
-			waitCursor(t, y.h.Fold("routes"), last)
-			if err := x.stop(t); err != nil {
+			x, y := hosttest.StartHost(t, opts("x")), hosttest.StartHost(t, opts("y"))
+			hosttest.WaitCursor(t, x.H.Fold("routes"), last)
+			hosttest.WaitCursor(t, y.H.Fold("routes"), last)
+			if err := x.Stop(t); err != nil {
 				t.Fatal(err)
 			}
 			for _, k := range []string{"route.h1", "route.h3"} {
@@ -404,19 +373,19 @@ func TestRestoreFromANewerArtifact(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			put(t, b, "route.h2", route("10.2.2.2:80"))
-			last = put(t, b, "route.h9", route("10.9.9.9:80"))
-			fy := y.h.Fold("routes")
-			waitCursor(t, fy, last)
+			hosttest.Put(t, b, "route.h2", hosttest.Route("10.2.2.2:80"))
+			last = hosttest.Put(t, b, "route.h9", hosttest.Route("10.9.9.9:80"))
+			fy := y.H.Fold("routes")
+			hosttest.WaitCursor(t, fy, last)
 			if _, err := fy.Export(context.Background(), true); err != nil {
 				t.Fatal(err)
 			}
-			want := foldOf(t, fy)
-			if err := y.stop(t); err != nil {
+			want := hosttest.FoldOf(t, fy)
+			if err := y.Stop(t); err != nil {
 				t.Fatal(err)
 			}
-			updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge, c.Duplicates = time.Second, time.Second })
-			waitFor(t, func() bool { // everything ages out: X's cursor expires
+			hosttest.UpdateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge, c.Duplicates = time.Second, time.Second })
+			hosttest.WaitFor(t, func() bool { // everything ages out: X's cursor expires
 				ret, _, err := b.Retention(context.Background())
 				return err == nil && ret.Window.First > protocol.Revision(last)
 			})
@@ -425,59 +394,59 @@ func TestRestoreFromANewerArtifact(t *testing.T) {
 			// machine (with a second, a loaded run aged out h3's new value
 			// before z started, and z's restore was rightly refused). An
 			// hour still evicts: the plan stays a restore.
-			updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
+			hosttest.UpdateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
 			// h3, deleted before the artifact's cursor, lives again after
 			// it: X holds its old value, the artifact lacks it, the bucket
 			// lists it. The restore keeps it, the resume delivers the new.
-			again := put(t, b, "route.h3", route("10.3.3.3:80"))
+			again := hosttest.Put(t, b, "route.h3", hosttest.Route("10.3.3.3:80"))
 
-			x = startHost(t, opts("x"))
-			fx := x.h.Fold("routes")
-			st := waitRepair(t, fx, "done")
+			x = hosttest.StartHost(t, opts("x"))
+			fx := x.H.Fold("routes")
+			st := hosttest.WaitRepair(t, fx, "done")
 			if l := st.Repairs.Last; l.Plan != "restore" || l.Deleted != 1 || l.Kept != 1 || l.Cursor != last {
 				t.Errorf("last repair %+v: want a restore to %d deleting 1 key (h1) and keeping 1 (h3)", l, last)
 			}
-			waitCursor(t, fx, again)
-			want["route.h3"] = kvEntry{protocol.Revision(again), route("10.3.3.3:80")}
-			sameEntries(t, "restored fold", foldOf(t, fx), want)
+			hosttest.WaitCursor(t, fx, again)
+			want["route.h3"] = hosttest.KVEntry{Rev: protocol.Revision(again), Value: hosttest.Route("10.3.3.3:80")}
+			hosttest.SameEntries(t, "restored fold", hosttest.FoldOf(t, fx), want)
 			sameStrings(t, "restored views", viewsOf(t, fx), routerViews(t, want))
 			// A new node on this evicting bucket: a state-sync would miss
 			// every aged-out value; it starts from the artifact instead.
-			z := startHost(t, opts("z"))
-			fz := z.h.Fold("routes")
-			if l := waitRepair(t, fz, "done").Repairs.Last; l.Plan != "restore" {
+			z := hosttest.StartHost(t, opts("z"))
+			fz := z.H.Fold("routes")
+			if l := hosttest.WaitRepair(t, fz, "done").Repairs.Last; l.Plan != "restore" {
 				t.Errorf("a new node's start: %+v, want a restore", l)
 			}
-			waitCursor(t, fz, again)
-			sameEntries(t, "new node", foldOf(t, fz), want)
+			hosttest.WaitCursor(t, fz, again)
+			hosttest.SameEntries(t, "new node", hosttest.FoldOf(t, fz), want)
 			sameStrings(t, "new node's views", viewsOf(t, fz), routerViews(t, want))
-			if err := z.stop(t); err != nil {
+			if err := z.Stop(t); err != nil {
 				t.Fatal(err)
 			}
 
-			live := put(t, b, "route.h10", route("10.0.0.10:80"))
-			waitCursor(t, fx, live)
-			if _, ok := foldOf(t, fx)["route.h10"]; !ok {
+			live := hosttest.Put(t, b, "route.h10", hosttest.Route("10.0.0.10:80"))
+			hosttest.WaitCursor(t, fx, live)
+			if _, ok := hosttest.FoldOf(t, fx)["route.h10"]; !ok {
 				t.Error("the restored fold does not follow")
 			}
-			if err := x.stop(t); err != nil {
+			if err := x.Stop(t); err != nil {
 				t.Fatal(err)
 			}
 
 			// X is now ahead of every artifact: the next expiry is refused.
-			updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = time.Second })
-			gone := put(t, b, "route.h11", route("10.0.0.11:80"))
-			waitFor(t, func() bool {
+			hosttest.UpdateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = time.Second })
+			gone := hosttest.Put(t, b, "route.h11", hosttest.Route("10.0.0.11:80"))
+			hosttest.WaitFor(t, func() bool {
 				ret, _, err := b.Retention(context.Background())
 				return err == nil && ret.Window.First > protocol.Revision(gone)
 			})
-			put(t, b, "route.h12", route("10.0.0.12:80"))
-			x = startHost(t, opts("x"))
-			waitState(t, x.h.Fold("routes"), httpapi.StateFailed)
-			if e := x.h.Fold("routes").Status().LastError; !strings.Contains(e, "not ahead") || !strings.Contains(e, "another node") {
+			hosttest.Put(t, b, "route.h12", hosttest.Route("10.0.0.12:80"))
+			x = hosttest.StartHost(t, opts("x"))
+			hosttest.WaitState(t, x.H.Fold("routes"), httpapi.StateFailed)
+			if e := x.H.Fold("routes").Status().LastError; !strings.Contains(e, "not ahead") || !strings.Contains(e, "another node") {
 				t.Errorf("refusal %q does not say the artifact is not ahead", e)
 			}
-			_ = x.stop(t)
+			_ = x.Stop(t)
 		})
 	}
 }
@@ -492,13 +461,13 @@ func TestRestoreFromANewerArtifact(t *testing.T) {
 // fold caught up (its cursor falls short of the head); the refold
 // committing its effects (the next start publishes 200 of them).
 func TestResetAfterARecreatedBucket(t *testing.T) {
-	url, b := repairServer(t, natskv.BucketConfig{History: 1})
+	url, b := hosttest.RepairServer(t, natskv.BucketConfig{History: 1})
 	dir, o := routerFold(t, url)
-	js, err := jetstream.New(nc(t, url))
+	js, err := jetstream.New(hosttest.Conn(t, url))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, err := js.CreateStream(context.Background(), effectsStream("EV", "route.changed"))
+	ev, err := js.CreateStream(context.Background(), hosttest.EffectsStream("EV", "route.changed"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,27 +479,27 @@ func TestResetAfterARecreatedBucket(t *testing.T) {
 		}
 		return info.State.Subjects["route.changed"]
 	}
-	r := startHost(t, o)
-	waitState(t, r.h.Fold("routes"), httpapi.StateFollowing)
+	r := hosttest.StartHost(t, o)
+	hosttest.WaitState(t, r.H.Fold("routes"), httpapi.StateFollowing)
 	var last uint64
 	for i := range 3 {
-		last = put(t, b, fmt.Sprintf("route.old%d", i), route("10.0.0.1:80"))
+		last = hosttest.Put(t, b, fmt.Sprintf("route.old%d", i), hosttest.Route("10.0.0.1:80"))
 	}
-	waitCursor(t, r.h.Fold("routes"), last)
-	waitFor(t, func() bool { return evMsgs() == 3 })
-	if err := r.stop(t); err != nil {
+	hosttest.WaitCursor(t, r.H.Fold("routes"), last)
+	hosttest.WaitFor(t, func() bool { return evMsgs() == 3 })
+	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	remakeBucket(t, url, "rt")
-	nb, err := natskv.OpenBucket(context.Background(), nc(t, url), natskv.BucketConfig{Name: "rt", History: 1}, natskv.Options{})
+	hosttest.RemakeBucket(t, url, "rt")
+	nb, err := natskv.OpenBucket(context.Background(), hosttest.Conn(t, url), natskv.BucketConfig{Name: "rt", History: 1}, natskv.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var head uint64
 	for i := range 200 { // past the old cursor
-		head = put(t, nb, fmt.Sprintf("route.new%03d", i), route(fmt.Sprintf("10.1.0.%d:80", i%250)))
+		head = hosttest.Put(t, nb, fmt.Sprintf("route.new%03d", i), hosttest.Route(fmt.Sprintf("10.1.0.%d:80", i%250)))
 	}
-	if err := startErr(t, o); !errors.Is(err, host.ErrOriginMismatch) {
+	if err := hosttest.StartErr(t, o); !errors.Is(err, host.ErrOriginMismatch) {
 		t.Fatalf("start on the recreated bucket: %v, want an origin mismatch", err)
 	}
 	res, err := host.ResetStopped(context.Background(), o, "routes", nil)
@@ -543,14 +512,14 @@ func TestResetAfterARecreatedBucket(t *testing.T) {
 	if c := storeCursor(t, dir); c.Rev < protocol.Revision(head) {
 		t.Fatalf("the swapped-in store is at cursor %v, short of the head %d", c, head)
 	}
-	r = startHost(t, o)
-	f := r.h.Fold("routes")
-	live := put(t, nb, "route.live", route("10.2.0.1:80"))
-	waitCursor(t, f, live)
-	want := truthOf(t, nb.KV())
-	sameEntries(t, "reset fold", foldOf(t, f), want)
+	r = hosttest.StartHost(t, o)
+	f := r.H.Fold("routes")
+	live := hosttest.Put(t, nb, "route.live", hosttest.Route("10.2.0.1:80"))
+	hosttest.WaitCursor(t, f, live)
+	want := hosttest.TruthOf(t, nb.KV())
+	hosttest.SameEntries(t, "reset fold", hosttest.FoldOf(t, f), want)
 	sameStrings(t, "reset views", viewsOf(t, f), routerViews(t, want))
-	waitFor(t, func() bool { return host.OutboxLen(f) == 0 && evMsgs() >= 4 })
+	hosttest.WaitFor(t, func() bool { return host.OutboxLen(f) == 0 && evMsgs() >= 4 })
 	if n := evMsgs(); n != 4 {
 		t.Fatalf("the effects stream holds %d messages, want 4 (3 before the reset, 1 live): the refold's reached it", n)
 	}
@@ -573,40 +542,40 @@ func TestRepairRefusedOnEvictingRetentions(t *testing.T) {
 		{"per-message-TTL", "per-message TTL", natskv.BucketConfig{History: 1, LimitMarkerTTL: time.Minute}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			url, b := repairServer(t, tc.cfg)
+			url, b := hosttest.RepairServer(t, tc.cfg)
 			if tc.limit {
-				updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.Discard, c.MaxMsgs = jetstream.DiscardOld, 6 })
+				hosttest.UpdateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.Discard, c.MaxMsgs = jetstream.DiscardOld, 6 })
 			}
 			dir := filepath.Join(t.TempDir(), "fold")
 			o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 				Folds: []host.FoldOptions{{Name: "ev", Bucket: "rt", DataDir: dir, Repair: protocol.RepairRelist}}}
-			r := startHost(t, o)
+			r := hosttest.StartHost(t, o)
 			var last uint64
 			for i := range 5 {
-				last = put(t, b, fmt.Sprintf("k%d", i), "old")
+				last = hosttest.Put(t, b, fmt.Sprintf("k%d", i), "old")
 			}
-			waitCursor(t, r.h.Fold("ev"), last)
-			if err := r.stop(t); err != nil {
+			hosttest.WaitCursor(t, r.H.Fold("ev"), last)
+			if err := r.Stop(t); err != nil {
 				t.Fatal(err)
 			}
 			// While the fold is down: new keys (the limit evicts k0..k4)
 			// and rewrites, until the revision after the cursor is gone.
 			for i := 5; i < 19; i++ {
-				put(t, b, fmt.Sprintf("k%d", i%12), "new")
+				hosttest.Put(t, b, fmt.Sprintf("k%d", i%12), "new")
 			}
 			if ret, _, err := b.Retention(context.Background()); err != nil || ret.Window.First <= protocol.Revision(last+1) {
 				t.Fatalf("the cursor %d did not expire: %+v %v", last, ret, err)
 			}
-			r = startHost(t, o)
-			f := r.h.Fold("ev")
-			waitFor(t, func() bool {
+			r = hosttest.StartHost(t, o)
+			f := r.H.Fold("ev")
+			hosttest.WaitFor(t, func() bool {
 				st := f.Status()
 				return st.State == httpapi.StateFailed || (st.Repairs.Last != nil && st.Repairs.Last.Outcome == "done")
 			})
 			if st := f.Status(); !strings.Contains(st.LastError, "repair refused") || !strings.Contains(st.LastError, tc.naming) {
 				t.Errorf("last error %q, want a refusal naming %q (repairs %+v)", st.LastError, tc.naming, st.Repairs.Last)
 			}
-			if err := r.stop(t); err == nil {
+			if err := r.Stop(t); err == nil {
 				t.Error("Run returned nil for a failed fold")
 			}
 			if got := len(foldOfDir(t, dir)); got != 5 {
@@ -616,24 +585,6 @@ func TestRepairRefusedOnEvictingRetentions(t *testing.T) {
 				t.Errorf("cursor %v, want %d with the eviction memo", c, last)
 			}
 		})
-	}
-}
-
-// updateStream changes the config of the stream name on the server at url.
-func updateStream(t *testing.T, url, name string, edit func(*jetstream.StreamConfig)) {
-	t.Helper()
-	js, err := jetstream.New(nc(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := js.Stream(context.Background(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	edit(&cfg)
-	if _, err := js.UpdateStream(context.Background(), cfg); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -652,7 +603,7 @@ func updateStream(t *testing.T, url, name string, edit func(*jetstream.StreamCon
 // restore skipping the artifact check (the narrower and the disjoint are
 // taken).
 func TestRestoreScope(t *testing.T) {
-	url, b := repairServer(t, natskv.BucketConfig{History: 1, MaxAge: time.Hour})
+	url, b := hosttest.RepairServer(t, natskv.BucketConfig{History: 1, MaxAge: time.Hour})
 	store, err := dirstore.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -682,7 +633,7 @@ func TestRestoreScope(t *testing.T) {
 	write := func(v string, keys ...string) uint64 {
 		var last uint64
 		for _, k := range keys {
-			last = put(t, b, k, v)
+			last = hosttest.Put(t, b, k, v)
 			revs[k] = last
 		}
 		return last
@@ -690,7 +641,7 @@ func TestRestoreScope(t *testing.T) {
 	// caughtUp waits until each fold of r reached the last revision
 	// written in its scope (a fold's cursor moves with its scope's
 	// messages only).
-	caughtUp := func(r *running, node string) {
+	caughtUp := func(r *hosttest.Running, node string) {
 		for _, name := range names {
 			var last uint64
 			for k, rev := range revs {
@@ -698,28 +649,28 @@ func TestRestoreScope(t *testing.T) {
 					last = max(last, rev)
 				}
 			}
-			waitCursor(t, r.h.Fold(name), last)
+			hosttest.WaitCursor(t, r.H.Fold(name), last)
 		}
 	}
 	// Nothing ages out while X runs (max_age an hour): its cursors get no
 	// eviction memo, which would let an age-only gap resume unrepaired.
 	write("1", "route.eu.par.a", "route.eu.lon.a", "route.us.ny.a", "route.as.tyo.a")
-	x, y := startHost(t, opts("x")), startHost(t, opts("y"))
+	x, y := hosttest.StartHost(t, opts("x")), hosttest.StartHost(t, opts("y"))
 	caughtUp(x, "x")
 	caughtUp(y, "y")
-	if err := x.stop(t); err != nil {
+	if err := x.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	before := map[string]map[string]kvEntry{}
+	before := map[string]map[string]hosttest.KVEntry{}
 	for _, name := range names {
 		before[name] = foldOfDir(t, filepath.Join(base, "x", name))
 	}
 	// While X is down, Y follows new keys and values in and out of X's
 	// scope, and then everything ages out: X's cursors expire.
-	updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge, c.Duplicates = time.Second, time.Second })
+	hosttest.UpdateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge, c.Duplicates = time.Second, time.Second })
 	last := write("2", "route.eu.par.a", "route.eu.par.b", "route.eu.lon.b", "route.us.ny.b", "route.as.tyo.b")
 	caughtUp(y, "y")
-	waitFor(t, func() bool {
+	hosttest.WaitFor(t, func() bool {
 		ret, _, err := b.Retention(context.Background())
 		return err == nil && ret.Window.First > protocol.Revision(last)
 	})
@@ -727,44 +678,44 @@ func TestRestoreScope(t *testing.T) {
 	// restore). A write in each of Y's scopes makes its artifact one a
 	// resume can start from (its cursor at or after the first retained
 	// revision).
-	updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
+	hosttest.UpdateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })
 	last = write("3", "route.eu.par.c", "route.us.ny.c", "route.as.tyo.c")
 	caughtUp(y, "y")
-	exported := map[string]map[string]kvEntry{}
+	exported := map[string]map[string]hosttest.KVEntry{}
 	for _, name := range names {
-		f := y.h.Fold(name)
+		f := y.H.Fold(name)
 		if _, err := f.Export(context.Background(), true); err != nil {
 			t.Fatal(err)
 		}
-		exported[name] = foldOf(t, f)
+		exported[name] = hosttest.FoldOf(t, f)
 	}
-	if err := y.stop(t); err != nil {
+	if err := y.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 
-	x = startHost(t, opts("x"))
+	x = hosttest.StartHost(t, opts("x"))
 	for _, name := range []string{"narrower", "disjoint"} {
-		f := x.h.Fold(name)
+		f := x.H.Fold(name)
 		var st httpapi.Status
-		waitFor(t, func() bool { st = f.Status(); return st.Repairs.Last != nil && st.Repairs.Running == nil })
+		hosttest.WaitFor(t, func() bool { st = f.Status(); return st.Repairs.Last != nil && st.Repairs.Running == nil })
 		if l := st.Repairs.Last; l.Plan != "restore" || l.Outcome != "refused" {
 			t.Errorf("%s: last repair %+v, want a refused restore", name, l)
 		} else {
-			st = waitState(t, f, httpapi.StateFailed)
+			st = hosttest.WaitState(t, f, httpapi.StateFailed)
 			want := fmt.Sprintf("its scope %q does not cover the fold's %q", theirs[name], ours)
 			if !strings.Contains(st.LastError, "repair refused") || !strings.Contains(st.LastError, want) {
 				t.Errorf("%s: last error %q, want a refusal saying %s", name, st.LastError, want)
 			}
 		}
-		sameEntries(t, name+": the fold after the refusal", foldOf(t, f), before[name])
+		hosttest.SameEntries(t, name+": the fold after the refusal", hosttest.FoldOf(t, f), before[name])
 	}
-	f := x.h.Fold("wider")
+	f := x.H.Fold("wider")
 	var st httpapi.Status
-	waitFor(t, func() bool { st = f.Status(); return st.Repairs.Last != nil && st.Repairs.Running == nil })
+	hosttest.WaitFor(t, func() bool { st = f.Status(); return st.Repairs.Last != nil && st.Repairs.Running == nil })
 	if l := st.Repairs.Last; l.Plan != "restore" || l.Outcome != "done" || l.Cursor != last {
 		t.Errorf("wider: last repair %+v, want a restore done to %d", l, last)
 	}
-	want := map[string]kvEntry{}
+	want := map[string]hosttest.KVEntry{}
 	for k, e := range exported["wider"] {
 		if strings.HasPrefix(k, "route.eu.") {
 			want[k] = e
@@ -773,8 +724,8 @@ func TestRestoreScope(t *testing.T) {
 	if len(want) != 5 || len(exported["wider"]) != 11 {
 		t.Fatalf("setup: the wider artifact holds %v", exported["wider"])
 	}
-	sameEntries(t, "wider: the restored fold (the fold's scope only)", foldOf(t, f), want)
-	if err := x.stop(t); err == nil {
+	hosttest.SameEntries(t, "wider: the restored fold (the fold's scope only)", hosttest.FoldOf(t, f), want)
+	if err := x.Stop(t); err == nil {
 		t.Error("Run returned nil with two folds refused")
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -20,7 +22,7 @@ var errKilledFake = errors.New("killed here (a test's step hook)")
 // host started (stores opened, nothing folded yet) and closed.
 func openedCursor(t *testing.T, o host.Options) protocol.Revision {
 	t.Helper()
-	o.Logger = quiet
+	o.Logger = hosttest.Quiet
 	h, err := host.New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -43,17 +45,17 @@ func openedCursor(t *testing.T, o host.Options) protocol.Revision {
 func TestResetKilledAtEveryStep(t *testing.T) {
 	for _, step := range []string{"write-marker", "move-old-aside", "move-fresh-in", "remove-marker"} {
 		t.Run(step, func(t *testing.T) {
-			url, b := repairServer(t, natskv.BucketConfig{History: 1})
+			url, b := hosttest.RepairServer(t, natskv.BucketConfig{History: 1})
 			dir := filepath.Join(t.TempDir(), "fold")
 			o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
-				Logger: quiet, Folds: []host.FoldOptions{{Name: "routes", Bucket: "rt", DataDir: dir}}} // raw: the swap is the point
-			r := startHost(t, o)
-			old := put(t, b, "route.a", route("10.0.0.1:80"))
-			waitCursor(t, r.h.Fold("routes"), old)
-			if err := r.stop(t); err != nil {
+				Logger: hosttest.Quiet, Folds: []host.FoldOptions{{Name: "routes", Bucket: "rt", DataDir: dir}}} // raw: the swap is the point
+			r := hosttest.StartHost(t, o)
+			old := hosttest.Put(t, b, "route.a", hosttest.Route("10.0.0.1:80"))
+			hosttest.WaitCursor(t, r.H.Fold("routes"), old)
+			if err := r.Stop(t); err != nil {
 				t.Fatal(err)
 			}
-			head := put(t, b, "route.b", route("10.0.0.2:80")) // the fresh store reaches it, the old one not
+			head := hosttest.Put(t, b, "route.b", hosttest.Route("10.0.0.2:80")) // the fresh store reaches it, the old one not
 
 			unset := host.SetResetStep(func(s string) error {
 				if s == step {
@@ -80,7 +82,7 @@ func TestResetKilledAtEveryStep(t *testing.T) {
 				if len(kept) != 1 {
 					t.Fatalf("the replaced store is not kept aside once: %v", kept)
 				}
-				st, cur, err := fold.Open(kept[0], fold.Options{Logger: quiet})
+				st, cur, err := fold.Open(kept[0], fold.Options{Logger: hosttest.Quiet})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -110,9 +112,9 @@ func TestResetKilledAtEveryStep(t *testing.T) {
 // cannot leave (no store at all), makes the start fail naming the marker
 // instead of opening (or making) something else.
 func TestResetMarkerOfAnotherDirIsRefused(t *testing.T) {
-	url, _ := repairServer(t, natskv.BucketConfig{History: 1})
+	url, _ := hosttest.RepairServer(t, natskv.BucketConfig{History: 1})
 	dir := filepath.Join(t.TempDir(), "fold")
-	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Logger: quiet,
+	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Logger: hosttest.Quiet,
 		Folds: []host.FoldOptions{{Name: "routes", Bucket: "rt", DataDir: dir}}}
 	marker := filepath.Join(filepath.Dir(dir), ".fold.reset-swap")
 	for _, content := range []string{
@@ -123,7 +125,7 @@ func TestResetMarkerOfAnotherDirIsRefused(t *testing.T) {
 		if err := os.WriteFile(marker, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := startErr(t, o); err == nil || !strings.Contains(err.Error(), "repair --reset") {
+		if err := hosttest.StartErr(t, o); err == nil || !strings.Contains(err.Error(), "repair --reset") {
 			t.Errorf("start with the marker %s: %v, want a refusal naming the interrupted reset", content, err)
 		}
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/hosttest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -30,23 +32,23 @@ import (
 // stops failed, not ready, saying why. A restart finds the same: the
 // cursor it committed is unsettled, and its resume check refuses.
 func TestLaggingPrefixFoldDetectsTheClamp(t *testing.T) {
-	url, b := repairServer(t, natskv.BucketConfig{History: 1})
-	updateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.Discard, c.MaxMsgs = jetstream.DiscardOld, 2000 })
+	url, b := hosttest.RepairServer(t, natskv.BucketConfig{History: 1})
+	hosttest.UpdateStream(t, url, "KV_rt", func(c *jetstream.StreamConfig) { c.Discard, c.MaxMsgs = jetstream.DiscardOld, 2000 })
 	dir := t.TempDir() + "/fold"
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", Bucket: "rt", Scope: []string{"route."}, DataDir: dir, Repair: protocol.RepairAuto}}}
-	r := startHost(t, o)
-	f := r.h.Fold("routes")
-	waitCursor(t, f, 0)
-	waitState(t, f, httpapi.StateFollowing)
-	last := put(t, b, "route.start", "1")
-	waitCursor(t, f, last)
+	r := hosttest.StartHost(t, o)
+	f := r.H.Fold("routes")
+	hosttest.WaitCursor(t, f, 0)
+	hosttest.WaitState(t, f, httpapi.StateFollowing)
+	last := hosttest.Put(t, b, "route.start", "1")
+	hosttest.WaitCursor(t, f, last)
 
 	release, err := f.StallLoop(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(nc(t, url))
+	js, err := jetstream.New(hosttest.Conn(t, url))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,12 +81,12 @@ func TestLaggingPrefixFoldDetectsTheClamp(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := r.stop(t); err == nil {
+	if err := r.Stop(t); err == nil {
 		t.Error("Run returned nil for a failed fold")
 	}
-	r = startHost(t, o)
-	f = r.h.Fold("routes")
-	waitFor(t, func() bool {
+	r = hosttest.StartHost(t, o)
+	f = r.H.Fold("routes")
+	hosttest.WaitFor(t, func() bool {
 		return f.Status().State == httpapi.StateFailed || f.Status().State == httpapi.StateFollowing
 	})
 	if st := f.Status(); st.State != httpapi.StateFailed || !strings.Contains(st.LastError, "repair refused") {
