@@ -20,21 +20,9 @@ type deadLetters struct {
 	pending atomic.Bool   // one was committed since the last prune
 }
 
-// maxDeadLetterError bounds the error text a dead letter keeps.
-const maxDeadLetterError = 4 << 10
-
-// deadLetterError is err's text as a dead letter keeps it (bounded).
-func deadLetterError(err error) string {
-	msg := err.Error()
-	if len(msg) > maxDeadLetterError {
-		msg = msg[:maxDeadLetterError] + "…"
-	}
-	return msg
-}
-
 // poison is the loop's Poison hook: the dead letter of u, logged.
 func (f *Fold) poison(u fold.Update, err error) fold.DeadLetter {
-	msg := deadLetterError(err)
+	msg := fold.DeadLetterText(err)
 	var sha string
 	if p := f.plug(); p != nil {
 		sha = p.Running().SHA256 // the module that failed, not one a reload swapped in since
@@ -183,7 +171,7 @@ func (f *Fold) replayOne(ctx context.Context, t fold.Target, d fold.DeadLetter) 
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
-		d.Error, d.At = deadLetterError(aerr), time.Now().UTC()
+		d.Error, d.At = fold.DeadLetterText(aerr), time.Now().UTC()
 		return true, t.Commit(fold.Commit{Cursor: t.Cursor(), DeadLetters: []fold.DeadLetter{d}})
 	}
 	// out.Effects are dropped: the replay folds the key's value as it is

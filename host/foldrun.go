@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/datadir"
+	"github.com/foldhost/foldhost/host/effects"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -62,7 +63,7 @@ type Fold struct {
 	onRepair func(repair.Progress)         // RepairStopped's progress, if set
 	repairer *repair.Runner                // plans and runs the repairs (Start makes it: newRepairer)
 
-	effects effectsState
+	fx *effects.Publisher // the plugin's effects: screened, held, published
 
 	loop   atomic.Pointer[fold.Loop]       // the live loop rounds run on
 	runCtx atomic.Pointer[context.Context] // the fold's context while it runs
@@ -106,6 +107,15 @@ func newFold(o FoldOptions, h *Host) (*Fold, error) {
 		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
 	}
 	f.store = st
+	f.fx = effects.New(effects.Config{Fold: o.Name, Store: st, Options: o.effects(), Refold: o.refold, Logger: f.log,
+		Hydrating: func() bool { return f.state.Load() == httpapi.StateHydrating },
+		DeadLettered: func() {
+			f.dead.stored.Store(-1) // recounted by the prune
+			f.dead.pending.Store(true)
+			f.pruneDeadLetters()
+		},
+		SetErr: f.setErr,
+	})
 	datadir.ClearStaleImportsIfIdle(o.DataDir)
 	// A repair's scratch dir is left only by a process that died
 	// mid-repair (the store's lock, now held, keeps every other out).
@@ -195,7 +205,7 @@ func (f *Fold) Status() httpapi.Status {
 		st.LastError = *p
 	}
 	st.Export = f.exportStatus()
-	st.Effects = f.effectsStatus()
+	st.Effects = f.fx.Status()
 	st.NATS = f.h.health.Status()
 	if down := st.NATS.DownFor(time.Now()); st.Ready && down > f.h.o.NATS.DisconnectGrace {
 		st.Ready = false
@@ -282,8 +292,8 @@ func (f *Fold) run(ctx context.Context) error {
 		"mode", mode, "cursor", uint64(cur.Rev), "stream_head", f.headAtStart.Load(), "data_dir", f.o.DataDir)
 	// A state-sync of a bucket with history (or one not known to have
 	// none) may join another publisher's effects: the first attempt that
-	// records the hold, or finds none needed, settles it (joinEffects).
-	join := mode == "state-sync" && f.effects.target != nil && f.effects.hold.Load() == nil && (retErr != nil || ret.Last > 0)
+	// records the hold, or finds none needed, settles it (JoinSync).
+	join := mode == "state-sync" && f.fx.Publishing() && !f.fx.Held() && (retErr != nil || ret.Last > 0)
 	start := time.Now()
 	bg, stopBG := context.WithCancel(ctx)
 	var bgWG sync.WaitGroup
@@ -296,8 +306,8 @@ func (f *Fold) run(ctx context.Context) error {
 	bgWG.Go(func() { f.pollHead(bg) })
 	bgWG.Go(func() { f.logProgress(bg, start) })
 	bgWG.Go(func() { f.exportEvery(bg) })
-	if f.effects.target != nil {
-		bgWG.Go(func() { f.publishEffects(bg) })
+	if f.fx.Publishing() {
+		bgWG.Go(func() { f.fx.Run(bg) })
 	}
 
 	applier, feed := f.applier(), f.feed()
@@ -308,7 +318,7 @@ func (f *Fold) run(ctx context.Context) error {
 			}
 		}
 		if join {
-			if err := f.joinEffects(ctx); err != nil {
+			if err := f.fx.JoinSync(ctx); err != nil {
 				return f.store.Cursor(), err
 			}
 			join = false
@@ -394,8 +404,8 @@ func (f *Fold) poisonHook() func(fold.Update, error) fold.DeadLetter {
 
 func (f *Fold) onApplied(a fold.Applied) {
 	f.clearErr()
-	if f.effects.pointOwed.Load() {
-		f.effectsCaughtUp(a.Cursor)
+	if f.fx.PointOwed() {
+		f.fx.CaughtUp(a.Cursor)
 	}
 	if a.DeadLettered > 0 {
 		f.dead.skipped.Add(uint64(a.DeadLettered))
@@ -420,7 +430,7 @@ func (f *Fold) onApplied(a fold.Applied) {
 
 func (f *Fold) onSynced(c protocol.Cursor, start time.Time) {
 	f.clearErr()
-	f.effectsCaughtUp(c)
+	f.fx.CaughtUp(c)
 	if f.ready.Swap(true) {
 		return // a re-armed watch synced again
 	}

@@ -145,10 +145,7 @@ func (h *Host) Start(ctx context.Context) (err error) {
 		}
 		f.bucket = b
 		if f.o.EffectsStream != "" && !f.o.refold {
-			if f.effects.target, err = openEffectsTarget(ctx, h.nc, f.o, h.o.NATS.RequestTimeout); err != nil {
-				return fmt.Errorf("fold %s: %w", f.o.Name, err)
-			}
-			if err := f.loadHold(); err != nil {
+			if err := f.fx.Open(ctx, h.nc, h.o.NATS.RequestTimeout); err != nil {
 				return fmt.Errorf("fold %s: %w", f.o.Name, err)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/effects"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/pluginobj"
@@ -327,9 +328,11 @@ func (o Options) withDefaults() (Options, error) {
 		if f.EffectsMaxWait == 0 {
 			f.EffectsMaxWait = DefaultEffectsMaxWait
 		}
-		if err := validEffectsOptions(f); err != nil {
+		eo := f.effects()
+		if err := eo.Validate(f.Name); err != nil {
 			bad("fold %q: %v", f.Name, err)
 		}
+		f.EffectsFence = eo.Fence
 		switch f.OnPluginError {
 		case "":
 			f.OnPluginError = PluginErrorStop
@@ -387,4 +390,9 @@ func (o Options) fold(name string) (FoldOptions, error) {
 		}
 	}
 	return FoldOptions{}, fmt.Errorf("no fold named %q", name)
+}
+
+// effects are the fold's effects settings.
+func (o FoldOptions) effects() effects.Options {
+	return effects.Options{Stream: o.EffectsStream, Subjects: o.EffectsSubjects, Fence: o.EffectsFence, MaxWait: o.EffectsMaxWait}
 }

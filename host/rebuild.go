@@ -67,7 +67,7 @@ func (r recording) Apply(ctx context.Context, batch []fold.Update, rd fold.Reade
 	}
 	out, err := r.inner.Apply(ctx, batch, rd)
 	if err == nil {
-		if err = r.f.screenEffects(&out); err != nil {
+		if err = r.f.fx.Screen(&out); err != nil {
 			return fold.Output{}, err
 		}
 	}

@@ -519,7 +519,7 @@ func TestResetAfterARecreatedBucket(t *testing.T) {
 	want := hosttest.TruthOf(t, nb.KV())
 	hosttest.SameEntries(t, "reset fold", hosttest.FoldOf(t, f), want)
 	sameStrings(t, "reset views", viewsOf(t, f), routerViews(t, want))
-	hosttest.WaitFor(t, func() bool { return host.OutboxLen(f) == 0 && evMsgs() >= 4 })
+	hosttest.WaitFor(t, func() bool { return hosttest.OutboxLen(f) == 0 && evMsgs() >= 4 })
 	if n := evMsgs(); n != 4 {
 		t.Fatalf("the effects stream holds %d messages, want 4 (3 before the reset, 1 live): the refold's reached it", n)
 	}

@@ -47,7 +47,7 @@ func (f *Fold) newRepairer() *repair.Runner {
 		ScratchDir:     datadir.RepairDir(f.o.DataDir),
 		MaxBatch:       f.o.BatchSize,
 		Poison:         f.countedPoison(),
-		Hooks:          repair.Hooks{Begin: f.pinForRepair, Join: f.joinRepair, End: f.repairEnded, Progress: f.repairProgress},
+		Hooks:          repair.Hooks{Begin: f.pinForRepair, Join: f.fx.JoinRepair, End: f.repairEnded, Progress: f.repairProgress},
 		Logger:         f.log,
 	}
 }
@@ -111,13 +111,13 @@ func (f *Fold) repairProgress(p repair.Progress) {
 // the resume from the artifact's cursor starts), before the status says
 // it is done.
 func (f *Fold) repairEnded(plan protocol.RepairPlan, outcome string, err error, res repair.Result) {
-	f.effects.restoring.Store(false) // its net change is folded, or it ended
+	f.fx.RestoreEnded() // its net change is folded, or it ended
 	switch {
 	case outcome == "done" && plan == protocol.PlanRestore:
 		testhook.Step(context.Background(), "restore-done")
 		f.state.Store(httpapi.StateHydrating)
 	case outcome == "done":
-		f.effectsCaughtUp(f.store.Cursor()) // a listing's source is live: no OnSynced
+		f.fx.CaughtUp(f.store.Cursor()) // a listing's source is live: no OnSynced
 		f.state.Store(httpapi.StateFollowing)
 		f.ready.Store(true)
 	case outcome == "failed" && errors.Is(err, fold.ErrPlugin):

@@ -33,6 +33,19 @@ type DeadLetter struct {
 	Effect *DeadEffect `json:"effect,omitempty"`
 }
 
+// MaxDeadLetterError bounds the error text a dead letter keeps.
+const MaxDeadLetterError = 4 << 10
+
+// DeadLetterText is err's text as a dead letter keeps it: cut at
+// MaxDeadLetterError bytes.
+func DeadLetterText(err error) string {
+	msg := err.Error()
+	if len(msg) > MaxDeadLetterError {
+		msg = msg[:MaxDeadLetterError] + "…"
+	}
+	return msg
+}
+
 // OpEffect is the Op of a poison effect's dead letter.
 const OpEffect = "effect"
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/internal/syncbuf"
 	"github.com/foldhost/foldhost/internal/testhook"
@@ -223,4 +224,14 @@ func HoldRebuilds(t *testing.T) (replayed <-chan struct{}, unblock func()) {
 	})
 	t.Cleanup(unblock) // before the host stops (cleanups run last first)
 	return r, unblock
+}
+
+// OutboxLen counts the entries of f's outbox (what is committed and not
+// yet published) by reading them, not from the store's counter.
+func OutboxLen(f *host.Fold) int {
+	n := 0
+	if err := f.Store().Outbox(0, func(_ fold.OutboxEntry) error { n++; return nil }); err != nil {
+		return -1
+	}
+	return n
 }

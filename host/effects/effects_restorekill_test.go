@@ -1,4 +1,4 @@
-package host_test
+package effects_test
 
 import (
 	"bufio"
@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/foldhost/foldhost/internal/hosttest"
+	"github.com/foldhost/foldhost/internal/testhook"
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact/dirstore"
@@ -33,7 +34,7 @@ func TestEffectsARestoreKilledAfterItsLastCommitKeepsItsPoint(t *testing.T) {
 	url := srv.ClientURL()
 	b, _, s := effectsBucketAndStream(t, conn, 1)
 	var block atomic.Bool // the other replica publishes nothing
-	host.SetEffectsStep(t, func(ctx context.Context, step string) {
+	testhook.Set(t, &testhook.EffectsStep, func(ctx context.Context, step string) {
 		if step == "before-publish" && block.Load() {
 			<-ctx.Done()
 		}
@@ -44,7 +45,7 @@ func TestEffectsARestoreKilledAfterItsLastCommitKeepsItsPoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	plugin := hosttest.BuiltPlugin(t, "example-router", "router-c")
-	// The child's fold (host.KillEffectsEnv): the same options.
+	// The child's fold (killEffectsEnv): the same options.
 	opts := func(dir string) host.Options {
 		fo := host.FoldOptions{Name: "routes", Plugin: plugin, DataDir: dir, Repair: protocol.RepairRestore, EffectsStream: "EV", BatchSize: 1, Sync: true}
 		return host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo},
@@ -70,8 +71,8 @@ func TestEffectsARestoreKilledAfterItsLastCommitKeepsItsPoint(t *testing.T) {
 	artifactAt := last
 	past := set("h5", "10.0.0.5:80") // past the artifact's cursor
 
-	cmd, out, stderr := hosttest.StartChild(t, host.KillEffectsEnv+"=restore-done-1", host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+behindDir,
-		host.KillEffectsPlugin+"="+plugin, host.KillEffectsArtifacts+"="+artifacts)
+	cmd, out, stderr := hosttest.StartChild(t, killEffectsEnv+"=restore-done-1", killEffectsURL+"="+url, killEffectsDir+"="+behindDir,
+		killEffectsPlugin+"="+plugin, killEffectsArtifacts+"="+artifacts)
 	var lines []string
 	sc := bufio.NewScanner(out)
 	for sc.Scan() { // ends when the child is gone
@@ -92,14 +93,14 @@ func TestEffectsARestoreKilledAfterItsLastCommitKeepsItsPoint(t *testing.T) {
 	if want := fmt.Sprintf("until the fence covers %d/", artifactAt); !strings.Contains(st.Effects.Held, want) {
 		t.Errorf("after the kill the hold is %q, want %q (the artifact's last effect)", st.Effects.Held, want)
 	}
-	if st.Effects.DroppedJoining != 0 || host.OutboxLen(f) == 0 {
+	if st.Effects.DroppedJoining != 0 || hosttest.OutboxLen(f) == 0 {
 		t.Errorf("after the kill %d effects were dropped, outbox %d: want the write past the artifact's cursor kept",
-			st.Effects.DroppedJoining, host.OutboxLen(f))
+			st.Effects.DroppedJoining, hosttest.OutboxLen(f))
 	}
 	other = hosttest.StartHost(t, opts(otherDir))
 	set("h6", "10.0.0.6:80")
 	waitEffects(t, s, other.H.Fold("routes"), len(m.want))
-	hosttest.WaitFor(t, func() bool { return f.Status().Effects.Held == "" && host.OutboxLen(f) == 0 })
+	hosttest.WaitFor(t, func() bool { return f.Status().Effects.Held == "" && hosttest.OutboxLen(f) == 0 })
 	if d := diffEffects(streamEffects(t, s), m.want); d != "" {
 		t.Fatalf("a restore killed after its last commit: %s", d)
 	}

@@ -1,4 +1,4 @@
-package host_test
+package effects_test
 
 import (
 	"context"
@@ -167,7 +167,7 @@ func TestEffectsMaxWaitReadiness(t *testing.T) {
 		}
 		return code, body
 	}
-	drained := func() bool { return host.OutboxLen(f) == 0 && host.OutboxLen(fp) == 0 }
+	drained := func() bool { return hosttest.OutboxLen(f) == 0 && hosttest.OutboxLen(fp) == 0 }
 	hosttest.WaitCursor(t, f, hosttest.Put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`))
 	hosttest.WaitFor(t, drained)
 	if code, body := readyz(); code != http.StatusOK {
@@ -187,8 +187,8 @@ func TestEffectsMaxWaitReadiness(t *testing.T) {
 		!strings.Contains(body, "more than effects_max_wait (300ms); 1 wait; last error: ") || strings.Contains(body, "fold patient") {
 		t.Fatalf("readyz with the stream taking nothing: %d %s", code, body)
 	}
-	if st := f.Status(); st.Ready || st.Effects.MaxWaitSeconds != 0.3 || host.OutboxLen(fp) != 1 {
-		t.Fatalf("status %+v %+v (patient's outbox %d)", st, st.Effects, host.OutboxLen(fp))
+	if st := f.Status(); st.Ready || st.Effects.MaxWaitSeconds != 0.3 || hosttest.OutboxLen(fp) != 1 {
+		t.Fatalf("status %+v %+v (patient's outbox %d)", st, st.Effects, hosttest.OutboxLen(fp))
 	}
 
 	if _, err := js.UpdateStream(context.Background(), hosttest.EffectsStream("EV", "route.changed")); err != nil {

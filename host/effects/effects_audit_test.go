@@ -1,4 +1,4 @@
-package host_test
+package effects_test
 
 import (
 	"bufio"
@@ -295,7 +295,7 @@ func effectsAudit(t *testing.T, kills, replicaBatch int) {
 		if mode != "run" {
 			publicationKills++
 		}
-		cmd, out, stderr := hosttest.StartChild(t, host.KillEffectsEnv+"="+mode, host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+data, host.KillEffectsPlugin+"="+plugin)
+		cmd, out, stderr := hosttest.StartChild(t, killEffectsEnv+"="+mode, killEffectsURL+"="+url, killEffectsDir+"="+data, killEffectsPlugin+"="+plugin)
 		started, acked, scanned := make(chan struct{}), make(chan struct{}), make(chan struct{})
 		go func() { // ends when the pipe closes
 			defer close(scanned)
@@ -360,11 +360,11 @@ func effectsAudit(t *testing.T, kills, replicaBatch int) {
 	r = hosttest.StartHost(t, o)
 	f := r.H.Fold("routes")
 	hosttest.WaitCursor(t, f, last)
-	hosttest.WaitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+	hosttest.WaitFor(t, func() bool { return hosttest.OutboxLen(f) == 0 })
 	if replica != nil {
 		rf := replica.H.Fold("routes")
 		hosttest.WaitCursor(t, rf, last)
-		hosttest.WaitFor(t, func() bool { return host.OutboxLen(rf) == 0 })
+		hosttest.WaitFor(t, func() bool { return hosttest.OutboxLen(rf) == 0 })
 		t.Logf("the replica: %d batches; effects %+v", rf.Status().Counters.Batches, rf.Status().Effects)
 		if b := rf.Status().Counters.Batches; b*2 > uint64(len(want)) {
 			t.Fatalf("the replica folded %d updates in %d batches: it batched about as the killed host did, the audit proves nothing of batching", len(want), b)
@@ -449,7 +449,7 @@ func TestEffectsAcrossStreamLeaderChanges(t *testing.T) {
 	want, head := routerHistoryEffects(t, js, "routes")
 	for _, f := range folds {
 		hosttest.WaitCursor(t, f, max(last, head))
-		hosttest.WaitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+		hosttest.WaitFor(t, func() bool { return hosttest.OutboxLen(f) == 0 })
 		st := f.Status().Effects
 		t.Logf("replica: %+v", st)
 		if st.LastError != "" {
@@ -485,7 +485,7 @@ func TestEffectsSmallerBatchesForAServerThatWantsThem(t *testing.T) {
 			EffectsStream: "EV", BatchSize: 1000}}})
 	f := r.H.Fold("routes")
 	hosttest.WaitCursor(t, f, last)
-	hosttest.WaitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+	hosttest.WaitFor(t, func() bool { return hosttest.OutboxLen(f) == 0 })
 	got := streamAudit(t, ev)
 	if len(got) != 100 {
 		t.Fatalf("%d effects in the stream, want 100", len(got))

@@ -1,4 +1,4 @@
-package host_test
+package effects_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/internal/hosttest"
+	"github.com/foldhost/foldhost/internal/testhook"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -112,11 +113,11 @@ func waitEffects(t *testing.T, s jetstream.Stream, f *host.Fold, n int) []string
 		if err != nil {
 			t.Fatal(err)
 		}
-		if int(info.State.Subjects["route.changed"]) >= n && host.OutboxLen(f) == 0 {
+		if int(info.State.Subjects["route.changed"]) >= n && hosttest.OutboxLen(f) == 0 {
 			return streamEffects(t, s)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the stream holds %d effects, want %d; outbox %d; status %+v %+v %s dropped %d", info.State.Subjects["route.changed"], n, host.OutboxLen(f), f.Status().Effects, f.Status().Counters, f.Status().State, host.EffectsDroppedByStore(f))
+			t.Fatalf("the stream holds %d effects, want %d; outbox %d; status %+v %+v %s dropped %d", info.State.Subjects["route.changed"], n, hosttest.OutboxLen(f), f.Status().Effects, f.Status().Counters, f.Status().State, f.Store().EffectsDropped())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -188,7 +189,9 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 	}
 	published := len(m.want)
 	hosttest.WaitCursor(t, f, routeWorkload(t, b, m, rng, 120))
-	hosttest.WaitFor(t, func() bool { return host.OutboxLen(f) == len(m.want)-published && f.Status().Effects.LastError != "" })
+	hosttest.WaitFor(t, func() bool {
+		return hosttest.OutboxLen(f) == len(m.want)-published && f.Status().Effects.LastError != ""
+	})
 	if st := f.Status().Effects; st.Published != uint64(published) || st.Outbox != int64(len(m.want)-published) {
 		t.Fatalf("status %+v, want %d published, %d in the outbox", st, published, len(m.want)-published)
 	}
@@ -295,8 +298,8 @@ func TestEffectsOutsideTheSubjectsFailTheBatch(t *testing.T) {
 	f := r.H.Fold("routes")
 	hosttest.Put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
 	st := hosttest.WaitState(t, f, httpapi.StateFailed)
-	if !strings.Contains(st.LastError, `subject "route.changed", outside the fold's effects subjects`) || st.Cursor != 0 || host.OutboxLen(f) != 0 {
-		t.Fatalf("status %+v (outbox %d)", st, host.OutboxLen(f))
+	if !strings.Contains(st.LastError, `subject "route.changed", outside the fold's effects subjects`) || st.Cursor != 0 || hosttest.OutboxLen(f) != 0 {
+		t.Fatalf("status %+v (outbox %d)", st, hosttest.OutboxLen(f))
 	}
 }
 
@@ -325,7 +328,7 @@ func TestEffectsWithoutAStreamAreDropped(t *testing.T) {
 	if n := strings.Count(logs.String(), "no effects_stream"); n != 1 {
 		t.Fatalf("%d WARN lines about dropped effects, want 1:\n%s", n, logs.String())
 	}
-	if n := host.OutboxLen(f); n != 0 {
+	if n := hosttest.OutboxLen(f); n != 0 {
 		t.Fatalf("%d effects in the outbox of a fold without a stream", n)
 	}
 }
@@ -362,7 +365,7 @@ func TestEffectsFenceOutlastsTheDuplicateWindow(t *testing.T) {
 	b, s, fo, url := hosttest.EffectsSetup(t, window)
 	acked := make(chan struct{}, 1)
 	var once sync.Once
-	host.SetEffectsStep(t, func(ctx context.Context, step string) {
+	testhook.Set(t, &testhook.EffectsStep, func(ctx context.Context, step string) {
 		if step != "after-ack" {
 			return
 		}
@@ -385,7 +388,7 @@ func TestEffectsFenceOutlastsTheDuplicateWindow(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("no batch was acknowledged")
 	}
-	left := host.OutboxLen(f)
+	left := hosttest.OutboxLen(f)
 	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +451,7 @@ func TestEffectsTwoReplicasPublishOnce(t *testing.T) {
 				hosttest.WaitCursor(t, r.H.Fold("routes"), last)
 			}
 			got := waitEffects(t, s, rs[len(rs)-1].H.Fold("routes"), len(m.want))
-			hosttest.WaitFor(t, func() bool { return host.OutboxLen(rs[0].H.Fold("routes")) == 0 })
+			hosttest.WaitFor(t, func() bool { return hosttest.OutboxLen(rs[0].H.Fold("routes")) == 0 })
 			if d := diffEffects(streamEffects(t, s), m.want); d != "" {
 				t.Fatalf("two replicas: %s (first read %d)", d, len(got))
 			}
@@ -522,8 +525,8 @@ func TestEffectsStreamSettingsRefused(t *testing.T) {
 	})
 	f := r.H.Fold("routes")
 	hosttest.Put(t, b, "route.a", `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
-	if st := hosttest.WaitState(t, f, httpapi.StateFailed); !strings.Contains(st.LastError, `subject "route.changed", a fold's effects fence`) || host.OutboxLen(f) != 0 {
-		t.Fatalf("status %+v (outbox %d)", st, host.OutboxLen(f))
+	if st := hosttest.WaitState(t, f, httpapi.StateFailed); !strings.Contains(st.LastError, `subject "route.changed", a fold's effects fence`) || hosttest.OutboxLen(f) != 0 {
+		t.Fatalf("status %+v (outbox %d)", st, hosttest.OutboxLen(f))
 	}
 }
 
@@ -551,8 +554,8 @@ func TestEffectToAnotherFoldsFenceRefused(t *testing.T) {
 	hosttest.Put(t, b, "emit/probe.ok", "fine")
 	hosttest.WaitFor(t, func() bool { return f.Status().Effects != nil && f.Status().Effects.Published == 1 })
 	hosttest.Put(t, b, "emit/foldhost.fence.other", "forged")
-	if st := hosttest.WaitState(t, f, httpapi.StateFailed); !strings.Contains(st.LastError, `subject "foldhost.fence.other", a fold's effects fence`) || host.OutboxLen(f) != 0 {
-		t.Fatalf("status %+v (outbox %d)", st, host.OutboxLen(f))
+	if st := hosttest.WaitState(t, f, httpapi.StateFailed); !strings.Contains(st.LastError, `subject "foldhost.fence.other", a fold's effects fence`) || hosttest.OutboxLen(f) != 0 {
+		t.Fatalf("status %+v (outbox %d)", st, hosttest.OutboxLen(f))
 	}
 }
 
@@ -572,7 +575,7 @@ func TestEffectToAnotherFoldsFenceRefused(t *testing.T) {
 func TestEffectsAReplicaJoiningByStateSyncWaitsForTheFence(t *testing.T) {
 	b, s, fo, url := hosttest.EffectsSetup(t, 0)
 	var block atomic.Bool // the first fold publishes nothing
-	host.SetEffectsStep(t, func(ctx context.Context, step string) {
+	testhook.Set(t, &testhook.EffectsStep, func(ctx context.Context, step string) {
 		if step == "before-publish" && block.Load() {
 			<-ctx.Done()
 		}
@@ -600,7 +603,7 @@ func TestEffectsAReplicaJoiningByStateSyncWaitsForTheFence(t *testing.T) {
 	putRoute("h0", "10.0.0.3:80")
 	last := putRoute("h3", "10.0.0.1:80")
 	hosttest.WaitCursor(t, first.H.Fold("routes"), last)
-	if n := host.OutboxLen(first.H.Fold("routes")); n != 3 {
+	if n := hosttest.OutboxLen(first.H.Fold("routes")); n != 3 {
 		t.Fatalf("the first fold's outbox holds %d effects, want 3", n)
 	}
 	if err := first.Stop(t); err != nil {
@@ -627,7 +630,7 @@ func TestEffectsAReplicaJoiningByStateSyncWaitsForTheFence(t *testing.T) {
 	last = putRoute("h1", "10.0.0.2:80")
 	hosttest.WaitCursor(t, first.H.Fold("routes"), last)
 	waitEffects(t, s, first.H.Fold("routes"), len(m.want))
-	hosttest.WaitFor(t, func() bool { return j.Status().Effects.Held == "" && host.OutboxLen(j) == 0 })
+	hosttest.WaitFor(t, func() bool { return j.Status().Effects.Held == "" && hosttest.OutboxLen(j) == 0 })
 	if err := first.Stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -659,9 +662,9 @@ func TestEffectsAHoldThatCannotBeRecordedFailsTheStart(t *testing.T) {
 		return host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}}, Folds: []host.FoldOptions{fo}}
 	}
 	var failAtCatchUp atomic.Bool
-	host.SetEffectsStep(t, func(_ context.Context, step string) {
+	testhook.Set(t, &testhook.EffectsStep, func(_ context.Context, step string) {
 		if step == "caught-up" && failAtCatchUp.Swap(false) {
-			host.FailHoldRecords(t)
+			failHoldRecords(t)
 		}
 	})
 	first := hosttest.StartHost(t, opts(filepath.Join(t.TempDir(), "first")))
@@ -673,7 +676,7 @@ func TestEffectsAHoldThatCannotBeRecordedFailsTheStart(t *testing.T) {
 	if err := first.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	heal := host.FailHoldRecords(t)
+	heal := failHoldRecords(t)
 	joined := hosttest.StartHost(t, opts(filepath.Join(t.TempDir(), "joined")))
 	j := joined.H.Fold("routes")
 	st := hosttest.WaitState(t, j, httpapi.StateFailed)
@@ -740,7 +743,7 @@ func TestEffectsReleaseAHold(t *testing.T) {
 	hosttest.WaitCursor(t, f, last)
 	hosttest.WaitFor(t, func() bool {
 		st := f.Status()
-		return host.OutboxLen(f) == 1 && !st.Ready && strings.Contains(st.Reason, "held, joined midway")
+		return hosttest.OutboxLen(f) == 1 && !st.Ready && strings.Contains(st.Reason, "held, joined midway")
 	})
 	if err := f.ReleaseEffects(); err != nil {
 		t.Fatal(err)
@@ -769,7 +772,7 @@ func TestEffectsReleaseAHold(t *testing.T) {
 func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
 	b, s, fo, url := hosttest.EffectsSetup(t, 0)
 	var block atomic.Bool // the exporter publishes nothing
-	host.SetEffectsStep(t, func(ctx context.Context, step string) {
+	testhook.Set(t, &testhook.EffectsStep, func(ctx context.Context, step string) {
 		if step == "before-publish" && block.Load() {
 			<-ctx.Done()
 		}
@@ -816,7 +819,7 @@ func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
 	hosttest.WaitCursor(t, j, putRoute("h3", "10.0.0.1:80"))
 	hosttest.WaitFor(t, func() bool {
 		st := j.Status().Effects
-		return st.Held != "" && host.OutboxLen(j) == 1 || st.Published > 0
+		return st.Held != "" && hosttest.OutboxLen(j) == 1 || st.Published > 0
 	})
 	if st := j.Status().Effects; st.Published != 0 {
 		t.Errorf("the bootstrapped replica published %d effects before the exporter's: %+v", st.Published, st)
@@ -824,7 +827,7 @@ func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
 
 	exporter = hosttest.StartHost(t, opts(exporterDir))
 	waitEffects(t, s, exporter.H.Fold("routes"), len(m.want))
-	hosttest.WaitFor(t, func() bool { return j.Status().Effects.Held == "" && host.OutboxLen(j) == 0 })
+	hosttest.WaitFor(t, func() bool { return j.Status().Effects.Held == "" && hosttest.OutboxLen(j) == 0 })
 	if err := exporter.Stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -862,7 +865,7 @@ func TestEffectsPublishedOnceTheFoldCaughtUp(t *testing.T) {
 	b, s, fo, url := hosttest.EffectsSetup(t, 0)
 	var folding atomic.Pointer[host.Fold]
 	var early atomic.Int64 // publishes begun while the fold was hydrating
-	host.SetEffectsStep(t, func(_ context.Context, step string) {
+	testhook.Set(t, &testhook.EffectsStep, func(_ context.Context, step string) {
 		if f := folding.Load(); step == "before-publish" && f != nil && f.Status().State == httpapi.StateHydrating {
 			early.Add(1)
 		}
@@ -923,7 +926,7 @@ func foldBesideThenStop(t *testing.T, b *natskv.Bucket, s jetstream.Stream, opts
 	}
 	hosttest.WaitCursor(t, behind.H.Fold("routes"), p.last)
 	waitEffects(t, s, p.other.H.Fold("routes"), len(p.m.want))
-	hosttest.WaitFor(t, func() bool { return host.OutboxLen(behind.H.Fold("routes")) == 0 })
+	hosttest.WaitFor(t, func() bool { return hosttest.OutboxLen(behind.H.Fold("routes")) == 0 })
 	if err := behind.Stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -989,12 +992,12 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 	}
 	var block atomic.Bool // the other replica publishes nothing
 	var failAtRestoreDone atomic.Bool
-	host.SetEffectsStep(t, func(ctx context.Context, step string) {
+	testhook.Set(t, &testhook.EffectsStep, func(ctx context.Context, step string) {
 		switch {
 		case step == "before-publish" && block.Load():
 			<-ctx.Done()
 		case step == "restore-done" && failAtRestoreDone.Swap(false):
-			host.FailHoldRecords(t) // a restore's hold must need no record after its last commit
+			failHoldRecords(t) // a restore's hold must need no record after its last commit
 		}
 	})
 	store, err := dirstore.New(filepath.Join(t.TempDir(), "artifacts"))
@@ -1062,7 +1065,7 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 		hosttest.WaitFor(t, func() bool {
 			return tf.Status().Effects.Held == fmt.Sprintf("joined midway: until the fence passes revision %d", last)
 		})
-		if n := host.OutboxLen(tf); n != 0 {
+		if n := hosttest.OutboxLen(tf); n != 0 {
 			t.Fatalf("the joining node filed %d effects, want none", n)
 		}
 		if _, err := tf.Export(context.Background(), true); err != nil {
@@ -1087,7 +1090,7 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 		// further than the artifact.
 		last = set("h7", "10.0.0.7:80")
 	}
-	heal := host.FailHoldRecords(t)
+	heal := failHoldRecords(t)
 	failAtRestoreDone.Store(restore)
 	behind := hosttest.StartHost(t, opts(behindDir))
 	f := behind.H.Fold("routes")
@@ -1126,7 +1129,7 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 			// effects from there on are kept
 			t.Errorf("the restored replica's hold %q, want %q", st.Held, want)
 		}
-		if n := host.OutboxLen(f); n == 0 {
+		if n := hosttest.OutboxLen(f); n == 0 {
 			t.Errorf("the restored replica's outbox is empty: the effect of the write past the artifact's cursor was dropped")
 		}
 	}
@@ -1134,8 +1137,8 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 	// other files it too; the fence lets one through).
 	dropped := st.DroppedJoining
 	hosttest.WaitCursor(t, f, set("h6", "10.0.0.6:80"))
-	if st := f.Status().Effects; st.DroppedJoining != dropped || host.OutboxLen(f) == 0 {
-		t.Errorf("after a write past the repair: %d effects dropped (%d before), outbox %d: want the new one kept", st.DroppedJoining, dropped, host.OutboxLen(f))
+	if st := f.Status().Effects; st.DroppedJoining != dropped || hosttest.OutboxLen(f) == 0 {
+		t.Errorf("after a write past the repair: %d effects dropped (%d before), outbox %d: want the new one kept", st.DroppedJoining, dropped, hosttest.OutboxLen(f))
 	}
 	other = hosttest.StartHost(t, opts(otherDir))
 	waitEffects(t, s, other.H.Fold("routes"), len(m.want))
@@ -1145,7 +1148,7 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 	last = set("h4", "10.0.0.4:80")
 	hosttest.WaitCursor(t, other.H.Fold("routes"), last)
 	waitEffects(t, s, other.H.Fold("routes"), len(m.want))
-	hosttest.WaitFor(t, func() bool { return f.Status().Effects.Held == "" && host.OutboxLen(f) == 0 })
+	hosttest.WaitFor(t, func() bool { return f.Status().Effects.Held == "" && hosttest.OutboxLen(f) == 0 })
 	if err := other.Stop(t); err != nil {
 		t.Fatal(err)
 	}

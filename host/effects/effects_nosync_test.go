@@ -1,4 +1,4 @@
-package host_test
+package effects_test
 
 import (
 	"bufio"
@@ -58,8 +58,8 @@ func TestEffectsNoSyncKillPublishesOnce(t *testing.T) {
 
 	changes := 1
 	for round := range 2 {
-		cmd, out, stderr := hosttest.StartChild(t, host.KillEffectsEnv+"=run", host.KillEffectsURL+"="+url, host.KillEffectsDir+"="+data,
-			host.KillEffectsPlugin+"="+plugin, host.KillEffectsNoSync+"=1")
+		cmd, out, stderr := hosttest.StartChild(t, killEffectsEnv+"=run", killEffectsURL+"="+url, killEffectsDir+"="+data,
+			killEffectsPlugin+"="+plugin, killEffectsNoSync+"=1")
 		sc := bufio.NewScanner(out)
 		if !sc.Scan() || sc.Text() != "started" {
 			_ = cmd.Process.Kill()
@@ -99,7 +99,7 @@ func TestEffectsNoSyncKillPublishesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	hosttest.WaitCursor(t, f, uint64(rev.Last))
-	hosttest.WaitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+	hosttest.WaitFor(t, func() bool { return hosttest.OutboxLen(f) == 0 })
 	got := streamEffects(t, ev)
 	seen := map[string]int{}
 	for _, e := range got {
@@ -198,7 +198,7 @@ func TestEffectsFenceOfAnotherFold(t *testing.T) {
 	}
 	for _, f := range folds {
 		hosttest.WaitCursor(t, f, last)
-		hosttest.WaitFor(t, func() bool { return host.OutboxLen(f) == 0 })
+		hosttest.WaitFor(t, func() bool { return hosttest.OutboxLen(f) == 0 })
 	}
 	per := map[string]int{}
 	for _, e := range streamAuditAll(t, ev) {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package effects_test
+
+const raceEnabled = false
