@@ -111,7 +111,7 @@ func Bootstrap(ctx context.Context, o Options, name string, bo BootstrapOptions)
 			if got.Bucket == "" {
 				got.Bucket = f.Bucket // the earliest exporters did not record the bucket
 			}
-			if d := got.Mismatch(f.origin(time.Time{})); d != "" {
+			if d := got.Mismatch(f.Origin(time.Time{})); d != "" {
 				return fmt.Errorf("%w: the artifact %q is of another source than fold %s (the artifact's %s): bootstrap only from an artifact of the fold's bucket and scope",
 					ErrOriginMismatch, f.ArtifactKey, f.Name, d)
 			}
@@ -206,7 +206,7 @@ func emptyStore(dir string) (bool, error) {
 	if cur.Rev != protocol.NoRevision || cur.EvictionSeen {
 		return false, nil
 	}
-	if has, err := anyRawKey(st); has || err != nil {
+	if has, err := fold.AnyRawKey(st); has || err != nil {
 		return false, err
 	}
 	errFound := errors.New("found")

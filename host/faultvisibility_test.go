@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/internal/hosttest"
+	"github.com/foldhost/foldhost/internal/testhook"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -21,6 +22,7 @@ import (
 	"github.com/foldhost/foldhost/host/artifact/s3store"
 	"github.com/foldhost/foldhost/host/artifact/s3test"
 	"github.com/foldhost/foldhost/host/embeddednats"
+	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/wasm"
@@ -301,12 +303,21 @@ func TestEveryFaultIsVisible(t *testing.T) {
 		{
 			name: "disk full",
 			setup: func(t *testing.T) (string, func()) {
-				d := newDiskHost(t, false)
-				t.Cleanup(func() { _ = d.Stop(t) })
-				hosttest.WaitCursor(t, d.fa, hosttest.Put(t, d.a, "k1", "v1"))
-				return d.web.URL, func() {
-					d.fake.Avail.Store(64 << 10) // below the 1 MiB reserve
-					hosttest.Put(t, d.a, "k2", "v2")
+				url, b := hosttest.NATSServer(t)
+				dir := t.TempDir()
+				fake := hosttest.NewFullDiskFSFake(filepath.Join(dir, "a"))
+				testhook.Set(t, &testhook.StoreOptions, func(name string, o *fold.Options) {
+					if name == "a" {
+						o.FS, o.DiskReserve = fake, 1<<20
+					}
+				})
+				testhook.Set(t, &testhook.DiskPoll, 20*time.Millisecond)
+				r := hosttest.StartHost(t, host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+					Folds: []host.FoldOptions{{Name: "a", Bucket: "routes", DataDir: filepath.Join(dir, "a")}}})
+				hosttest.WaitCursor(t, r.H.Fold("a"), hosttest.Put(t, b, "k1", "v1"))
+				return servedAPI(t, r), func() {
+					fake.Avail.Store(64 << 10) // below the 1 MiB reserve
+					hosttest.Put(t, b, "k2", "v2")
 				}
 			},
 			watch: []watch{

@@ -14,7 +14,7 @@ import (
 
 	"github.com/foldhost/foldhost/host/artifact/round"
 	"github.com/foldhost/foldhost/host/embeddednats"
-	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/host/foldrun"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 )
@@ -37,6 +37,7 @@ type Host struct {
 	log *slog.Logger
 
 	folds   []*Fold
+	env     foldrun.Env // what the folds share, filled as Start goes
 	metrics *httpapi.Metrics
 	srv     *embeddednats.Server
 	nc      *nats.Conn
@@ -83,27 +84,30 @@ func (h *Host) Start(ctx context.Context) (err error) {
 		h.log.Debug("start phase done", "phase", name, "took", now.Sub(last).Round(time.Microsecond).String(), "since_start", now.Sub(t0).Round(time.Microsecond).String())
 		last = now
 	}
+	h.env = foldrun.Env{Logger: h.log, Health: &h.health, Artifacts: h.o.Artifacts.Store, ArtifactsWhere: h.o.Artifacts.Where,
+		Node: h.o.Admin.Node, PluginCacheDir: h.o.PluginCacheDir, RequestTimeout: h.o.NATS.RequestTimeout,
+		DisconnectGrace: h.o.NATS.DisconnectGrace, HeadPollInterval: h.o.HeadPollInterval, ProgressInterval: h.o.ProgressInterval}
 	h.folds = make([]*Fold, len(h.o.Folds))
 	for i, fo := range h.o.Folds {
-		f, err := newFold(fo, h)
+		f, err := foldrun.New(fo, &h.env)
 		if err != nil {
 			return err
 		}
 		h.folds[i] = f
-		h.closers = append(h.closers, f.closeStore)
+		h.closers = append(h.closers, f.CloseStore)
 	}
 	phase("stores opened")
 	// Plugin files load before NATS is touched (a bad module fails the
 	// start first); modules from a NATS object store once it is connected.
 	loadPlugins := func(fromObjectStore bool) error {
 		for _, f := range h.folds {
-			if f.usesObjectStore() != fromObjectStore {
+			if f.UsesObjectStore() != fromObjectStore {
 				continue
 			}
-			if err := f.loadPlugin(ctx); err != nil {
+			if err := f.LoadPlugin(ctx); err != nil {
 				return err
 			}
-			h.closers = append(h.closers, f.closePlugin)
+			h.closers = append(h.closers, f.ClosePlugin)
 		}
 		return nil
 	}
@@ -120,42 +124,21 @@ func (h *Host) Start(ctx context.Context) (err error) {
 	}
 	phase("object-store plugins loaded")
 	h.exp = h.o.exporter(h.nc)
+	h.env.Exporter = h.exp
 	if h.exp != nil {
 		h.log.Info("artifact store", "store", h.o.Artifacts.Where, "lease_bucket", h.o.Artifacts.LeaseBucket,
 			"lease_ttl", h.o.Artifacts.LeaseTTL.String(), "holder", h.o.Artifacts.Holder)
 	}
 	h.metrics = httpapi.NewMetrics()
+	h.env.Metrics = h.metrics
 	for _, f := range h.folds {
-		b, err := natskv.OpenBucket(ctx, h.nc, f.o.CreateBucket, natskv.Options{RequestTimeout: h.o.NATS.RequestTimeout, NoCreate: f.o.NoCreateBucket})
-		if errors.Is(err, natskv.ErrNoBucket) {
-			return fmt.Errorf("fold %s: %w, and create_bucket = false: create it, or correct the fold's bucket name", f.o.Name, err)
-		}
-		if err != nil {
-			return fmt.Errorf("fold %s: %w", f.o.Name, err)
-		}
-		if b.Created() {
-			c := f.o.CreateBucket
-			storage := "file"
-			if c.Memory {
-				storage = "memory"
-			}
-			f.log.Warn("the bucket did not exist: created it, empty (a misspelled bucket name? create_bucket = false refuses a missing bucket)",
-				"bucket", c.Name, "history", c.History, "max_age", c.MaxAge.String(), "max_bytes", c.MaxBytes,
-				"replicas", c.Replicas, "storage", storage, "limit_marker_ttl", c.LimitMarkerTTL.String())
-		}
-		f.bucket = b
-		if f.o.EffectsStream != "" && !f.o.refold {
-			if err := f.fx.Open(ctx, h.nc, h.o.NATS.RequestTimeout); err != nil {
-				return fmt.Errorf("fold %s: %w", f.o.Name, err)
-			}
+		if err := f.Attach(ctx, h.nc); err != nil {
+			return err
 		}
 	}
 	phase("buckets opened")
 	if err := h.settleOrigins(ctx); err != nil {
 		return err
-	}
-	for _, f := range h.folds {
-		f.repairer = f.newRepairer()
 	}
 	phase("origins checked")
 	h.metrics.Track(h.httpFolds())
@@ -176,23 +159,20 @@ func (h *Host) Start(ctx context.Context) (err error) {
 // all agree (a start refused for a mismatch writes no record).
 func (h *Host) settleOrigins(ctx context.Context) error {
 	var errs []error
-	updates := make([]originUpdate, len(h.folds))
+	updates := make([]foldrun.OriginUpdate, len(h.folds))
 	for i, f := range h.folds {
-		created, err := f.bucket.StreamCreated(ctx)
+		u, err := f.CheckOrigin(ctx)
 		if err != nil {
-			return fmt.Errorf("fold %s: %w", f.o.Name, err)
+			errs = append(errs, fmt.Errorf("fold %s: %w", f.Name(), err))
 		}
-		f.origin, updates[i], err = decideOrigin(f.store, f.o, f.o.origin(created))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("fold %s: %w", f.o.Name, err))
-		}
+		updates[i] = u
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	for _, u := range updates {
-		if err := u.apply(h.log); err != nil {
-			return fmt.Errorf("fold %s: %w", u.o.Name, err)
+	for i, u := range updates {
+		if err := u.Apply(h.log); err != nil {
+			return fmt.Errorf("fold %s: %w", h.folds[i].Name(), err)
 		}
 	}
 	return nil
@@ -225,6 +205,7 @@ func (h *Host) connect(ctx context.Context) error {
 		return err
 	}
 	h.nc = nc
+	h.env.NATS = nc
 	h.closers = append(h.closers, nc.Close)
 	h.log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted())
 	return nil
@@ -253,13 +234,13 @@ func (h *Host) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(h.folds))
 	for i, f := range h.folds {
-		wg.Go(func() { errs[i] = f.run(ctx) })
+		wg.Go(func() { errs[i] = f.Run(ctx) })
 	}
 	wg.Wait()
 	var failed []error
 	for i, err := range errs {
 		if err != nil {
-			failed = append(failed, fmt.Errorf("fold %s stopped on an error: %w", h.folds[i].o.Name, err))
+			failed = append(failed, fmt.Errorf("fold %s stopped on an error: %w", h.folds[i].Name(), err))
 		}
 	}
 	return errors.Join(failed...)
@@ -275,13 +256,16 @@ func (h *Host) Close() {
 	h.closers = nil
 }
 
+// Fold is one running fold of a Host (package foldrun runs it).
+type Fold = foldrun.Fold
+
 // Folds are the host's folds, in the order of Options.Folds (after Start).
 func (h *Host) Folds() []*Fold { return h.folds }
 
 // Fold is the fold named name, or nil.
 func (h *Host) Fold(name string) *Fold {
 	for _, f := range h.folds {
-		if f.o.Name == name {
+		if f.Name() == name {
 			return f
 		}
 	}
@@ -321,32 +305,3 @@ func (h *Host) ReloadPlugins(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
-
-// Reload validates the fold's plugin file again and swaps it in at the
-// next batch boundary if it changed (a file that fails validation is
-// refused: the error); a failed fold is retried from its cursor either way
-// (the operator fixed what stopped it, or wants to see it fail again). A
-// fold waiting for its plugin object looks for it at once.
-func (f *Fold) Reload(ctx context.Context) error {
-	if f.waitFor != nil && f.plug() == nil {
-		select {
-		case f.waitKick <- struct{}{}:
-		default:
-		}
-		return nil
-	}
-	var err error
-	if f.plug() != nil {
-		if err = f.plug().reload(ctx); err != nil {
-			err = fmt.Errorf("fold %s: %w", f.o.Name, err)
-		}
-	}
-	if err == nil {
-		f.retryIfFailed("reload requested")
-	}
-	return err
-}
-
-// Store returns a fold's store, for reads while the host runs (the status
-// API's snapshots use it too).
-func (f *Fold) Store() *fold.Store { return f.store }

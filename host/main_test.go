@@ -8,8 +8,5 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(KillRebuildEnv) != "" {
-		killRebuildChild() // a child of TestKilledRebuild
-	}
 	os.Exit(leakcheck.Run(m))
 }

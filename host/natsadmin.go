@@ -160,7 +160,7 @@ func (h *Host) serveAdmin(ctx context.Context) (func(), error) {
 				return nil, err
 			}
 			st := f.Status()
-			return map[string]any{"fold": f.o.Name, "action": action, "state": st.State, "cursor": st.Cursor}, nil
+			return map[string]any{"fold": f.Name(), "action": action, "state": st.State, "cursor": st.Cursor}, nil
 		}
 	}
 	endpoints := []endpoint{
@@ -209,8 +209,8 @@ func (h *Host) serveAdmin(ctx context.Context) (func(), error) {
 	// Queries: an endpoint per fold (its own stats), the query's name the
 	// subject's rest (a name may hold dots).
 	for _, f := range h.folds {
-		prefix := o.Subject + "." + node + ".query." + f.o.Name + "."
-		name := f.o.Name
+		prefix := o.Subject + "." + node + ".query." + f.Name() + "."
+		name := f.Name()
 		if err := g.AddEndpoint("query-"+name, micro.HandlerFunc(func(r micro.Request) { reads.serveQuery(r, name, prefix) }),
 			micro.WithEndpointSubject("query."+name+".>")); err != nil {
 			_ = svc.Stop()
@@ -242,7 +242,7 @@ func (h *Host) adminRequest(ctx context.Context, r micro.Request, action string,
 	var args []any // the audit's: the action and how the caller was admitted
 	if mutating {
 		who, trusted, why := h.callerOf(r.Headers())
-		args = []any{"action", action, "fold", f.o.Name, "via", "nats"}
+		args = []any{"action", action, "fold", f.Name(), "via", "nats"}
 		switch {
 		case trusted:
 			args = append(args, "admitted_by", "server_identity", "account", who.Account, "user", who.User, "client", who.Name)

@@ -26,7 +26,7 @@ import (
 // be called again) or the test's end.
 func holdLoop(t testing.TB, f *host.Fold) func() {
 	t.Helper()
-	release, err := f.StallLoop(context.Background())
+	release, err := hosttest.StallLoop(context.Background(), f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,7 +129,7 @@ func TestQueriesOverHTTP(t *testing.T) {
 	// Held: a put is not folded. A query answers the state before it and
 	// says so in its cursor header; one asking for the put waits, and
 	// times out.
-	release, err := f.StallLoop(context.Background())
+	release, err := hosttest.StallLoop(context.Background(), f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/foldhost/foldhost/internal/hosttest"
+	"github.com/foldhost/foldhost/internal/testhook"
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/fold"
@@ -57,14 +58,14 @@ func TestResetKilledAtEveryStep(t *testing.T) {
 			}
 			head := hosttest.Put(t, b, "route.b", hosttest.Route("10.0.0.2:80")) // the fresh store reaches it, the old one not
 
-			unset := host.SetResetStep(func(s string) error {
+			testhook.Set(t, &testhook.ResetStep, func(s string) error {
 				if s == step {
 					return errKilledFake
 				}
 				return nil
 			})
 			_, err := host.ResetStopped(context.Background(), o, "routes", nil)
-			unset()
+			testhook.ResetStep = nil
 			if !errors.Is(err, errKilledFake) {
 				t.Fatalf("the reset killed at %s returned %v", step, err)
 			}

@@ -44,7 +44,7 @@ func TestLaggingPrefixFoldDetectsTheClamp(t *testing.T) {
 	last := hosttest.Put(t, b, "route.start", "1")
 	hosttest.WaitCursor(t, f, last)
 
-	release, err := f.StallLoop(context.Background())
+	release, err := hosttest.StallLoop(context.Background(), f)
 	if err != nil {
 		t.Fatal(err)
 	}

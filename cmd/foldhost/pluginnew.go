@@ -34,12 +34,8 @@ func cmdPluginNew(c *cli, args []string) error {
 	if err := skeleton.Write(dir, files); err != nil {
 		return err
 	}
-	note := ""
-	if n := skeleton.BuildNote(lang); n != "" {
-		note = "(" + n + ")\n"
-	}
 	fmt.Fprintf(c.stdout, "wrote the %s plugin skeleton to %s (%d files). Build it there:\n  %s\n%sthen check it:\n  foldhost plugin check plugin.wasm\n",
-		lang, dir, len(files), skeleton.BuildSteps(lang), note)
+		lang, dir, len(files), skeleton.BuildSteps(lang), skeleton.BuildNote(lang))
 	return nil
 }
 

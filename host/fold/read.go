@@ -2,6 +2,7 @@ package fold
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -237,4 +238,13 @@ func (sn *Snapshot) RepairPending() (bool, error) {
 func repairPending(r pebble.Reader) (bool, error) {
 	_, ok, err := getCopy(r, metaRepairKey)
 	return ok, err
+}
+
+// AnyRawKey reports whether r's raw fold holds a key.
+func AnyRawKey(r Reader) (bool, error) {
+	errFound := errors.New("found")
+	if err := r.RawKeys("", func([]byte) error { return errFound }); !errors.Is(err, errFound) {
+		return false, err
+	}
+	return true, nil
 }

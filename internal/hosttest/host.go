@@ -3,6 +3,7 @@ package hosttest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -234,4 +235,30 @@ func OutboxLen(f *host.Fold) int {
 		return -1
 	}
 	return n
+}
+
+// StallLoop holds the fold's live loop on a request, as a stopped process
+// would hold it: its watch's channel fills, then the client's, then the
+// server's flow control stalls the consumer. It returns once the loop is
+// held; release lets it go (and waits until it went). It fails when no
+// loop runs.
+func StallLoop(ctx context.Context, f *host.Fold) (release func(), err error) {
+	l := f.LiveLoop()
+	if l == nil {
+		return nil, fmt.Errorf("fold %s: no live loop", f.Name())
+	}
+	held, rel, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- l.Do(ctx, func(context.Context, fold.Target) error {
+			close(held)
+			<-rel
+			return nil
+		})
+	}()
+	select {
+	case <-held:
+	case err := <-done:
+		return nil, fmt.Errorf("fold %s: the loop took no request: %v", f.Name(), err)
+	}
+	return func() { close(rel); <-done }, nil
 }

@@ -45,13 +45,14 @@ func Langs() []string {
 // gives it.
 func BuildCommand(lang string) string { return buildCommands[lang] }
 
-// BuildNote is what to know before lang's build, in a line (empty when
-// nothing): the toolchain the Rust build needs.
+// BuildNote is what to know before lang's build, as a line in
+// parentheses ending in a newline ("" when nothing): the toolchain the
+// Rust build needs.
 func BuildNote(lang string) string {
 	if lang == "rust" {
-		return "under rustup, run 'rustup target add wasm32-unknown-unknown' first, or call Debian's " +
+		return "(under rustup, run 'rustup target add wasm32-unknown-unknown' first, or call Debian's " +
 			"/usr/bin/rustc in place of rustc: without the wasm32 standard library rustc stops at " +
-			"\"can't find crate for `std`\""
+			"\"can't find crate for `std`\")\n"
 	}
 	return ""
 }

@@ -1,4 +1,4 @@
-package host
+package foldrun
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/repair"
 	"github.com/foldhost/foldhost/protocol"
 )
@@ -24,12 +25,11 @@ import (
 // Mutation caught: Snapshot ignoring the pin (the read sees "a" deleted).
 func TestReadsDuringARepairSeeThePreRepairState(t *testing.T) {
 	dir := t.TempDir()
-	h := &Host{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	f, err := newFold(FoldOptions{Name: "a", DataDir: filepath.Join(dir, "a")}, h)
+	f, err := New(Options{Name: "a", DataDir: filepath.Join(dir, "a")}, quietEnv())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.closeStore()
+	defer f.CloseStore()
 	a := fold.Update{Key: "a", Value: []byte("one"), Rev: 1, Op: fold.OpPut}
 	if err := f.store.Commit(fold.Commit{Raw: []fold.Update{a}, Cursor: protocol.Cursor{Rev: 1}}); err != nil {
 		t.Fatal(err)
@@ -100,12 +100,11 @@ func TestReadsDuringARepairSeeThePreRepairState(t *testing.T) {
 // carries the settled revision beside the cursor, in every kind of read;
 // once settled, no answer carries it.
 func TestAnswersSayHowFarTheyAreSettled(t *testing.T) {
-	h := &Host{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	f, err := newFold(FoldOptions{Name: "a", DataDir: filepath.Join(t.TempDir(), "a")}, h)
+	f, err := New(Options{Name: "a", DataDir: filepath.Join(t.TempDir(), "a")}, quietEnv())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.closeStore()
+	defer f.CloseStore()
 	a := fold.Update{Key: "a", Value: []byte("one"), Rev: 9, Op: fold.OpPut}
 	if err := f.store.Commit(fold.Commit{Raw: []fold.Update{a}, Cursor: protocol.Cursor{Rev: 9, Unsettled: true, Settled: 4}}); err != nil {
 		t.Fatal(err)
@@ -138,4 +137,10 @@ func TestAnswersSayHowFarTheyAreSettled(t *testing.T) {
 			t.Errorf("GET %s with a settled cursor: %s, want no settled mark", path, body)
 		}
 	}
+}
+
+// quietEnv is the Env of a fold that runs nothing: no NATS, no metrics, a
+// discarded log.
+func quietEnv() *Env {
+	return &Env{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Health: &natskv.Health{}}
 }

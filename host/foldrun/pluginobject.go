@@ -1,4 +1,4 @@
-package host
+package foldrun
 
 import (
 	"context"
@@ -43,10 +43,10 @@ func (f *Fold) objectSource() (*objectSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.h.nc == nil {
+	if f.env.NATS == nil {
 		return nil, errors.New("a plugin from a NATS object store needs the NATS connection")
 	}
-	js, err := jetstream.New(f.h.nc)
+	js, err := jetstream.New(f.env.NATS)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +79,7 @@ func (s *objectSource) fetch(ctx context.Context) (pluginobj.Module, error) {
 // info is the object's info as it is now (pluginobj.Missing: not pushed,
 // or deleted).
 func (s *objectSource) info(ctx context.Context) (*jetstream.ObjectInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.f.h.o.NATS.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.f.env.RequestTimeout)
 	defer cancel()
 	obs, err := s.js.ObjectStore(ctx, s.ref.Bucket)
 	if err != nil {
@@ -144,10 +144,10 @@ func (s *objectSource) watch(ctx context.Context, p *plugin) {
 // logged (once per distinct error) and retried at the next poll: the
 // record is for people, the fold does not depend on it.
 func (s *objectSource) publish(parent context.Context, p *plugin) {
-	ctx, cancel := context.WithTimeout(parent, s.f.h.o.NATS.RequestTimeout)
+	ctx, cancel := context.WithTimeout(parent, s.f.env.RequestTimeout)
 	defer cancel()
 	up, ws := p.Upcoming(), p.Status()
-	rec := pluginobj.Record{Fold: s.f.o.Name, Node: s.f.h.o.Admin.Node, Source: s.ref.String(),
+	rec := pluginobj.Record{Fold: s.f.o.Name, Node: s.f.env.Node, Source: s.ref.String(),
 		Module: up.SHA256, Name: up.Name, Version: up.Version, ViewSchema: up.ViewSchema}
 	if rl := ws.LastReload; rl != nil {
 		rec.LastReload = &pluginobj.Reload{At: rl.At.UTC(), Outcome: rl.Outcome, Module: rl.Module, Reason: rl.Reason}

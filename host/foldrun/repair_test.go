@@ -1,4 +1,4 @@
-package host_test
+package foldrun_test
 
 import (
 	"context"

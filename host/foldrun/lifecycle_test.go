@@ -1,4 +1,4 @@
-package host_test
+package foldrun_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/foldhost/foldhost/internal/hosttest"
 
 	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/foldrun"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 )
@@ -93,7 +94,7 @@ func TestFailedFoldLifecycle(t *testing.T) {
 	}
 
 	// Pause: the watch stops at a batch boundary, the head is still polled.
-	if err := f.Resume(); !errors.Is(err, host.ErrNothingToResume) {
+	if err := f.Resume(); !errors.Is(err, foldrun.ErrNothingToResume) {
 		t.Errorf("resume of a following fold: %v", err)
 	}
 	if err := f.Pause(); err != nil {

@@ -1,22 +1,15 @@
-package host
+package foldrun
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/foldhost/foldhost/host/artifact/round"
-	"github.com/foldhost/foldhost/host/datadir"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
-	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -46,29 +39,11 @@ func (f *Fold) settleNow(ctx context.Context, t fold.Target) error {
 	return t.Commit(fold.Commit{Cursor: protocol.Settle(c, s, 0, false)})
 }
 
-// The report of an export round (package round), under the names the
-// host's API has always given it.
-type (
-	ExportResult  = round.Report
-	ExportOutcome = round.Outcome
-)
-
-// Export round outcomes (round.Outcome).
-const (
-	ExportPublished  = round.Published
-	ExportSuperseded = round.Superseded
-	ExportSkipped    = round.Skipped
-	ExportFailed     = round.Failed
-	// SkipEmpty is the Reason of a round skipped because the fold has
-	// folded nothing yet.
-	SkipEmpty = round.SkipEmpty
-)
-
 // exportState is what a fold's rounds report.
 type exportState struct {
 	mu             sync.Mutex // serializes rounds
 	metaMu         sync.Mutex // guards the fields below
-	last           *ExportResult
+	last           *round.Report
 	lastAt         time.Time
 	lastPublished  time.Time
 	exportedCursor uint64 // the highest cursor a round published or found superseded
@@ -80,7 +55,7 @@ type exportState struct {
 // does not cut a round short (its work would be lost and its lease held);
 // a shutdown does.
 func (f *Fold) Export(_ context.Context, force bool) (any, error) {
-	if f.h.exp == nil {
+	if f.env.Exporter == nil {
 		return nil, httpapi.ErrExportNotConfigured
 	}
 	ctx := f.runCtx.Load()
@@ -96,25 +71,25 @@ func (f *Fold) Export(_ context.Context, force bool) (any, error) {
 
 // exportRound runs one round on the fold's live loop; rounds of one fold
 // never overlap.
-func (f *Fold) exportRound(ctx context.Context, force bool) (ExportResult, error) {
+func (f *Fold) exportRound(ctx context.Context, force bool) (round.Report, error) {
 	f.export.mu.Lock()
 	defer f.export.mu.Unlock()
 	loop := f.loop.Load()
 	if loop == nil {
-		return ExportResult{Fold: f.o.Name}, errors.New("the fold is not running yet")
+		return round.Report{Fold: f.o.Name}, errors.New("the fold is not running yet")
 	}
 	if st := f.state.Load(); st == httpapi.StateFailed || st == httpapi.StateStopped || st == httpapi.StateDraining {
-		return ExportResult{Fold: f.o.Name}, fmt.Errorf("the fold is %s: export it with 'foldhost export' once foldhost is stopped", st)
+		return round.Report{Fold: f.o.Name}, fmt.Errorf("the fold is %s: export it with 'foldhost export' once foldhost is stopped", st)
 	} else if st == httpapi.StatePaused {
-		return ExportResult{Fold: f.o.Name}, errors.New("the fold is paused: resume it to export (a round runs on the fold's live watch)")
+		return round.Report{Fold: f.o.Name}, errors.New("the fold is paused: resume it to export (a round runs on the fold's live watch)")
 	} else if st == httpapi.StateRepairing {
 		// The repair runs with no loop, so the round could not run on
 		// one anyway (a stopped loop refuses): say why.
-		return ExportResult{Fold: f.o.Name}, errors.New("the fold is repairing an expired cursor: no artifact of a half-repaired store; the next round after the repair exports")
+		return round.Report{Fold: f.o.Name}, errors.New("the fold is repairing an expired cursor: no artifact of a half-repaired store; the next round after the repair exports")
 	}
-	res, err := f.h.exp.Round(ctx, f.o.exportee(), f.store, loop, force, f.settleNow)
+	res, err := f.env.Exporter.Round(ctx, f.o.Exportee(), f.store, loop, force, f.settleNow)
 	if err != nil {
-		res.Outcome, res.Error = ExportFailed, err.Error()
+		res.Outcome, res.Error = round.Failed, err.Error()
 	}
 	now := time.Now().UTC()
 	x := &f.export
@@ -122,16 +97,16 @@ func (f *Fold) exportRound(ctx context.Context, force bool) (ExportResult, error
 	defer x.metaMu.Unlock()
 	x.last, x.lastAt = &res, now
 	switch res.Outcome {
-	case ExportFailed:
+	case round.Failed:
 		x.rounds.Failed++
-	case ExportPublished:
+	case round.Published:
 		x.rounds.Published++
 		x.lastPublished = now
 		x.exportedCursor = max(x.exportedCursor, res.Cursor)
-	case ExportSuperseded:
+	case round.Superseded:
 		x.rounds.Superseded++
 		x.exportedCursor = max(x.exportedCursor, res.Cursor)
-	case ExportSkipped:
+	case round.Skipped:
 		x.rounds.Skipped++
 	}
 	return res, err
@@ -148,10 +123,10 @@ func (f *Fold) lastPublishedCursor() uint64 {
 // exportStatus is the fold's export status; nil when exporting is not
 // configured.
 func (f *Fold) exportStatus() *httpapi.ExportStatus {
-	if f.h.exp == nil {
+	if f.env.Exporter == nil {
 		return nil
 	}
-	st := &httpapi.ExportStatus{Key: f.o.ArtifactKey, Store: f.h.o.Artifacts.Where, Interval: f.o.ExportInterval.String()}
+	st := &httpapi.ExportStatus{Key: f.o.ArtifactKey, Store: f.env.ArtifactsWhere, Interval: f.o.ExportInterval.String()}
 	x := &f.export
 	x.metaMu.Lock()
 	defer x.metaMu.Unlock()
@@ -171,7 +146,7 @@ func (f *Fold) exportStatus() *httpapi.ExportStatus {
 // (an artifact of a hydrating fold is behind the fleet's). Failures are
 // logged; the next tick retries.
 func (f *Fold) exportEvery(ctx context.Context) {
-	if f.h.exp == nil || f.o.ExportInterval <= 0 {
+	if f.env.Exporter == nil || f.o.ExportInterval <= 0 {
 		return
 	}
 	t := time.NewTicker(f.o.ExportInterval)
@@ -195,98 +170,11 @@ func (f *Fold) exportEvery(ctx context.Context) {
 		switch {
 		case err != nil && ctx.Err() == nil:
 			f.log.Error("export round failed; the next one retries", "key", f.o.ArtifactKey, "err", err)
-		case err == nil && res.Outcome == ExportSkipped:
+		case err == nil && res.Outcome == round.Skipped:
 			f.log.Debug("export round skipped: another node holds the lease", "key", f.o.ArtifactKey, "holder", res.LeaseHolder)
 		case err == nil:
 			f.log.Info("export round done", "key", f.o.ArtifactKey, "outcome", res.Outcome, "cursor", res.Cursor,
 				"took", (time.Duration(res.TookMS) * time.Millisecond).String())
 		}
 	}
-}
-
-// ExportStopped runs an export round of the fold named name from its
-// store while no host runs it: the store is opened (fold.ErrLocked when a
-// host holds it: ask that host, through its HTTP API), its recorded bucket
-// and scope checked against the fold's ([*OriginError]), its stale staging
-// cleared, and the round run with the fleet's lease unless force, or
-// unless NATS is embedded (the lease bucket lives in a server that runs
-// only inside a host: a single node exports without it).
-func ExportStopped(ctx context.Context, o Options, name string, force bool) (ExportResult, error) {
-	o, err := o.withDefaults()
-	if err != nil {
-		return ExportResult{}, fmt.Errorf("host: invalid options: %w", err)
-	}
-	fo, err := o.fold(name)
-	if err != nil {
-		return ExportResult{}, err
-	}
-	if o.Artifacts.Store == nil {
-		return ExportResult{}, errors.New("no artifact store is configured")
-	}
-	st, err := OpenStopped(fo.DataDir, o.Logger)
-	if err != nil {
-		return ExportResult{}, err
-	}
-	defer st.Close()
-	_, u, err := decideOrigin(st, fo, fo.origin(time.Time{}))
-	if err == nil {
-		err = u.apply(o.Logger)
-	}
-	if err != nil {
-		return ExportResult{}, err
-	}
-	if err := datadir.ResetStageDir(fo.DataDir); err != nil {
-		return ExportResult{}, err
-	}
-	var nc *nats.Conn
-	switch {
-	case force: // no lease, so no NATS
-	case o.NATS.Embedded != nil:
-		o.Logger.Info("the embedded NATS server runs only inside a running host: exporting without the fleet lease (a single node)")
-	default:
-		if nc, err = natskv.Connect(o.NATS.Conn); err != nil {
-			return ExportResult{}, fmt.Errorf("%w: %w", ErrLeaseUnavailable, err)
-		}
-		defer nc.Close()
-	}
-	return o.exporter(nc).Round(ctx, fo.exportee(), st, nil, force, nil)
-}
-
-// ErrLeaseUnavailable: the fleet's export lease cannot be reached (it
-// lives in NATS). Exporting without the lease (force) is safe.
-var ErrLeaseUnavailable = errors.New("the export lease lives in NATS, which cannot be reached")
-
-// ErrNoStore: a fold has no store yet (nothing was ever folded or
-// bootstrapped into its data dir).
-var ErrNoStore = errors.New("no fold store")
-
-// OpenStopped opens an existing fold store that no host runs, for offline
-// work (export, inspection), and clears what a killed bootstrap left beside
-// it. A directory without a store is ErrNoStore, never created.
-func OpenStopped(dir string, log *slog.Logger) (*fold.Store, error) {
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("%w at %s (no such directory)", ErrNoStore, dir)
-	}
-	if m, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*")); len(m) == 0 {
-		return nil, fmt.Errorf("%w at %s (not a pebble directory)", ErrNoStore, dir)
-	}
-	s, _, err := fold.Open(dir, fold.Options{Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	datadir.ClearStaleImportsIfIdle(dir)
-	return s, nil
-}
-
-// exportee names the fold to an export round.
-func (o FoldOptions) exportee() round.Fold {
-	return round.Fold{Name: o.Name, ArtifactKey: o.ArtifactKey, DataDir: o.DataDir}
-}
-
-// exporter is the host's exporter over nc (nil: rounds without the
-// lease); nil with no artifact store.
-func (o Options) exporter(nc *nats.Conn) *round.Exporter {
-	a := o.Artifacts
-	return round.NewExporter(round.ExporterOptions{Store: a.Store, Where: a.Where, LeaseBucket: a.LeaseBucket, LeaseTTL: a.LeaseTTL,
-		Holder: a.Holder, NC: nc, RequestTimeout: o.NATS.RequestTimeout, Logger: o.Logger})
 }

@@ -1,4 +1,4 @@
-package host
+package foldrun
 
 // ReleaseEffects ends the fold's effects hold: its publisher publishes
 // from its outbox's first entry, without waiting for another publisher's

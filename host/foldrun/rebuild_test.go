@@ -1,4 +1,4 @@
-package host_test
+package foldrun_test
 
 import (
 	"bufio"
@@ -500,8 +500,8 @@ func TestKilledRebuild(t *testing.T) {
 		t.Run(at, func(t *testing.T) {
 			b, pluginFile, o := seedKeyview(t, 3000)
 			hosttest.PlaceFile(t, pluginFile, hosttest.ReadFile(t, hosttest.BuiltPlugin(t, "testdata", "keyview2")))
-			cmd, out, stderr := hosttest.StartChild(t, host.KillRebuildEnv+"="+at, host.KillRebuildURL+"="+o.NATS.Conn.URL,
-				host.KillRebuildDir+"="+o.Folds[0].DataDir, host.KillRebuildPlugin+"="+pluginFile)
+			cmd, out, stderr := hosttest.StartChild(t, killRebuildEnv+"="+at, killRebuildURL+"="+o.NATS.Conn.URL,
+				killRebuildDir+"="+o.Folds[0].DataDir, killRebuildPlugin+"="+pluginFile)
 			want := map[string]string{"mid-replay": "progress", "before-switch": "replayed"}[at]
 			seen, scanned := make(chan bool, 1), make(chan struct{})
 			go func() { // ends when the pipe closes (the child killed, Wait)

@@ -1,4 +1,4 @@
-package host_test
+package foldrun_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/internal/hosttest"
+	"github.com/foldhost/foldhost/internal/testhook"
 
 	"github.com/nats-io/nats.go"
 
@@ -43,11 +44,12 @@ func newDiskHost(t *testing.T, sync bool) *diskHost {
 	d := &diskHost{url: srv.ClientURL(), dir: t.TempDir()}
 	d.a, d.b = openTestBucket(t, nc, "a"), openTestBucket(t, nc, "b")
 	d.fake = hosttest.NewFullDiskFSFake(filepath.Join(d.dir, "a"))
-	t.Cleanup(host.SetStoreOptions(func(name string, o *fold.Options) {
+	testhook.Set(t, &testhook.StoreOptions, func(name string, o *fold.Options) {
 		if name == "a" {
 			o.FS, o.DiskReserve = d.fake, 1<<20
 		}
-	}, 20*time.Millisecond))
+	})
+	testhook.Set(t, &testhook.DiskPoll, 20*time.Millisecond)
 	d.opts = host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: d.url}},
 		Folds: []host.FoldOptions{

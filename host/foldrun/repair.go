@@ -1,12 +1,8 @@
-package host
+package foldrun
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -41,9 +37,9 @@ func (f *Fold) newRepairer() *repair.Runner {
 			return ret, err
 		},
 		Listed:         f.bucket.Listed,
-		Artifacts:      f.h.o.Artifacts.Store,
+		Artifacts:      f.env.Artifacts,
 		ArtifactKey:    f.o.ArtifactKey,
-		ArtifactsWhere: f.h.o.Artifacts.Where,
+		ArtifactsWhere: f.env.ArtifactsWhere,
 		ScratchDir:     datadir.RepairDir(f.o.DataDir),
 		MaxBatch:       f.o.BatchSize,
 		Poison:         f.countedPoison(),
@@ -160,147 +156,4 @@ func (f *Fold) repairStatus() httpapi.RepairStatus {
 		st.Last = &c
 	}
 	return st
-}
-
-// errOperator is the cause of a repair an operator asked for.
-var errOperator = errors.New("an operator asked for a repair")
-
-// RepairStopped runs one repair of the stopped fold named name, with mode
-// (the fold's configured one when mode is nil), whether or not its cursor
-// expired: it starts the host for that fold alone (store, plugin, NATS,
-// the origin check), plans the repair from the live retention as a running
-// fold would, runs it, and stops. progress, if set, receives the figures
-// as it goes. It returns the repair's record; a refused repair is an error
-// matching fold.ErrRepairRefused. A running fold's store is locked: the
-// error matches fold.ErrLocked.
-func RepairStopped(ctx context.Context, o Options, name string, mode *protocol.RepairMode, progress func(repair.Progress)) (httpapi.RepairRun, error) {
-	fo, err := o.fold(name)
-	if err != nil {
-		return httpapi.RepairRun{}, err
-	}
-	if mode != nil {
-		fo.Repair = *mode
-	}
-	fo.ExportInterval = 0
-	o.Folds = []FoldOptions{fo}
-	h, err := New(o)
-	if err != nil {
-		return httpapi.RepairRun{}, err
-	}
-	if err := h.Start(ctx); err != nil {
-		return httpapi.RepairRun{}, err
-	}
-	defer h.Close()
-	f := h.folds[0]
-	f.onRepair = progress
-	src, err := f.repair(ctx, f.feed(), f.applier(), errOperator)
-	if src != nil {
-		src.Stop()
-	}
-	var run httpapi.RepairRun
-	if last := f.repairStatus().Last; last != nil {
-		run = *last
-	}
-	return run, err
-}
-
-// ResetResult is what ResetStopped did.
-type ResetResult struct {
-	Fold string `json:"fold"`
-	// Cursor and Keys describe the fresh store.
-	Cursor uint64 `json:"cursor"`
-	Keys   uint64 `json:"delivered"`
-	// Kept is where the replaced store now is.
-	Kept string        `json:"kept"`
-	Took time.Duration `json:"took_ns"`
-}
-
-// ResetStopped refolds the stopped fold named name from the bucket as it
-// is now into a fresh store (a state-sync through the fold's plugin, so the
-// views are rebuilt), and swaps it in only once it caught up with the
-// stream head it saw at its start. The replaced store is kept beside the
-// data dir (ResetResult.Kept) for the operator to remove. It is the way out
-// for a store whose bucket was deleted and made again (another stream: the
-// start is refused, naming both), where neither repair applies: the kernels
-// never move a cursor backward. progress, if set, gets the fresh fold's
-// status while it hydrates. A running fold's store is locked
-// (fold.ErrLocked).
-func ResetStopped(ctx context.Context, o Options, name string, progress func(httpapi.Status)) (ResetResult, error) {
-	start := time.Now()
-	fo, err := o.fold(name)
-	if err != nil {
-		return ResetResult{}, err
-	}
-	if !filepath.IsAbs(fo.DataDir) {
-		return ResetResult{}, fmt.Errorf("fold %s: DataDir %q is not an absolute path", name, fo.DataDir)
-	}
-	dataDir := filepath.Clean(fo.DataDir)
-	log := o.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	if _, err := datadir.FinishSwap(dataDir, log); err != nil { // an earlier reset killed mid-swap
-		return ResetResult{}, fmt.Errorf("fold %s: %w", name, err)
-	}
-	old, _, err := fold.Open(dataDir, fold.Options{Logger: o.Logger})
-	if err != nil {
-		return ResetResult{}, fmt.Errorf("fold %s: %w", name, err) // held by a running fold: ErrLocked
-	}
-	fresh := datadir.ResetFreshDir(dataDir)
-	if err := os.RemoveAll(fresh); err != nil {
-		old.Close()
-		return ResetResult{}, err
-	}
-	fo.DataDir, fo.ExportInterval = fresh, 0
-	fo.refold = true // its plugin's effects are dropped: history, announced by the old store already
-	o.Folds = []FoldOptions{fo}
-	abandon := func() { // the old store stays as it was
-		old.Close()
-		os.RemoveAll(fresh)
-	}
-	h, err := New(o)
-	if err == nil {
-		err = h.Start(ctx)
-	}
-	if err != nil {
-		abandon()
-		return ResetResult{}, err
-	}
-	f := h.folds[0]
-	// The head to reach, read before the fold starts: the fresh store is
-	// complete once its cursor is there.
-	ret, _, err := f.bucket.Retention(ctx)
-	if err != nil {
-		h.Close()
-		abandon()
-		return ResetResult{}, fmt.Errorf("fold %s: %w", name, err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- h.Run(runCtx) }()
-	err = f.WaitCursor(ctx, uint64(ret.Last), 250*time.Millisecond, progress)
-	cancel()
-	if rerr := <-done; err == nil {
-		err = rerr
-	}
-	res := ResetResult{Fold: name, Cursor: uint64(f.store.Cursor().Rev), Keys: f.delivered.Load()}
-	h.Close()
-	if err != nil {
-		abandon()
-		return res, fmt.Errorf("fold %s: refolding into a fresh store: %w (the old store is untouched)", name, err)
-	}
-	res.Kept = dataDir + ".replaced-" + time.Now().UTC().Format("20060102T150405Z")
-	for i := 2; datadir.Exists(res.Kept); i++ { // two resets in one second
-		res.Kept = fmt.Sprintf("%s.replaced-%s-%d", dataDir, time.Now().UTC().Format("20060102T150405Z"), i)
-	}
-	if err := old.Close(); err != nil {
-		return res, err
-	}
-	// Crash-safe (datadir.Swap): a kill from here on leaves the swap
-	// recorded, and the next open of the fold completes it.
-	if err := (datadir.Swap{Data: dataDir, Fresh: fresh, Kept: res.Kept}).Do(testhook.ResetStep); err != nil {
-		return res, fmt.Errorf("fold %s: %w", name, err)
-	}
-	res.Took = time.Since(start)
-	return res, nil
 }

@@ -1,4 +1,4 @@
-package host
+package foldrun
 
 import (
 	"context"
@@ -172,15 +172,6 @@ func (f *Fold) storedIdentity() (id fold.PluginIdentity, ok bool, err error) {
 	return id, true, err
 }
 
-// anyRawKey reports whether r's raw fold holds a key.
-func anyRawKey(r fold.Reader) (bool, error) {
-	errFound := errors.New("found")
-	if err := r.RawKeys("", func([]byte) error { return errFound }); !errors.Is(err, errFound) {
-		return false, err
-	}
-	return true, nil
-}
-
 // needsRebuild says why the fold's views must be rebuilt before its plugin
 // folds on ("" when they need not be). Its caller holds f.sup.mu (the
 // plugin's upcoming module does not change under it; see offerModule).
@@ -197,7 +188,7 @@ func (f *Fold) needsRebuild() string {
 	case !ok:
 		// No plugin ever committed: the views are empty, and a raw fold
 		// with data never went through one.
-		if has, _ := anyRawKey(f.store); has {
+		if has, _ := fold.AnyRawKey(f.store); has {
 			return "a plugin was added to a raw-only fold that holds data"
 		}
 		return ""

@@ -1,4 +1,4 @@
-package host
+package foldrun
 
 import (
 	"context"
@@ -49,11 +49,11 @@ func (s fileSource) watch(ctx context.Context, p *plugin) {
 }
 func (fileSource) reloaded() {}
 
-// usesObjectStore reports whether the fold's module comes from a NATS
+// UsesObjectStore reports whether the fold's module comes from a NATS
 // object store (loaded once NATS is connected).
-func (f *Fold) usesObjectStore() bool { return pluginobj.IsRef(f.o.Plugin) }
+func (f *Fold) UsesObjectStore() bool { return pluginobj.IsRef(f.o.Plugin) }
 
-// loadPlugin loads the fold's plugin, validated, and starts watching its
+// LoadPlugin loads the fold's plugin, validated, and starts watching its
 // source: a changed module is validated off the hot path and swapped in at
 // a batch boundary, and one that fails validation never replaces the
 // running one (the refusal is logged and shown in the status). No plugin:
@@ -63,13 +63,13 @@ func (f *Fold) usesObjectStore() bool { return pluginobj.IsRef(f.o.Plugin) }
 // (waitFor set, state waiting), and Run waits for it (awaitPlugin) while
 // the rest of the host starts and runs: a node may start before the first
 // module was pushed (with the embedded server, it must).
-func (f *Fold) loadPlugin(ctx context.Context) error {
+func (f *Fold) LoadPlugin(ctx context.Context) error {
 	if f.o.Plugin == "" {
 		f.log.Debug("raw-only fold: no plugin configured")
 		return nil
 	}
 	var src pluginSource = fileSource(f.o.Plugin)
-	if f.usesObjectStore() {
+	if f.UsesObjectStore() {
 		os, err := f.objectSource()
 		if err != nil {
 			return fmt.Errorf("fold %s: %w", f.o.Name, err)
@@ -92,7 +92,7 @@ func (f *Fold) loadPlugin(ctx context.Context) error {
 // startPlugin loads the module src holds now and starts watching src.
 func (f *Fold) startPlugin(ctx context.Context, src pluginSource) error {
 	rt, err := wasm.NewRuntime(context.Background(), wasm.Options{
-		CacheDir:         f.h.o.PluginCacheDir,
+		CacheDir:         f.env.PluginCacheDir,
 		Logger:           f.log,
 		CallTimeout:      f.o.PluginCallTimeout,
 		MemoryLimitPages: uint32(f.o.PluginMemoryMB) * 16, // 64 KiB pages; 0: the default
@@ -223,9 +223,9 @@ func (p *plugin) status() httpapi.PluginStatus {
 
 func shortSHA(sha string) string { return sha[:min(len(sha), 12)] }
 
-// closePlugin stops the watch (a reload in flight uses the runtime), then
+// ClosePlugin stops the watch (a reload in flight uses the runtime), then
 // releases the plugin and its runtime. Called once the fold stopped.
-func (f *Fold) closePlugin() {
+func (f *Fold) ClosePlugin() {
 	p := f.plug()
 	if p == nil {
 		return
@@ -236,4 +236,29 @@ func (f *Fold) closePlugin() {
 	if err := p.rt.Close(context.Background()); err != nil {
 		f.log.Warn("closing plugin failed", "err", err)
 	}
+}
+
+// Reload validates the fold's plugin file again and swaps it in at the
+// next batch boundary if it changed (a file that fails validation is
+// refused: the error); a failed fold is retried from its cursor either way
+// (the operator fixed what stopped it, or wants to see it fail again). A
+// fold waiting for its plugin object looks for it at once.
+func (f *Fold) Reload(ctx context.Context) error {
+	if f.waitFor != nil && f.plug() == nil {
+		select {
+		case f.waitKick <- struct{}{}:
+		default:
+		}
+		return nil
+	}
+	var err error
+	if f.plug() != nil {
+		if err = f.plug().reload(ctx); err != nil {
+			err = fmt.Errorf("fold %s: %w", f.o.Name, err)
+		}
+	}
+	if err == nil {
+		f.retryIfFailed("reload requested")
+	}
+	return err
 }

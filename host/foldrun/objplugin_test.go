@@ -1,4 +1,4 @@
-package host_test
+package foldrun_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/internal/hosttest"
+	"github.com/foldhost/foldhost/internal/testhook"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -177,7 +178,7 @@ func TestPinnedPluginObject(t *testing.T) {
 // its digest (v2 never taken); the fetch not returning on cancellation
 // (the stop waits).
 func TestPluginObjectDownloadStall(t *testing.T) {
-	t.Cleanup(host.SetObjectPoll(time.Second))
+	testhook.Set(t, &testhook.ObjectPoll, time.Second)
 	url, b := hosttest.NATSServer(t)
 	js := hosttest.JS(t, url)
 	ref := pluginobj.Ref{Bucket: "plugins", Name: "router"}

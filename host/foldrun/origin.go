@@ -1,4 +1,4 @@
-package host
+package foldrun
 
 import (
 	"errors"
@@ -62,17 +62,11 @@ var ErrOriginMismatch = errors.New("origin mismatch")
 
 func (e *OriginError) Is(target error) bool { return target == ErrOriginMismatch }
 
-// origin is the origin the fold's config names, on the stream created at
-// created (zero: not known here, e.g. offline).
-func (o FoldOptions) origin(created time.Time) fold.Origin {
-	return fold.NewOrigin(o.Bucket, o.Scope, created)
-}
-
-// originUpdate is what settling a store's origin will write: nothing
-// (write false), or want, with a reason to log.
-type originUpdate struct {
+// OriginUpdate is what settling a store's origin will write: nothing
+// (write false), or want, with a reason to log (Apply).
+type OriginUpdate struct {
 	st    *fold.Store
-	o     FoldOptions
+	o     Options
 	want  fold.Origin
 	write bool
 	warn  bool   // log at Warn (an adoption), else Info
@@ -80,30 +74,30 @@ type originUpdate struct {
 	was   string // the replaced record, for the log
 }
 
-// decideOrigin compares the store's record with want without writing
+// DecideOrigin compares the store's record with want without writing
 // anything: a store without a record (new, or from an earlier version) is
 // to get want; a record lacking the stream identity gets it filled in; a
 // record that disagrees, or is unreadable, is an *OriginError unless
 // o.Adopt, which records want instead. The returned origin is what the
 // store records once the update is applied.
-func decideOrigin(st *fold.Store, o FoldOptions, want fold.Origin) (fold.Origin, originUpdate, error) {
-	u := originUpdate{st: st, o: o, want: want, write: true}
+func DecideOrigin(st *fold.Store, o Options, want fold.Origin) (fold.Origin, OriginUpdate, error) {
+	u := OriginUpdate{st: st, o: o, want: want, write: true}
 	rec, ok, err := st.Origin()
 	switch {
 	case err != nil && errors.Is(err, fold.ErrCorrupt):
 		if !o.Adopt {
-			return fold.Origin{}, originUpdate{}, &OriginError{Fold: o.Name, DataDir: o.DataDir, Want: want, Unreadable: err}
+			return fold.Origin{}, OriginUpdate{}, &OriginError{Fold: o.Name, DataDir: o.DataDir, Want: want, Unreadable: err}
 		}
 		u.warn, u.why, u.was = true, "adopting the store (--adopt): its origin record is unreadable; recording the config's", err.Error()
 	case err != nil:
-		return fold.Origin{}, originUpdate{}, err
+		return fold.Origin{}, OriginUpdate{}, err
 	case ok && rec.Mismatch(want) != "":
 		if !o.Adopt {
-			return rec, originUpdate{}, &OriginError{Fold: o.Name, DataDir: o.DataDir, Recorded: rec, Want: want}
+			return rec, OriginUpdate{}, &OriginError{Fold: o.Name, DataDir: o.DataDir, Recorded: rec, Want: want}
 		}
 		u.warn, u.why, u.was = true, "adopting the store (--adopt): it recorded another origin; recording the config's", rec.String()
 	case ok && (!rec.StreamCreated.IsZero() || want.StreamCreated.IsZero()):
-		return rec, originUpdate{}, nil // agrees, and there is nothing to add
+		return rec, OriginUpdate{}, nil // agrees, and there is nothing to add
 	case ok:
 		u.why, u.was = "recording the stream the store folds (its record predates stream identities)", rec.String()
 	case st.Cursor().Rev != 0:
@@ -114,8 +108,8 @@ func decideOrigin(st *fold.Store, o FoldOptions, want fold.Origin) (fold.Origin,
 	return want, u, nil
 }
 
-// apply writes the update, if any, and logs it.
-func (u originUpdate) apply(log *slog.Logger) error {
+// Apply writes the update, if any, and logs it.
+func (u OriginUpdate) Apply(log *slog.Logger) error {
 	if !u.write {
 		return nil
 	}
