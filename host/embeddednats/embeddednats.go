@@ -1,6 +1,3 @@
-// Package embeddednats runs a nats-server with JetStream inside the foldhost
-// process: the default when no NATS URL is configured, and the real server
-// every test in this repository talks to (no mocks of NATS).
 package embeddednats
 
 import (

@@ -11,4 +11,8 @@
 // or a periodic probe shows retention overran it (the floor guard,
 // protocol.ResumeWindowOK). Every request to the server is bounded by a
 // timeout, so a half-dead TCP connection cannot park a caller forever.
+//
+// It imports package fold (the Update and Source types the loop takes)
+// and nothing else of the host: no plugin runtime, no artifacts, no
+// supervision.
 package natskv

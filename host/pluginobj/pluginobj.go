@@ -1,11 +1,3 @@
-// Package pluginobj holds plugin modules in a NATS object store: the
-// nats-object:// reference a fold's config names, fetching a module (its
-// bytes checked against the store's digest, and against the reference's
-// pin), watching for new versions, pushing one, and the fleet's record of
-// which module each node runs (a KV bucket, one entry per fold and node).
-//
-// Validating a module (is it a plugin this host can run?) is not done here:
-// the caller's WASM runtime does it, before anything is swapped in.
 package pluginobj
 
 import (

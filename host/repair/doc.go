@@ -19,4 +19,9 @@
 //
 // The source-mutation check (mutation_test.go) breaks the Runner's guards
 // one at a time and requires the tests named for each to fail.
+//
+// It imports the store, the artifact core and the kernels; it must not
+// import the fold's supervision (package foldrun, which runs it), the
+// host, NATS (the bucket reaches it as the Runner's functions) or the
+// plugin runtime (a repair folds through the fold.Plugin it is given).
 package repair

@@ -27,4 +27,7 @@
 //
 // A Plugin is not safe for concurrent Apply calls (the loop makes one at a
 // time); Swap and Status may be called from any goroutine.
+//
+// It imports the ABI and package fold (the Plugin interface it
+// implements); it must not import NATS, artifacts or the host.
 package wasm

@@ -1,4 +1,3 @@
-// Package dirstore is the local-directory artifact store (see [Store]).
 package dirstore
 
 import (

@@ -1,5 +1,3 @@
-// Package lease is the fleet-wide export lease: at most one node exports an
-// artifact key per TTL, coordinated over a NATS KV bucket.
 package lease
 
 import (

@@ -1,6 +1,3 @@
-// Package s3test runs a real S3 server for tests: versitygw on a posix
-// temp directory, started per test and killed at its cleanup. A missing
-// binary fails the test loudly: S3 tests are never skipped.
 package s3test
 
 import (
