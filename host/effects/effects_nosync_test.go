@@ -35,18 +35,31 @@ func routeChanged(t *testing.T, s jetstream.Stream) int {
 // TestEffectsNoSyncKillPublishesOnce: the router fold with the store's
 // defaults (NoSync commits, batches of up to 100 updates) publishes the
 // effect of each of a few route changes, one batch each, and is SIGKILLed:
-// pebble's WAL buffer dies with the process, so the store reopens at an
-// earlier cursor, and the restart re-folds the lost tail in one batch,
-// whose effects carry other ids than the published ones. The stream must
-// still hold each change's effect once. Mutation caught: publishing
-// entries before they are durable (Store.SyncOutbox removed: every
-// re-folded effect but the one whose id the fence covers is published a
-// second time, 19 of 20 per round).
+// pebble's WAL buffer dies with the process, so the store may reopen at an
+// earlier cursor, and the restart re-folds the lost tail in one batch. The
+// stream must still hold each change's effect once, for a plugin whose
+// effects name their update (the router as built) and for one whose
+// effects do not (router-c-plain, ABI minor 1's plain emit). Mutation
+// caught: publishing entries before they are durable (Store.SyncOutbox
+// removed): the plain-emit fold's re-folded tail files its effects under
+// the batch's last revision, other ids than the published ones, and every
+// one but the id the fence covers is published a second time (seen: 82
+// effects for 41 changes). The naming fold passes either way (its re-fold
+// files the same ids, which the fence covers): it guards the fence's side.
 func TestEffectsNoSyncKillPublishesOnce(t *testing.T) {
+	for _, c := range []struct{ name, dir, build string }{
+		{"effects naming their update", "example-router", "router-c"},
+		{"plain effects", "testdata", "router-c-plain"},
+	} {
+		t.Run(c.name, func(t *testing.T) { noSyncKill(t, hosttest.BuiltPlugin(t, c.dir, c.build)) })
+	}
+}
+
+func noSyncKill(t *testing.T, plugin string) {
 	srv, nc := natstest.Start(t)
 	url := srv.ClientURL()
 	b, _, ev := effectsBucketAndStream(t, nc, 64)
-	plugin, data := hosttest.BuiltPlugin(t, "example-router", "router-c"), filepath.Join(t.TempDir(), "routes")
+	data := filepath.Join(t.TempDir(), "routes")
 	o := host.Options{NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
 		Folds: []host.FoldOptions{{Name: "routes", Plugin: plugin, DataDir: data, EffectsStream: "EV"}}}
 	r := hosttest.StartHost(t, o)
