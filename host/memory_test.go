@@ -24,7 +24,7 @@ import (
 )
 
 // The measurement mode of TestHostilePluginsStayWithinMemory: the figures
-// of RATIONALE.md ("A plugin cannot make the host hold memory") come from
+// of RATIONALE.md ("What a plugin can make the host hold") come from
 //
 //	go test ./host -run '^TestHostilePluginsStayWithinMemory$' -v \
 //	    -hostile.memory=256 [-hostile.gcoff]

@@ -103,8 +103,8 @@ func (h *Host) ownAccount() (string, string) {
 // global one, and the header names another account (a request from
 // another account reaches the host only across an import, where the
 // server replaces the header). A header naming the host's own account, or
-// any header in the global account, is a client's. RATIONALE.md, "Who
-// may act over NATS".
+// any header in the global account, is a client's. RATIONALE.md, "Admin
+// over NATS", on who may act.
 func (h *Host) callerOf(hdr map[string][]string) (who callerInfo, trusted bool, why string) {
 	raw := ""
 	if v := hdr[requestInfoHeader]; len(v) > 0 {

@@ -56,7 +56,8 @@ const (
 // own handler: one implementation of every read rule (key forms, paging
 // of one snapshot, min_revision and wait, query limits, errors), so a
 // read or query over NATS answers exactly what the same one over HTTP
-// does (RATIONALE.md, "Reads over NATS").
+// does (RATIONALE.md, "Reads over NATS go through the HTTP API's
+// handler").
 type natsReads struct {
 	h          http.Handler // a handler of its own: its page tokens are its own
 	maxPayload int64        // the connection's: a larger answer is refused, not cut

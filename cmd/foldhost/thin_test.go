@@ -10,7 +10,7 @@ import (
 
 // maxCmdLines bounds cmd/foldhost's non-test Go lines: the commands keep
 // their flags, wiring and output; what they do lives in packages under
-// host/ and internal/ (RATIONALE.md: A thin cmd/foldhost).
+// host/ and internal/ (RATIONALE.md, "A thin cmd/foldhost").
 const maxCmdLines = 1500
 
 // TestCmdStaysThin: the non-test Go files of this directory hold at most

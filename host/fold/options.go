@@ -104,12 +104,12 @@ func (o Options) pebbleOptions(events *pebble.EventListener, fs vfs.FS, fatal fu
 		po.EnsureDefaults()
 		return po
 	}
-	// Measured (RATIONALE.md, "Pebble tuning"): the memtable is what
-	// matters. With pebble's 4 MiB memtables and 2 allowed in the queue, a
-	// sustained load stalls on every flush; 64 MiB memtables with 4 queued
-	// absorb flushes and double sustained NoSync throughput. Bloom filters,
-	// eager L0 compaction and larger L0 files measured as no gain or a loss
-	// on this write path, so they keep pebble's defaults.
+	// Measured (host/fold/RATIONALE.md, "Pebble tuning"): the memtable is
+	// what matters. With pebble's 4 MiB memtables and 2 allowed in the
+	// queue, a sustained load stalls on every flush; 64 MiB memtables with 4
+	// queued absorb flushes and double sustained NoSync throughput. Bloom
+	// filters, eager L0 compaction and larger L0 files measured as no gain
+	// or a loss on this write path, so they keep pebble's defaults.
 	po.CacheSize = o.CacheSize
 	po.MemTableSize = o.MemTableSize
 	po.MemTableStopWritesThreshold = memTableStopWrites

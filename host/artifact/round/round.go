@@ -48,8 +48,8 @@ type Result struct {
 
 // PruneGraceFactor is the prune grace in lease TTLs: a payload is deleted
 // only once it is older than 4 x TTL, which outlasts any round still
-// uploading toward it (RATIONALE.md: prune needs a grace period even with
-// the strict rank rule).
+// uploading toward it (RATIONALE.md, "Prune needs a grace period even with
+// the strict rank rule").
 const PruneGraceFactor = 4
 
 // Run runs one fleet-wide export round for a live fold: lease ->
