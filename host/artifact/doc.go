@@ -5,7 +5,7 @@
 // The stores live in sub-packages, one per backend (dirstore: a local
 // directory; s3store: S3), and pass one contract suite (storetest); the
 // fleet-wide export lease is package lease, and the export round that ties
-// them together is the host's (host.RunRound).
+// them together is package round (round.Run).
 //
 // # Artifact
 //

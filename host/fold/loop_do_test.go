@@ -100,7 +100,7 @@ func TestDoOnAStoppedLoop(t *testing.T) {
 
 // TestDoWaitsForATakenRequest: once the loop took a request, Do returns
 // only after fn did, even if its context ends first, so fn's effects never
-// outlive Do (RunRound removes the artifact it staged after Do returns).
+// outlive Do (round.Run removes the artifact it staged after Do returns).
 func TestDoWaitsForATakenRequest(t *testing.T) {
 	l, _, _ := runLoop(t, newChanSource())
 	ctx, cancel := context.WithCancel(context.Background())
