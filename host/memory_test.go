@@ -39,8 +39,8 @@ var (
 )
 
 // hostMemoryOverhead is the constant the host's peak RSS may pass the
-// plugin's memory by, its own baseline included (README, "Plugin memory
-// bounds"); twice that under the race detector.
+// plugin's memory by, its own baseline included (docs/plugins.md, "Plugin
+// memory bounds"); twice that under the race detector.
 const hostMemoryOverhead = 192 << 20
 
 // hostileEnv carries a child's case: name, plugin memory MiB, GC off (0/1),

@@ -25,7 +25,7 @@ type AdminOptions struct {
 	Node string
 	// AllowAnonymous serves mutating actions to requests that carry no
 	// caller identity the NATS server vouches for (see callerOf and the
-	// README's "Admin over NATS"): none at all, or a Nats-Request-Info
+	// docs/api.md, "Who may act"): none at all, or a Nats-Request-Info
 	// header the host cannot tell from one a client wrote. Off, they are
 	// refused (403), and the refusal is logged with its reason.
 	AllowAnonymous bool

@@ -95,8 +95,8 @@ func adminCall(t *testing.T, nc *nats.Conn, subject, body string, hdr nats.Heade
 // replaced by the server's); one with no identity, or with a header a
 // client of foldhost's own account wrote naming that account, is refused
 // (403, logged with the reason) unless allow_anonymous; reads need none. A
-// user of foldhost's account denied publish on the admin subjects (the
-// README's advice) cannot reach them at all. Mutations caught: the identity
+// user of foldhost's account denied publish on the admin subjects
+// (docs/api.md's advice) cannot reach them at all. Mutations caught: the identity
 // check removed (the anonymous pause acts); the audit taken from the
 // request body; the header trusted whatever account it names (mallory's
 // pause, claiming SVC, acts).
@@ -163,7 +163,7 @@ func TestAdminOverNATS(t *testing.T) {
 		!strings.Contains(l, `claimed_account=SVC claimed_user=fh`) {
 		t.Errorf("the refusal's log line does not say why:\n%s", hosttest.GrepLines(l, "refused"))
 	}
-	// The README's advice for foldhost's own account: deny its other
+	// docs/api.md's advice for foldhost's own account: deny its other
 	// users publish on the admin subjects. The server refuses the publish.
 	denied := make(chan error, 1)
 	writer, err := nats.Connect("nats://writer:writerpw@"+addr, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {

@@ -33,7 +33,7 @@ func (w *answerWriter) Write(b []byte) (int, error) {
 	return w.ResponseRecorder.Write(b)
 }
 
-// queryStatuses are the statuses README's HTTP API documents for the
+// queryStatuses are the statuses docs/api.md's HTTP API documents for the
 // query endpoint: 405 for a method it does not serve.
 var queryStatuses = map[int]bool{200: true, 400: true, 404: true, 405: true, 413: true, 422: true, 500: true, 503: true, 504: true}
 

@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,17 +12,18 @@ import (
 	"github.com/foldhost/foldhost/internal/hosttest"
 )
 
-// readmeCommand is one command of a README.md example block, with the
-// section it is in and the answer the comment lines right under it give
-// ("" when none).
+// readmeCommand is one command of an example block of README.md or a
+// page of docs/, with the file and section it is in and the answer the
+// comment lines right under it give ("" when none).
 type readmeCommand struct {
+	file    string
 	section string
 	line    int
 	args    []string
 	want    string
 }
 
-// shellWords splits a command line as sh does for the quoting README's
+// shellWords splits a command line as sh does for the quoting the docs'
 // examples use: words apart by blanks, '…' and "…" quoting.
 func shellWords(t testing.TB, line string) []string {
 	t.Helper()
@@ -57,11 +59,42 @@ func shellWords(t testing.TB, line string) []string {
 	return words
 }
 
-// readmeQueryExamples returns the commands of every README.md code block
-// that runs a query (a curl of …/query/, a nats req of ….query.).
+// docPages are README.md and the pages of docs/, relative to the
+// repository's root.
+func docPages(t testing.TB) []string {
+	t.Helper()
+	pages, err := filepath.Glob(filepath.Join(hosttest.RepoRoot, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []string{"README.md"}
+	for _, p := range pages {
+		rel, err := filepath.Rel(hosttest.RepoRoot, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, filepath.ToSlash(rel))
+	}
+	return out
+}
+
+// readmeQueryExamples returns the commands of every code block of
+// README.md and docs/*.md that runs a query (a curl of …/query/, a nats
+// req of ….query.).
 func readmeQueryExamples(t testing.TB) []readmeCommand {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(hosttest.RepoRoot, "README.md"))
+	var out []readmeCommand
+	for _, page := range docPages(t) {
+		out = append(out, queryExamplesOf(t, page)...)
+	}
+	return out
+}
+
+// queryExamplesOf returns the commands of page's code blocks that run a
+// query.
+func queryExamplesOf(t testing.TB, page string) []readmeCommand {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(hosttest.RepoRoot, filepath.FromSlash(page)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +130,7 @@ func readmeQueryExamples(t testing.TB) []readmeCommand {
 					c.want += strings.TrimPrefix(l, "# ")
 				}
 			default:
-				cmds = append(cmds, readmeCommand{section: section, line: start + j + 1, args: shellWords(t, l)})
+				cmds = append(cmds, readmeCommand{file: page, section: section, line: start + j + 1, args: shellWords(t, l)})
 				afterCommand = true
 			}
 		}
@@ -106,18 +139,21 @@ func readmeQueryExamples(t testing.TB) []readmeCommand {
 	return out
 }
 
-// TestREADMEQueryExamples: README.md's query examples, run against a live
-// host (the C router's fold "routes", the admin service of node n1): the
-// routes its blocks write are put first, then every curl and nats req
-// runs and answers exactly the body the comment under it gives (a command
-// with none must succeed); each nats req also runs as written through the
-// nats CLI ($FOLDHOST_NATS_CLI), which must print the same body. The HTTP
-// API's section and the one on NATS must each have examples; a command the
-// test cannot run fails it, so
-// README cannot drift from what the host answers. Mutations caught: an
-// answer changed in README; the NATS endpoint's subject renamed in the
-// code; an example's --raw dropped (the CLI then prints more than the
-// body).
+// TestREADMEQueryExamples: the query examples of README.md and of the
+// pages of docs/, run against a live host (the C router's fold "routes",
+// the admin service of node n1, as the docs say their examples assume):
+// the routes their blocks write are put first (a route written by several
+// blocks once), then every curl and nats req runs and answers exactly the
+// body the comment under it gives (a command with none must succeed), and
+// a put's comment, when it has one, is what foldhost kv put prints for it
+// (its revision included); each nats req also runs as written through the
+// nats CLI ($FOLDHOST_NATS_CLI), which must print the same body. The
+// README's tour, the HTTP API's section and the one on NATS must each
+// have examples; a command the test cannot run fails it, so the docs
+// cannot drift from what the host answers. Mutations caught: an answer
+// changed in a page; the NATS endpoint's subject renamed in the code; an
+// example's --raw dropped (the CLI then prints more than the body); a
+// put's revision in the tour changed.
 func TestREADMEQueryExamples(t *testing.T) {
 	cmds := readmeQueryExamples(t)
 	r, b, url := queryHost(t)
@@ -127,23 +163,31 @@ func TestREADMEQueryExamples(t *testing.T) {
 	c := hosttest.Conn(t, url)
 	var rev uint64
 	runs := map[string]int{}
+	revs := map[[2]string]uint64{} // a route's key and value: its revision
 	for _, cmd := range cmds {
 		if isRoutePut(cmd.args) {
-			rev = hosttest.Put(t, b, cmd.args[len(cmd.args)-2], cmd.args[len(cmd.args)-1])
+			kv := [2]string{cmd.args[len(cmd.args)-2], cmd.args[len(cmd.args)-1]}
+			if revs[kv] == 0 {
+				revs[kv] = hosttest.Put(t, b, kv[0], kv[1])
+				rev = max(rev, revs[kv])
+			}
 		}
 	}
 	if rev == 0 {
-		t.Fatal("README's query examples write no route")
+		t.Fatal("the docs' query examples write no route")
 	}
 	hosttest.WaitCursor(t, f, rev)
 	for _, cmd := range cmds {
-		where := fmt.Sprintf("README.md:%d (%s): %s", cmd.line, cmd.section, strings.Join(cmd.args, " "))
+		where := fmt.Sprintf("%s:%d (%s): %s", cmd.file, cmd.line, cmd.section, strings.Join(cmd.args, " "))
 		var got queryReply
 		switch cmd.args[0] {
 		case "./foldhost":
-			if !isRoutePut(cmd.args) || cmd.want != "" {
+			if !isRoutePut(cmd.args) {
 				t.Errorf("%s: not a put the test runs", where)
+			} else if cmd.want != "" {
+				checkPutAnswer(t, where, cmd, revs)
 			}
+			runs[cmd.file+": "+cmd.section+" "+cmd.args[0]]++
 			continue
 		case "curl":
 			method, body, target := "GET", "", ""
@@ -195,7 +239,7 @@ func TestREADMEQueryExamples(t *testing.T) {
 		default:
 			t.Fatalf("%s: the test cannot run %s", where, cmd.args[0])
 		}
-		runs[cmd.section+" "+cmd.args[0]]++
+		runs[cmd.file+": "+cmd.section+" "+cmd.args[0]]++
 		switch {
 		case cmd.want == "" && got.code != 200:
 			t.Errorf("%s: %d %s, want success", where, got.code, got.body)
@@ -203,10 +247,37 @@ func TestREADMEQueryExamples(t *testing.T) {
 			t.Errorf("%s:\n got %s\nwant %s", where, strings.TrimSpace(got.body), cmd.want)
 		}
 	}
-	for _, want := range []string{"HTTP API curl", "Admin over NATS nats", "Plugin queries curl"} {
+	for _, want := range []string{
+		"README.md: 2. Write, then read your writes curl",
+		"docs/api.md: Queries over HTTP curl",
+		"docs/api.md: Queries over NATS nats",
+		"docs/plugins.md: Plugin queries curl",
+	} {
 		if runs[want] == 0 {
-			t.Errorf("README has no query example under %q: ran %v", want, runs)
+			t.Errorf("no query example under %q: ran %v", want, runs)
 		}
+	}
+}
+
+// checkPutAnswer: the comment under a route put (cmd.want) is the JSON
+// foldhost kv put prints for it, the bucket "routes", the key it put and
+// the revision the test's put of it got.
+func checkPutAnswer(t *testing.T, where string, cmd readmeCommand, revs map[[2]string]uint64) {
+	t.Helper()
+	var got struct {
+		Bucket   string `json:"bucket"`
+		Key      string `json:"key"`
+		Revision uint64 `json:"revision"`
+	}
+	dec := json.NewDecoder(strings.NewReader(cmd.want))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&got); err != nil {
+		t.Errorf("%s: its answer is not what foldhost kv put prints: %v\n%s", where, err, cmd.want)
+		return
+	}
+	key, value := cmd.args[len(cmd.args)-2], cmd.args[len(cmd.args)-1]
+	if want := revs[[2]string{key, value}]; got.Bucket != "routes" || got.Key != key || got.Revision != want {
+		t.Errorf("%s: the answer says bucket %q, key %q, revision %d; the put wrote %q at revision %d of routes", where, got.Bucket, got.Key, got.Revision, key, want)
 	}
 }
 
@@ -236,7 +307,7 @@ func elided(want, got string) bool {
 	return got == ""
 }
 
-// natsCLIInstall is how to get the nats CLI the README's examples use
+// natsCLIInstall is how to get the nats CLI the docs' examples use
 // (scripts/test does it).
 const natsCLIInstall = `(from the repository root) GOBIN="$PWD/bin" go install github.com/nats-io/natscli/nats@v0.5.0 && export FOLDHOST_NATS_CLI="$PWD/bin/nats"`
 
@@ -248,7 +319,7 @@ func runNATSCLI(t testing.TB, url string, args []string) string {
 	t.Helper()
 	bin := os.Getenv("FOLDHOST_NATS_CLI")
 	if bin == "" {
-		t.Fatalf("FOLDHOST_NATS_CLI is not set: README's nats examples run through the nats CLI; install it: %s", natsCLIInstall)
+		t.Fatalf("FOLDHOST_NATS_CLI is not set: the docs' nats examples run through the nats CLI; install it: %s", natsCLIInstall)
 	}
 	cmd := exec.Command(bin, append([]string{"--server", url}, args...)...)
 	home := t.TempDir()

@@ -12,7 +12,7 @@ import (
 )
 
 // A source mutation: one guard of a kernel broken in a copy of the package,
-// and the tests that must then fail. Every guard the README calls
+// and the tests that must then fail. Every guard docs/correctness.md calls
 // load-bearing is here: a guard no test notices when it is broken is a
 // claim the suite does not back.
 type mutation struct {

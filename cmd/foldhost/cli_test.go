@@ -586,7 +586,7 @@ func (quietPebble) Errorf(string, ...any)        {}
 func (quietPebble) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
 
 // TestFlagsBeforeArguments: every command that takes arguments answers the
-// same whether its flags come before or after them, as the README says
+// same whether its flags come before or after them, as docs/commands.md says
 // (`admin --config X --fold Y pause` was refused as "unexpected argument").
 func TestFlagsBeforeArguments(t *testing.T) {
 	dir := t.TempDir()

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestQuickStartLeavesTheTreeClean: what the README's quick start makes in
+// TestQuickStartLeavesTheTreeClean: what the README's tour makes in
 // a checkout (the binary, config.toml copied from the example, and the
 // default data_dir "data" beside it, with the embedded server's JetStream
 // and the fold stores) is ignored by git, so it cannot be committed by

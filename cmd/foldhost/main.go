@@ -1,6 +1,6 @@
 // Command foldhost turns NATS JetStream KV buckets into local, durable,
 // queryable folds and serves them over HTTP. See `foldhost --help` and
-// README.md.
+// README.md and docs/.
 package main
 
 import (

@@ -14,7 +14,7 @@ import (
 )
 
 // TestPluginNewBuildsAndChecks: the skeleton of every language builds
-// with the command its README names (README.md's plugin table), outside
+// with the command its README names (docs/plugins.md's plugin table), outside
 // the repository and without network, and the result passes plugin check,
 // folding the check batches as every other skeleton does.
 func TestPluginNewBuildsAndChecks(t *testing.T) {

@@ -47,7 +47,11 @@ func TestExampleConfigParsesAndValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
+	// From the repository's root, where its plugin path resolves.
+	dir, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg, err := parseIn(t, dir, string(data), noEnv)
 	if err != nil {
 		t.Fatalf("config.toml.example: %v", err)
@@ -57,7 +61,7 @@ func TestExampleConfigParsesAndValidates(t *testing.T) {
 	}
 	// The example states the defaults: a minimal config must come out the
 	// same apart from what the example sets on purpose.
-	min, err := parseIn(t, dir, "[[fold]]\nname = \"routes\"\nscope = [\"route.\"]\n[[fold]]\nname = \"inventory\"\n", noEnv)
+	min, err := parseIn(t, dir, "[[fold]]\nname = \"routes\"\nscope = [\"route.\"]\nplugin = \"plugins/example-router/embedded/router-c.wasm\"\n[[fold]]\nname = \"inventory\"\n", noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}

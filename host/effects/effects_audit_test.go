@@ -218,7 +218,7 @@ func effectsAudit(t *testing.T, kills, replicaBatch int) {
 		t.Fatal(err)
 	}
 	// A replica starts from a copy of that store: replicas must fold the
-	// same history (README, "Plugin effects": one that hydrated the
+	// same history (docs/effects.md, "Replicas": one that hydrated the
 	// bucket's state instead would file the collapsed change under ids of
 	// its own, and could cover the other's unpublished effects).
 	replicaData := filepath.Join(t.TempDir(), "replica")

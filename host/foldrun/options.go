@@ -122,7 +122,7 @@ type Options struct {
 	// renamed bucket). Without it such a store is refused ([OriginError]).
 	Adopt bool
 	// EffectsStream is the JetStream stream the plugin's effects are
-	// published to (README, "Plugin effects"); it must exist at the start.
+	// published to (docs/effects.md); it must exist at the start.
 	// "" drops them (one WARN when the first is dropped).
 	EffectsStream string
 	// EffectsSubjects are the subject filters effects may go to, each

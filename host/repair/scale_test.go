@@ -170,7 +170,8 @@ type scaleFigures struct {
 // collector's headroom) and the slack 1.25, for a shared machine (the
 // repair measured 0.5-1.1 times the replay there, the one it replaced
 // 1.5-2.1). With -repair.scale (64-byte values, 5 rounds) the margin is
-// 64 MiB and there is no slack; the figures in README.md come from
+// 64 MiB and there is no slack; the figures in docs/repair-and-artifacts.md
+// come from
 //
 //	go test ./host/repair -run TestRepairScaling -v -timeout 30m -repair.scale=100000,200000,1000000
 func TestRepairScaling(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"github.com/foldhost/foldhost/host/config"
 )
 
-// Exit codes. Documented in the top-level help and the README.
+// Exit codes. Documented in the top-level help and docs/operations.md.
 const (
 	ExitOK       = 0 // success; `run` shut down cleanly on SIGINT/SIGTERM
 	ExitFailure  = 1 // runtime failure: NATS unreachable, a store error, a fold that stopped on an error

@@ -11,8 +11,10 @@ import (
 	"testing"
 )
 
-// TestPluginBuildCommandsMatchBuildPlugins: the build command README.md's
-// plugin table gives for each language, and the one in each SDK's README,
+// TestPluginBuildCommandsMatchBuildPlugins: the build command the plugin
+// table gives for each language (the one table "| language | SDK | build |"
+// of README.md and docs/*.md: docs/plugins.md's), and the one in each
+// SDK's README,
 // has the flags scripts/build-plugins builds the example router with,
 // modulo file names and the flags that only turn warnings into errors (so
 // a reader's plugin.wasm is built as the repository's is). A flag added to
@@ -26,15 +28,16 @@ func TestPluginBuildCommandsMatchBuildPlugins(t *testing.T) {
 		"Go":             options(fields(scriptLine(t, script, "-buildmode=c-shared -o", "./plugins/example-router/go"))),
 		"AssemblyScript": options(fields(scriptLine(t, script, "asc assembly/index.ts", ""))),
 	}
-	rows := pluginTable(t, read(t, "README.md"))
+	page := pluginTablePage(t)
+	rows := pluginTable(t, page, read(t, page))
 	for lang, w := range want {
 		cmd, ok := rows[lang]
 		if !ok {
-			t.Errorf("README.md's plugin table has no %s row", lang)
+			t.Errorf("%s's plugin table has no %s row", page, lang)
 			continue
 		}
 		if got := options(fields(cmd)); !slices.Equal(got, w) {
-			t.Errorf("README.md, %s: the command's flags %q differ from scripts/build-plugins' %q", lang, got, w)
+			t.Errorf("%s, %s: the command's flags %q differ from scripts/build-plugins' %q", page, lang, got, w)
 		}
 	}
 	for lang, readme := range map[string]string{
@@ -228,13 +231,32 @@ func read(t *testing.T, rel string) string {
 	return string(b)
 }
 
-// pluginTable returns the build command of each row of README.md's
-// "| language | SDK | build |" table: the first code span of its last cell.
-func pluginTable(t *testing.T, readme string) map[string]string {
+// pluginTableHeader heads the documentation's plugin table.
+const pluginTableHeader = "| language | SDK | build |\n"
+
+// pluginTablePage returns the page of README.md and docs/*.md that holds
+// the plugin table; there must be exactly one.
+func pluginTablePage(t *testing.T) string {
 	t.Helper()
-	_, table, ok := strings.Cut(readme, "| language | SDK | build |\n")
+	var found []string
+	for _, page := range docPages(t) {
+		if strings.Contains(read(t, page), pluginTableHeader) {
+			found = append(found, page)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("want one plugin table (%s) in README.md and docs/*.md, found one in %q", strings.TrimSpace(pluginTableHeader), found)
+	}
+	return found[0]
+}
+
+// pluginTable returns the build command of each row of the page's
+// "| language | SDK | build |" table: the first code span of its last cell.
+func pluginTable(t *testing.T, page, doc string) map[string]string {
+	t.Helper()
+	_, table, ok := strings.Cut(doc, pluginTableHeader)
 	if !ok {
-		t.Fatal("README.md has no plugin table (| language | SDK | build |)")
+		t.Fatalf("%s has no plugin table (%s)", page, strings.TrimSpace(pluginTableHeader))
 	}
 	rows := map[string]string{}
 	span := regexp.MustCompile("`([^`]*)`")
@@ -248,7 +270,7 @@ func pluginTable(t *testing.T, readme string) map[string]string {
 		}
 		m := span.FindStringSubmatch(cells[2])
 		if m == nil {
-			t.Fatalf("README.md: plugin table row without a command: %s", line)
+			t.Fatalf("%s: plugin table row without a command: %s", page, line)
 		}
 		rows[strings.TrimPrefix(cells[0], "| ")] = m[1]
 	}

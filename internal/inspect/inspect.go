@@ -66,8 +66,8 @@ type Outbox struct {
 	First   string       `json:"first,omitempty"`
 	Last    string       `json:"last,omitempty"`
 	Oldest  []OutboxItem `json:"oldest"`
-	// Held is the store's effects hold (README, "Plugin effects",
-	// Replicas), when it has one.
+	// Held is the store's effects hold (docs/effects.md, "Replicas"),
+	// when it has one.
 	Held *fold.EffectsHold `json:"held,omitempty"`
 }
 

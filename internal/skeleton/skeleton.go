@@ -2,8 +2,8 @@
 // writes: in Go, C, Rust and AssemblyScript, a minimal fold whose view
 // mirrors the bucket, with the SDK files it needs (copied from those the
 // binary carries) so that it builds outside the repository, a README.md
-// with its build command, and those build commands (README.md's plugin
-// table).
+// with its build command, and those build commands (docs/plugins.md's
+// plugin table).
 package skeleton
 
 import (
@@ -21,7 +21,7 @@ import (
 	sdkfiles "github.com/foldhost/foldhost"
 )
 
-// Build commands of the skeletons: README.md's plugin table, run in the
+// Build commands of the skeletons: docs/plugins.md's plugin table, run in the
 // skeleton's directory (each skeleton lays its SDK out so the command
 // works as written).
 var buildCommands = map[string]string{
@@ -41,7 +41,7 @@ func Langs() []string {
 	return langs
 }
 
-// BuildCommand is lang's build command, as README.md's plugin table
+// BuildCommand is lang's build command, as docs/plugins.md's plugin table
 // gives it.
 func BuildCommand(lang string) string { return buildCommands[lang] }
 
