@@ -358,17 +358,22 @@ var (
 	quoted     = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 )
 
-// metricNames are the names of the host's metrics an expression queries:
-// its identifiers (outside label values) of the host's namespaces.
+// metricNames are the names of the metrics an expression queries: its
+// identifiers (outside label values) of the host's namespaces, and up
+// (Prometheus' own series of each scrape target, which no host exports).
 func metricNames(expr string) []string {
 	var out []string
 	for _, id := range identifier.FindAllString(quoted.ReplaceAllString(expr, `""`), -1) {
-		if strings.HasPrefix(id, "foldhost_") || strings.HasPrefix(id, "process_") || strings.HasPrefix(id, "go_") {
+		if strings.HasPrefix(id, "foldhost_") || strings.HasPrefix(id, "process_") || strings.HasPrefix(id, "go_") || id == "up" {
 			out = append(out, id)
 		}
 	}
 	return out
 }
+
+// upOfTheJob matches every selector of up in an expression: each must
+// name foldhost's scrape job, or the rule watches other targets (or none).
+var upOfTheJob = regexp.MustCompile(`\bup\b(\{[^}]*\})?`)
 
 // known reports whether name is a series the host exports: a family's name
 // or, for a histogram or a summary, one of its _bucket, _sum and _count.
@@ -396,9 +401,15 @@ func (e exported) known(name string) bool {
 	return false
 }
 
-// The alerts the rules file must keep (README, "Dashboard and alerts").
+// The alerts the rules file must keep (docs/operations.md, "Dashboard and
+// alerts").
 var wantAlerts = []string{"FoldhostFoldFailed", "FoldhostFoldLagging", "FoldhostFoldStalled", "FoldhostRepairLong",
-	"FoldhostArtifactStale", "FoldhostNATSDisconnected", "FoldhostEffectsStuck", "FoldhostDeadLetters"}
+	"FoldhostArtifactStale", "FoldhostNATSDisconnected", "FoldhostEffectsStuck", "FoldhostDeadLetters",
+	"FoldhostDown", "FoldhostAbsent"}
+
+// scrapeJob is the job label the rules on Prometheus' own up series
+// select foldhost's targets by (the rules file's header documents it).
+const scrapeJob = "foldhost"
 
 // boundedLabels are the labels a foldhost metric may carry besides fold,
 // each with every value it can take: a label outside them, or a value
@@ -409,7 +420,7 @@ var wantAlerts = []string{"FoldhostFoldFailed", "FoldhostFoldLagging", "Foldhost
 // httpapi.UnknownQueryLabel; these are the C router's.
 var boundedLabels = map[string][]string{
 	"state":   stateNames(),
-	"outcome": append([]string{"published", "superseded", "skipped", "failed", "accepted", "refused", "done"}, httpapi.QueryOutcomes...),
+	"outcome": append([]string{"published", "superseded", "skipped", "failed", "accepted", "refused", "done", "cancelled"}, httpapi.QueryOutcomes...),
 	"plan":    {"key-listing-diff", "relist-only", "refuse", "restore"},
 	"query":   {"hosts_of_upstream", "top_upstreams", httpapi.UnknownQueryLabel},
 }
@@ -447,6 +458,14 @@ func TestDashboardAndAlerts(t *testing.T) {
 			t.Errorf("%s queries no foldhost metric: %s", q.where, q.expr)
 		}
 		for _, n := range names {
+			if n == "up" {
+				for _, sel := range upOfTheJob.FindAllStringSubmatch(q.expr, -1) {
+					if sel[1] != `{job="`+scrapeJob+`"}` {
+						t.Errorf("%s queries up%s: want up{job=%q}, the scrape job the rules file documents", q.where, sel[1], scrapeJob)
+					}
+				}
+				continue
+			}
 			if !e.known(n) {
 				t.Errorf("%s queries %s, which the host does not export: %s", q.where, n, q.expr)
 			}
@@ -497,7 +516,8 @@ func TestDashboardAndAlerts(t *testing.T) {
 	// Without these the checks above would pass vacuously.
 	for _, n := range []string{"foldhost_fold_export_last_published_timestamp_seconds", "foldhost_fold_export_interval_seconds",
 		"foldhost_fold_last_commit_timestamp_seconds", "foldhost_fold_plugin_reloads_total", "process_resident_memory_bytes", "go_gc_duration_seconds",
-		"foldhost_fold_queries_total", "foldhost_fold_query_duration_seconds"} {
+		"foldhost_fold_queries_total", "foldhost_fold_query_duration_seconds",
+		"foldhost_fold_export_cursor_revision", "foldhost_fold_export_up_to_date_timestamp_seconds"} {
 		if _, ok := e.scraped[n]; !ok {
 			t.Errorf("the host's scrape lacks %s", n)
 		}

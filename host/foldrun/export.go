@@ -46,7 +46,9 @@ type exportState struct {
 	last           *round.Report
 	lastAt         time.Time
 	lastPublished  time.Time
-	exportedCursor uint64 // the highest cursor a round published or found superseded
+	exportedCursor uint64    // the highest cursor a round published or found superseded
+	exported       bool      // a round published or found superseded (exportedCursor is one's)
+	upToDate       time.Time // when an artifact was last known to hold the fold's cursor
 	rounds         httpapi.ExportRounds
 }
 
@@ -101,23 +103,32 @@ func (f *Fold) exportRound(ctx context.Context, force bool) (round.Report, error
 		x.rounds.Failed++
 	case round.Published:
 		x.rounds.Published++
-		x.lastPublished = now
-		x.exportedCursor = max(x.exportedCursor, res.Cursor)
+		x.lastPublished, x.upToDate = now, now
+		x.exportedCursor, x.exported = max(x.exportedCursor, res.Cursor), true
 	case round.Superseded:
 		x.rounds.Superseded++
-		x.exportedCursor = max(x.exportedCursor, res.Cursor)
+		x.upToDate = now // the store holds a newer artifact than the fold's cursor
+		x.exportedCursor, x.exported = max(x.exportedCursor, res.Cursor), true
 	case round.Skipped:
 		x.rounds.Skipped++
 	}
 	return res, err
 }
 
-// lastPublishedCursor is the cursor this process' rounds last published
-// or found superseded (0: none).
-func (f *Fold) lastPublishedCursor() uint64 {
-	f.export.metaMu.Lock()
-	defer f.export.metaMu.Unlock()
-	return f.export.exportedCursor
+// nothingToExport reports whether the fold's cursor cur is at or below the
+// cursor this process last exported (an empty fold's 0 included), and if
+// so notes the artifact up to date now: an idle fold's artifact is as
+// fresh as it can be, and the alert on artifact staleness reads this time
+// (RATIONALE.md, "Dashboard and alerts: a stall is judged on the cursor").
+func (f *Fold) nothingToExport(cur uint64, now time.Time) bool {
+	x := &f.export
+	x.metaMu.Lock()
+	defer x.metaMu.Unlock()
+	if cur > x.exportedCursor {
+		return false
+	}
+	x.upToDate = now.UTC()
+	return true
 }
 
 // exportStatus is the fold's export status; nil when exporting is not
@@ -134,6 +145,14 @@ func (f *Fold) exportStatus() *httpapi.ExportStatus {
 	if !x.lastPublished.IsZero() {
 		at := x.lastPublished
 		st.LastPublishedAt = &at
+	}
+	if x.exported {
+		c := x.exportedCursor
+		st.ExportedCursor = &c
+	}
+	if !x.upToDate.IsZero() {
+		at := x.upToDate
+		st.UpToDateAt = &at
 	}
 	if le := x.last; le != nil {
 		at := x.lastAt
@@ -157,13 +176,15 @@ func (f *Fold) exportEvery(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if !f.ready.Load() || f.state.Load() != httpapi.StateFollowing {
-			continue
-		}
 		// Nothing new to export: an empty fold, or the cursor a round of
 		// this process already published (a new artifact of the same
-		// cursor would only add a payload for prune to collect).
-		if cur := uint64(f.store.Cursor().Rev); cur == 0 || cur <= f.lastPublishedCursor() {
+		// cursor would only add a payload for prune to collect). Checked
+		// in every state: a paused or failed fold whose cursor an
+		// artifact holds is up to date too.
+		if f.nothingToExport(uint64(f.store.Cursor().Rev), time.Now()) {
+			continue
+		}
+		if !f.ready.Load() || f.state.Load() != httpapi.StateFollowing {
 			continue
 		}
 		res, err := f.exportRound(ctx, false)

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/foldhost/foldhost/host/natskv"
@@ -16,11 +17,20 @@ import (
 // scrape time, and the batch latency histogram the fold runner feeds
 // through ObserveBatch. Each Metrics has its own registry (not the global
 // one), so several can coexist in one process (tests).
+//
+// Every counter of a tracked fold is exported from the fold's start, at 0
+// until something happens: a series that appears at its first event (at
+// 1) shows no increase() over it, so the first repair or query of a
+// process would be invisible on a dashboard. The labelled ones are created
+// for each value their label can take: every repair plan with each outcome
+// it can end with (RepairSeries), every query the fold's plugin declares
+// (and UnknownQueryLabel) with every outcome.
 type Metrics struct {
 	reg          *prometheus.Registry
 	latency      *prometheus.HistogramVec
 	queries      *prometheus.CounterVec
 	queryLatency *prometheus.HistogramVec
+	folds        *foldCollector
 }
 
 // NewMetrics returns a registry with the runtime collectors and the batch
@@ -47,8 +57,13 @@ func NewMetrics() *Metrics {
 		// 100us .. ~6.5s, as the batches'
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9),
 	}, []string{"fold", "query"})
-	reg.MustRegister(latency, queries, queryLatency)
-	return &Metrics{reg: reg, latency: latency, queries: queries, queryLatency: queryLatency}
+	m := &Metrics{reg: reg, latency: latency, queries: queries, queryLatency: queryLatency}
+	m.folds = &foldCollector{m: m}
+	// The query metrics are collected through the fold collector, which
+	// first creates the series of the queries each fold's plugin declares
+	// now (a reload may add some): they are in the same scrape.
+	reg.MustRegister(latency, m.folds)
+	return m
 }
 
 // UnknownQueryLabel is the query label of a query the fold's plugin does
@@ -97,12 +112,32 @@ func (m *Metrics) observeQuery(fold, query string, code int, took time.Duration)
 	}
 }
 
-// Track registers the per-fold metrics of folds. Call it once.
+// Track adds the per-fold metrics of folds, every counter and histogram
+// created at 0 (see Metrics). Call it once.
 func (m *Metrics) Track(folds []Fold) {
 	for _, f := range folds {
 		m.latency.WithLabelValues(f.Name()) // export an empty histogram from the start
+		m.declareQueries(f.Name(), f.Status().Plugin.Queries)
 	}
-	m.reg.MustRegister(&foldCollector{folds: folds})
+	m.folds.mu.Lock()
+	m.folds.folds = append(m.folds.folds, folds...)
+	m.folds.mu.Unlock()
+}
+
+// declareQueries creates at 0 the query series of fold: each query its
+// plugin declares, and UnknownQueryLabel, with every outcome; the duration
+// histogram of each declared query (an undeclared name never runs the
+// plugin).
+func (m *Metrics) declareQueries(fold string, qs []PluginQuery) {
+	for _, o := range QueryOutcomes {
+		m.queries.WithLabelValues(fold, UnknownQueryLabel, o)
+	}
+	for _, q := range qs {
+		for _, o := range QueryOutcomes {
+			m.queries.WithLabelValues(fold, q.Name, o)
+		}
+		m.queryLatency.WithLabelValues(fold, q.Name)
+	}
 }
 
 // ObserveBatch records one committed batch's apply+commit time.
@@ -156,7 +191,7 @@ var foldMetrics = []metricDef{
 		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.Rejected) }),
 	def("foldhost_fold_batches_total", "Committed batches.",
 		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.Batches) }),
-	def("foldhost_fold_plugin_errors_total", "Plugin calls that returned an error.",
+	def("foldhost_fold_plugin_errors_total", "Plugin calls that failed (a trap, a timeout, a bound crossed): with on_plugin_error = \"stop\" the first stops the fold; with \"skip\" the fold splits the batch and goes on, each failed call counted (several per update skipped).",
 		prometheus.CounterValue, func(s Status) float64 { return float64(s.Counters.PluginErrors) }),
 	def("foldhost_fold_dead_lettered_total", "Updates the plugin failed on alone that the fold skipped (on_plugin_error = \"skip\"): committed raw only.",
 		prometheus.CounterValue, func(s Status) float64 {
@@ -215,7 +250,7 @@ var (
 	exportRoundsDesc = prometheus.NewDesc("foldhost_fold_export_rounds_total",
 		"Export rounds this process ran, by outcome (published, superseded, skipped, failed).", []string{"fold", "outcome"}, nil)
 	repairsDesc = prometheus.NewDesc("foldhost_fold_repairs_total",
-		"Cursor-expiry repairs this process ran, by plan (key-listing-diff, relist-only, refuse, restore) and outcome (done, failed, refused).", []string{"fold", "plan", "outcome"}, nil)
+		"Cursor-expiry repairs this process ran, by plan (key-listing-diff, relist-only, refuse, restore) and outcome (done, failed, refused, cancelled; skipped: a restore at a first start found no artifact).", []string{"fold", "plan", "outcome"}, nil)
 	stateDesc = prometheus.NewDesc("foldhost_fold_state",
 		"1 for the state the fold is in (starting, waiting, hydrating, following, repairing, rebuilding, paused, draining, failed, stopped), 0 for the others.", []string{"fold", "state"}, nil)
 	reloadsDesc = prometheus.NewDesc("foldhost_fold_plugin_reloads_total",
@@ -224,6 +259,10 @@ var (
 		"1 while a cursor-expiry repair runs.", []string{"fold"}, nil)
 	lastPublishedDesc = prometheus.NewDesc("foldhost_fold_export_last_published_timestamp_seconds",
 		"When a round of this process last published an artifact (Unix time; absent before the first).", []string{"fold"}, nil)
+	exportCursorDesc = prometheus.NewDesc("foldhost_fold_export_cursor_revision",
+		"The highest cursor this process' rounds published or found superseded by a newer artifact (absent before the first): an interval round is not attempted while cursor_revision is at or below it.", []string{"fold"}, nil)
+	upToDateDesc = prometheus.NewDesc("foldhost_fold_export_up_to_date_timestamp_seconds",
+		"When this process last knew an artifact to hold everything the fold had folded: a round that published or was superseded, or an interval tick that found the cursor at or below export_cursor_revision (Unix time; absent before the first). Its age is how long the fold has held revisions no artifact has, to about an export interval.", []string{"fold"}, nil)
 	exportIntervalDesc = prometheus.NewDesc("foldhost_fold_export_interval_seconds",
 		"The configured time between export rounds (0: on demand only; absent when exporting is not configured).", []string{"fold"}, nil)
 	lastCommitDesc = prometheus.NewDesc("foldhost_fold_last_commit_timestamp_seconds",
@@ -232,15 +271,40 @@ var (
 		"How long the fold has been behind the stream head, to about a head poll (0: at the head; absent when not seen at the head since the start).", []string{"fold"}, nil)
 )
 
-// foldCollector reads every fold's Status once per scrape.
-type foldCollector struct{ folds []Fold }
+// RepairSeries are the plans and outcomes a repair can end with
+// (host/repair's Runner): a listing (relist-only, key-listing-diff) done,
+// failed, refused or cancelled; the refuse plan refused; a restore also
+// skipped (a first start that found no artifact). Each is exported at 0
+// from a fold's start.
+var RepairSeries = []RepairCount{
+	{Plan: "relist-only", Outcome: "done"}, {Plan: "relist-only", Outcome: "failed"},
+	{Plan: "relist-only", Outcome: "refused"}, {Plan: "relist-only", Outcome: "cancelled"},
+	{Plan: "key-listing-diff", Outcome: "done"}, {Plan: "key-listing-diff", Outcome: "failed"},
+	{Plan: "key-listing-diff", Outcome: "refused"}, {Plan: "key-listing-diff", Outcome: "cancelled"},
+	{Plan: "refuse", Outcome: "refused"},
+	{Plan: "restore", Outcome: "done"}, {Plan: "restore", Outcome: "failed"},
+	{Plan: "restore", Outcome: "refused"}, {Plan: "restore", Outcome: "cancelled"},
+	{Plan: "restore", Outcome: "skipped"},
+}
+
+// foldCollector reads every fold's Status once per scrape, and collects
+// the query metrics.
+type foldCollector struct {
+	m     *Metrics
+	mu    sync.Mutex
+	folds []Fold
+}
 
 func (c *foldCollector) Describe(ch chan<- *prometheus.Desc) {
+	c.m.queries.Describe(ch)
+	c.m.queryLatency.Describe(ch)
 	for _, d := range foldMetrics {
 		ch <- d.desc
 	}
 	ch <- exportRoundsDesc
 	ch <- lastPublishedDesc
+	ch <- exportCursorDesc
+	ch <- upToDateDesc
 	ch <- exportIntervalDesc
 	ch <- lastCommitDesc
 	ch <- lagSecondsDesc
@@ -255,8 +319,14 @@ var States = []State{StateStarting, StateWaiting, StateHydrating, StateFollowing
 	StateRebuilding, StatePaused, StateDraining, StateFailed, StateStopped}
 
 func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, f := range c.folds {
+	c.mu.Lock()
+	folds := c.folds
+	c.mu.Unlock()
+	defer c.m.queryLatency.Collect(ch)
+	defer c.m.queries.Collect(ch) // after the loop created the declared queries' series
+	for _, f := range folds {
 		st := f.Status()
+		c.m.declareQueries(f.Name(), st.Plugin.Queries)
 		for _, d := range foldMetrics {
 			ch <- prometheus.MustNewConstMetric(d.desc, d.kind, d.val(st), f.Name())
 		}
@@ -270,12 +340,21 @@ func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, s := range States {
 			ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, b2f(st.State == s), f.Name(), string(s))
 		}
-		if st.Plugin.SHA256 != "" {
+		// A fold with a plugin (one waiting for its module too: its first
+		// load is no reload); a raw-only fold has none to reload.
+		if st.Plugin.SHA256 != "" || st.Plugin.Source != "" {
 			ch <- prometheus.MustNewConstMetric(reloadsDesc, prometheus.CounterValue, float64(st.Plugin.Reloads.Accepted), f.Name(), "accepted")
 			ch <- prometheus.MustNewConstMetric(reloadsDesc, prometheus.CounterValue, float64(st.Plugin.Reloads.Refused), f.Name(), "refused")
 		}
+		repairs := map[RepairCount]uint64{}
+		for _, s := range RepairSeries {
+			repairs[s] = 0
+		}
 		for _, c := range st.Repairs.Counts {
-			ch <- prometheus.MustNewConstMetric(repairsDesc, prometheus.CounterValue, float64(c.N), f.Name(), c.Plan, c.Outcome)
+			repairs[RepairCount{Plan: c.Plan, Outcome: c.Outcome}] += c.N
+		}
+		for s, n := range repairs {
+			ch <- prometheus.MustNewConstMetric(repairsDesc, prometheus.CounterValue, float64(n), f.Name(), s.Plan, s.Outcome)
 		}
 		if e := st.Export; e != nil {
 			for _, o := range []struct {
@@ -289,6 +368,12 @@ func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			if e.LastPublishedAt != nil {
 				ch <- prometheus.MustNewConstMetric(lastPublishedDesc, prometheus.GaugeValue, float64(e.LastPublishedAt.Unix()), f.Name())
+			}
+			if e.ExportedCursor != nil {
+				ch <- prometheus.MustNewConstMetric(exportCursorDesc, prometheus.GaugeValue, float64(*e.ExportedCursor), f.Name())
+			}
+			if e.UpToDateAt != nil {
+				ch <- prometheus.MustNewConstMetric(upToDateDesc, prometheus.GaugeValue, float64(e.UpToDateAt.Unix()), f.Name())
 			}
 		}
 	}

@@ -141,7 +141,7 @@ type Status struct {
 	// Export is the fold's artifact export: its key and the last round
 	// this process ran; nil when exporting is not configured.
 	Export *ExportStatus `json:"export,omitempty"`
-	// Effects counts the plugin's effects (README, "Plugin effects"); nil
+	// Effects counts the plugin's effects (docs/effects.md); nil
 	// before the first.
 	Effects *EffectsStatus `json:"effects,omitempty"`
 }
@@ -322,6 +322,18 @@ type ExportStatus struct {
 	LastError   string     `json:"last_error,omitempty"`
 	// LastPublishedAt is when a round of this process last published.
 	LastPublishedAt *time.Time `json:"last_published_at,omitempty"`
+	// ExportedCursor is the highest cursor this process' rounds published
+	// or found superseded by a newer artifact (absent before the first):
+	// an interval round is not attempted while the fold's cursor is at or
+	// below it (nothing new to export).
+	ExportedCursor *uint64 `json:"exported_cursor,omitempty"`
+	// UpToDateAt is when this process last knew an artifact to hold
+	// everything the fold had folded: a round that published or was
+	// superseded, or an interval tick that found the cursor at or below
+	// ExportedCursor (absent before the first). An idle fold's stays
+	// fresh; its age is how long the fold has held revisions no artifact
+	// has, to about an interval (the alert on artifact staleness reads it).
+	UpToDateAt *time.Time `json:"up_to_date_at,omitempty"`
 	// Rounds counts this process' rounds by outcome.
 	Rounds ExportRounds `json:"rounds"`
 }
