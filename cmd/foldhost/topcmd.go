@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -48,49 +47,13 @@ func cmdTop(c *cli, args []string) error {
 			return fmt.Errorf("foldhost's HTTP API: %w", err)
 		}
 	}
-	t := &topView{c: c, base: strings.TrimRight(*base, "/"), interval: *interval, sort: *sortKey}
+	v := &top.View{Base: strings.TrimRight(*base, "/"), Interval: *interval, Sort: *sortKey, Out: c.stdout,
+		Size: func() (int, int) { return term.SizeOf(c.stdout, c.getenv) }}
 	if *once {
-		return t.once()
+		return v.Once(c.ctx)
 	}
-	return t.interactive()
-}
-
-// topView is one `foldhost top` session.
-type topView struct {
-	c        *cli
-	base     string
-	interval time.Duration
-	sort     string
-}
-
-// once samples twice, an interval apart, and prints one plain frame.
-func (t *topView) once() error {
-	prev, err := top.Fetch(t.c.ctx, t.base, t.interval)
-	if err != nil {
-		return err
-	}
-	select {
-	case <-time.After(t.interval):
-	case <-t.c.ctx.Done():
-		return nil
-	}
-	cur, err := top.Fetch(t.c.ctx, t.base, t.interval)
-	if err != nil {
-		return err
-	}
-	width, _ := t.size()
-	for _, l := range top.Table(prev, cur, t.sort, width) {
-		fmt.Fprintln(t.c.stdout, l)
-	}
-	return nil
-}
-
-// interactive redraws a frame every interval until q, Ctrl-C or a
-// cancelled context; the terminal is restored on the way out.
-func (t *topView) interactive() error {
-	ctx := t.c.ctx
 	var keys <-chan byte
-	if in, ok := t.c.stdin.(*os.File); ok {
+	if in, ok := c.stdin.(*os.File); ok {
 		if raw, err := term.EnterRaw(in); err == nil {
 			defer raw.Restore()
 			done := make(chan struct{})
@@ -100,53 +63,5 @@ func (t *topView) interactive() error {
 			keys = k
 		}
 	}
-	// The alternate screen keeps the shell's screen as it was; the
-	// cursor is hidden while frames are drawn.
-	fmt.Fprint(t.c.stdout, "\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J")
-	defer fmt.Fprint(t.c.stdout, "\x1b[?25h\x1b[?1049l")
-
-	var prev, cur *top.Sample
-	var fetchErr error
-	sample := func() {
-		s, err := top.Fetch(ctx, t.base, t.interval)
-		if err != nil {
-			fetchErr = err
-			return
-		}
-		prev, cur, fetchErr = cur, s, nil
-	}
-	sample()
-	ticker := time.NewTicker(t.interval)
-	defer ticker.Stop()
-	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		t.draw(prev, cur, fetchErr, keys != nil)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-			sample()
-		case k := <-keys:
-			switch k {
-			case 'q', 'Q':
-				return nil
-			case 's', 'S':
-				t.sort = top.Sorts[(slices.Index(top.Sorts, t.sort)+1)%len(top.Sorts)]
-			}
-		}
-	}
+	return v.Loop(c.ctx, keys)
 }
-
-// draw writes one frame over the last.
-func (t *topView) draw(prev, cur *top.Sample, fetchErr error, keys bool) {
-	width, height := t.size()
-	head := fmt.Sprintf("foldhost top  %s  every %v  sort: %s", t.base, t.interval, t.sort)
-	if keys {
-		head += "  (s: sort, q: quit)"
-	}
-	io.WriteString(t.c.stdout, top.Frame(head, prev, cur, fetchErr, t.sort, width, height))
-}
-
-func (t *topView) size() (width, height int) { return term.SizeOf(t.c.stdout, t.c.getenv) }

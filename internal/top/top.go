@@ -1,8 +1,8 @@
 // Package top is `foldhost top`'s model and rendering: samples of a
 // running foldhost's HTTP API (/v1/folds and the batch duration
 // histograms of /metrics), the rows made from two samples (rates, p99),
-// their sorts, and the table and frames fitted to a terminal's width. The
-// CLI keeps the terminal loop.
+// their sorts, the table and frames fitted to a terminal's width, and the
+// loop that redraws them (View). The CLI keeps the terminal's raw mode.
 package top
 
 import (
