@@ -68,8 +68,10 @@ func realHost(t *testing.T) exported {
 	}
 	dir := t.TempDir()
 	h, err := host.New(host.Options{
-		NATS:           host.NATSOptions{Conn: natskv.ConnOptions{URL: srv.ClientURL()}},
-		Artifacts:      host.ArtifactOptions{Store: store, Where: "test", Holder: "t"},
+		NATS:      host.NATSOptions{Conn: natskv.ConnOptions{URL: srv.ClientURL()}},
+		Artifacts: host.ArtifactOptions{Store: store, Where: "test", Holder: "t"},
+		// A fleet of one: the fleet's series are exported too.
+		Fleet:          host.FleetOptions{Name: "deploy", Heartbeat: 100 * time.Millisecond, NodeTTL: time.Second},
 		PluginCacheDir: cache,
 		Folds: []host.FoldOptions{{Name: "routes", Plugin: plugin, DataDir: filepath.Join(dir, "routes"),
 			ExportInterval: 200 * time.Millisecond}},
@@ -405,7 +407,7 @@ func (e exported) known(name string) bool {
 // alerts").
 var wantAlerts = []string{"FoldhostFoldFailed", "FoldhostFoldLagging", "FoldhostFoldStalled", "FoldhostRepairLong",
 	"FoldhostArtifactStale", "FoldhostNATSDisconnected", "FoldhostEffectsStuck", "FoldhostDeadLetters",
-	"FoldhostDown", "FoldhostAbsent"}
+	"FoldhostDown", "FoldhostAbsent", "FoldhostFoldUnowned", "FoldhostFleetTakeovers"}
 
 // scrapeJob is the job label the rules on Prometheus' own up series
 // select foldhost's targets by (the rules file's header documents it).
@@ -423,6 +425,7 @@ var boundedLabels = map[string][]string{
 	"outcome": append([]string{"published", "superseded", "skipped", "failed", "accepted", "refused", "done", "cancelled"}, httpapi.QueryOutcomes...),
 	"plan":    {"key-listing-diff", "relist-only", "refuse", "restore"},
 	"query":   {"hosts_of_upstream", "top_upstreams", httpapi.UnknownQueryLabel},
+	"role":    httpapi.FleetRoles,
 }
 
 func stateNames() []string {
@@ -517,7 +520,8 @@ func TestDashboardAndAlerts(t *testing.T) {
 	for _, n := range []string{"foldhost_fold_export_last_published_timestamp_seconds", "foldhost_fold_export_interval_seconds",
 		"foldhost_fold_last_commit_timestamp_seconds", "foldhost_fold_plugin_reloads_total", "process_resident_memory_bytes", "go_gc_duration_seconds",
 		"foldhost_fold_queries_total", "foldhost_fold_query_duration_seconds",
-		"foldhost_fold_export_cursor_revision", "foldhost_fold_export_up_to_date_timestamp_seconds"} {
+		"foldhost_fold_export_cursor_revision", "foldhost_fold_export_up_to_date_timestamp_seconds",
+		"foldhost_fold_fleet_role", "foldhost_fold_fleet_epoch", "foldhost_fleet_claims_total", "foldhost_fleet_takeovers_total"} {
 		if _, ok := e.scraped[n]; !ok {
 			t.Errorf("the host's scrape lacks %s", n)
 		}

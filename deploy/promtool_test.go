@@ -116,7 +116,7 @@ var (
 	causeGroups = []string{"one alert per cause: a failed fold", "one alert per cause: NATS unreachable", "one alert per cause: a host down"}
 )
 
-// TestRulesUnderPromtool (issue 41): the shipped rules pass `promtool check
+// TestRulesUnderPromtool (issue 40): the shipped rules pass `promtool check
 // rules` and their unit tests (`promtool test rules`,
 // prometheus/foldhost-rules.test.yml), and the unit tests cover every
 // alert: each fires in some group a minute after it was asserted quiet

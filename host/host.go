@@ -14,6 +14,7 @@ import (
 
 	"github.com/foldhost/foldhost/host/artifact/round"
 	"github.com/foldhost/foldhost/host/embeddednats"
+	"github.com/foldhost/foldhost/host/fleet"
 	"github.com/foldhost/foldhost/host/foldrun"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -37,7 +38,9 @@ type Host struct {
 	log *slog.Logger
 
 	folds   []*Fold
-	env     foldrun.Env // what the folds share, filled as Start goes
+	env     foldrun.Env  // what the folds share, filled as Start goes
+	fleet   *fleet.Fleet // nil: no fleet (every fold runs here)
+	runner  *fleetRunner
 	metrics *httpapi.Metrics
 	srv     *embeddednats.Server
 	nc      *nats.Conn
@@ -142,6 +145,11 @@ func (h *Host) Start(ctx context.Context) (err error) {
 	}
 	phase("origins checked")
 	h.metrics.Track(h.httpFolds())
+	if fl := h.o.Fleet; fl.Name != "" {
+		if err := h.joinFleet(ctx); err != nil {
+			return err
+		}
+	}
 	if h.o.Admin.NATS {
 		actx, cancel := context.WithCancel(context.Background())
 		stop, err := h.serveAdmin(actx)
@@ -231,6 +239,9 @@ func (h *Host) Run(ctx context.Context) error {
 		return errors.New("host: Run twice")
 	}
 	h.ran = true
+	if h.fleet != nil {
+		return h.runFleet(ctx)
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(h.folds))
 	for i, f := range h.folds {
@@ -283,7 +294,8 @@ func (h *Host) httpFolds() []httpapi.Fold {
 // Handler serves the host's HTTP API (package httpapi) over its folds:
 // health, readiness, metrics, status, reads, export. Valid after Start.
 func (h *Host) Handler() http.Handler {
-	return httpapi.NewHandler(httpapi.Options{Folds: h.httpFolds(), Metrics: h.metrics, Logger: h.log, AdminToken: h.o.AdminToken})
+	return httpapi.NewHandler(httpapi.Options{Folds: h.httpFolds(), Metrics: h.metrics, Logger: h.log, AdminToken: h.o.AdminToken,
+		Placement: h.placement})
 }
 
 // Metrics is the registry behind GET /metrics, for a program that adds its

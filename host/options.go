@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/artifact"
+	"github.com/foldhost/foldhost/host/fleet"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/foldrun"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -37,7 +38,12 @@ type Options struct {
 	// default DefaultProgressInterval.
 	ProgressInterval time.Duration
 	// Admin configures the admin service over NATS (off by default).
+	// Admin.Node is this node's name: in the admin subjects, the plugin
+	// records, and a fleet.
 	Admin AdminOptions
+	// Fleet places the folds over the nodes that share its Name; a zero
+	// FleetOptions: no fleet, this host runs every fold.
+	Fleet FleetOptions
 	// AdminToken, if set, is the bearer token the HTTP API's admin
 	// actions (POSTs) must carry; unset, they are served on a
 	// loopback-only listener, one whose http.Server.Addr is a loopback
@@ -100,6 +106,28 @@ type EmbeddedNATS struct {
 	Dir string
 	// Logs sends the server's own log to stderr.
 	Logs bool
+}
+
+// FleetOptions make the host a node of a fleet (RATIONALE.md, "The
+// fleet"): it runs only the folds placed on it, as their owner or a
+// standby, and hands its own over when it leaves.
+type FleetOptions struct {
+	// Name is the fleet's: nodes with the same name cooperate, through the
+	// NATS KV bucket foldhost_fleet_<Name>. "": no fleet.
+	Name string
+	// Advertise is the HTTP address the other nodes reach this one at.
+	Advertise string
+	// Heartbeat and NodeTTL: how often this node rewrites its record, and
+	// how long a node's record may stay unchanged before the others take
+	// its folds over; defaults fleet.DefaultHeartbeat, fleet.DefaultNodeTTL.
+	Heartbeat, NodeTTL time.Duration
+	// Replicas of the fleet's bucket when this node creates it (default
+	// 1; 3 on a three-server NATS cluster).
+	Replicas int
+	// LeaveTimeout bounds the hand-over of this node's folds when it stops
+	// (Run's context ended); default twice NodeTTL. A fold not handed over
+	// by then is taken over after NodeTTL, as a killed node's.
+	LeaveTimeout time.Duration
 }
 
 // ArtifactOptions configure export and bootstrap.
@@ -184,6 +212,26 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Admin.Node == "" || strings.ContainsAny(o.Admin.Node, " \t*>.") {
 		bad("admin: Node %q must be one NATS subject token (no dots, spaces, * or >)", o.Admin.Node)
+	}
+	if fl := &o.Fleet; fl.Name != "" {
+		if !recordToken.MatchString(fl.Name) {
+			bad("fleet: Name %q: A-Z a-z 0-9 - _ = only (it names the fleet's KV bucket)", fl.Name)
+		}
+		if !recordToken.MatchString(o.Admin.Node) {
+			bad("fleet: the node's name %q (Admin.Node): A-Z a-z 0-9 - _ = only (a key of the fleet's bucket)", o.Admin.Node)
+		}
+		if fl.Heartbeat <= 0 {
+			fl.Heartbeat = fleet.DefaultHeartbeat
+		}
+		if fl.NodeTTL <= 0 {
+			fl.NodeTTL = fleet.DefaultNodeTTL
+		}
+		if fl.NodeTTL <= 2*fl.Heartbeat {
+			bad("fleet: NodeTTL %v must be more than twice Heartbeat %v", fl.NodeTTL, fl.Heartbeat)
+		}
+		if fl.LeaveTimeout <= 0 {
+			fl.LeaveTimeout = 2 * fl.NodeTTL
+		}
 	}
 	names := map[string]bool{}
 	o.Folds = append([]FoldOptions(nil), o.Folds...)

@@ -37,7 +37,22 @@ type Config struct {
 	Admin         AdminConfig
 	Log           LogConfig
 	Artifacts     ArtifactsConfig
+	Fleet         FleetConfig
 	Folds         []FoldConfig
+}
+
+// FleetConfig is [fleet]: the nodes with the same name place the folds
+// among them (host.FleetOptions). No name: no fleet.
+type FleetConfig struct {
+	Name string
+	// Advertise is the HTTP address the other nodes reach this one at;
+	// default http.addr.
+	Advertise string
+	// Heartbeat and NodeTTL: how often this node beats, and how long a
+	// silent node keeps its folds; defaults fleet's (1s, 3s).
+	Heartbeat, NodeTTL time.Duration
+	// Replicas of the fleet's bucket when created; default 1.
+	Replicas int
 }
 
 // ArtifactsConfig is where artifacts go ([artifacts]): one store for every
@@ -153,6 +168,10 @@ type FoldConfig struct {
 	// artifacts in the store and its lease; default Name.
 	ExportInterval time.Duration
 	ArtifactKey    string
+	// Standbys: how many other nodes of a fleet keep a warm copy (default
+	// 1); Partitions: the fold's partitions, fixed for its life (only 1
+	// for now).
+	Standbys, Partitions int
 	// Repair is the cursor-expiry repair mode; default auto.
 	Repair protocol.RepairMode
 	Sync   bool

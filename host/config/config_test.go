@@ -115,8 +115,9 @@ func TestConfigDefaults(t *testing.T) {
 			LeaseTTL: 5 * time.Minute, Holder: hostname(t),
 			S3: S3Config{Region: "us-east-1", PartSizeMB: 8, Concurrency: 8, RequestTimeout: 2 * time.Minute},
 		},
+		Fleet: FleetConfig{Replicas: 1},
 		Folds: []FoldConfig{{
-			Name: "a", Bucket: "a", DataDir: filepath.Join(dir, "data", "folds", "a"), ArtifactKey: "a",
+			Name: "a", Bucket: "a", DataDir: filepath.Join(dir, "data", "folds", "a"), ArtifactKey: "a", Standbys: 1, Partitions: 1,
 			BatchWindow: fold.DefaultWindow, BatchSize: fold.DefaultMaxBatch, Buffer: 256, PluginMemoryMB: 256, PluginRetries: 2,
 			PluginCallTimeout: wasm.DefaultCallTimeout, PluginMaxMB: 64,
 			PluginLimits: wasm.Limits{MaxOutputBytes: 16 << 20, MaxViewMutations: 100_000, MaxViewKeyBytes: 4096,
@@ -195,7 +196,7 @@ limit_marker_ttl = "1m"
 	f := cfg.Folds[0]
 	want := FoldConfig{
 		Name: "r", Bucket: "routes", Scope: []string{"route.", "tenant.a."},
-		Plugin: filepath.Join(dir, "router.wasm"), DataDir: filepath.Join(dir, "r-data"), ArtifactKey: "r",
+		Plugin: filepath.Join(dir, "router.wasm"), DataDir: filepath.Join(dir, "r-data"), ArtifactKey: "r", Standbys: 1, Partitions: 1,
 		BatchWindow: 25 * time.Millisecond, BatchSize: 1024, Buffer: 4096, Repair: protocol.RepairRelist, Sync: true, PluginMemoryMB: 256, PluginRetries: 2,
 		OnPluginError: "skip", DeadLetterMax: 50, DeadLetterMaxAge: time.Hour,
 		PluginCallTimeout: wasm.DefaultCallTimeout, PluginMaxMB: 64,

@@ -52,6 +52,22 @@ func (c *Config) extract(root *table) {
 
 	c.extractArtifacts(root.sub("artifacts"))
 
+	fl := root.sub("fleet")
+	fl.str("name", &c.Fleet.Name)
+	fl.str("advertise", &c.Fleet.Advertise)
+	if fl.duration("heartbeat", &c.Fleet.Heartbeat) && c.Fleet.Heartbeat < 10*time.Millisecond {
+		fl.problem("heartbeat", "must be at least 10ms, got %v", c.Fleet.Heartbeat)
+	}
+	if fl.duration("node_ttl", &c.Fleet.NodeTTL) && c.Fleet.NodeTTL < 100*time.Millisecond {
+		fl.problem("node_ttl", "must be at least 100ms, got %v", c.Fleet.NodeTTL)
+	}
+	var replicas int64 = 1
+	if fl.integer("replicas", &replicas) && (replicas < 1 || replicas > 5) {
+		fl.problem("replicas", "must be between 1 and 5, got %d", replicas)
+	}
+	c.Fleet.Replicas = int(replicas)
+	fl.done()
+
 	for _, f := range root.array("fold") {
 		c.Folds = append(c.Folds, extractFold(f))
 	}
@@ -110,6 +126,14 @@ func extractFold(f *table) FoldConfig {
 		f.problem("export_interval", "must be 0 (no periodic export) or at least 1s, got %v", fc.ExportInterval)
 	}
 	f.str("artifact_key", &fc.ArtifactKey)
+	var standbys, partitions int64 = 1, 1
+	if f.integer("standbys", &standbys) && (standbys < 0 || standbys > 8) {
+		f.problem("standbys", "must be between 0 and 8, got %d", standbys)
+	}
+	if f.integer("partitions", &partitions) && partitions != 1 {
+		f.problem("partitions", "must be 1 for now (a fold is placed whole; partitions > 1 are specified, not built yet), got %d", partitions)
+	}
+	fc.Standbys, fc.Partitions = int(standbys), int(partitions)
 	if f.duration("batch_window", &fc.BatchWindow) && (fc.BatchWindow <= 0 || fc.BatchWindow > maxWindow) {
 		f.problem("batch_window", "must be > 0 and at most %v, got %v", maxWindow, fc.BatchWindow)
 	}

@@ -45,6 +45,9 @@ func (c *Config) HostOptions(log *slog.Logger) (host.Options, error) {
 	}
 	a := c.Artifacts
 	o.Artifacts = host.ArtifactOptions{Store: store, Where: where, LeaseBucket: a.LeaseBucket, LeaseTTL: a.LeaseTTL, Holder: a.Holder}
+	if fl := c.Fleet; fl.Name != "" {
+		o.Fleet = host.FleetOptions{Name: fl.Name, Advertise: fl.Advertise, Heartbeat: fl.Heartbeat, NodeTTL: fl.NodeTTL, Replicas: fl.Replicas}
+	}
 	for _, f := range c.Folds {
 		timeout, retries := f.PluginCallTimeout, f.PluginRetries
 		if timeout == 0 {
@@ -65,6 +68,7 @@ func (c *Config) HostOptions(log *slog.Logger) (host.Options, error) {
 			CreateBucket: f.CreateBucket, NoCreateBucket: f.NoCreateBucket,
 			EffectsStream: f.EffectsStream, EffectsSubjects: f.EffectsSubjects, EffectsFence: f.EffectsFence,
 			EffectsMaxWait: effectsMaxWait(f.EffectsMaxWait),
+			Standbys:       standbys(f.Standbys), Partitions: f.Partitions,
 		})
 	}
 	return o, nil
@@ -165,4 +169,13 @@ func effectsMaxWait(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// standbys is the file's standbys as host.FoldOptions takes it: 0 there
+// means none, which the options spell negative.
+func standbys(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact/s3store"
+	"github.com/foldhost/foldhost/host/fleet"
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/pluginobj"
@@ -126,6 +127,7 @@ func (c *Config) validate(ps *problems) {
 	}
 
 	c.validateArtifacts(ps, resolve)
+	c.validateFleet(ps)
 
 	// Folds.
 	if len(c.Folds) == 0 {
@@ -354,4 +356,47 @@ func checkLoopback(addr string) error {
 		return fmt.Errorf("%q is not a loopback address", addr)
 	}
 	return nil
+}
+
+// validateFleet checks [fleet]: a name for the fleet's bucket, a node
+// name of its own (the one the config has: artifacts.holder, which
+// admin.node defaults to; with a fleet the two may not differ), a NATS
+// the nodes share, and a beat well within the TTL.
+func (c *Config) validateFleet(ps *problems) {
+	fl := &c.Fleet
+	if fl.Name == "" {
+		for k, set := range map[string]bool{"advertise": fl.Advertise != "", "heartbeat": fl.Heartbeat != 0, "node_ttl": fl.NodeTTL != 0} {
+			if set {
+				ps.add("fleet."+k, "is set, but fleet.name is not: without a name there is no fleet")
+			}
+		}
+		return
+	}
+	if !ValidName(fl.Name) {
+		ps.add("fleet.name", "%q: 1 to 64 of A-Z a-z 0-9 _ - (it names the fleet's KV bucket)", fl.Name)
+	}
+	if c.NATS.Embedded {
+		ps.add("fleet.name", "a fleet's nodes share one NATS: set nats.url (each node's embedded server would be a fleet of its own)")
+	}
+	node := c.Artifacts.Holder
+	if c.Admin.Node != "" && c.Admin.Node != node {
+		ps.add("admin.node", "%q differs from artifacts.holder %q: in a fleet a node has one name; set artifacts.holder (admin.node defaults to it)", c.Admin.Node, node)
+	}
+	if !ValidName(node) {
+		ps.add("artifacts.holder", "%q: a fleet's node name is 1 to 64 of A-Z a-z 0-9 _ - (a key of the fleet's bucket)", node)
+	}
+	if fl.Heartbeat == 0 {
+		fl.Heartbeat = fleet.DefaultHeartbeat
+	}
+	if fl.NodeTTL == 0 {
+		fl.NodeTTL = fleet.DefaultNodeTTL
+	}
+	if fl.NodeTTL <= 2*fl.Heartbeat {
+		ps.add("fleet.node_ttl", "%v must be more than twice fleet.heartbeat (%v): a node must miss two beats before the others take its folds", fl.NodeTTL, fl.Heartbeat)
+	}
+	if fl.Advertise == "" {
+		fl.Advertise = c.HTTP.Addr
+	} else if err := checkHostPort(fl.Advertise); err != nil {
+		ps.add("fleet.advertise", "%v", err)
+	}
 }

@@ -55,7 +55,12 @@ type Config struct {
 	DeadLettered func()
 	// SetErr puts an error in the fold's status (its last error).
 	SetErr func(error)
-	Logger *slog.Logger
+	// Standby, when set and true, keeps the publisher from publishing:
+	// the fold is a fleet's standby copy of its unit, and its effects are
+	// the owner's to publish; it drops the entries the fence shows
+	// published. Wake it when that changes.
+	Standby func() bool
+	Logger  *slog.Logger
 }
 
 // Publisher is a fold's effects: it screens each batch's effects before
@@ -128,6 +133,18 @@ func (p *Publisher) Publishing() bool { return p.target != nil }
 
 // Held reports whether the store holds the fold's effects.
 func (p *Publisher) Held() bool { return p.hold.Load() != nil }
+
+// standby reports whether the publisher must not publish (Config.Standby).
+func (p *Publisher) standby() bool { return p.cfg.Standby != nil && p.cfg.Standby() }
+
+// Wake makes a waiting publisher look again at once: its fold became the
+// owner of its unit (Config.Standby turned false), or stopped being one.
+func (p *Publisher) Wake() {
+	select {
+	case p.held <- struct{}{}:
+	default:
+	}
+}
 
 // PointOwed reports whether a caught-up hold's point could not be
 // recorded: the fold's next commit calls CaughtUp again.
@@ -224,6 +241,11 @@ func (p *Publisher) Run(ctx context.Context) {
 			landed++
 		}
 		held := err == nil && known && p.holding(fence)
+		if p.standby() {
+			// Not the owner: it publishes nothing, and drops what the
+			// owner's batches cover (the fence read above).
+			held = err == nil
+		}
 		switch {
 		case err != nil:
 		case landed > 0:
@@ -405,6 +427,8 @@ func (p *Publisher) Status() *httpapi.EffectsStatus {
 	}
 	st.DroppedJoining = e.joinDropped.Load()
 	switch h := e.hold.Load(); {
+	case p.standby():
+		st.Held = "standby: this node does not own the fold's unit; its effects are the owner's to publish (those the fence shows published are dropped here)"
 	case h == nil:
 	case h.Syncing:
 		st.Held = "joined midway: catching up with the bucket (its effects are dropped), then until the fence passes that point"

@@ -30,8 +30,11 @@ type Env struct {
 	// ArtifactsWhere how logs and the status name it.
 	Artifacts      artifact.Store
 	ArtifactsWhere string
-	// Node names this host in the plugin records.
+	// Node names this host in the plugin records (and the fleet).
 	Node string
+	// Fleet: the host is a node of a fleet, which sets each fold's role
+	// (SetRole); the status shows it.
+	Fleet bool
 	// PluginCacheDir holds compiled plugins across restarts ("": memory).
 	PluginCacheDir string
 	// RequestTimeout bounds each NATS request; DisconnectGrace is how long

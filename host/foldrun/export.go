@@ -64,6 +64,9 @@ func (f *Fold) Export(_ context.Context, force bool) (any, error) {
 	if ctx == nil {
 		return nil, errors.New("the fold is not running")
 	}
+	if !f.owner() {
+		return nil, fmt.Errorf("this node is a standby of fold %s: its owner exports it (foldhost fleet status names the owner)", f.o.Name)
+	}
 	res, err := f.exportRound(*ctx, force)
 	if err != nil {
 		return nil, err
@@ -181,6 +184,9 @@ func (f *Fold) exportEvery(ctx context.Context) {
 		// cursor would only add a payload for prune to collect). Checked
 		// in every state: a paused or failed fold whose cursor an
 		// artifact holds is up to date too.
+		if !f.owner() {
+			continue // a fleet's standby: its owner exports
+		}
 		if f.nothingToExport(uint64(f.store.Cursor().Rev), time.Now()) {
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/repair"
 	"github.com/foldhost/foldhost/internal/testhook"
+	"github.com/foldhost/foldhost/protocol"
 )
 
 // Fold is one running fold of a host: its store, plugin and watch, its
@@ -68,6 +69,11 @@ type Fold struct {
 
 	fx *effects.Publisher // the plugin's effects: screened, held, published
 
+	// role is the fold's protocol.Role in a fleet (owner without one), and
+	// epoch its unit's owner epoch (role.go).
+	role  atomic.Int32
+	epoch atomic.Uint64
+
 	loop   atomic.Pointer[fold.Loop]       // the live loop rounds run on
 	runCtx atomic.Pointer[context.Context] // the fold's context while it runs
 	export exportState
@@ -91,6 +97,7 @@ var (
 // out) and what a killed bootstrap left.
 func New(o Options, env *Env) (*Fold, error) {
 	f := &Fold{o: o, env: env, log: env.Logger.With("fold", o.Name)}
+	f.role.Store(int32(protocol.RoleOwner)) // without a fleet, every fold is its own
 	f.state = newStateCell(f.log)
 	f.sup.wake = make(chan struct{}, 1)
 	f.waitKick = make(chan struct{}, 1)
@@ -117,7 +124,8 @@ func New(o Options, env *Env) (*Fold, error) {
 			f.dead.pending.Store(true)
 			f.pruneDeadLetters()
 		},
-		SetErr: f.setErr,
+		SetErr:  f.setErr,
+		Standby: func() bool { return !f.owner() },
 	})
 	datadir.ClearStaleImportsIfIdle(o.DataDir)
 	// A repair's scratch dir is left only by a process that died
@@ -158,3 +166,6 @@ func (f *Fold) Snapshot() (*fold.Snapshot, error) {
 	}
 	return f.store.Snapshot()
 }
+
+// Options are the fold's options, with their defaults applied.
+func (f *Fold) Options() Options { return f.o }

@@ -140,11 +140,21 @@ type Options struct {
 	// than this to be published, the fold is not ready (its status's
 	// reason says why). 0: DefaultEffectsMaxWait; negative: never.
 	EffectsMaxWait time.Duration
+	// Standbys is how many other nodes of a fleet keep a warm copy of
+	// the fold to take it over (Options.Fleet of the host); default 1,
+	// negative: none. Without a fleet it is not used.
+	Standbys int
+	// Partitions is the fold's count of partitions, fixed for its life;
+	// default 1 (the whole fold is one unit). Only 1 is supported yet.
+	Partitions int
 	// Refold marks the fresh fold of a reset (host.ResetStopped): it
 	// folds history again, so the plugin's effects are dropped. Never set
 	// by a config.
 	Refold bool
 }
+
+// DefaultStandbys is Options.Standbys' default.
+const DefaultStandbys = 1
 
 // DefaultBuffer is Options.Buffer's default.
 const DefaultBuffer = 256
@@ -170,6 +180,17 @@ func (o *Options) Defaults() []error {
 	}
 	if o.Buffer <= 0 {
 		o.Buffer = DefaultBuffer
+	}
+	if o.Standbys == 0 {
+		o.Standbys = DefaultStandbys
+	} else if o.Standbys < 0 {
+		o.Standbys = 0
+	}
+	switch {
+	case o.Partitions == 0:
+		o.Partitions = 1
+	case o.Partitions != 1:
+		bad("Partitions %d: a fold is one partition for now (partitions > 1 are specified, not built yet)", o.Partitions)
 	}
 	if o.EffectsMaxWait == 0 {
 		o.EffectsMaxWait = DefaultEffectsMaxWait

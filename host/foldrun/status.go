@@ -8,6 +8,7 @@ import (
 
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/protocol"
 )
 
 // Status implements httpapi.Fold.
@@ -65,6 +66,13 @@ func (f *Fold) Status() httpapi.Status {
 	}
 	st.Export = f.exportStatus()
 	st.Effects = f.fx.Status()
+	if f.env.Fleet {
+		role, epoch := f.Role()
+		if state == httpapi.StateElsewhere {
+			role = protocol.RoleNone
+		}
+		st.Fleet = &httpapi.FleetRole{Role: role.String(), Epoch: uint64(epoch)}
+	}
 	st.NATS = f.env.Health.Status()
 	if down := st.NATS.DownFor(time.Now()); st.Ready && down > f.env.DisconnectGrace {
 		st.Ready = false
@@ -97,6 +105,8 @@ func (f *Fold) Status() httpapi.Status {
 			st.Reason = "repairing an expired cursor: reads answer from the fold as it was before the repair"
 		case httpapi.StateRebuilding:
 			st.Reason = "rebuilding the views through a new plugin before following: reads answer from the old views"
+		case httpapi.StateElsewhere:
+			st.Reason = "placed on other nodes of the fleet: this node does not fold it (its store, if any, is frozen at its cursor)"
 		case httpapi.StatePaused:
 			st.Reason = fmt.Sprintf("paused by an operator at cursor %d; resume it to follow again", st.Cursor)
 		default:

@@ -252,7 +252,11 @@ var (
 	repairsDesc = prometheus.NewDesc("foldhost_fold_repairs_total",
 		"Cursor-expiry repairs this process ran, by plan (key-listing-diff, relist-only, refuse, restore) and outcome (done, failed, refused, cancelled; skipped: a restore at a first start found no artifact).", []string{"fold", "plan", "outcome"}, nil)
 	stateDesc = prometheus.NewDesc("foldhost_fold_state",
-		"1 for the state the fold is in (starting, waiting, hydrating, following, repairing, rebuilding, paused, draining, failed, stopped), 0 for the others.", []string{"fold", "state"}, nil)
+		"1 for the state the fold is in (starting, waiting, hydrating, following, repairing, rebuilding, paused, draining, failed, stopped, elsewhere), 0 for the others.", []string{"fold", "state"}, nil)
+	fleetRoleDesc = prometheus.NewDesc("foldhost_fold_fleet_role",
+		"In a fleet: 1 for the fold's role on this node (owner: it folds the fold, publishes its effects and exports it; standby: a warm read-only copy; none: other nodes fold it), 0 for the others.", []string{"fold", "role"}, nil)
+	fleetEpochDesc = prometheus.NewDesc("foldhost_fold_fleet_epoch",
+		"In a fleet, while this node owns the fold: its epoch (the revision of its claim; a takeover raises it).", []string{"fold"}, nil)
 	reloadsDesc = prometheus.NewDesc("foldhost_fold_plugin_reloads_total",
 		"Plugin reload verdicts since start, by outcome (accepted, refused).", []string{"fold", "outcome"}, nil)
 	repairingDesc = prometheus.NewDesc("foldhost_fold_repairing",
@@ -312,11 +316,16 @@ func (c *foldCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- repairingDesc
 	ch <- stateDesc
 	ch <- reloadsDesc
+	ch <- fleetRoleDesc
+	ch <- fleetEpochDesc
 }
+
+// FleetRoles are the roles of a fold on a node of a fleet.
+var FleetRoles = []string{"owner", "standby", "none"}
 
 // States lists every State, in the order of a fold's life.
 var States = []State{StateStarting, StateWaiting, StateHydrating, StateFollowing, StateRepairing,
-	StateRebuilding, StatePaused, StateDraining, StateFailed, StateStopped}
+	StateRebuilding, StatePaused, StateDraining, StateFailed, StateStopped, StateElsewhere}
 
 func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
@@ -339,6 +348,14 @@ func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(repairingDesc, prometheus.GaugeValue, b2f(st.Repairs.Running != nil), f.Name())
 		for _, s := range States {
 			ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, b2f(st.State == s), f.Name(), string(s))
+		}
+		if fl := st.Fleet; fl != nil {
+			for _, r := range FleetRoles {
+				ch <- prometheus.MustNewConstMetric(fleetRoleDesc, prometheus.GaugeValue, b2f(fl.Role == r), f.Name(), r)
+			}
+			if fl.Role == "owner" {
+				ch <- prometheus.MustNewConstMetric(fleetEpochDesc, prometheus.GaugeValue, float64(fl.Epoch), f.Name())
+			}
 		}
 		// A fold with a plugin (one waiting for its module too: its first
 		// load is no reload); a raw-only fold has none to reload.

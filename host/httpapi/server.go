@@ -37,6 +37,10 @@ type Options struct {
 	// PageSnapshotTTL is how long the pages of a range keep reading the
 	// first page's snapshot; default DefaultPageSnapshotTTL.
 	PageSnapshotTTL time.Duration
+	// Placement says where a fold's partitions run (GET
+	// /v1/folds/{name}/partitions); nil: one partition, this node's, at
+	// the fold's state and cursor.
+	Placement func(Fold) []PartitionStatus
 }
 
 // NewHandler returns the API's handler:
@@ -47,6 +51,7 @@ type Options struct {
 //	GET /metrics                          Prometheus exposition
 //	GET /v1/folds                         {"folds": [Status...]}
 //	GET /v1/folds/{name}                  Status
+//	GET /v1/folds/{name}/partitions       where its partitions run (Partitions)
 //	GET /v1/folds/{name}/view/{key...}    one view entry
 //	GET /v1/folds/{name}/view?prefix=P&limit=N[&next=T]   view entries by prefix, a page at a time (or ?key=K: one entry)
 //	GET /v1/folds/{name}/raw/{key...}     one raw entry
@@ -86,7 +91,13 @@ func NewHandler(o Options) http.Handler {
 		o.Metrics = NewMetrics()
 		o.Metrics.Track(o.Folds)
 	}
-	s := &server{folds: map[string]Fold{}, order: o.Folds, log: o.Logger, adminToken: o.AdminToken, metrics: o.Metrics}
+	s := &server{folds: map[string]Fold{}, order: o.Folds, log: o.Logger, adminToken: o.AdminToken, metrics: o.Metrics, placement: o.Placement}
+	if s.placement == nil {
+		s.placement = func(f Fold) []PartitionStatus {
+			st := f.Status()
+			return []PartitionStatus{{State: string(st.State), Cursor: st.Cursor, Standbys: []string{}}}
+		}
+	}
 	s.pages.ttl = o.PageSnapshotTTL
 	if s.pages.ttl <= 0 {
 		s.pages.ttl = DefaultPageSnapshotTTL
@@ -104,6 +115,7 @@ func NewHandler(o Options) http.Handler {
 	mux.Handle("GET /metrics", o.Metrics.Handler())
 	mux.HandleFunc("GET /v1/folds", s.list)
 	mux.HandleFunc("GET /v1/folds/{name}", s.status)
+	mux.HandleFunc("GET /v1/folds/{name}/partitions", s.partitions)
 	mux.HandleFunc("GET /v1/folds/{name}/view/{key...}", s.getOne(viewSpace))
 	mux.HandleFunc("GET /v1/folds/{name}/raw/{key...}", s.getOne(rawSpace))
 	mux.HandleFunc("GET /v1/folds/{name}/view", s.collection(viewSpace))
@@ -162,6 +174,7 @@ type server struct {
 	metrics    *Metrics
 	pages      pageSnaps
 	rates      pageRates // the status page's rates
+	placement  func(Fold) []PartitionStatus
 }
 
 type space int
@@ -174,7 +187,7 @@ const (
 func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 	var reasons []string
 	for _, f := range s.order {
-		if st := f.Status(); !st.Ready {
+		if st := f.Status(); !st.Ready && st.State != StateElsewhere {
 			reasons = append(reasons, "fold "+f.Name()+": "+st.Reason)
 		}
 	}

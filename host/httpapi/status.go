@@ -69,6 +69,11 @@ const (
 	StateFailed State = "failed"
 	// StateStopped: shut down cleanly.
 	StateStopped State = "stopped"
+	// StateElsewhere: the host is a node of a fleet that placed the fold
+	// on other nodes (its owner, its standbys): this node does not fold
+	// it; its store, if any, is frozen at its cursor. Not counted by
+	// readiness.
+	StateElsewhere State = "elsewhere"
 )
 
 // Status is the JSON document of GET /v1/folds/{name}.
@@ -144,6 +149,16 @@ type Status struct {
 	// Effects counts the plugin's effects (docs/effects.md); nil
 	// before the first.
 	Effects *EffectsStatus `json:"effects,omitempty"`
+	// Fleet is the fold's place in the host's fleet, nil without one.
+	Fleet *FleetRole `json:"fleet,omitempty"`
+}
+
+// FleetRole is a fold's role on this node of a fleet: owner (it folds the
+// fold, publishes its effects and exports it, under Epoch), standby (it
+// folds a warm, read-only copy) or none (other nodes fold it).
+type FleetRole struct {
+	Role  string `json:"role"`
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // EffectsStatus is what became of a fold's effects since the start.

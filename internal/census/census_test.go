@@ -97,6 +97,8 @@ var census = []input{
 		"the body decode has no fuzz target; a client of the host's own account may claim another account (closed by NATS permissions, not by foldhost)"},
 	{"a poison record (an update the plugin always fails on)", "on_plugin_error = \"skip\": isolated by bisection, committed raw only as a dead letter; dead letters bounded by count and age, pruned without being loaded",
 		[]string{"host/fold: TestPoisonIsSkipped", "host/fold: TestPruneDeadLettersHoldsNone", "host/foldrun: TestPoisonRecordsAreSkipped", "host/foldrun: TestRebuildSkipsPoisonRecords", "host/foldrun: TestRepairSkipsPoisonRecords", "host/fold: TestShutdownDoesNotIsolate"}, "a hanging plugin costs plugin_call_timeout per failing call of the bisection"},
+	{"the fleet's bucket (node records, claim registers)", "JSON within the server's max_payload; a node record that does not parse counts its node dead, a claim that does not parse counts its unit unowned (the next claim replaces it: never a wedge); a record of this node's name by another process stops this one (ErrSuperseded)",
+		[]string{"host/fleet: TestFleetReplacesACorruptClaim", "host/fleet: TestFleetRefusesASecondProcessWithOneName"}, ""},
 	{"NATS creds and TLS files", "regular files of at most 1 MiB before the client reads them", []string{"host/natskv: TestConnectErrorsNameTheProblem"},
 		"the client re-reads a creds file on reconnect without the check"},
 	{"NATS connection", "drops visible in status, metrics and logs; not ready past disconnect_grace", []string{"host: TestNATSOutageIsVisible"}, ""},

@@ -42,12 +42,10 @@ var levels = []struct {
 		"host/httpapi", "host/artifact/round",
 	}},
 	{"the effects publisher", []string{"host/effects"}},
-	{"a fold's supervision", []string{"host/foldrun"}},
-	// The fleet (placement of folds over nodes, ownership, routing) goes
-	// here: above the folds it places, below the host that composes it.
+	{"a fold's supervision; the fleet's placement of units over nodes (neither knows the other: the host drives both)", []string{"host/foldrun", "host/fleet"}},
 	{"the host: composition (New, Start, Run, Close), NATS and HTTP wiring, offline commands", []string{"host"}},
 	{"configuration, and what runs a whole host", []string{
-		"host/config", "host/bench", "internal/demo", "internal/hosttest", "internal/top",
+		"host/config", "host/bench", "internal/demo", "internal/hosttest", "internal/top", "internal/fleetview",
 	}},
 	{"the CLI's own machinery", []string{"internal/command", "internal/daemon", "internal/inspect"}},
 	{"the CLI's commands' helpers", []string{"internal/kvlines", "internal/target"}},

@@ -1,0 +1,59 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/foldhost/foldhost/host"
+)
+
+// TestFleetConfig: a [fleet] section turns into host.FleetOptions with
+// its defaults (advertise: http.addr; the node's name: artifacts.holder),
+// and each fold's standbys and partitions reach its options; every mistake
+// is refused naming its key: a fleet on the embedded server, a node named
+// twice, a TTL within two beats, partitions above 1, standbys out of
+// range, fleet keys without a name.
+func TestFleetConfig(t *testing.T) {
+	const nats = "[nats]\nurl = \"nats://127.0.0.1:4222\"\n"
+	cfg, err := parseIn(t, t.TempDir(), nats+"[artifacts]\nholder = \"n1\"\n[fleet]\nname = \"prod\"\n[[fold]]\nname = \"a\"\nstandbys = 2\n[[fold]]\nname = \"b\"\nstandbys = 0\n", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := cfg.HostOptions(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := host.FleetOptions{Name: "prod", Advertise: "127.0.0.1:8080", Heartbeat: time.Second, NodeTTL: 3 * time.Second, Replicas: 1}
+	if o.Fleet != want {
+		t.Errorf("fleet options %+v, want %+v", o.Fleet, want)
+	}
+	if o.Admin.Node != "" || o.Artifacts.Holder != "n1" {
+		t.Errorf("node names: admin %q, holder %q", o.Admin.Node, o.Artifacts.Holder)
+	}
+	if a, b := o.Folds[0], o.Folds[1]; a.Standbys != 2 || a.Partitions != 1 || b.Standbys >= 0 {
+		t.Errorf("fold options: a standbys %d partitions %d, b standbys %d (want none: negative)", a.Standbys, a.Partitions, b.Standbys)
+	}
+	for text, key := range map[string]string{
+		"[fleet]\nname = \"prod\"\n":                                                "fleet.name",
+		nats + "[fleet]\nname = \"prod\"\n[admin]\nnode = \"x\"\n":                  "admin.node",
+		nats + "[fleet]\nname = \"prod\"\nheartbeat = \"2s\"\nnode_ttl = \"3s\"\n":  "fleet.node_ttl",
+		nats + "[fleet]\nname = \"a.b\"\n":                                          "fleet.name",
+		nats + "[fleet]\nadvertise = \"h:1\"\n":                                     "fleet.advertise",
+		nats + "[fleet]\nname = \"prod\"\n[[fold]]\nname = \"c\"\npartitions = 4\n": "fold[0].partitions",
+		nats + "[fleet]\nname = \"prod\"\n[[fold]]\nname = \"c\"\nstandbys = 9\n":   "fold[0].standbys",
+	} {
+		_, err := parseIn(t, t.TempDir(), text+"[[fold]]\nname = \"a\"\n", noEnv)
+		if err == nil {
+			t.Errorf("accepted:\n%s", text)
+			continue
+		}
+		var keys []string
+		for _, p := range problemsOf(t, err) {
+			keys = append(keys, p.Key)
+		}
+		if !strings.Contains(strings.Join(keys, " "), key) {
+			t.Errorf("refused, but not naming %s (%v):\n%s", key, err, text)
+		}
+	}
+}
