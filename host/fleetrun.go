@@ -166,7 +166,6 @@ func (h *Host) Fleet() *fleet.Fleet { return h.fleet }
 func (h *Host) joinFleet(ctx context.Context) error {
 	fl := h.o.Fleet
 	h.runner = newFleetRunner(h.folds)
-	h.env.Fleet = true
 	var units []fleet.UnitSpec
 	for _, f := range h.folds {
 		f.MarkElsewhere()

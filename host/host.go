@@ -89,7 +89,8 @@ func (h *Host) Start(ctx context.Context) (err error) {
 	}
 	h.env = foldrun.Env{Logger: h.log, Health: &h.health, Artifacts: h.o.Artifacts.Store, ArtifactsWhere: h.o.Artifacts.Where,
 		Node: h.o.Admin.Node, PluginCacheDir: h.o.PluginCacheDir, RequestTimeout: h.o.NATS.RequestTimeout,
-		DisconnectGrace: h.o.NATS.DisconnectGrace, HeadPollInterval: h.o.HeadPollInterval, ProgressInterval: h.o.ProgressInterval}
+		DisconnectGrace: h.o.NATS.DisconnectGrace, HeadPollInterval: h.o.HeadPollInterval, ProgressInterval: h.o.ProgressInterval,
+		Fleet: h.o.Fleet.Name != ""}
 	h.folds = make([]*Fold, len(h.o.Folds))
 	for i, fo := range h.o.Folds {
 		f, err := foldrun.New(fo, &h.env)

@@ -8,5 +8,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(FleetChildEnv) != "" {
+		fleetChild() // a node of the fleet tests' (fleetkill_test.go)
+	}
 	os.Exit(leakcheck.Run(m))
 }

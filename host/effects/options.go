@@ -22,6 +22,10 @@ type Options struct {
 	// MaxWait: once the outbox's first effect has waited longer than this
 	// to be published, the fold is not ready. Negative: never.
 	MaxWait time.Duration
+	// Fleet: the fold's unit is placed by a fleet, whose owners mark
+	// their claims on the fence's subject + ".claim" (Stream must capture
+	// it).
+	Fleet bool
 }
 
 // FenceNamespace holds every fold's default fence subject (FenceNamespace

@@ -16,6 +16,7 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/internal/testhook"
+	"github.com/foldhost/foldhost/protocol"
 )
 
 // Publisher pacing: entries read per round (one atomic batch, the fence
@@ -55,6 +56,12 @@ type Config struct {
 	DeadLettered func()
 	// SetErr puts an error in the fold's status (its last error).
 	SetErr func(error)
+	// Epoch, when set, is the fold's owner epoch in a fleet (0: not the
+	// owner, or no fleet): a non-zero epoch makes the publisher mark its
+	// claim in the stream first, and condition every batch on that mark.
+	Epoch func() protocol.Revision
+	// Node names this node in its claim marks.
+	Node string
 	// Standby, when set and true, keeps the publisher from publishing:
 	// the fold is a fleet's standby copy of its unit, and its effects are
 	// the owner's to publish; it drops the entries the fence shows
@@ -71,12 +78,21 @@ type Config struct {
 // the loop, Run on a goroutine of its own, the rest from the fold's
 // supervision and its status.
 type Publisher struct {
-	cfg     Config
-	fold    string
-	store   *fold.Store
-	log     *slog.Logger
-	refold  bool
-	maxWait time.Duration
+	cfg  Config
+	fold string
+
+	// The claim mark this owner wrote or found for markEpoch (Run's own).
+	markEpoch protocol.Revision
+	markSeq   uint64
+	// refusedStale counts the batches the server refused because a newer
+	// owner marked its claim (this one was paused, or cut off, past its
+	// lease); fencedOut is set while this publisher is fenced out.
+	refusedStale atomic.Uint64
+	fencedOut    atomic.Bool
+	store        *fold.Store
+	log          *slog.Logger
+	refold       bool
+	maxWait      time.Duration
 
 	target    *Target // nil: effects are dropped (set by Open, before Run)
 	published atomic.Uint64
@@ -133,6 +149,27 @@ func (p *Publisher) Publishing() bool { return p.target != nil }
 
 // Held reports whether the store holds the fold's effects.
 func (p *Publisher) Held() bool { return p.hold.Load() != nil }
+
+// ownerEpoch is the fold's owner epoch in a fleet, 0 otherwise.
+func (p *Publisher) ownerEpoch() protocol.Revision {
+	if p.cfg.Epoch == nil {
+		return 0
+	}
+	return p.cfg.Epoch()
+}
+
+// fenced waits, fenced out by a newer owner's mark, for the fleet to
+// change this fold's role (Wake) or a poll; it says so once.
+func (p *Publisher) fenced(ctx context.Context, why error) {
+	if !p.fencedOut.Swap(true) {
+		p.log.Warn("this owner is fenced out of its fold's unit: it publishes nothing until the fleet makes it a standby", "err", why)
+	}
+	select {
+	case <-ctx.Done():
+	case <-p.held:
+	case <-time.After(effectsHoldPoll):
+	}
+}
 
 // standby reports whether the publisher must not publish (Config.Standby).
 func (p *Publisher) standby() bool { return p.cfg.Standby != nil && p.cfg.Standby() }
@@ -241,7 +278,12 @@ func (p *Publisher) Run(ctx context.Context) {
 			landed++
 		}
 		held := err == nil && known && p.holding(fence)
-		if p.standby() {
+		// The role, read once for the whole pass: a fold made a standby
+		// after this read publishes this pass's batch under the epoch it
+		// was read with, which the server refuses once a newer owner
+		// marked its claim (never a batch without the mark's condition).
+		standby, ownerEpoch := p.standby(), p.ownerEpoch()
+		if standby {
 			// Not the owner: it publishes nothing, and drops what the
 			// owner's batches cover (the fence read above).
 			held = err == nil
@@ -289,8 +331,19 @@ func (p *Publisher) Run(ctx context.Context) {
 			if err = p.store.SyncOutbox(); err != nil {
 				break
 			}
+			// In a fleet, the owner's claim mark first (mark.go).
+			var markSeq uint64
+			if ownerEpoch != 0 {
+				if markSeq, err = p.ensureMark(ctx, ownerEpoch); errors.Is(err, errFencedOut) {
+					p.fenced(ctx, err)
+					continue
+				} else if err != nil {
+					break
+				}
+			}
+			p.fencedOut.Store(false)
 			var seq uint64
-			seq, err = t.fencePublish(ctx, p.fold, epoch, fence.seq, chunk, probe)
+			seq, err = t.fencePublish(ctx, p.fold, epoch, fence.seq, markSeq, chunk, probe)
 			var poison *poisonEffectError
 			if errors.As(err, &poison) && ctx.Err() == nil {
 				// Nothing of the batch was stored (the server refused one
@@ -313,6 +366,19 @@ func (p *Publisher) Run(ctx context.Context) {
 				// effect by effect to learn which one, and why.
 				probe = true
 				continue
+			}
+			var moved *movedError
+			if errors.As(err, &moved) && ctx.Err() == nil && markSeq != 0 {
+				// The claim subject's check may be the one that failed: a
+				// newer owner marked (the server names the claim
+				// subject's last sequence, not the fence's).
+				if cur, rerr := t.readMark(ctx); rerr == nil && cur.seq != markSeq && moved.last == cur.seq {
+					p.refusedStale.Add(1)
+					p.markEpoch, p.markSeq = 0, 0
+					p.log.Warn("the effects stream refused this owner's batch: a newer owner marked its claim on the fold's unit; this node publishes nothing more under its epoch",
+						"claim", t.claim, "mark_epoch", uint64(cur.epoch), "this_epoch", uint64(ownerEpoch))
+					continue
+				}
 			}
 			if errors.Is(err, errFenceMoved) && ctx.Err() == nil {
 				// Someone wrote the fence since it was read (this
@@ -426,7 +492,10 @@ func (p *Publisher) Status() *httpapi.EffectsStatus {
 		st.LastError = *p
 	}
 	st.DroppedJoining = e.joinDropped.Load()
+	st.RefusedStale = p.refusedStale.Load()
 	switch h := e.hold.Load(); {
+	case p.fencedOut.Load():
+		st.Held = "fenced out: a newer owner of the fold's unit marked its claim; this node publishes nothing under its old epoch"
 	case p.standby():
 		st.Held = "standby: this node does not own the fold's unit; its effects are the owner's to publish (those the fence shows published are dropped here)"
 	case h == nil:

@@ -26,6 +26,7 @@ type Target struct {
 	handle  jetstream.Stream
 	stream  string
 	fence   string // the fold's fence subject (Options.Fence)
+	claim   string // its claim subject (a fleet's owners' marks), "" without a fleet
 	filters []string
 	timeout time.Duration // each publish
 }
@@ -73,7 +74,14 @@ func OpenTarget(ctx context.Context, nc *nats.Conn, o Options, timeout time.Dura
 	case !captured(o.Fence, subjects):
 		return nil, fmt.Errorf("effects_stream %q does not capture the fold's fence subject %q (it captures %q): add it to the stream's subjects, or set effects_fence to one it captures", o.Stream, o.Fence, subjects)
 	}
-	return &Target{nc: nc, handle: s, stream: o.Stream, fence: o.Fence, filters: filters, timeout: timeout}, nil
+	var claim string
+	if o.Fleet {
+		claim = claimSubject(o.Fence)
+		if !captured(claim, subjects) {
+			return nil, fmt.Errorf("effects_stream %q does not capture the fold's claim subject %q (it captures %q): in a fleet, owners mark their claims there; capture %q (or foldhost.fence.>)", o.Stream, claim, subjects, claim)
+		}
+	}
+	return &Target{claim: claim, nc: nc, handle: s, stream: o.Stream, fence: o.Fence, filters: filters, timeout: timeout}, nil
 }
 
 // captures reports whether subject is one effects may go to.
@@ -92,9 +100,34 @@ const (
 	// effects never published. A fence without it (an older host's) is
 	// taken as this fold's.
 	hdrFenceFold = "Foldhost-Effects-Fold"
+	// hdrFenceClaim, in a fleet, is the sequence of the claim mark the
+	// batch was conditioned on: which owner published it.
+	hdrFenceClaim = "Foldhost-Effects-Claim"
 	// hdrEffectID carries an effect's id on its message.
 	hdrEffectID = "Foldhost-Effect-Id"
 )
+
+// movedError is a batch refused because a subject's last sequence was not
+// the one a message expected: the fence's, or in a fleet the claim
+// subject's (the server names the sequence it found: "wrong last
+// sequence: N"; 0 when it does not parse). It matches errFenceMoved.
+type movedError struct {
+	last uint64
+	desc string
+}
+
+func (e *movedError) Error() string        { return errFenceMoved.Error() + ": " + e.desc }
+func (e *movedError) Is(target error) bool { return target == errFenceMoved }
+
+// lastSeqOf reads N from the server's "wrong last sequence: N".
+func lastSeqOf(desc string) uint64 {
+	_, n, ok := strings.Cut(desc, "wrong last sequence: ")
+	if !ok {
+		return 0
+	}
+	v, _ := strconv.ParseUint(strings.TrimSpace(n), 10, 64)
+	return v
+}
 
 // errFenceMoved: the fence subject's last sequence is not the one the
 // batch expected, so the server refused the whole batch.
@@ -155,7 +188,7 @@ func (t *Target) readFence(ctx context.Context, foldName, epoch string) (fenceSt
 // subject; without one (!probe, the fast path), a refused message shows
 // only as the commit's errBatchIncomplete, and the caller probes: each
 // message then goes as a request, and the first refusal names its effect.
-func (t *Target) fencePublish(ctx context.Context, foldName, epoch string, fenceSeq uint64, chunk []fold.OutboxEntry, probe bool) (uint64, error) {
+func (t *Target) fencePublish(ctx context.Context, foldName, epoch string, fenceSeq, markSeq uint64, chunk []fold.OutboxEntry, probe bool) (uint64, error) {
 	var rnd [12]byte
 	_, _ = rand.Read(rnd[:])
 	batch := hex.EncodeToString(rnd[:])
@@ -168,6 +201,12 @@ func (t *Target) fencePublish(ctx context.Context, foldName, epoch string, fence
 		m.Header.Set(hdrEffectID, e.ID(foldName))
 		m.Header.Set(jsBatchID, batch)
 		m.Header.Set(jsBatchSeq, strconv.Itoa(i+1))
+		if i == 0 && markSeq != 0 {
+			// A fleet's owner: the batch lands only while its claim mark
+			// is the claim subject's last (no newer owner marked).
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(markSeq, 10))
+			m.Header.Set(jsExpectedLastSubjSeqSubj, t.claim)
+		}
 		var err error
 		if probe {
 			err = t.probeOne(ctx, m)
@@ -196,6 +235,9 @@ func (t *Target) fencePublish(ctx context.Context, foldName, epoch string, fence
 	fm.Header.Set(hdrFenceThrough, fmt.Sprintf("%d/%d", last.Rev, last.Index))
 	fm.Header.Set(hdrFenceEpoch, epoch)
 	fm.Header.Set(hdrFenceFold, foldName)
+	if markSeq != 0 {
+		fm.Header.Set(hdrFenceClaim, strconv.FormatUint(markSeq, 10)) // which owner's batch (its claim mark)
+	}
 	fm.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(fenceSeq, 10))
 	fm.Header.Set(jsBatchID, batch)
 	fm.Header.Set(jsBatchSeq, strconv.Itoa(len(chunk)+1))
@@ -219,7 +261,7 @@ func (t *Target) fencePublish(ctx context.Context, foldName, epoch string, fence
 	}
 	switch {
 	case ack.Error != nil && (ack.Error.ErrCode == int(jetstream.JSErrCodeStreamWrongLastSequence) || ack.Error.ErrCode == int(jetstream.JSErrCodeStreamWrongLastSequenceConstant)):
-		return 0, fmt.Errorf("%w: %s", errFenceMoved, ack.Error.Description)
+		return 0, &movedError{last: lastSeqOf(ack.Error.Description), desc: ack.Error.Description}
 	case ack.Error != nil && ack.Error.ErrCode == jsErrBatchTooLarge:
 		return 0, fmt.Errorf("effects %s to %s: %w: %s", chunk[0].ID(foldName), last.ID(foldName), errBatchTooLarge, ack.Error.Description)
 	case ack.Error != nil && ack.Error.ErrCode == jsErrBatchIncomplete:
@@ -306,9 +348,11 @@ func (t *Target) abandon(batch string, staged int) {
 	_ = t.nc.PublishMsg(m)
 }
 
-// JetStream's atomic batch headers (server 2.12+).
+// JetStream's atomic batch headers (server 2.12+), and the one that
+// conditions a message on another subject's last sequence (2.11+).
 const (
-	jsBatchID     = "Nats-Batch-Id"
-	jsBatchSeq    = "Nats-Batch-Sequence"
-	jsBatchCommit = "Nats-Batch-Commit"
+	jsExpectedLastSubjSeqSubj = "Nats-Expected-Last-Subject-Sequence-Subject"
+	jsBatchID                 = "Nats-Batch-Id"
+	jsBatchSeq                = "Nats-Batch-Sequence"
+	jsBatchCommit             = "Nats-Batch-Commit"
 )

@@ -117,7 +117,9 @@ func New(o Options, env *Env) (*Fold, error) {
 		return nil, fmt.Errorf("fold %s: %w", o.Name, err)
 	}
 	f.store = st
-	f.fx = effects.New(effects.Config{Fold: o.Name, Store: st, Options: o.effects(), Refold: o.Refold, Logger: f.log,
+	eo := o.effects()
+	eo.Fleet = env.Fleet
+	f.fx = effects.New(effects.Config{Fold: o.Name, Store: st, Options: eo, Refold: o.Refold, Logger: f.log, Node: env.Node,
 		Hydrating: func() bool { return f.state.Load() == httpapi.StateHydrating },
 		DeadLettered: func() {
 			f.dead.stored.Store(-1) // recounted by the prune
@@ -126,6 +128,12 @@ func New(o Options, env *Env) (*Fold, error) {
 		},
 		SetErr:  f.setErr,
 		Standby: func() bool { return !f.owner() },
+		Epoch: func() protocol.Revision {
+			if role, epoch := f.Role(); env.Fleet && role == protocol.RoleOwner {
+				return epoch
+			}
+			return 0
+		},
 	})
 	datadir.ClearStaleImportsIfIdle(o.DataDir)
 	// A repair's scratch dir is left only by a process that died

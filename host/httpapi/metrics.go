@@ -228,6 +228,13 @@ var foldMetrics = []metricDef{
 			}
 			return float64(s.Effects.Published)
 		}),
+	def("foldhost_fold_effects_refused_stale_total", "In a fleet: this node's effects batches the stream refused because a newer owner of the fold had marked its claim (this node was paused or cut off past its lease).",
+		prometheus.CounterValue, func(s Status) float64 {
+			if s.Effects == nil {
+				return 0
+			}
+			return float64(s.Effects.RefusedStale)
+		}),
 	def("foldhost_fold_effects_held", "1 while the fold's effects publisher waits for the fence to pass the point the fold joined at.",
 		prometheus.GaugeValue, func(s Status) float64 {
 			if s.Effects == nil || s.Effects.Held == "" {

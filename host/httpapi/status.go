@@ -194,6 +194,10 @@ type EffectsStatus struct {
 	// another publisher's history midway, and publishes once the fence
 	// passes the point it joined at (or an operator releases it).
 	Held string `json:"held,omitempty"`
+	// RefusedStale counts this node's batches the stream refused because a
+	// newer owner of the fold's unit (in a fleet) had marked its claim: this
+	// node had been paused, or cut off, past its lease.
+	RefusedStale uint64 `json:"refused_stale_owner,omitempty"`
 	// DroppedJoining: emitted while the fold caught up with a history it
 	// joined midway (the collapsed change, which is not this fold's to
 	// publish), since start.
