@@ -195,6 +195,11 @@ func (h *Host) connect(ctx context.Context) error {
 			return fmt.Errorf("embedded NATS: %w", err)
 		}
 		srv, err := embeddednats.Start(embeddednats.Options{Dir: e.Dir, Host: e.Host, Port: e.Port, Logs: e.Logs})
+		if errors.Is(err, embeddednats.ErrListen) {
+			return fmt.Errorf("embedded NATS: its address %s:%d is in use or refused (another 'foldhost run', or a NATS server?): "+
+				"stop what holds it, or set [nats] embedded_listen in the config to another (port 0 picks a free one), "+
+				"or use that server with [nats] url: %w", e.Host, e.Port, err)
+		}
 		if err != nil {
 			return fmt.Errorf("embedded NATS on %s:%d: %w", e.Host, e.Port, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/internal/textfmt"
 )
 
 // AdminOptions configure the host's admin service over NATS: a NATS micro
@@ -236,7 +237,11 @@ func (h *Host) adminRequest(ctx context.Context, r micro.Request, action string,
 	}
 	f := h.Fold(req.Fold)
 	if f == nil {
-		_ = r.Error("404", fmt.Sprintf("no fold %q on this node", req.Fold), nil)
+		names := make([]string, len(h.folds))
+		for i, f := range h.folds {
+			names[i] = f.Name()
+		}
+		_ = r.Error("404", fmt.Sprintf("no fold %q on this node: %s", req.Fold, textfmt.NoSuch("its folds", req.Fold, names)), nil)
 		return
 	}
 	var args []any // the audit's: the action and how the caller was admitted

@@ -138,8 +138,9 @@ func TestAdminOverNATS(t *testing.T) {
 	if body, code := adminCall(t, own, "foldhost.admin.n1.status", `{"fold":"routes"}`, nil); code != "" || !strings.Contains(body, `"state":"following"`) {
 		t.Errorf("status: %s %s", code, body)
 	}
-	if _, code := adminCall(t, own, "foldhost.admin.n1.status", `{"fold":"nope"}`, nil); code != "404" {
-		t.Errorf("status of an unknown fold: %q", code)
+	if msg, code := adminCall(t, own, "foldhost.admin.n1.status", `{"fold":"route"}`, nil); code != "404" ||
+		!strings.Contains(msg, `no fold "route" on this node: its folds are "routes" (did you mean "routes"?)`) {
+		t.Errorf("status of an unknown fold: %q %s", code, msg)
 	}
 	// No identity: refused, and nothing happens.
 	if _, code := adminCall(t, own, "foldhost.admin.n1.pause", `{"fold":"routes"}`, nil); code != "403" {

@@ -15,6 +15,7 @@ import (
 	"github.com/foldhost/foldhost/host/foldrun"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/pluginobj"
+	"github.com/foldhost/foldhost/internal/textfmt"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -60,6 +61,10 @@ const AdminTokenEnv = "FOLDHOST_ADMIN_TOKEN"
 
 // FoldOptions configure one fold (package foldrun runs it).
 type FoldOptions = foldrun.Options
+
+// EffectsStreamConfig is how a fold creates its effects stream when it
+// does not exist (FoldOptions.CreateEffectsStream).
+type EffectsStreamConfig = foldrun.EffectsStreamConfig
 
 // OriginError: a fold's store records that it folds another source than
 // the fold's config and the live bucket say (foldrun.OriginError).
@@ -275,10 +280,12 @@ func (o Options) withDefaults() (Options, error) {
 
 // fold returns the options of the fold named name.
 func (o Options) fold(name string) (FoldOptions, error) {
-	for _, f := range o.Folds {
+	names := make([]string, len(o.Folds))
+	for i, f := range o.Folds {
 		if f.Name == name {
 			return f, nil
 		}
+		names[i] = f.Name
 	}
-	return FoldOptions{}, fmt.Errorf("no fold named %q", name)
+	return FoldOptions{}, fmt.Errorf("no fold named %q: %s", name, textfmt.NoSuch("the folds", name, names))
 }

@@ -91,9 +91,13 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{[]string{"run", "--config", bad}, "2 problems"},
 		{[]string{"run", "--config", filepath.Join(dir, "missing.toml")}, "no such file"},
+		// No config: how to get one.
+		{[]string{"run"}, "open config.toml: no such file or directory: start from the example, which documents every key (cp config.toml.example config.toml"},
 		{[]string{"run", "--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"run", "extra"}, `unexpected argument "extra"`},
-		{[]string{"run", "--config", good, "--adopt", "nope"}, `--adopt "nope": no such fold`},
+		// An unknown fold: the folds there are.
+		{[]string{"run", "--config", good, "--adopt", "nope"}, `--adopt "nope": no fold named "nope" in the config: its folds are "a"`},
+		{[]string{"inspect", "--config", good, "--fold", "b", "cursor"}, `no fold named "b" in the config: its folds are "a"`},
 		{[]string{"inspect", "cursor"}, "--data DIR or --config FILE"},
 		{[]string{"inspect", "--data", dir}, "missing action"},
 		{[]string{"inspect", "--data", dir, "frob"}, `unknown action "frob"`},
@@ -109,6 +113,19 @@ func TestUsageErrors(t *testing.T) {
 		code, _, errOut := runCLI(t, nil, tc.args...)
 		if code != command.ExitUsage || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want exit 2 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
+// TestBadFlagSaysWhereHelpIs: a mistyped flag prints the error and one
+// line on where the help is, not the whole help before it (which buried
+// the error under a screen of flags).
+func TestBadFlagSaysWhereHelpIs(t *testing.T) {
+	for _, cmd := range [][]string{{"run"}, {"kv", "get", "k"}, {"plugin", "test"}, {"inspect"}} {
+		code, out, errOut := runCLI(t, nil, append(cmd, "--bogus")...)
+		want := "foldhost " + cmd[0] + ": flag provided but not defined: -bogus\nRun 'foldhost " + cmd[0] + " --help' for usage.\n"
+		if code != command.ExitUsage || out != "" || errOut != want {
+			t.Errorf("%v --bogus: exit %d, stdout %q, stderr %q; want only %q on stderr", cmd, code, out, errOut, want)
 		}
 	}
 }

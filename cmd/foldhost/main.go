@@ -53,7 +53,7 @@ func commands() []subcommand {
 		{"admin", "pause, resume, reload, rebuild, release effects or replay dead letters of a running fold", cmdAdmin},
 		{"fleet", "where each fold's partitions run in a fleet: owner, epoch, standbys (HTTP API)", cmdFleet},
 		{"plugins", "list the plugin module each node runs (modules from a NATS object store)", cmdPlugins},
-		{"plugin", "push a plugin module to a fold's NATS object store, check one, or start one (push, check, new)", cmdPlugin},
+		{"plugin", "push a plugin module to a fold's NATS object store, check, test or query one, or start one (push, check, test, call, new)", cmdPlugin},
 		{"bench", "measure folding rates and ratios end to end (embedded NATS or --nats URL)", cmdBench},
 	}
 }

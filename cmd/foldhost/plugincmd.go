@@ -81,12 +81,18 @@ func cmdPlugin(c *cli, args []string) error {
 		switch args[0] {
 		case "check":
 			return cmdPluginCheck(c, args[1:])
+		case "test":
+			return cmdPluginTest(c, args[1:])
+		case "call":
+			return cmdPluginCall(c, args[1:])
 		case "new":
 			return cmdPluginNew(c, args[1:])
 		}
 	}
 	fs := c.flagSet("plugin", "plugin push FILE [--fold NAME | --to nats-object://BUCKET/NAME] [--config FILE] [--nats URL]\n"+
 		"plugin check FILE [--memory-mb N] [--max-mb N] [--call-timeout D]\n"+
+		"plugin test FILE FIXTURE... [--update] [--batch-size N]\n"+
+		"plugin call FILE QUERY [--input TEXT | --input-file FILE] [--fixture FIXTURE]\n"+
 		"plugin new go|c|rust|assemblyscript DIR", about("plugin"))
 	configPath := fs.String("config", "", "config `file` (the fold's plugin setting, server and credentials)")
 	natsURL := fs.String("nats", "", "NATS server `url` (overrides the config)")
@@ -98,7 +104,7 @@ func cmdPlugin(c *cli, args []string) error {
 		return err
 	}
 	if len(pos) == 0 || pos[0] != "push" {
-		return usagef("want: plugin push FILE, plugin check FILE or plugin new LANG DIR")
+		return usagef("want: plugin push FILE, check FILE, test FILE FIXTURE..., call FILE QUERY or new LANG DIR")
 	}
 	if len(pos) != 2 {
 		return usagef("push takes one FILE")

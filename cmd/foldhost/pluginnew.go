@@ -34,7 +34,8 @@ func cmdPluginNew(c *cli, args []string) error {
 	if err := skeleton.Write(dir, files); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "wrote the %s plugin skeleton to %s (%d files). Build it there:\n  %s\n%sthen check it:\n  foldhost plugin check plugin.wasm\n",
+	fmt.Fprintf(c.stdout, "wrote the %s plugin skeleton to %s (%d files). Build it there:\n  %s\n%sthen check it:\n  foldhost plugin check plugin.wasm\n"+
+		"and test it against fixture.jsonl (test.sh builds, checks and tests):\n  foldhost plugin test plugin.wasm fixture.jsonl\n",
 		lang, dir, len(files), skeleton.BuildSteps(lang), skeleton.BuildNote(lang))
 	return nil
 }

@@ -16,7 +16,8 @@ import (
 // TestPluginNewBuildsAndChecks: the skeleton of every language builds
 // with the command its README names (docs/plugins.md's plugin table), outside
 // the repository and without network, and the result passes plugin check,
-// folding the check batches as every other skeleton does.
+// folding the check batches (views, effects, its query's answer) as every
+// other skeleton does, and plugin test on the fixture it ships.
 func TestPluginNewBuildsAndChecks(t *testing.T) {
 	applied := map[string]string{}
 	for _, lang := range skeleton.Langs() {
@@ -33,12 +34,23 @@ func TestPluginNewBuildsAndChecks(t *testing.T) {
 			start := time.Now()
 			buildSkeleton(t, lang, dir)
 			t.Logf("%s skeleton built in %v", lang, time.Since(start).Round(time.Millisecond))
-			// A skeleton declares no query.
 			out = wantCheckPass(t, filepath.Join(dir, "plugin.wasm"), "name my-"+lang+", version 0.1.0, view schema 1, ABI "+sdkABI)
 			for _, l := range strings.Split(out, "\n") {
-				if strings.HasPrefix(l, "PASS apply") || strings.HasPrefix(l, "PASS output") {
+				if strings.HasPrefix(l, "PASS apply") || strings.HasPrefix(l, "PASS output") || strings.HasPrefix(l, "PASS effects") ||
+					strings.HasPrefix(l, "  get: ") {
 					applied[lang] += l + "\n"
 				}
+			}
+			// The fixture it ships passes, in its batches and in batches of
+			// one: its views, effects and query answers (README.md, "Test").
+			for _, size := range []string{"0", "1"} {
+				code, out, errOut := runCLI(t, nil, "plugin", "test", "--batch-size", size, filepath.Join(dir, "plugin.wasm"), filepath.Join(dir, "fixture.jsonl"))
+				if code != command.ExitOK || !strings.Contains(out, "PASS ") {
+					t.Errorf("plugin test --batch-size %s on its fixture: exit %d\n%s\n%s", size, code, out, errOut)
+				}
+			}
+			if !strings.Contains(string(readme), "sh test.sh") {
+				t.Errorf("README.md does not run its test:\n%s", readme)
 			}
 		})
 	}
@@ -55,8 +67,22 @@ func TestPluginNewBuildsAndChecks(t *testing.T) {
 // run scripts/build-plugins, which installs them).
 func buildSkeleton(t *testing.T, lang, dir string) {
 	t.Helper()
-	env := os.Environ()
-	bin := t.TempDir() // the tools, under the names the command uses
+	env, _ := skeletonEnv(t, lang, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", skeleton.BuildCommand(lang))
+	cmd.Dir, cmd.Env = dir, env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s in %s: %v\n%s", skeleton.BuildCommand(lang), dir, err, out)
+	}
+}
+
+// skeletonEnv is the environment lang's build command runs in, in dir:
+// PATH starts with bin, a directory of the tools it needs.
+func skeletonEnv(t *testing.T, lang, dir string) (env []string, bin string) {
+	t.Helper()
+	env = os.Environ()
+	bin = t.TempDir() // the tools, under the names the command uses
 	tool := func(name, path string) {
 		if _, err := os.Stat(path); err != nil {
 			t.Fatalf("the %s skeleton's build needs %s: %v (scripts/build-plugins installs it)", lang, path, err)
@@ -128,14 +154,7 @@ func buildSkeleton(t *testing.T, lang, dir string) {
 			path = append(path, d)
 		}
 	}
-	env = append(env, "PATH="+strings.Join(path, string(filepath.ListSeparator)))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "sh", "-c", skeleton.BuildCommand(lang))
-	cmd.Dir, cmd.Env = dir, env
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s in %s: %v\n%s", skeleton.BuildCommand(lang), dir, err, out)
-	}
+	return append(env, "PATH="+strings.Join(path, string(filepath.ListSeparator))), bin
 }
 
 // TestPluginNewRefuses: a directory that is not empty, or a language
@@ -172,4 +191,64 @@ func TestPluginNewRefuses(t *testing.T) {
 func repoRoot(t *testing.T) string {
 	t.Helper()
 	return filepath.Join(testDir, "..", "..")
+}
+
+// TestPluginNewTestScript: a plugin made by plugin new, outside this
+// repository, tests itself: its test.sh builds it offline as its README
+// says, checks it and runs plugin test on its fixture (foldhost on PATH:
+// here, this test binary as foldhost), and passes; a one-line change to
+// the plugin that changes a view, an effect or a query answer makes the
+// script fail, naming what differs. C: its build takes a fraction of a
+// second (the other languages' skeletons pass the same fixture in
+// TestPluginNewBuildsAndChecks).
+func TestPluginNewTestScript(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "mirror")
+	if code, _, errOut := runCLI(t, nil, "plugin", "new", "c", dir); code != command.ExitOK {
+		t.Fatalf("plugin new: exit %d: %s", code, errOut)
+	}
+	env, bin := skeletonEnv(t, "c", dir)
+	// foldhost: the test binary, which runs as foldhost under runMainEnv.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := "#!/bin/sh\n" + runMainEnv + "=1 exec '" + self + "' \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "foldhost"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := func() (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(dir, "test.sh")) // executable, as plugin new wrote it
+		cmd.Dir, cmd.Env = t.TempDir(), env                            // it finds its directory itself
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := script(); err != nil || strings.Count(out, "PASS fixture.jsonl: 2 batches, 4 updates") != 2 || !strings.Contains(out, "all checks passed") {
+		t.Fatalf("test.sh of the skeleton as written: %v\n%s", err, out)
+	}
+	src := filepath.Join(dir, "plugin.c")
+	orig, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ what, from, to, diff string }{
+		{"a view", "fh_put(r->key.ptr, r->key.len, r->value.ptr, r->value.len);", "fh_put(r->key.ptr, r->key.len, r->value.ptr, r->value.len - 1);",
+			`views differ (- expected, + produced):` + "\n" + `    - {"view":"bin","value_b64":"AP8="}`},
+		{"an effect", `fh_emit_for(i, "changed", 7, 0, 0, r->key.ptr, r->key.len);`, `fh_emit_for(i, "change", 6, 0, 0, r->key.ptr, r->key.len);`,
+			`+ {"effect":"change","update":1,"payload":"greeting"}`},
+		{"a query answer", "fh_answer(v.ptr, v.len);", `fh_answer(v.ptr, v.len); fh_answers("!");`,
+			`+ {"query":"get","input":"greeting","answer":"hello!"}`},
+	} {
+		if !strings.Contains(string(orig), c.from) {
+			t.Fatalf("plugin.c has no line %q", c.from)
+		}
+		if err := os.WriteFile(src, []byte(strings.Replace(string(orig), c.from, c.to, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := script()
+		if err == nil || !strings.Contains(out, c.diff) || !strings.Contains(out, "FAIL fixture.jsonl: ") {
+			t.Errorf("test.sh after a one-line change of %s: %v, want a failure with %q:\n%s", c.what, err, c.diff, out)
+		}
+	}
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -24,7 +26,7 @@ func cmdRun(c *cli, args []string) error {
 	}
 	for _, name := range adopt {
 		if _, err := cfg.Fold(name); err != nil || name == "" {
-			return usagef("--adopt %q: no such fold in the config", name)
+			return usagef("--adopt %q: %v", name, cmp.Or(err, errors.New("give a fold's name")))
 		}
 	}
 	log := newLogger(cfg.Log, c.stderr)
@@ -40,6 +42,11 @@ func cmdRun(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	ln, err := daemon.Listen(cfg.HTTP.Addr) // before NATS and the buckets
+	if err != nil {
+		return err
+	}
+	defer ln.Close() // once served, closed by the server too
 	defer h.Close()
 	if err := h.Start(c.ctx); err != nil {
 		if c.ctx.Err() != nil { // a signal during the start: a shutdown, not a failure
@@ -51,11 +58,7 @@ func cmdRun(c *cli, args []string) error {
 	if url := h.EmbeddedURL(); url != "" {
 		fmt.Fprintf(c.stdout, "foldhost: embedded NATS server listening on %s (JetStream in %s)\n", url, cfg.NATS.EmbeddedDir)
 	}
-	stopHTTP, err := daemon.Serve(cfg.HTTP.Addr, h.Handler(), opts.AdminToken != "", log, c.stdout)
-	if err != nil {
-		return err
-	}
-	defer stopHTTP()
+	defer daemon.Serve(ln, cfg.HTTP.Addr, h.Handler(), opts.AdminToken != "", log, c.stdout)()
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)

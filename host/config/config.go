@@ -8,14 +8,18 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"regexp"
 	"time"
 
+	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/wasm"
 	"github.com/foldhost/foldhost/internal/files"
+	"github.com/foldhost/foldhost/internal/textfmt"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -194,6 +198,12 @@ type FoldConfig struct {
 	// EffectsMaxWait: the outbox wait past which the fold is not ready
 	// (0: never).
 	EffectsMaxWait time.Duration
+	// CreateEffectsStream (create_effects_stream = true, or a
+	// [fold.create_effects_stream] table) creates EffectsStream at the
+	// start when it does not exist, with EffectsStreamSettings
+	// (host.FoldOptions.CreateEffectsStream).
+	CreateEffectsStream   bool
+	EffectsStreamSettings host.EffectsStreamConfig
 }
 
 // Defaults the file's own keys have (the rest are the libraries').
@@ -246,12 +256,14 @@ func (c *Config) Fold(name string) (FoldConfig, error) {
 		}
 		return FoldConfig{}, fmt.Errorf("the config has %d folds: choose one with --fold NAME", len(c.Folds))
 	}
-	for _, f := range c.Folds {
+	names := make([]string, len(c.Folds))
+	for i, f := range c.Folds {
 		if f.Name == name {
 			return f, nil
 		}
+		names[i] = f.Name
 	}
-	return FoldConfig{}, fmt.Errorf("no fold named %q in the config", name)
+	return FoldConfig{}, fmt.Errorf("no fold named %q in the config: %s", name, textfmt.NoSuch("its folds", name, names))
 }
 
 // Getenv looks up an environment variable (os.LookupEnv in production).
@@ -265,11 +277,19 @@ const MaxFileSize = 1 << 20
 // every problem found.
 func Load(path string, getenv Getenv) (*Config, error) {
 	data, err := files.ReadRegular(path, MaxFileSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, &Error{File: path, Problems: []Problem{{Msg: err.Error() + NoConfigHint}}}
+	}
 	if err != nil {
 		return nil, &Error{File: path, Problems: []Problem{{Msg: err.Error()}}}
 	}
 	return Parse(data, path, getenv)
 }
+
+// NoConfigHint is what Load adds to a config file that does not exist:
+// how to get one.
+const NoConfigHint = ": start from the example, which documents every key (cp config.toml.example config.toml, " +
+	"in a foldhost checkout; docs/configuration.md), or name another file with --config FILE"
 
 // Parse parses and validates data as the config file at path (used to
 // name the file in problems and to resolve relative paths).

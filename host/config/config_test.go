@@ -80,18 +80,26 @@ func TestCreateBucketFalse(t *testing.T) {
 		"[[fold]]\nname = \"a\"\n":                                    false,
 		"[[fold]]\nname = \"a\"\n[fold.create_bucket]\nhistory = 2\n": false,
 	} {
-		cfg, err := parseIn(t, t.TempDir(), text, noEnv)
-		if err != nil {
-			t.Fatalf("%q: %v", text, err)
-		}
-		opts, err := cfg.HostOptions(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := opts.Folds[0].NoCreateBucket; got != want || cfg.Folds[0].NoCreateBucket != want {
+		cfg, opts := firstFold(t, text)
+		if got := opts.NoCreateBucket; got != want || cfg.NoCreateBucket != want {
 			t.Errorf("%q: NoCreateBucket = %v, want %v", text, got, want)
 		}
 	}
+}
+
+// firstFold parses text and returns its first fold's config and host
+// options.
+func firstFold(t *testing.T, text string) (FoldConfig, host.FoldOptions) {
+	t.Helper()
+	cfg, err := parseIn(t, t.TempDir(), text, noEnv)
+	if err != nil {
+		t.Fatalf("%q: %v", text, err)
+	}
+	opts, err := cfg.HostOptions(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Folds[0], opts.Folds[0]
 }
 
 func TestConfigDefaults(t *testing.T) {
@@ -781,5 +789,38 @@ func TestConfigEffectsFence(t *testing.T) {
 	refuseFoldKey(t, "effects_fence", "effects_fence = \"ev.fence\"")
 	if _, err := host.New(host.Options{Folds: []host.FoldOptions{{Name: "a", DataDir: t.TempDir(), Plugin: "/p.wasm", EffectsStream: "EV", EffectsFence: "ev.*"}}}); err == nil || !strings.Contains(err.Error(), `EffectsFence "ev.*" is not a subject`) {
 		t.Error("a wildcard fence was accepted")
+	}
+}
+
+// TestCreateEffectsStream: create_effects_stream = true, or a table of
+// settings, asks the host to create a missing effects stream
+// (FoldOptions.CreateEffectsStream); absent or false, never. It needs
+// effects_stream and effects_subjects (the stream's subjects), and its
+// settings are checked like create_bucket's.
+func TestCreateEffectsStream(t *testing.T) {
+	const base = "[[fold]]\nname = \"a\"\neffects_stream = \"FX\"\neffects_subjects = [\"a.changed\"]\n"
+	for text, want := range map[string]*host.EffectsStreamConfig{
+		base:                                     nil,
+		base + "create_effects_stream = false\n": nil,
+		base + "create_effects_stream = true\n":  {},
+		base + "[fold.create_effects_stream]\nreplicas = 3\nstorage = \"memory\"\nmax_age = \"1h\"\n": {Replicas: 3, Memory: true, MaxAge: time.Hour},
+	} {
+		_, opts := firstFold(t, text)
+		if got := opts.CreateEffectsStream; (got == nil) != (want == nil) || got != nil && *got != *want {
+			t.Errorf("%q: CreateEffectsStream = %+v, want %+v", text, got, want)
+		}
+	}
+	for text, want := range map[string]string{
+		"[[fold]]\nname = \"a\"\ncreate_effects_stream = true\n":                          "create_effects_stream: needs effects_stream",
+		"[[fold]]\nname = \"a\"\neffects_stream = \"FX\"\ncreate_effects_stream = true\n": "create_effects_stream: needs effects_subjects",
+		base + "create_effects_stream = 1\n":                                              "want true, false or a table",
+		base + "[fold.create_effects_stream]\nreplicas = 9\n":                             "fold[0].create_effects_stream.replicas: must be between 1 and 5",
+		base + "[fold.create_effects_stream]\nstorage = \"disk\"\n":                       `"disk": want "file" or "memory"`,
+		base + "[fold.create_effects_stream]\nhistory = 2\n":                              "unknown key",
+	} {
+		_, err := parseIn(t, t.TempDir(), text, noEnv)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", text, err, want)
+		}
 	}
 }

@@ -83,29 +83,31 @@ func (k tomlKey) sectionName() string {
 // name, "[name]" for a sub-table, "" for a struct whose fields are keys of
 // the section the field is in.
 var fieldKeys = map[string]string{
-	"Config.File":                 "-", // the file's own path
-	"Config.Folds":                "[fold]",
-	"NATSConfig.Embedded":         "-", // url = "embedded"
-	"NATSConfig.TLSCAFile":        "tls_ca_file",
-	"S3Config.SessionToken":       "-", // $FOLDHOST_S3_SESSION_TOKEN only
-	"FoldConfig.PluginLimits":     "",
-	"FoldConfig.DeadLetterMax":    "deadletter_max",
-	"FoldConfig.DeadLetterMaxAge": "deadletter_max_age",
-	"FoldConfig.MemTableMB":       "memtable_mb",
-	"FoldConfig.CreateBucket":     "[create_bucket]",
-	"FoldConfig.NoCreateBucket":   "create_bucket", // create_bucket = false
-	"BucketConfig.Name":           "-",             // the fold's bucket
-	"BucketConfig.Memory":         "storage",       // storage = "memory"
-	"Limits.MaxOutputBytes":       wasm.KeyMaxOutput,
-	"Limits.MaxViewMutations":     wasm.KeyMaxViewMutations,
-	"Limits.MaxViewKeyBytes":      wasm.KeyMaxViewKey,
-	"Limits.MaxViewValueBytes":    wasm.KeyMaxViewValue,
-	"Limits.MaxReadBytes":         wasm.KeyMaxRead,
-	"Limits.MaxCallReadBytes":     wasm.KeyMaxCallRead,
-	"Limits.MaxErrorBytes":        wasm.KeyMaxError,
-	"Limits.MaxEffects":           wasm.KeyMaxEffects,
-	"Limits.MaxEffectBytes":       wasm.KeyMaxEffect,
-	"Limits.MaxQueryInputBytes":   wasm.KeyMaxQueryInput,
+	"Config.File":                      "-", // the file's own path
+	"Config.Folds":                     "[fold]",
+	"NATSConfig.Embedded":              "-", // url = "embedded"
+	"NATSConfig.TLSCAFile":             "tls_ca_file",
+	"S3Config.SessionToken":            "-", // $FOLDHOST_S3_SESSION_TOKEN only
+	"FoldConfig.PluginLimits":          "",
+	"FoldConfig.DeadLetterMax":         "deadletter_max",
+	"FoldConfig.DeadLetterMaxAge":      "deadletter_max_age",
+	"FoldConfig.MemTableMB":            "memtable_mb",
+	"FoldConfig.CreateBucket":          "[create_bucket]",
+	"FoldConfig.NoCreateBucket":        "create_bucket", // create_bucket = false
+	"BucketConfig.Name":                "-",             // the fold's bucket
+	"BucketConfig.Memory":              "storage",       // storage = "memory"
+	"FoldConfig.EffectsStreamSettings": "[create_effects_stream]",
+	"EffectsStreamConfig.Memory":       "storage", // storage = "memory"
+	"Limits.MaxOutputBytes":            wasm.KeyMaxOutput,
+	"Limits.MaxViewMutations":          wasm.KeyMaxViewMutations,
+	"Limits.MaxViewKeyBytes":           wasm.KeyMaxViewKey,
+	"Limits.MaxViewValueBytes":         wasm.KeyMaxViewValue,
+	"Limits.MaxReadBytes":              wasm.KeyMaxRead,
+	"Limits.MaxCallReadBytes":          wasm.KeyMaxCallRead,
+	"Limits.MaxErrorBytes":             wasm.KeyMaxError,
+	"Limits.MaxEffects":                wasm.KeyMaxEffects,
+	"Limits.MaxEffectBytes":            wasm.KeyMaxEffect,
+	"Limits.MaxQueryInputBytes":        wasm.KeyMaxQueryInput,
 }
 
 // structKeys walks config.Config into the keys of the file.
@@ -179,8 +181,8 @@ func unknownToParse(t *testing.T, k tomlKey) string {
 		text = k.name + " = \"x\"\n"
 	case "fold":
 		text = "[[fold]]\n" + k.name + " = \"x\"\n"
-	case "fold.create_bucket":
-		text = "[[fold]]\n[fold.create_bucket]\n" + k.name + " = \"x\"\n"
+	case "fold.create_bucket", "fold.create_effects_stream":
+		text = "[[fold]]\n[" + k.section + "]\n" + k.name + " = \"x\"\n"
 	default:
 		text = "[" + k.section + "]\n" + k.name + " = \"x\"\n"
 	}

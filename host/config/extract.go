@@ -220,8 +220,53 @@ func extractFold(f *table) FoldConfig {
 		}
 	}
 	cb.done()
+	fc.extractEffectsStream(f)
 	f.done()
 	return fc
+}
+
+// extractEffectsStream reads create_effects_stream: true, or a table of
+// settings; absent or false: never create the stream.
+func (fc *FoldConfig) extractEffectsStream(f *table) {
+	es := &table{path: f.key("create_effects_stream"), m: map[string]any{}, ps: f.ps}
+	switch v, _ := f.get("create_effects_stream"); v := v.(type) {
+	case nil:
+	case bool:
+		fc.CreateEffectsStream = v
+	case map[string]any:
+		fc.CreateEffectsStream, es = true, f.sub("create_effects_stream")
+	default:
+		f.problem("create_effects_stream", "want true, false or a table [fold.create_effects_stream] of settings, got %s", tomlType(v))
+	}
+	s := &fc.EffectsStreamSettings
+	var replicas int64
+	if es.integer("replicas", &replicas) && (replicas < 1 || replicas > 5) {
+		es.problem("replicas", "must be between 1 and 5, got %d", replicas)
+	}
+	s.Replicas = int(max(0, min(replicas, 5)))
+	var storage string
+	es.str("storage", &storage)
+	switch storage {
+	case "", "file":
+	case "memory":
+		s.Memory = true
+	default:
+		es.problem("storage", "%q: want \"file\" or \"memory\"", storage)
+	}
+	if es.duration("max_age", &s.MaxAge) && s.MaxAge < 0 {
+		es.problem("max_age", "must not be negative")
+	}
+	if es.integer("max_bytes", &s.MaxBytes) && s.MaxBytes < 0 {
+		es.problem("max_bytes", "must be >= 0 (0 = unlimited), got %d", s.MaxBytes)
+		s.MaxBytes = 0
+	}
+	es.done()
+	switch {
+	case fc.CreateEffectsStream && fc.EffectsStream == "":
+		f.problem("create_effects_stream", "needs effects_stream (the stream to create)")
+	case fc.CreateEffectsStream && len(fc.EffectsSubjects) == 0:
+		f.problem("create_effects_stream", "needs effects_subjects (the subjects the stream captures, besides the fence)")
+	}
 }
 
 func (c *Config) extractArtifacts(a *table) {

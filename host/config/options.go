@@ -67,8 +67,8 @@ func (c *Config) HostOptions(log *slog.Logger) (host.Options, error) {
 			Repair: f.Repair, Sync: f.Sync, DiskReserve: diskReserve(f.DiskReserveMB), MemTableSize: uint64(f.MemTableMB) << 20,
 			CreateBucket: f.CreateBucket, NoCreateBucket: f.NoCreateBucket,
 			EffectsStream: f.EffectsStream, EffectsSubjects: f.EffectsSubjects, EffectsFence: f.EffectsFence,
-			EffectsMaxWait: effectsMaxWait(f.EffectsMaxWait),
-			Standbys:       standbys(f.Standbys), Partitions: f.Partitions,
+			EffectsMaxWait: effectsMaxWait(f.EffectsMaxWait), CreateEffectsStream: createEffectsStream(f),
+			Standbys: standbys(f.Standbys), Partitions: f.Partitions,
 		})
 	}
 	return o, nil
@@ -160,6 +160,16 @@ func diskReserve(mb int64) int64 {
 		return -1
 	}
 	return mb << 20
+}
+
+// createEffectsStream maps create_effects_stream to
+// FoldOptions.CreateEffectsStream (nil: never create).
+func createEffectsStream(f FoldConfig) *host.EffectsStreamConfig {
+	if !f.CreateEffectsStream {
+		return nil
+	}
+	c := f.EffectsStreamSettings
+	return &c
 }
 
 // effectsMaxWait maps effects_max_wait to FoldOptions.EffectsMaxWait,

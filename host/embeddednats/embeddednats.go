@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -52,6 +53,10 @@ type Server struct {
 // time.
 var ErrNotReady = errors.New("embeddednats: server not ready")
 
+// ErrListen is returned when the server cannot listen on its address (in
+// use by another process, most often), at once: not after StartTimeout.
+var ErrListen = errors.New("embeddednats: cannot listen")
+
 // Start starts a server and waits until it accepts connections.
 func Start(o Options) (*Server, error) {
 	if o.Dir == "" {
@@ -88,6 +93,15 @@ func Start(o Options) (*Server, error) {
 			}
 			so.Routes = append(so.Routes, u)
 		}
+	}
+	if o.Port != server.RANDOM_PORT {
+		// A port in use: say so now. The server only logs it (a fatal
+		// error it does not return) and never becomes ready.
+		ln, err := net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrListen, err)
+		}
+		ln.Close()
 	}
 	ns, err := server.NewServer(so)
 	if err != nil {

@@ -32,12 +32,18 @@ func (f *Fold) Attach(ctx context.Context, nc *nats.Conn) error {
 		if c.Memory {
 			storage = "memory"
 		}
-		f.log.Warn("the bucket did not exist: created it, empty (a misspelled bucket name? create_bucket = false refuses a missing bucket)",
-			"bucket", c.Name, "history", c.History, "max_age", c.MaxAge.String(), "max_bytes", c.MaxBytes,
-			"replicas", c.Replicas, "storage", storage, "limit_marker_ttl", c.LimitMarkerTTL.String())
+		args := []any{"bucket", c.Name, "history", c.History, "max_age", c.MaxAge.String(), "max_bytes", c.MaxBytes,
+			"replicas", c.Replicas, "storage", storage, "limit_marker_ttl", c.LimitMarkerTTL.String()}
+		if near := b.NearBucket(); near != "" {
+			args = append(args, "nearest_existing_bucket", near)
+		}
+		f.log.Warn("the bucket did not exist: created it, empty (a misspelled bucket name? create_bucket = false refuses a missing bucket)", args...)
 	}
 	f.bucket = b
 	if f.o.EffectsStream != "" && !f.o.Refold {
+		if err := f.effectsStream(ctx, nc); err != nil {
+			return fmt.Errorf("fold %s: %w", f.o.Name, err)
+		}
 		if err := f.fx.Open(ctx, nc, f.env.RequestTimeout); err != nil {
 			return fmt.Errorf("fold %s: %w", f.o.Name, err)
 		}

@@ -140,6 +140,13 @@ type Options struct {
 	// than this to be published, the fold is not ready (its status's
 	// reason says why). 0: DefaultEffectsMaxWait; negative: never.
 	EffectsMaxWait time.Duration
+	// CreateEffectsStream, when set, creates EffectsStream at the start
+	// when it does not exist, fit for the effects: capturing
+	// EffectsSubjects (required then) and the fence (in a fleet, the
+	// claim subject too), atomic batches allowed, limits retention. The
+	// creation is logged at WARN, as a created bucket's is. Unset, a
+	// missing stream fails the start, with the command that makes it.
+	CreateEffectsStream *EffectsStreamConfig
 	// Standbys is how many other nodes of a fleet keep a warm copy of
 	// the fold to take it over (Options.Fleet of the host); default 1,
 	// negative: none. Without a fleet it is not used.
@@ -200,6 +207,14 @@ func (o *Options) Defaults() []error {
 		bad("%v", err)
 	}
 	o.EffectsFence = eo.Fence
+	if c := o.CreateEffectsStream; c != nil {
+		if o.EffectsStream == "" || len(o.EffectsSubjects) == 0 {
+			bad("CreateEffectsStream needs EffectsStream and EffectsSubjects (the subjects the stream captures, besides the fence)")
+		}
+		if c.Replicas == 0 {
+			c.Replicas = 1
+		}
+	}
 	switch o.OnPluginError {
 	case "":
 		o.OnPluginError = PluginErrorStop

@@ -6,8 +6,10 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // The status page (GET /): a table of the folds for a person with a
@@ -69,7 +71,14 @@ type pageRow struct {
 	Ready                                     bool
 	Cursor, Head, Lag, LagSeconds, LastCommit string
 	Rate, Plugin, Outbox, Error               string
+	// ErrorCut: Error is the start of a longer text (a wasm stack trace
+	// made one row twenty lines high): the row links to the fold's JSON.
+	ErrorCut bool
 }
+
+// pageErrorMax bounds the last error a row shows: its first line, at most
+// this many characters.
+const pageErrorMax = 400
 
 type pageData struct {
 	Now       string
@@ -118,7 +127,7 @@ td.err { color: #a00; max-width: 40em; word-break: break-word; }
 <td data-col="rate" class="num">{{.Rate}}</td>
 <td data-col="plugin">{{.Plugin}}</td>
 <td data-col="outbox" class="num">{{.Outbox}}</td>
-<td data-col="error" class="err">{{.Error}}</td>
+<td data-col="error" class="err">{{.Error}}{{if .ErrorCut}} <a href="/v1/folds/{{.Name}}" title="the fold's status (JSON) has the whole text">(whole text)</a>{{end}}</td>
 </tr>
 {{else}}<tr><td colspan="11">no folds</td></tr>
 {{end}}</tbody>
@@ -177,6 +186,12 @@ func pageRowOf(st Status, rate float64, now time.Time) pageRow {
 	}
 	if r.Error == "" {
 		r.Error = "-"
+	}
+	if first, _, multi := strings.Cut(r.Error, "\n"); multi || utf8.RuneCountInString(first) > pageErrorMax {
+		if rs := []rune(first); len(rs) > pageErrorMax {
+			first = string(rs[:pageErrorMax])
+		}
+		r.Error, r.ErrorCut = strings.TrimSpace(first)+" …", true
 	}
 	return r
 }

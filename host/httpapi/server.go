@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/internal/textfmt"
 )
 
 // Options configures NewHandler.
@@ -228,7 +229,11 @@ func (s *server) fold(w http.ResponseWriter, r *http.Request) Fold {
 	name := r.PathValue("name")
 	f, ok := s.folds[name]
 	if !ok {
-		writeError(w, http.StatusNotFound, "unknown fold %q", name)
+		names := make([]string, len(s.order))
+		for i, f := range s.order {
+			names[i] = f.Name()
+		}
+		writeError(w, http.StatusNotFound, "unknown fold %q: %s", name, textfmt.NoSuch("the folds here", name, names))
 		return nil
 	}
 	return f

@@ -2,9 +2,9 @@ package httpapi
 
 import (
 	"encoding/base64"
-	"strings"
 	"unicode/utf8"
 
+	"github.com/foldhost/foldhost/internal/kvwrite"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -59,17 +59,6 @@ func NewViewItem(key, value []byte) ViewItem {
 }
 
 // DecodeB64 decodes a base64 parameter (?key_b64=, ?prefix_b64=): the
-// standard alphabet that answers use, or the URL-safe one, padded or not.
-// A space is read as "+": a query string's decoding turns an unescaped "+"
-// into one, and base64 has no spaces.
-func DecodeB64(s string) ([]byte, error) {
-	s = strings.ReplaceAll(s, " ", "+")
-	var err error
-	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
-		var b []byte
-		if b, err = enc.DecodeString(s); err == nil {
-			return b, nil
-		}
-	}
-	return nil, err
-}
+// standard alphabet that answers use, or the URL-safe one, padded or not
+// (kvwrite.DecodeB64).
+func DecodeB64(s string) ([]byte, error) { return kvwrite.DecodeB64(s) }

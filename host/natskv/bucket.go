@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/foldhost/foldhost/internal/textfmt"
 	"github.com/foldhost/foldhost/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -74,7 +75,8 @@ type Bucket struct {
 	stream  string
 	opts    Options
 	connURL string
-	created bool // OpenBucket created it
+	created bool   // OpenBucket created it
+	near    string // then, the existing bucket nearest its name ("": none near)
 }
 
 // ErrBucketConfig is returned for an invalid BucketConfig.
@@ -106,8 +108,9 @@ func OpenBucket(ctx context.Context, nc *nats.Conn, cfg BucketConfig, o Options)
 	kv, err := js.KeyValue(rctx, cfg.Name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		if o.NoCreate {
-			return nil, fmt.Errorf("%w: %q", ErrNoBucket, cfg.Name)
+			return nil, missingBucket(rctx, js, cfg.Name)
 		}
+		b.near, _ = nearestBucket(rctx, js, cfg.Name)
 		kv, err = js.CreateKeyValue(rctx, toKVConfig(cfg))
 		b.created = err == nil
 		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -135,12 +138,49 @@ func OpenExisting(ctx context.Context, nc *nats.Conn, name string, timeout time.
 	defer cancel()
 	kv, err := js.KeyValue(rctx, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("%w: %q", ErrNoBucket, name)
+		return nil, missingBucket(rctx, js, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("natskv: open bucket %q: %w", name, err)
 	}
 	return kv, nil
+}
+
+// missingBucket is a *NoBucketError for the bucket name, naming the
+// server's bucket nearest to it when one is near enough to be what was
+// meant (a typo; the listing is best effort: without it, no suggestion).
+func missingBucket(ctx context.Context, js jetstream.JetStream, name string) error {
+	near, _ := nearestBucket(ctx, js, name)
+	return &NoBucketError{Name: name, Near: near}
+}
+
+// NoBucketError is a bucket that does not exist (it matches ErrNoBucket),
+// with the server's bucket whose name is near enough to its to be what was
+// meant ("": none is).
+type NoBucketError struct{ Name, Near string }
+
+func (e *NoBucketError) Error() string { return fmt.Sprintf("%v: %q%s", ErrNoBucket, e.Name, e.Hint()) }
+
+// Is makes a *NoBucketError match ErrNoBucket.
+func (e *NoBucketError) Is(target error) bool { return target == ErrNoBucket }
+
+// Hint is the suggestion, for a message: ` (the server has a bucket
+// "routes": did you mean it?)`, or "".
+func (e *NoBucketError) Hint() string {
+	if e.Near == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (the server has a bucket %q: did you mean it?)", e.Near)
+}
+
+// nearestBucket is the server's bucket nearest to name, when one is near
+// enough to be a typo of it (textfmt.Nearest).
+func nearestBucket(ctx context.Context, js jetstream.JetStream, name string) (string, bool) {
+	var names []string
+	for n := range js.KeyValueStoreNames(ctx).Name() {
+		names = append(names, n)
+	}
+	return textfmt.Nearest(name, names)
 }
 
 func toKVConfig(c BucketConfig) jetstream.KeyValueConfig {
@@ -173,6 +213,11 @@ func (b *Bucket) Name() string { return b.name }
 
 // Created reports whether OpenBucket created the bucket (it did not exist).
 func (b *Bucket) Created() bool { return b.created }
+
+// NearBucket is, when OpenBucket created the bucket, the existing bucket
+// whose name is near enough to the new one's to be what was meant (a
+// misspelled bucket name); "" when none is.
+func (b *Bucket) NearBucket() string { return b.near }
 
 // KV exposes the underlying bucket for plain reads and writes (CLI helpers,
 // tests). Callers bound their own requests.

@@ -56,29 +56,29 @@ type Failed struct {
 func (e *Failed) Error() string { return fmt.Sprintf("check %s failed: %v", e.Check, e.Err) }
 func (e *Failed) Unwrap() error { return e.Err }
 
+// failLine prints check's FAIL line to w and returns its *Failed.
+func failLine(w io.Writer, check string, err error) error {
+	fmt.Fprintf(w, "FAIL %-11s %s\n", check, textfmt.Printable(textfmt.OneLine(err.Error(), 2000))) // guest names and messages: no raw escapes
+	return &Failed{check, err}
+}
+
 // Check runs the checks on the module at path, loaded with opts (a node's
 // limits; Retries should be wasm.NoRetries: a failure is the verdict),
 // printing a PASS or FAIL line per check to w. It returns a *Failed
 // naming the first check that failed, or another error when the checks
 // could not run.
 func Check(ctx context.Context, w io.Writer, path string, opts wasm.Options) error {
-	fail := func(check string, err error) error {
-		fmt.Fprintf(w, "FAIL %-11s %s\n", check, textfmt.Printable(textfmt.OneLine(err.Error(), 2000))) // guest names and messages: no raw escapes
-		return &Failed{check, err}
+	fail := func(check string, err error) error { return failLine(w, check, err) }
+	start := time.Now()
+	rt, m, err := openModule(ctx, path, opts)
+	if f := (*Failed)(nil); errors.As(err, &f) {
+		return fail(f.Check, f.Err)
 	}
-	rt, err := wasm.NewRuntime(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer rt.Close(context.Background())
-	start := time.Now()
-	m, err := rt.LoadFile(ctx, path) // a regular file within MaxModuleBytes only: never /dev/zero
-	if err != nil {
-		return fail("load", err)
-	}
-	id := m.Identity()
-	fmt.Fprintf(w, "plugin %s: name %s, version %s, view schema %d, ABI %s, sha256 %s\n",
-		path, textfmt.Printable(id.Name), textfmt.Printable(id.Version), id.ViewSchema, id.ABI, id.SHA256)
+	describe(w, path, m)
 	fmt.Fprintf(w, "PASS %-11s validated and instantiated in %v (memory limit %d MiB)\n", "load",
 		time.Since(start).Round(time.Millisecond), opts.MemoryLimitPages/16)
 	queries := m.Queries
@@ -148,17 +148,30 @@ func checkQueries(ctx context.Context, w io.Writer, fail func(string, error) err
 	for _, q := range queries {
 		a, err := p.Query(ctx, q.Name, nil, sn)
 		var pe *wasm.PluginError
+		var ge *abi.GuestError
 		switch {
 		case err == nil:
-			res = append(res, fmt.Sprintf("%s: %d bytes", q.Name, len(a.Body)))
-		case errors.As(err, &pe) && pe.Kind == wasm.KindGuest:
-			res = append(res, q.Name+": refused")
+			res = append(res, fmt.Sprintf("%s: %d bytes: %s", q.Name, len(a.Body), answerText(a.Body)))
+		case errors.As(err, &pe) && pe.Kind == wasm.KindGuest && errors.As(err, &ge):
+			res = append(res, fmt.Sprintf("%s: refused: %s", q.Name, answerText([]byte(ge.Message))))
 		default:
 			return fail("queries", fmt.Errorf("query %s with an empty input: %w (refuse bad input with an error answer)", q.Name, err))
 		}
 	}
-	fmt.Fprintf(w, "PASS %-11s each ran once with an empty input: %s\n", "queries", textfmt.Printable(strings.Join(res, ", ")))
+	fmt.Fprintf(w, "PASS %-11s each ran once with an empty input on the folded store:\n", "queries")
+	for _, r := range res {
+		fmt.Fprintf(w, "  %s\n", r)
+	}
 	return nil
+}
+
+// maxAnswerText bounds an answer plugin check prints.
+const maxAnswerText = 300
+
+// answerText is an answer as plugin check prints it: on one line, cut
+// at maxAnswerText bytes, escaped where it is not printable text.
+func answerText(b []byte) string {
+	return textfmt.Printable(textfmt.OneLine(string(b), maxAnswerText))
 }
 
 // checkRuns runs the apply, output and determinism checks: the check
@@ -274,6 +287,23 @@ func foldCheckBatches(ctx context.Context, p fold.Plugin, dir string) (checkRun,
 		}
 	}
 	return run, nil
+}
+
+// Options are the runtime options of the plugin commands' limits flags:
+// memMB (1..4096) as a fold's plugin_memory_mb, maxMB as plugin_max_mb,
+// timeout as plugin_call_timeout (0: none); no retries (a failure is the
+// verdict). cacheDir keeps compiled modules ("": none); log takes the
+// plugin's log lines and output, as a node logs them.
+func Options(memMB, maxMB int, timeout time.Duration, cacheDir string, log *slog.Logger) (wasm.Options, error) {
+	if memMB <= 0 || memMB > 4096 || maxMB <= 0 || timeout < 0 {
+		return wasm.Options{}, errors.New("--memory-mb must be 1..4096, --max-mb positive, --call-timeout not negative")
+	}
+	o := wasm.Options{CacheDir: cacheDir, MemoryLimitPages: uint32(memMB) * 16, // 64 KiB pages
+		MaxModuleBytes: int64(maxMB) << 20, CallTimeout: timeout, Retries: wasm.NoRetries, Logger: log}
+	if timeout == 0 {
+		o.CallTimeout = wasm.NoCallTimeout
+	}
+	return o, nil
 }
 
 // Refused is a module that fails Validate's checks.

@@ -109,6 +109,10 @@ var census = []input{
 		[]string{"host/repair: TestCheckArtifact", "host/foldrun: TestRestoreFromANewerArtifact"}, ""},
 	{"compiled-plugin cache directory", "trusted (wazero's own checksum)", nil, "a tampered cache is trusted"},
 	{"kv put value from stdin", "none", nil, "read whole (a CLI convenience; the server's max_payload refuses big ones)"},
+	{"plugin test fixture files (foldhost plugin test, plugin call --fixture)", "regular file only, at most 256 MiB; every line parsed strictly (an expectation's unknown field, a line of two kinds, a line out of place refused, named by file and line); the module runs under a node's limits, as plugin check's",
+		[]string{"cmd/foldhost: TestPluginTestChecksEachKind", "host/plugincheck: TestFixtureParseErrors", "host/plugincheck: FuzzFixtures"}, ""},
+	{"plugin call input (--input-file, stdin)", "at most 64 MiB read (the largest plugin_max_query_input_kb); the module's own bound (plugin_max_query_input_kb, 1 MiB by default) refuses more before it runs",
+		[]string{"cmd/foldhost: TestPluginCall"}, "the 64 MiB read bound has no case of its own"},
 	{"kv put lines from stdin (no KEY)", "read a line at a time, each at most the server's max payload x 4/3 + 64 KiB (a value in base64 in JSON); the first bad line stops it, named",
 		[]string{"cmd/foldhost: TestKVPutLines"}, ""},
 }

@@ -98,13 +98,18 @@ func FlagSet(w io.Writer, name, synopsis, about string) *flag.FlagSet {
 // Parse parses flags anywhere among args (flags may follow positional
 // arguments; "--" ends flag parsing) and returns the positional arguments.
 // --help prints the usage and returns flag.ErrHelp; a bad flag is a usage
-// error.
+// error, printed alone with where the help is (not the whole help, which
+// would bury it).
 func Parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	usage := fs.Usage
+	fs.Usage = func() {} // the flag package calls it on every error
+	defer func() { fs.Usage = usage }()
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, err // the flag package printed the usage
+				usage()
+				return nil, err
 			}
 			return nil, Usagef("%v", err)
 		}

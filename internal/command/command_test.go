@@ -2,7 +2,10 @@ package command
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -44,4 +47,23 @@ func TestWatchSignals(t *testing.T) {
 	}()
 	close(done)
 	<-finished
+}
+
+// TestParseBadFlagPrintsNoUsage: a bad flag is a usage error and prints
+// nothing (the caller prints it with where the help is); --help prints
+// the usage. The flag package prints the usage on every error.
+func TestParseBadFlagPrintsNoUsage(t *testing.T) {
+	var out syncbuf.Buffer
+	fs := FlagSet(&out, "x", "x [--a N]", "About x.")
+	fs.Int("a", 0, "a number")
+	_, err := Parse(fs, []string{"--b"})
+	if ue := (*UsageError)(nil); !errors.As(err, &ue) || out.String() != "" {
+		t.Errorf("a bad flag: %v, printed %q", err, out.String())
+	}
+	if _, err := Parse(fs, []string{"--a", "x"}); err == nil || out.String() != "" {
+		t.Errorf("a bad value: %v, printed %q", err, out.String())
+	}
+	if _, err := Parse(fs, []string{"--help"}); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "Usage:\n  foldhost x [--a N]\n\nAbout x.") {
+		t.Errorf("--help: %v, printed %q", err, out.String())
+	}
 }

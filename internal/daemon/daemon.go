@@ -13,21 +13,34 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/config"
 )
 
-// Serve binds addr, prints the URL, and serves h until the returned
-// function is called. The server's Addr is the listener's bound address:
-// the HTTP API admits admin actions without a token only when it is
-// loopback (a wildcard listener accepts loopback connections too).
-func Serve(addr string, h http.Handler, withToken bool, log *slog.Logger, stdout io.Writer) (func(), error) {
+// Listen binds the HTTP API's address, before anything else starts: an
+// address in use fails the start before buckets are opened or created and
+// before an embedded NATS server starts, saying which key moves it.
+func Listen(addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("http: the HTTP API's address %s is in use (another 'foldhost run'?): stop what holds it, "+
+			"or set [http] addr in the config to another (port 0 picks a free one): %w", addr, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("http: %w", err)
 	}
+	return ln, nil
+}
+
+// Serve prints the URL of ln (Listen's, for the address addr) and serves
+// h on it until the returned function is called. The server's Addr is the
+// listener's bound address: the HTTP API admits admin actions without a
+// token only when it is loopback (a wildcard listener accepts loopback
+// connections too).
+func Serve(ln net.Listener, addr string, h http.Handler, withToken bool, log *slog.Logger, stdout io.Writer) func() {
 	if lh, _, _ := net.SplitHostPort(addr); !isLoopbackHost(lh) {
 		if !withToken {
 			log.Warn("the HTTP API listens beyond loopback: its reads are open to every client, its admin actions (POST) refused until "+host.AdminTokenEnv+" is set", "addr", addr)
@@ -58,7 +71,7 @@ func Serve(addr string, h http.Handler, withToken bool, log *slog.Logger, stdout
 			_ = srv.Close()
 		}
 		<-done
-	}, nil
+	}
 }
 
 func isLoopbackHost(h string) bool {

@@ -23,7 +23,7 @@ var levels = []struct {
 		"", "protocol", "abi", "deploy",
 		"internal/files", "internal/syncbuf", "internal/textfmt", "internal/term", "internal/leakcheck",
 		"internal/logattrs", "internal/progress", "internal/natsload",
-		"internal/census", "internal/doccheck", "internal/layers",
+		"internal/census", "internal/doccheck", "internal/layers", "internal/kvwrite",
 		"plugins/example-router/embedded", "plugins/example-router/workload",
 	}},
 	{"the guest side: the Go SDK, the skeletons of new plugins", []string{"abi/sdk/go", "internal/skeleton"}},

@@ -1,9 +1,10 @@
 // Package skeleton holds the plugin skeletons `foldhost plugin new`
 // writes: in Go, C, Rust and AssemblyScript, a minimal fold whose view
-// mirrors the bucket, with the SDK files it needs (copied from those the
-// binary carries) so that it builds outside the repository, a README.md
-// with its build command, and those build commands (docs/plugins.md's
-// plugin table).
+// mirrors the bucket (with an effect per update and a query), with the
+// SDK files it needs (copied from those the binary carries) so that it
+// builds outside the repository, a README.md with its build command, a
+// fixture of `foldhost plugin test` and the test.sh that builds and runs
+// it, and those build commands (docs/plugins.md's plugin table).
 package skeleton
 
 import (
@@ -131,6 +132,8 @@ func Files(lang, name string) (map[string][]byte, error) {
 	}
 	text(".gitignore", "plugin.wasm\nnode_modules/\n")
 	text("README.md", readmeHead+readmeOf[lang]+readmeTail)
+	text("fixture.jsonl", fixture)
+	files["test.sh"] = []byte(strings.ReplaceAll(testScript, "BUILD", buildCommands[lang]))
 	return files, nil
 }
 
@@ -159,6 +162,9 @@ func asPackage(files map[string][]byte, name string) error {
 	return nil
 }
 
+// Executable are the skeleton files Write makes executable.
+var Executable = []string{"test.sh"}
+
 // Write writes files (Files') under dir, which must exist.
 func Write(dir string, files map[string][]byte) error {
 	names := make([]string, 0, len(files))
@@ -171,7 +177,11 @@ func Write(dir string, files map[string][]byte) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(p, files[name], 0o644); err != nil {
+		mode := os.FileMode(0o644)
+		if slices.Contains(Executable, name) {
+			mode = 0o755
+		}
+		if err := os.WriteFile(p, files[name], mode); err != nil {
 			return err
 		}
 	}
@@ -202,12 +212,15 @@ go 1.24
 const goMain = `//go:build wasip1
 
 // Command NAME is a foldhost plugin whose view mirrors the bucket: each
-// key's value under the same key; a delete removes it. Build:
+// key's value under the same key; a delete removes it. Each update emits
+// an effect naming it, and the query "get" answers a key's value. Build:
 //
 //	BUILD
 package main
 
 import (
+	"errors"
+
 	"github.com/foldhost/foldhost/abi"
 	foldhost "github.com/foldhost/foldhost/abi/sdk/go"
 )
@@ -234,26 +247,52 @@ func (plugin) Parse(u *foldhost.Update, rec *record) bool {
 	return true
 }
 
+// changed is the subject of the effects.
+var changed = []byte("changed")
+
 // Apply turns the batch's records, in revision order, into view
-// mutations. An error fails the batch: nothing of it is committed.
+// mutations, and emits for each an effect naming its update (subject
+// "changed", the key as payload), which the host publishes once the batch
+// is committed. An error fails the batch: nothing of it is committed.
 func (plugin) Apply(b *foldhost.Batch, recs []record) error {
 	for i := range recs {
-		if r := &recs[i]; r.remove {
+		r := &recs[i]
+		if r.remove {
 			b.Delete(r.key)
 		} else {
 			b.Put(r.key, r.value)
 		}
+		b.EmitFor(i, changed, r.key)
 	}
 	return nil
 }
 
-func init() { foldhost.Register[record](plugin{}) }
+// get is the query "get": the view value of the key given as input; it
+// fails (the caller sees the message) for a key the view does not hold.
+func get(q *foldhost.Query, key []byte) error {
+	v, found, err := q.View(key)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return errors.New("no such key")
+	}
+	q.Answer(v)
+	return nil
+}
+
+func init() {
+	foldhost.Register[record](plugin{})
+	foldhost.RegisterQueries(foldhost.QueryDef{Name: "get", Run: get})
+}
 
 func main() {}
 `
 
 const cMain = `/* NAME: a foldhost plugin whose view mirrors the bucket: each key's
- * value under the same key; a delete or purge removes it. Build:
+ * value under the same key; a delete or purge removes it. Each update
+ * emits an effect naming it, and the query "get" answers a key's value.
+ * Build:
  *
  *   BUILD
  */
@@ -274,7 +313,9 @@ static int parse(const fh_update *u, struct rec *r) {
 	return FH_ACCEPT;
 }
 
-/* apply: the batch's records, in revision order -> view mutations.
+/* apply: the batch's records, in revision order -> view mutations, and
+ * for each an effect naming its update (subject "changed", the key as
+ * payload), which the host publishes once the batch is committed.
  * return fh_fail("why") fails the batch: nothing of it is committed. */
 static int apply(struct rec *rs, uint32_t n) {
 	for (uint32_t i = 0; i < n; i++) {
@@ -283,6 +324,7 @@ static int apply(struct rec *rs, uint32_t n) {
 			fh_put(r->key.ptr, r->key.len, r->value.ptr, r->value.len);
 		else
 			fh_delete(r->key.ptr, r->key.len);
+		fh_emit_for(i, "changed", 7, 0, 0, r->key.ptr, r->key.len);
 	}
 	return FH_OK;
 }
@@ -290,16 +332,32 @@ static int apply(struct rec *rs, uint32_t n) {
 /* name, version, view schema (bump it whenever the layout or meaning of
  * the view keys changes: the host then rebuilds the views). */
 FOLDHOST_PLUGIN("NAME", "0.1.0", 1, struct rec, parse, apply);
+
+/* get, the query "get": the view value of the key given as input; it
+ * fails (the caller sees the message) for a key the view does not hold. */
+static int get(fh_bytes key) {
+	fh_bytes v;
+	int found = fh_get_view(key.ptr, key.len, &v);
+	if (found == FH_FAIL)
+		return FH_FAIL;
+	if (!found)
+		return fh_fail("no such key");
+	fh_answer(v.ptr, v.len);
+	return FH_OK;
+}
+
+FOLDHOST_QUERIES({"get", "", get});
 `
 
 const rustMain = `//! NAME: a foldhost plugin whose view mirrors the bucket: each key's value
-//! under the same key; a delete or purge removes it. Build:
+//! under the same key; a delete or purge removes it. Each update emits an
+//! effect naming it, and the query "get" answers a key's value. Build:
 //!
 //!     BUILD
 
 mod foldhost; // the SDK, foldhost.rs
 
-use foldhost::{Batch, Fail, Op, Parsed, Update};
+use foldhost::{Batch, Fail, Op, Parsed, Query, Update};
 
 /// What apply needs of one update; it borrows the batch, valid until
 /// apply returns.
@@ -314,15 +372,18 @@ fn parse<'a>(u: &Update<'a>) -> Result<Parsed<Rec<'a>>, Fail> {
     Ok(Parsed::Accept(Rec { key: u.key, value: u.value, remove: u.op != Op::Put }))
 }
 
-/// The batch's records, in revision order -> view mutations.
+/// The batch's records, in revision order -> view mutations, and for each
+/// an effect naming its update (subject "changed", the key as payload),
+/// which the host publishes once the batch is committed.
 /// Err(Fail::new("why")) fails the batch: nothing of it is committed.
 fn apply(rs: &mut [Rec], b: &mut Batch) -> Result<(), Fail> {
-    for r in rs.iter() {
+    for (i, r) in rs.iter().enumerate() {
         if r.remove {
             b.delete(r.key);
         } else {
             b.put(r.key, r.value);
         }
+        b.emit_for(i, b"changed", &[], r.key);
     }
     Ok(())
 }
@@ -330,17 +391,34 @@ fn apply(rs: &mut [Rec], b: &mut Batch) -> Result<(), Fail> {
 // name, version, view schema (bump it whenever the layout or meaning of
 // the view keys changes: the host then rebuilds the views).
 foldhost_plugin!("NAME", "0.1.0", 1, parse, apply);
+
+/// The query "get": the view value of the key given as input; it fails
+/// (the caller sees the message) for a key the view does not hold.
+fn get<'a>(key: &'a [u8], q: &mut Query<'a>) -> Result<(), Fail> {
+    match q.get_view(key)? {
+        Some(v) => {
+            q.answer(v);
+            Ok(())
+        }
+        None => Err(Fail::new("no such key")),
+    }
+}
+
+foldhost_queries!(("get", "", get));
 `
 
 const asMain = `// NAME: a foldhost plugin whose view mirrors the bucket: each key's value
-// under the same key; a delete or purge removes it. Build:
+// under the same key; a delete or purge removes it. Each update emits an
+// effect naming it, and the query "get" answers a key's value. Build:
 //
 //   BUILD
 
-import { Plugin, Update, register, put, del, OP_PUT } from "@foldhost/sdk-assemblyscript";
+import { Plugin, Update, Bytes, register, put, del, emitFor, getView, registerQuery, answer, fail, OP_PUT } from "@foldhost/sdk-assemblyscript";
 
-// AssemblyScript exports only what the entry file exports: re-export the ABI.
+// AssemblyScript exports only what the entry file exports: re-export the
+// ABI, and the query exports.
 export * from "@foldhost/sdk-assemblyscript/assembly/exports";
+export * from "@foldhost/sdk-assemblyscript/assembly/queries";
 
 // What apply needs of one update: pointers into the batch, valid until
 // apply returns.
@@ -349,17 +427,23 @@ class Rec {
               public valuePtr: usize, public valueLen: u32, public remove: bool) {}
 }
 
+// The subject of the effects, "changed".
+const CHANGED = memory.data<u8>([0x63, 0x68, 0x61, 0x6e, 0x67, 0x65, 0x64]);
+
 class Mirror extends Plugin<Rec> {
   // update -> record, or null to reject it (counted, never fatal)
   parse(u: Update): Rec | null {
     return new Rec(u.keyPtr, u.keyLen, u.valuePtr, u.valueLen, u.op != OP_PUT);
   }
-  // the batch's records, in revision order -> view mutations
+  // the batch's records, in revision order -> view mutations, and for each
+  // an effect naming its update (subject "changed", the key as payload),
+  // which the host publishes once the batch is committed
   apply(rs: Array<Rec>): void {
     for (let i = 0; i < rs.length; i++) {
       const r = rs[i];
       if (r.remove) del(r.keyPtr, r.keyLen);
       else put(r.keyPtr, r.keyLen, r.valuePtr, r.valueLen);
+      emitFor(<u32>i, CHANGED, 7, r.keyPtr, r.keyLen);
     }
   }
 }
@@ -367,6 +451,17 @@ class Mirror extends Plugin<Rec> {
 // name, version, view schema (bump it whenever the layout or meaning of
 // the view keys changes: the host then rebuilds the views)
 register(new Mirror("NAME", "0.1.0", 1));
+
+// The query "get": the view value of the key given as input; it fails (the
+// caller sees the message) for a key the view does not hold.
+function get(key: Bytes): void {
+  const v = new Bytes();
+  const found = getView(key.ptr, key.len, v);
+  if (found == 0) fail("no such key");
+  else if (found > 0) answer(v.ptr, v.len);
+}
+
+registerQuery("get", "", get);
 `
 
 const asTSConfig = `{
@@ -403,7 +498,7 @@ const asPackageJSON = `{
 }
 `
 
-const readmeHead = "# NAME\n\nA foldhost plugin (ABI v1) whose view mirrors the bucket: each key's\nvalue under the same key; a delete or purge removes it. Change parse and\napply to fold what you need.\n\n"
+const readmeHead = "# NAME\n\nA foldhost plugin (ABI v1) whose view mirrors the bucket: each key's\nvalue under the same key; a delete or purge removes it. Each update emits\nan effect naming it (subject `changed`, the key as payload), and the\nquery `get` answers a key's value. Change parse, apply and the query to\nfold what you need, and `fixture.jsonl` to say what it must fold.\n\n"
 
 var readmeOf = map[string]string{
 	"go": "Go, with the foldhost Go SDK. `foldhost-sdk/` is a copy of the SDK\n" +
@@ -440,8 +535,73 @@ The output is ` + "`plugin.wasm`" + `. Check it as a foldhost node would run it:
 
     foldhost plugin check plugin.wasm
 
-Then name it in a fold of the config (` + "`plugin = \"path/to/plugin.wasm\"`" + `;
+## Test
+
+` + "`fixture.jsonl`" + ` says what the plugin must fold: batches of updates and,
+after each, the views, the effects and the answers of queries expected
+(the format: docs/plugins.md, "Fixtures", in the foldhost repository).
+` + "`sh test.sh`" + ` builds the plugin, checks it, and folds the fixture through
+it as a node would (the host's loader, limits and commit), in its own
+batches and in batches of one (replicas batch as they please): it exits
+1, with a diff, when a view, an effect or an answer differs. Run it in CI
+(` + "`FOLDHOST`" + ` names the foldhost binary, by default the one on ` + "`PATH`" + `).
+
+After a change that is meant to fold otherwise, rewrite the expectations
+from what the plugin produces, and review them before committing:
+
+    foldhost plugin test --update plugin.wasm fixture.jsonl
+    git diff fixture.jsonl
+
+To try a query without a daemon (over the fixture's updates):
+
+    foldhost plugin call plugin.wasm get --input count --fixture fixture.jsonl
+
+## Run it
+
+Name it in a fold of the config (` + "`plugin = \"path/to/plugin.wasm\"`" + `;
 the fold reloads it when the file changes) or push it to a fold that loads
 its module from NATS (` + "`foldhost plugin push plugin.wasm --fold FOLD`" + `).
 The ABI the SDK implements is abi/ABI.md in the foldhost repository.
+`
+
+// fixture is every skeleton's fixture.jsonl: what the mirror folds, the
+// same in every language (docs/plugins.md, "Fixtures").
+const fixture = `# What this plugin must fold, for 'foldhost plugin test plugin.wasm fixture.jsonl'
+# (test.sh runs it). Each line is one thing: an update (as 'foldhost kv put'
+# reads it), a batch line ending the updates above it, then what is expected
+# after that batch: the whole view, the effects of its updates, the answers
+# of queries. 'foldhost plugin test --update' rewrites the expectations.
+{"key":"greeting","value":"hello"}
+{"key":"bin","value_b64":"AP8="}
+{"batch":"two puts"}
+{"view":"bin","value_b64":"AP8="}
+{"view":"greeting","value":"hello"}
+{"effect":"changed","update":1,"payload":"greeting"}
+{"effect":"changed","update":2,"payload":"bin"}
+{"query":"get","input":"greeting","answer":"hello"}
+{"key":"greeting","op":"delete"}
+{"key":"count","value":"1"}
+{"batch":"a delete and a put"}
+{"view":"bin","value_b64":"AP8="}
+{"view":"count","value":"1"}
+{"effect":"changed","update":3,"payload":"greeting"}
+{"effect":"changed","update":4,"payload":"count"}
+{"query":"get","input":"greeting","refused":"no such key"}
+{"query":"get","input":"count","answer":"1"}
+`
+
+// testScript is every skeleton's test.sh; BUILD is its build command.
+const testScript = `#!/bin/sh
+# Builds the plugin, checks it as a foldhost node runs it, and folds
+# fixture.jsonl through it (the views, effects and query answers it must
+# produce), in the fixture's batches and in batches of one: exit 1, with a
+# diff, when anything differs. FOLDHOST names the foldhost binary (default:
+# foldhost on PATH).
+set -eu
+cd "$(dirname "$0")"
+fh=${FOLDHOST:-foldhost}
+BUILD
+"$fh" plugin check plugin.wasm
+"$fh" plugin test plugin.wasm fixture.jsonl
+"$fh" plugin test --batch-size 1 plugin.wasm fixture.jsonl
 `

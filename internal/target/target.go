@@ -7,9 +7,7 @@ package target
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"time"
@@ -86,15 +84,6 @@ func Bucket(cfg *config.Config, bucket, foldName string) (natskv.BucketConfig, b
 	return f.CreateBucket, f.NoCreateBucket, nil
 }
 
-// ExistingBucket opens a bucket without creating it.
-func ExistingBucket(ctx context.Context, nc *nats.Conn, name string, timeout time.Duration) (jetstream.KeyValue, error) {
-	kv, err := natskv.OpenExisting(ctx, nc, name, timeout)
-	if errors.Is(err, natskv.ErrNoBucket) {
-		return nil, fmt.Errorf("bucket %q does not exist (kv put creates it; so does 'foldhost run')", name)
-	}
-	return kv, err
-}
-
 // PluginObject is the object a plugin push writes (--to, or the fold's
 // plugin setting) and the limits a node running the fold validates with.
 func PluginObject(cfg *config.Config, foldName, to string) (pluginobj.Ref, wasm.Options, error) {
@@ -166,24 +155,6 @@ func DaemonURL(cfg *config.Config) (string, error) {
 		h = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(h, port), nil
-}
-
-// PutBucket opens the bucket a put writes to: created when missing
-// (saying so on notice, with the settings), unless noCreate (its fold's
-// create_bucket = false).
-func PutBucket(ctx context.Context, nc *nats.Conn, bcfg natskv.BucketConfig, timeout time.Duration, noCreate bool, notice io.Writer) (*natskv.Bucket, error) {
-	b, err := natskv.OpenBucket(ctx, nc, bcfg, natskv.Options{RequestTimeout: timeout, NoCreate: noCreate})
-	if errors.Is(err, natskv.ErrNoBucket) {
-		return nil, fmt.Errorf("bucket %q does not exist, and its fold's create_bucket = false: put creates it neither", bcfg.Name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if b.Created() {
-		fmt.Fprintf(notice, "foldhost kv: bucket %q did not exist: created it (history %d, max_age %v, max_bytes %d, replicas %d, memory %v, limit_marker_ttl %v)\n",
-			bcfg.Name, bcfg.History, bcfg.MaxAge, bcfg.MaxBytes, bcfg.Replicas, bcfg.Memory, bcfg.LimitMarkerTTL)
-	}
-	return b, nil
 }
 
 // ExportViaDaemon asks the running foldhost that holds the fold's store to

@@ -2,7 +2,7 @@
  * example-router, the C build: a routing table from route.<host> keys.
  * The behaviour, byte for byte, is plugins/example-router/SPEC.md; the Go,
  * AssemblyScript and Rust builds produce the same views for the same input
- * (plugins/example-router/conformance.json) and the same query answers
+ * (plugins/example-router/fixtures) and the same query answers
  * (TestConformanceRouterQueries).
  *
  * Build: scripts/build-plugins (see abi/sdk/c/README.md for the flags).

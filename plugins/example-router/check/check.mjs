@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 // A dev check of the example-router builds under node (the authoritative
-// conformance test is the Go one in host/wasm). It
+// conformance test is 'foldhost plugin test' on the fixtures, in
+// cmd/foldhost's TestRouterFixtures). It
 //
 //   1. lists each module's imports and exports and checks the ABI names;
-//   2. runs conformance.json through every build it finds, with a tiny host
+//   2. runs the conformance fixtures (fixtures/views.jsonl) through every
+//      build it finds, with a tiny host
 //      (a committed view and raw fold, batched reads, commit on status 0);
 //   3. runs every build beside the C build on the same batches (the
 //      conformance table, then random batches): the AssemblyScript and Rust
@@ -28,7 +30,36 @@ process.removeAllListeners("warning"); // node:wasi's ExperimentalWarning
 
 const here = dirname(fileURLToPath(import.meta.url));
 const buildDir = process.argv[2] || join(here, "..", "build");
-const conformance = JSON.parse(readFileSync(join(here, "..", "conformance.json"), "utf8"));
+const conformance = readCases(join(here, "..", "fixtures", "views.jsonl"));
+
+// readCases reads a fixture file of gen_conformance.py's shape (docs/plugins.md,
+// "Fixtures"): each fixture a case, its batches, and the views and rejected
+// count its last batch expects.
+function readCases(path) {
+  const cases = [];
+  let c = null;
+  let open = null;
+  for (const text of readFileSync(path, "utf8").split("\n")) {
+    if (text.trim() === "" || text.trim().startsWith("#")) continue;
+    const l = JSON.parse(text);
+    if ("fixture" in l) {
+      c = { name: l.fixture, batches: [], want_views: {}, want_rejected: 0 };
+      cases.push(c);
+      open = null;
+    } else if ("batch" in l) {
+      c.batches.push(open);
+      open = null;
+    } else if ("view" in l) {
+      c.want_views[l.view] = l.value;
+    } else if ("rejected" in l) {
+      c.want_rejected = l.rejected;
+    } else if ("key" in l) {
+      if (!open) open = [];
+      open.push(l.op ? { op: l.op, key: l.key } : { op: "put", key: l.key, value: l.value });
+    } else throw new Error(`${path}: an unexpected line ${text}`);
+  }
+  return cases;
+}
 
 let passed = 0;
 let failed = 0;

@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
-"""Writes ../conformance.json, the example-router conformance table, and
-../conformance-effects.json, its effects table.
+"""Writes ../fixtures/views.jsonl, the example-router conformance table, and
+../fixtures/effects.jsonl, its effects table: fixtures of `foldhost plugin
+test` (docs/plugins.md, "Fixtures"), one per case.
 
-Edit the cases here and rerun (python3 gen_conformance.py); the JSON is the
-artifact the Go conformance test (host/wasm) and check.mjs read. Every
-want_views is written out by hand from SPEC.md, not computed by a plugin.
+Edit the cases here and rerun (python3 gen_conformance.py); the fixtures are
+what the tests run through every build (cmd/foldhost, TestRouterFixtures:
+`foldhost plugin test` on each build, in the fixtures' batches and in
+batches of one) and what check.mjs reads. Every expectation is written out
+by hand from SPEC.md, not computed by a plugin (so never regenerate these
+with --update: fixtures/queries.jsonl is hand-written too).
 
 Case format: {name, batches: [[{op, key, value?}]], want_views: {key: value},
 want_rejected: N}. want_views is the complete view after all batches,
-starting from an empty fold; want_rejected is summed over all batches.
+starting from an empty fold; want_rejected is summed over all batches. A
+case is a fixture whose batches check nothing but the last, which checks the
+views and the rejected updates (or, for an effect case, the effects of every
+batch).
 
 Where SPEC.md leaves JSON edges open, the table pins the strict reading
 every build implements:
@@ -317,19 +324,22 @@ case("rejected updates mixed with valid ones in one batch",
 
 # ---- the effects table (SPEC.md, "Effects") ----
 #
-# Case format: {name, batches, want_effects: [{subject, headers: [[name,
-# value]], payload}]}: every effect of every batch, in order, starting from
-# an empty fold. Written out by hand from SPEC.md like want_views.
+# Case format: {name, batches, want_effects: [{update, subject, headers:
+# [[name, value]], payload}]}: every effect of every batch, in order,
+# starting from an empty fold, each naming its update. Written out by hand
+# from SPEC.md like want_views.
 
 effect_cases = []
 
 
-def changed_put(host, entry):
-    return {"subject": "route.changed", "headers": [["Route-Op", "put"]], "payload": host + "\n" + entry}
+def changed_put(update, host, entry):
+    """The effect of the case's update number update (from 1, across its
+    batches), a put of host's entry."""
+    return {"update": update, "subject": "route.changed", "headers": [["Route-Op", "put"]], "payload": host + "\n" + entry}
 
 
-def changed_delete(host):
-    return {"subject": "route.changed", "headers": [["Route-Op", "delete"]], "payload": host + "\n"}
+def changed_delete(update, host):
+    return {"update": update, "subject": "route.changed", "headers": [["Route-Op", "delete"]], "payload": host + "\n"}
 
 
 def effect_case(name, batches, want_effects):
@@ -338,52 +348,97 @@ def effect_case(name, batches, want_effects):
 
 effect_case("a new host",
             [[put("route.api.example.com", ups(("10.0.0.1:8080", 3), ("10.0.0.2:8080", None)))]],
-            [changed_put("api.example.com", "10.0.0.1:8080=3,10.0.0.2:8080=1")])
+            [changed_put(1, "api.example.com", "10.0.0.1:8080=3,10.0.0.2:8080=1")])
 effect_case("the same entry again, in a later batch: nothing",
             [[put("route.h", ups(("a:1", None)))], [put("route.h", ups(("a:1", None)))]],
-            [changed_put("h", "a:1=1")])
+            [changed_put(1, "h", "a:1=1")])
 effect_case("the same entry again, in the same batch: nothing",
             [[put("route.h", ups(("a:1", None))), put("route.h", ups(("a:1", None)))]],
-            [changed_put("h", "a:1=1")])
+            [changed_put(1, "h", "a:1=1")])
 effect_case("the same resolved entry written differently: nothing",
             [[put("route.h", ups(("a:1", None)))], [put("route.h", ' {"upstreams":[{"weight":1,"addr":"a:1"}],"x":[1]}')]],
-            [changed_put("h", "a:1=1")])
+            [changed_put(1, "h", "a:1=1")])
 effect_case("a weight change",
             [[put("route.h", ups(("a:1", 2)))], [put("route.h", ups(("a:1", 3)))]],
-            [changed_put("h", "a:1=2"), changed_put("h", "a:1=3")])
+            [changed_put(1, "h", "a:1=2"), changed_put(2, "h", "a:1=3")])
 effect_case("delete and purge of hosts with entries",
             [[put("route.d", ups(("a:1", None))), put("route.p", ups(("b:1", None)))],
              [delete("route.d"), purge("route.p")]],
-            [changed_put("d", "a:1=1"), changed_put("p", "b:1=1"), changed_delete("d"), changed_delete("p")])
+            [changed_put(1, "d", "a:1=1"), changed_put(2, "p", "b:1=1"), changed_delete(3, "d"), changed_delete(4, "p")])
 effect_case("delete and purge of hosts without an entry: nothing",
             [[delete("route.none"), purge("route.none2")]],
             [])
 effect_case("put, delete, put in one batch",
             [[put("route.h", ups(("a:1", None))), delete("route.h"), put("route.h", ups(("a:1", None)))]],
-            [changed_put("h", "a:1=1"), changed_delete("h"), changed_put("h", "a:1=1")])
+            [changed_put(1, "h", "a:1=1"), changed_delete(2, "h"), changed_put(3, "h", "a:1=1")])
 effect_case("rejected updates emit nothing",
             [[put("route.bad", "{"), put("other", ups(("a:1", None))), put("route.", ups(("a:1", None))),
               put("route.ok", ups(("a:1", None))), put("route.ok", '{"upstreams":[]}')]],
-            [changed_put("ok", "a:1=1")])
+            [changed_put(4, "ok", "a:1=1")])
 effect_case("hosts in update order, across hosts",
             [[put("route.b", ups(("x:1", None))), put("route.a", ups(("y:1", None))), put("route.b", ups(("z:1", None)))]],
-            [changed_put("b", "x:1=1"), changed_put("a", "y:1=1"), changed_put("b", "z:1=1")])
+            [changed_put(1, "b", "x:1=1"), changed_put(2, "a", "y:1=1"), changed_put(3, "b", "z:1=1")])
 effect_case("a host that is no run of subject tokens goes in the payload",
             [[put("route.a..b *>", ups(("a:1", None)))]],
-            [changed_put("a..b *>", "a:1=1")])
+            [changed_put(1, "a..b *>", "a:1=1")])
 
-out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "conformance-effects.json")
-names = [c["name"] for c in effect_cases]
-assert len(names) == len(set(names)), "duplicate effect case names"
-with open(out, "w") as f:
-    json.dump(effect_cases, f, indent=1, ensure_ascii=False)
-    f.write("\n")
-print("wrote %d effect cases to %s" % (len(effect_cases), os.path.normpath(out)))
 
-out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "conformance.json")
-names = [c["name"] for c in cases]
-assert len(names) == len(set(names)), "duplicate case names"
-with open(out, "w") as f:
-    json.dump(cases, f, indent=1, ensure_ascii=False)
-    f.write("\n")
-print("wrote %d cases to %s" % (len(cases), os.path.normpath(out)))
+
+def line(obj):
+    """One fixture line: compact JSON, text as it is."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def update_line(u):
+    if u["op"] == "put":
+        return line({"key": u["key"], "value": u["value"]})
+    return line({"key": u["key"], "op": u["op"]})
+
+
+def write_fixtures(name, header, cases, expectations):
+    """Writes ../fixtures/<name>: each case a fixture whose last batch
+    checks what expectations(case) says (its check list and lines)."""
+    names = [c["name"] for c in cases]
+    assert len(names) == len(set(names)), "duplicate case names in " + name
+    lines = ["# " + l if l else "#" for l in header.strip().split("\n")]
+    for c in cases:
+        lines.append(line({"fixture": c["name"]}))
+        n = len(c["batches"])
+        for i, b in enumerate(c["batches"]):
+            lines.extend(update_line(u) for u in b)
+            if i < n - 1:
+                lines.append(line({"batch": "%d of %d" % (i + 1, n), "check": []}))
+            else:
+                check, exp = expectations(c)
+                lines.append(line({"batch": "%d of %d" % (i + 1, n), "check": check}))
+                lines.extend(exp)
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", name)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("wrote %d fixtures to %s" % (len(cases), os.path.normpath(out)))
+
+
+def view_expectations(c):
+    exp = [line({"view": k, "value": v}) for k, v in sorted(c["want_views"].items(), key=lambda kv: kv[0].encode())]
+    if c["want_rejected"]:
+        exp.append(line({"rejected": c["want_rejected"]}))
+    return ["views", "rejected"], exp
+
+
+def effect_expectations(c):
+    exp = []
+    for e in c["want_effects"]:
+        exp.append(line({"effect": e["subject"], "update": e["update"], "headers": e["headers"], "payload": e["payload"]}))
+    return ["effects"], exp
+
+
+GENERATED = """
+Generated by plugins/example-router/check/gen_conformance.py: edit it, not this.
+The example router's %s table (SPEC.md), written by hand from the spec:
+every build must fold each fixture to exactly this (cmd/foldhost,
+TestRouterFixtures: 'foldhost plugin test' on every build).
+"""
+
+write_fixtures("views.jsonl", GENERATED % "conformance", cases, view_expectations)
+write_fixtures("effects.jsonl", GENERATED % "effects", effect_cases, effect_expectations)

@@ -1,7 +1,7 @@
 //! example-router, the Rust build: a routing table from route.<host> keys.
 //! The behaviour, byte for byte, is plugins/example-router/SPEC.md; the C,
 //! Go and AssemblyScript builds produce the same views for the same input
-//! (plugins/example-router/conformance.json) and the same query answers
+//! (plugins/example-router/fixtures/*.jsonl) and the same query answers
 //! (TestConformanceRouterQueries).
 //!
 //! Build: scripts/build-plugins (see abi/sdk/rust/README.md for the flags).

@@ -1,7 +1,7 @@
 // example-router, the AssemblyScript build: a routing table from
 // route.<host> keys. The behaviour, byte for byte, is
 // plugins/example-router/SPEC.md; the Go, C and Rust builds produce the same
-// views for the same input (plugins/example-router/conformance.json) and
+// views for the same input (plugins/example-router/fixtures/*.jsonl) and
 // the same query answers (TestConformanceRouterQueries).
 //
 // Build: scripts/build-plugins (or `npm run build` in this directory).
