@@ -208,7 +208,7 @@ func TestFleetEffectsOnceAcrossAHandOver(t *testing.T) {
 	hosttest.WaitCursor(t, sf, last)
 	waitStream(t, ev, 10)
 	hosttest.WaitFor(t, func() bool { return hosttest.OutboxLen(sf) == 0 })
-	if e := sf.Status().Effects; e == nil || e.Published != e.Confirmed || e.FenceMoves != 0 {
+	if e := sf.Status().Effects; e == nil || e.PublishedByThisNode != 0 || e.FenceMoves != 0 {
 		t.Fatalf("the standby published (or tried to publish) effects of its own: %+v", e)
 	}
 

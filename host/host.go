@@ -214,7 +214,7 @@ func (h *Host) connect(ctx context.Context) error {
 		return err
 	}
 	h.log.Info("connecting to NATS", "url", natskv.Redact(conn.URL))
-	nc, err := natskv.Connect(conn)
+	nc, err := h.dial(ctx, conn)
 	if err != nil {
 		return err
 	}

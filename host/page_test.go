@@ -49,7 +49,10 @@ func TestStatusPageInABrowser(t *testing.T) {
 		last = hosttest.Put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
 	}
 	hosttest.WaitCursor(t, routes, last)
-	hosttest.WaitFor(t, func() bool { e := routes.Status().Effects; return e != nil && e.Outbox == 0 && e.Published > 0 })
+	hosttest.WaitFor(t, func() bool {
+		e := routes.Status().Effects
+		return e != nil && e.Outbox == 0 && e.PublishedByThisNode > 0
+	})
 
 	// The injected markup would, were it markup, add an element and
 	// retitle the page.

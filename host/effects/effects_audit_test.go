@@ -495,7 +495,7 @@ func TestEffectsSmallerBatchesForAServerThatWantsThem(t *testing.T) {
 			t.Fatalf("effect %d: %q, want %q", i, e.body, want)
 		}
 	}
-	if st := f.Status().Effects; st.Published != 100 || st.LastError != "" {
+	if st := f.Status().Effects; st.PublishedByThisNode != 100 || st.LastError != "" {
 		t.Fatalf("status %+v", st)
 	}
 }

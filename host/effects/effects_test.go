@@ -192,7 +192,7 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 	hosttest.WaitFor(t, func() bool {
 		return hosttest.OutboxLen(f) == len(m.want)-published && f.Status().Effects.LastError != ""
 	})
-	if st := f.Status().Effects; st.Published != uint64(published) || st.Outbox != int64(len(m.want)-published) {
+	if st := f.Status().Effects; st.PublishedByThisNode != uint64(published) || st.Outbox != int64(len(m.want)-published) {
 		t.Fatalf("status %+v, want %d published, %d in the outbox", st, published, len(m.want)-published)
 	}
 	// The first waiting effect's wait grows while the stream takes nothing.
@@ -239,9 +239,9 @@ func TestEffectsStreamRefusedAtStart(t *testing.T) {
 		subjects []string
 		want     string
 	}{
-		{"NOPE", nil, `effects_stream "NOPE": no such stream`},
-		{"EV", []string{"route.changed.>"}, `effects_subjects "route.changed.>": stream "EV" does not capture it`},
-		{"EV", []string{"other"}, `effects_subjects "other": stream "EV" does not capture it`},
+		{"NOPE", nil, `effects_stream "NOPE" does not exist`},
+		{"EV", []string{"route.changed.>"}, `it does not capture ["route.changed.>"] (it captures ["route.*" "foldhost.fence.>"])`},
+		{"EV", []string{"other"}, `it does not capture ["other"]`},
 	} {
 		h, err := host.New(host.Options{
 			Logger: hosttest.Quiet,
@@ -322,7 +322,7 @@ func TestEffectsWithoutAStreamAreDropped(t *testing.T) {
 		last = hosttest.Put(t, b, fmt.Sprintf("route.h%d", i), `{"upstreams":[{"addr":"10.0.0.1:80"}]}`)
 	}
 	hosttest.WaitCursor(t, f, last)
-	if st := f.Status().Effects; st == nil || st.Dropped != 5 || st.Published != 0 || st.Stream != "" {
+	if st := f.Status().Effects; st == nil || st.Dropped != 5 || st.PublishedByThisNode != 0 || st.Stream != "" {
 		t.Fatalf("effects status %+v, want 5 dropped", st)
 	}
 	if n := strings.Count(logs.String(), "no effects_stream"); n != 1 {
@@ -401,7 +401,7 @@ func TestEffectsFenceOutlastsTheDuplicateWindow(t *testing.T) {
 	if d := diffEffects(waitEffects(t, s, f, len(m.want)), m.want); d != "" {
 		t.Fatalf("after the restart: %s", d)
 	}
-	if st := f.Status().Effects; st.Confirmed == 0 {
+	if st := f.Status().Effects; st.FoundInStream == 0 {
 		t.Fatalf("status %+v: the restart confirmed nothing through the fence", st)
 	}
 }
@@ -459,7 +459,7 @@ func TestEffectsTwoReplicasPublishOnce(t *testing.T) {
 			for _, r := range rs {
 				st := r.H.Fold("routes").Status()
 				t.Logf("replica: %d batches; effects %+v", st.Counters.Batches, st.Effects)
-				moves += int(st.Effects.FenceMoves + st.Effects.Confirmed)
+				moves += int(st.Effects.FenceMoves + st.Effects.FoundInStream)
 			}
 			if c.stop {
 				return
@@ -490,11 +490,11 @@ func TestEffectsStreamSettingsRefused(t *testing.T) {
 		fence string
 		want  string
 	}{
-		{jetstream.StreamConfig{Name: "NOATOM", Subjects: []string{"a.changed", "a.fence"}}, "a.fence", `effects_stream "NOATOM" does not allow atomic batch publishing`},
+		{jetstream.StreamConfig{Name: "NOATOM", Subjects: []string{"a.changed", "a.fence"}}, "a.fence", "effects_stream \"NOATOM\" cannot take the fold's effects:\n  - it does not allow atomic batch publishing"},
 		{jetstream.StreamConfig{Name: "INTEREST", Subjects: []string{"b.changed", "b.fence"}, AllowAtomicPublish: true, Retention: jetstream.InterestPolicy}, "b.fence",
-			`effects_stream "INTEREST" has Interest retention: it would remove the fence`},
+			"- it has Interest retention: it would remove the fence"},
 		{jetstream.StreamConfig{Name: "NOFENCE", Subjects: []string{"c.changed"}, AllowAtomicPublish: true}, "",
-			`effects_stream "NOFENCE" does not capture the fold's fence subject "foldhost.fence.routes"`},
+			`- it does not capture ["foldhost.fence.routes"] (it captures ["c.changed"])`},
 	} {
 		if _, err := js.CreateStream(context.Background(), c.cfg); err != nil {
 			t.Fatal(err)
@@ -552,7 +552,7 @@ func TestEffectToAnotherFoldsFenceRefused(t *testing.T) {
 	})
 	f := r.H.Fold("routes")
 	hosttest.Put(t, b, "emit/probe.ok", "fine")
-	hosttest.WaitFor(t, func() bool { return f.Status().Effects != nil && f.Status().Effects.Published == 1 })
+	hosttest.WaitFor(t, func() bool { return f.Status().Effects != nil && f.Status().Effects.PublishedByThisNode == 1 })
 	hosttest.Put(t, b, "emit/foldhost.fence.other", "forged")
 	if st := hosttest.WaitState(t, f, httpapi.StateFailed); !strings.Contains(st.LastError, `subject "foldhost.fence.other", a fold's effects fence`) || hosttest.OutboxLen(f) != 0 {
 		t.Fatalf("status %+v (outbox %d)", st, hosttest.OutboxLen(f))
@@ -616,9 +616,9 @@ func TestEffectsAReplicaJoiningByStateSyncWaitsForTheFence(t *testing.T) {
 	hosttest.WaitCursor(t, j, last)
 	hosttest.WaitFor(t, func() bool {
 		st := j.Status().Effects
-		return strings.Contains(st.Held, "passes revision") || st.Published > 0
+		return strings.Contains(st.Held, "passes revision") || (st.PublishedByThisNode+st.FoundInStream) > 0
 	})
-	if st := j.Status().Effects; st.DroppedJoining == 0 || st.Published != 0 || !strings.Contains(st.Held, fmt.Sprintf("passes revision %d", last)) {
+	if st := j.Status().Effects; st.DroppedJoining == 0 || (st.PublishedByThisNode+st.FoundInStream) != 0 || !strings.Contains(st.Held, fmt.Sprintf("passes revision %d", last)) {
 		t.Errorf("the joined replica's effects: %+v, want its hydration's dropped, none published, held until revision %d", st, last)
 	}
 
@@ -640,7 +640,7 @@ func TestEffectsAReplicaJoiningByStateSyncWaitsForTheFence(t *testing.T) {
 	if d := diffEffects(streamEffects(t, s), m.want); d != "" {
 		t.Fatalf("a replica joined by state-sync: %s", d)
 	}
-	if st := j.Status().Effects; st.Published == 0 {
+	if st := j.Status().Effects; (st.PublishedByThisNode + st.FoundInStream) == 0 {
 		t.Fatalf("the joined replica published nothing alone: %+v", st)
 	}
 }
@@ -819,10 +819,10 @@ func TestEffectsBootstrappedReplicaWaitsForTheExporter(t *testing.T) {
 	hosttest.WaitCursor(t, j, putRoute("h3", "10.0.0.1:80"))
 	hosttest.WaitFor(t, func() bool {
 		st := j.Status().Effects
-		return st.Held != "" && hosttest.OutboxLen(j) == 1 || st.Published > 0
+		return st.Held != "" && hosttest.OutboxLen(j) == 1 || (st.PublishedByThisNode+st.FoundInStream) > 0
 	})
-	if st := j.Status().Effects; st.Published != 0 {
-		t.Errorf("the bootstrapped replica published %d effects before the exporter's: %+v", st.Published, st)
+	if st := j.Status().Effects; (st.PublishedByThisNode + st.FoundInStream) != 0 {
+		t.Errorf("the bootstrapped replica published %d effects before the exporter's: %+v", (st.PublishedByThisNode + st.FoundInStream), st)
 	}
 
 	exporter = hosttest.StartHost(t, opts(exporterDir))
@@ -1111,11 +1111,11 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 	}
 	hosttest.WaitFor(t, func() bool {
 		st := f.Status().Effects
-		return strings.Contains(st.Held, "until the fence") || st.Published > 0
+		return strings.Contains(st.Held, "until the fence") || (st.PublishedByThisNode+st.FoundInStream) > 0
 	})
 	heal()
 	st := f.Status().Effects
-	if st.DroppedJoining == 0 || st.Published != 0 {
+	if st.DroppedJoining == 0 || (st.PublishedByThisNode+st.FoundInStream) != 0 {
 		t.Errorf("the repaired replica's effects: %+v, want its repair's dropped and none published", st)
 	}
 	switch want := fmt.Sprintf("until the fence covers %d/", artifactAt); {

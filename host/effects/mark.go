@@ -38,7 +38,7 @@ type mark struct {
 
 // readMark reads the claim subject's last message.
 func (t *Target) readMark(ctx context.Context) (mark, error) {
-	rctx, cancel := context.WithTimeout(ctx, t.timeout)
+	rctx, cancel := t.bounded(ctx)
 	defer cancel()
 	m, err := t.handle.GetLastMsgForSubject(rctx, t.claim)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -67,7 +67,7 @@ func (t *Target) writeMark(ctx context.Context, epoch protocol.Revision, node st
 	m.Header.Set(hdrClaimEpoch, strconv.FormatUint(uint64(epoch), 10))
 	m.Header.Set(hdrClaimNode, node)
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(after, 10))
-	rctx, cancel := context.WithTimeout(ctx, t.timeout)
+	rctx, cancel := t.bounded(ctx)
 	defer cancel()
 	js, err := jetstream.New(t.nc)
 	if err != nil {

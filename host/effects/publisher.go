@@ -94,13 +94,14 @@ type Publisher struct {
 	refold       bool
 	maxWait      time.Duration
 
-	target    *Target // nil: effects are dropped (set by Open, before Run)
-	published atomic.Uint64
+	target    *Target       // nil: effects are dropped (set by Open, before Run)
+	published atomic.Uint64 // acknowledged batches' effects
 	dropped   atomic.Uint64 // with no target (or a reset's refold)
-	// confirmed counts entries deleted because the fence said they had
-	// landed; fenceMoves the batches refused because the fence moved.
-	confirmed, fenceMoves atomic.Uint64
-	deadLettered          atomic.Uint64 // poison effects moved to the dead letters
+	// foundInStream counts entries deleted because the fence said they
+	// had landed (not published here); fenceMoves the batches refused
+	// because the fence moved.
+	foundInStream, fenceMoves atomic.Uint64
+	deadLettered              atomic.Uint64 // poison effects moved to the dead letters
 	// headSince is when the publisher first saw the outbox's first entry
 	// (unix ns; 0: the outbox was empty).
 	headSince atomic.Int64
@@ -294,8 +295,7 @@ func (p *Publisher) Run(ctx context.Context) {
 			// The fence says these are in the stream already: published
 			// before a crash, or acknowledged on a reply that was lost.
 			if err = p.store.DeleteOutbox(chunk[:landed]...); err == nil {
-				p.published.Add(uint64(landed))
-				p.confirmed.Add(uint64(landed))
+				p.foundInStream.Add(uint64(landed))
 			}
 		case len(chunk) == 0:
 			var poll <-chan time.Time
@@ -379,6 +379,14 @@ func (p *Publisher) Run(ctx context.Context) {
 						"claim", t.claim, "mark_epoch", uint64(cur.epoch), "this_epoch", uint64(ownerEpoch))
 					continue
 				}
+			}
+			if errors.Is(err, errReconnected) && ctx.Err() == nil {
+				// NATS came back while the batch waited for its answer,
+				// which will never come: the fence says whether it landed,
+				// now rather than at the request's timeout.
+				p.log.Info("NATS reconnected while an effects batch waited for its answer; reading the fence and publishing again", "effects", len(chunk))
+				known = false
+				continue
 			}
 			if errors.Is(err, errFenceMoved) && ctx.Err() == nil {
 				// Someone wrote the fence since it was read (this
@@ -473,10 +481,10 @@ func (p *Publisher) epoch() string {
 // fold without an effects stream.
 func (p *Publisher) Status() *httpapi.EffectsStatus {
 	e := p
-	st := &httpapi.EffectsStatus{Published: e.published.Load(), Dropped: e.dropped.Load()}
+	st := &httpapi.EffectsStatus{PublishedByThisNode: e.published.Load(), Dropped: e.dropped.Load()}
 	if e.target != nil {
 		st.Stream, st.Fence = e.target.stream, e.target.fence
-		st.Confirmed, st.FenceMoves = e.confirmed.Load(), e.fenceMoves.Load()
+		st.FoundInStream, st.FenceMoves = e.foundInStream.Load(), e.fenceMoves.Load()
 		st.DeadLettered = e.deadLettered.Load()
 		if p.maxWait > 0 {
 			st.MaxWaitSeconds = p.maxWait.Seconds()

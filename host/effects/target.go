@@ -32,9 +32,11 @@ type Target struct {
 }
 
 // OpenTarget checks, at the start, that the fold's effects stream
-// exists and captures every subject filter effects may use, and returns
-// the target. A refusal names the stream, the filter and what the stream
-// captures.
+// exists and can take the fold's effects (unfitStream: atomic batches,
+// limits retention, the effects subjects, the fence and in a fleet the
+// claim subject captured), and returns the target. A refusal lists
+// everything the stream lacks at once, with the nats CLI command that
+// fixes it.
 func OpenTarget(ctx context.Context, nc *nats.Conn, o Options, timeout time.Duration) (*Target, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -44,15 +46,15 @@ func OpenTarget(ctx context.Context, nc *nats.Conn, o Options, timeout time.Dura
 	defer cancel()
 	s, err := js.Stream(rctx, o.Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, fmt.Errorf("effects_stream %q: no such stream: create it, capturing the subjects the plugin's effects go to (or unset effects_stream: the effects are then dropped)", o.Stream)
+		return nil, missingStream(o)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("effects_stream %q: %w", o.Stream, err)
 	}
-	subjects := s.CachedInfo().Config.Subjects
+	cfg := s.CachedInfo().Config
 	filters := o.Subjects
 	if len(filters) == 0 {
-		filters = subjects
+		filters = cfg.Subjects
 	}
 	if len(filters) == 0 {
 		return nil, fmt.Errorf("effects_stream %q captures no subject (a mirror or a source-only stream?): effects cannot be published to it", o.Stream)
@@ -61,25 +63,13 @@ func OpenTarget(ctx context.Context, nc *nats.Conn, o Options, timeout time.Dura
 		if err := validFilter(f); err != nil {
 			return nil, fmt.Errorf("effects_subjects: %w", err)
 		}
-		if !captured(f, subjects) {
-			return nil, fmt.Errorf("effects_subjects %q: stream %q does not capture it (it captures %q): effects there would have nowhere to go", f, o.Stream, subjects)
-		}
 	}
-	cfg := s.CachedInfo().Config
-	switch {
-	case !cfg.AllowAtomicPublish:
-		return nil, fmt.Errorf("effects_stream %q does not allow atomic batch publishing: effects are published in batches fenced against repeats, so set allow_atomic on the stream (AllowAtomicPublish, NATS server 2.12+)", o.Stream)
-	case cfg.Retention != jetstream.LimitsPolicy:
-		return nil, fmt.Errorf("effects_stream %q has %s retention: it would remove the fence (the record of what was published) once consumed, so effects could be published twice; use limits retention", o.Stream, cfg.Retention)
-	case !captured(o.Fence, subjects):
-		return nil, fmt.Errorf("effects_stream %q does not capture the fold's fence subject %q (it captures %q): add it to the stream's subjects, or set effects_fence to one it captures", o.Stream, o.Fence, subjects)
+	if err := unfitStream(o, cfg, filters); err != nil {
+		return nil, err
 	}
 	var claim string
 	if o.Fleet {
 		claim = claimSubject(o.Fence)
-		if !captured(claim, subjects) {
-			return nil, fmt.Errorf("effects_stream %q does not capture the fold's claim subject %q (it captures %q): in a fleet, owners mark their claims there; capture %q (or foldhost.fence.>)", o.Stream, claim, subjects, claim)
-		}
 	}
 	return &Target{claim: claim, nc: nc, handle: s, stream: o.Stream, fence: o.Fence, filters: filters, timeout: timeout}, nil
 }
@@ -149,7 +139,7 @@ func (s fenceState) covers(e fold.OutboxEntry) bool {
 
 // readFence reads the fence subject's last message.
 func (t *Target) readFence(ctx context.Context, foldName, epoch string) (fenceState, error) {
-	rctx, cancel := context.WithTimeout(ctx, t.timeout)
+	rctx, cancel := t.bounded(ctx)
 	defer cancel()
 	m, err := t.handle.GetLastMsgForSubject(rctx, t.fence)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -242,9 +232,7 @@ func (t *Target) fencePublish(ctx context.Context, foldName, epoch string, fence
 	fm.Header.Set(jsBatchID, batch)
 	fm.Header.Set(jsBatchSeq, strconv.Itoa(len(chunk)+1))
 	fm.Header.Set(jsBatchCommit, "1")
-	pctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	reply, err := t.nc.RequestMsgWithContext(pctx, fm)
+	reply, err := t.request(ctx, fm)
 	if err != nil {
 		return 0, fmt.Errorf("effects %s to %s: %w", chunk[0].ID(foldName), last.ID(foldName), err)
 	}
@@ -313,9 +301,7 @@ func (e *refusedError) Error() string { return fmt.Sprintf("%s (error %d)", e.de
 // (a *refusedError). No stream capturing the subject shows as
 // nats.ErrNoResponders.
 func (t *Target) probeOne(ctx context.Context, m *nats.Msg) error {
-	pctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	reply, err := t.nc.RequestMsgWithContext(pctx, m)
+	reply, err := t.request(ctx, m)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("no stream captures the subject (did stream %q stop capturing it?): %w", t.stream, err)
 	}

@@ -221,12 +221,19 @@ var foldMetrics = []metricDef{
 			}
 			return s.Effects.OutboxWaitSeconds
 		}),
-	def("foldhost_fold_effects_published_total", "Plugin effects the effects stream acknowledged (or its fence confirmed).",
+	def("foldhost_fold_effects_published_total", "Plugin effects this node published (its batches the effects stream acknowledged). Summed over a fold's replicas: every effect once.",
 		prometheus.CounterValue, func(s Status) float64 {
 			if s.Effects == nil {
 				return 0
 			}
-			return float64(s.Effects.Published)
+			return float64(s.Effects.PublishedByThisNode)
+		}),
+	def("foldhost_fold_effects_found_in_stream_total", "Plugin effects deleted from the outbox unpublished here because the fence showed them in the stream already (another replica published them, or this node's acknowledgement was lost).",
+		prometheus.CounterValue, func(s Status) float64 {
+			if s.Effects == nil {
+				return 0
+			}
+			return float64(s.Effects.FoundInStream)
 		}),
 	def("foldhost_fold_effects_refused_stale_total", "In a fleet: this node's effects batches the stream refused because a newer owner of the fold had marked its claim (this node was paused or cut off past its lease).",
 		prometheus.CounterValue, func(s Status) float64 {

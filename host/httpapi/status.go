@@ -165,21 +165,25 @@ type FleetRole struct {
 type EffectsStatus struct {
 	// Stream is the effects stream; "" when effects are dropped.
 	Stream string `json:"stream,omitempty"`
-	// Published: acknowledged by the stream (and deleted from the outbox).
-	Published uint64 `json:"published"`
+	// PublishedByThisNode: effects this node published, its batches
+	// acknowledged by the stream (and deleted from the outbox).
+	PublishedByThisNode uint64 `json:"published_by_this_node"`
 	// Dropped: emitted with no effects stream configured.
 	Dropped uint64 `json:"dropped"`
-	// Fence is the fold's fence subject in Stream; Confirmed counts the
-	// entries deleted because the fence said they had landed (published
-	// before a crash, or by another replica); FenceMoves the batches the
-	// stream refused because the fence had moved since it was read.
+	// Fence is the fold's fence subject in Stream; FoundInStream counts the
+	// effects deleted from the outbox unpublished here because the fence
+	// showed them in the stream already (another replica published them,
+	// or this node did and its acknowledgement was lost); FenceMoves the
+	// batches the stream refused because the fence had moved since it was
+	// read. Published by this node plus found in the stream is every
+	// effect that left the outbox for the stream.
 	Fence string `json:"fence,omitempty"`
 	// Outbox is how many effects wait to be published; OutboxWaitSeconds
 	// how long the first of them has waited since this process saw it (0
 	// with an empty outbox): it grows while the publisher cannot publish.
 	Outbox            int64   `json:"outbox"`
 	OutboxWaitSeconds float64 `json:"outbox_wait_seconds"`
-	Confirmed         uint64  `json:"confirmed"`
+	FoundInStream     uint64  `json:"found_in_stream"`
 	FenceMoves        uint64  `json:"fence_moves"`
 	// DeadLettered counts the effects the stream refused for good (too
 	// large for it or the server), moved from the outbox to the fold's
