@@ -421,11 +421,12 @@ const scrapeJob = "foldhost"
 // most 256, abi/ABI.md), every other name counted as
 // httpapi.UnknownQueryLabel; these are the C router's.
 var boundedLabels = map[string][]string{
-	"state":   stateNames(),
-	"outcome": append([]string{"published", "superseded", "skipped", "failed", "accepted", "refused", "done", "cancelled"}, httpapi.QueryOutcomes...),
-	"plan":    {"key-listing-diff", "relist-only", "refuse", "restore"},
-	"query":   {"hosts_of_upstream", "top_upstreams", httpapi.UnknownQueryLabel},
-	"role":    httpapi.FleetRoles,
+	"state": stateNames(),
+	"outcome": append([]string{"published", "superseded", "skipped", "failed", "accepted", "refused", "done", "cancelled",
+		"answered", "no_owner"}, httpapi.QueryOutcomes...),
+	"plan":  {"key-listing-diff", "relist-only", "refuse", "restore"},
+	"query": {"hosts_of_upstream", "top_upstreams", httpapi.UnknownQueryLabel},
+	"role":  httpapi.FleetRoles,
 }
 
 func stateNames() []string {

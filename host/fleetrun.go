@@ -31,6 +31,13 @@ type foldSlot struct {
 	role protocol.Role
 }
 
+// roleNow is the fold's role on this node.
+func (s *foldSlot) roleNow() protocol.Role {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.role
+}
+
 // fleetRunner is the fleet's Runner over the host's folds.
 type fleetRunner struct {
 	slots map[protocol.Unit]*foldSlot
@@ -178,7 +185,11 @@ func (h *Host) joinFleet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return h.metrics.Registry().Register(fleetCollector{h.fleet})
+	h.reads = &fleetReads{h: h, local: h.apiHandler()}
+	if err := h.reads.serve(context.Background()); err != nil {
+		return err
+	}
+	return h.metrics.Registry().Register(fleetCollector{h.fleet, h.reads})
 }
 
 // placement is where a fold's partitions run (httpapi.Options.Placement):
@@ -215,13 +226,29 @@ var (
 		"The nodes of the fleet this node holds alive (itself included), units are placed on.", nil, nil)
 )
 
+// The fleet's reads, and its units by this node's role.
+var (
+	fleetReadsForwardedDesc = prometheus.NewDesc("foldhost_fleet_reads_forwarded_total",
+		"Reads of a fold this node does not fold, forwarded to the fold's owner, by outcome: answered (by the owner, whatever its status), no_owner (503: the unit had none), failed (the owner did not answer, or broke off).", []string{"outcome"}, nil)
+	fleetReadsAnsweredDesc = prometheus.NewDesc("foldhost_fleet_reads_answered_for_others_total",
+		"Reads other nodes forwarded to this one that it answered.", nil, nil)
+	fleetUnitsDesc = prometheus.NewDesc("foldhost_fleet_units",
+		"The fleet's units this node holds, by role (owner, standby).", []string{"role"}, nil)
+)
+
 // fleetCollector exports the fleet's series from its snapshot.
-type fleetCollector struct{ f *fleet.Fleet }
+type fleetCollector struct {
+	f     *fleet.Fleet
+	reads *fleetReads
+}
 
 func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- fleetClaimsDesc
 	ch <- fleetTakeoversDesc
 	ch <- fleetLiveDesc
+	ch <- fleetReadsForwardedDesc
+	ch <- fleetReadsAnsweredDesc
+	ch <- fleetUnitsDesc
 }
 
 func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
@@ -229,4 +256,17 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(fleetClaimsDesc, prometheus.CounterValue, float64(s.Claims))
 	ch <- prometheus.MustNewConstMetric(fleetTakeoversDesc, prometheus.CounterValue, float64(s.Takeovers))
 	ch <- prometheus.MustNewConstMetric(fleetLiveDesc, prometheus.GaugeValue, float64(len(s.Live)))
+	for outcome, n := range map[string]uint64{"answered": c.reads.forwarded.Load(), "no_owner": c.reads.noOwner.Load(), "failed": c.reads.failed.Load()} {
+		ch <- prometheus.MustNewConstMetric(fleetReadsForwardedDesc, prometheus.CounterValue, float64(n), outcome)
+	}
+	ch <- prometheus.MustNewConstMetric(fleetReadsAnsweredDesc, prometheus.CounterValue, float64(c.reads.answered.Load()))
+	roles := map[protocol.Role]int{protocol.RoleOwner: 0, protocol.RoleStandby: 0}
+	for _, u := range s.Units {
+		if _, ok := roles[u.Role]; ok {
+			roles[u.Role]++
+		}
+	}
+	for role, n := range roles {
+		ch <- prometheus.MustNewConstMetric(fleetUnitsDesc, prometheus.GaugeValue, float64(n), role.String())
+	}
 }

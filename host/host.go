@@ -41,6 +41,7 @@ type Host struct {
 	env     foldrun.Env  // what the folds share, filled as Start goes
 	fleet   *fleet.Fleet // nil: no fleet (every fold runs here)
 	runner  *fleetRunner
+	reads   *fleetReads // a fleet's reads routed to their owner (nil: no fleet)
 	metrics *httpapi.Metrics
 	srv     *embeddednats.Server
 	nc      *nats.Conn
@@ -300,6 +301,14 @@ func (h *Host) httpFolds() []httpapi.Fold {
 // Handler serves the host's HTTP API (package httpapi) over its folds:
 // health, readiness, metrics, status, reads, export. Valid after Start.
 func (h *Host) Handler() http.Handler {
+	if h.reads != nil {
+		return h.reads.handler() // a fleet's reads find their owner (fleetread.go)
+	}
+	return h.apiHandler()
+}
+
+// apiHandler is the HTTP API over this node's folds.
+func (h *Host) apiHandler() http.Handler {
 	return httpapi.NewHandler(httpapi.Options{Folds: h.httpFolds(), Metrics: h.metrics, Logger: h.log, AdminToken: h.o.AdminToken,
 		Placement: h.placement})
 }

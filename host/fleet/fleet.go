@@ -103,8 +103,9 @@ type Fleet struct {
 
 	claimsWon, takeovers atomic.Uint64
 
-	mu   sync.Mutex // guards snap
-	snap Snapshot
+	mu      sync.Mutex // guards snap and snapIdx
+	snap    Snapshot
+	snapIdx map[protocol.Unit]int // snap.Units' index of each unit
 }
 
 // seenNode is another node's record as this node saw it.

@@ -49,6 +49,18 @@ func (f *Fleet) Snapshot() Snapshot {
 	return s
 }
 
+// Unit is what this node knows of one unit now (false: not one of the
+// fleet's units). Safe for concurrent use.
+func (f *Fleet) Unit(u protocol.Unit) (UnitStatus, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i, ok := f.snapIdx[u]
+	if !ok {
+		return UnitStatus{}, false
+	}
+	return f.snap.Units[i], true
+}
+
 // publish makes the snapshot of this step.
 func (f *Fleet) publish(live []string) {
 	s := Snapshot{Fleet: f.o.Name, Node: f.o.Node, Live: live, Advertise: map[string]string{f.o.Node: f.o.Advertise}}
@@ -68,7 +80,11 @@ func (f *Fleet) publish(live []string) {
 		}
 		s.Units = append(s.Units, st)
 	}
+	idx := make(map[protocol.Unit]int, len(s.Units))
+	for i, st := range s.Units {
+		idx[st.Unit] = i
+	}
 	f.mu.Lock()
-	f.snap = s
+	f.snap, f.snapIdx = s, idx
 	f.mu.Unlock()
 }

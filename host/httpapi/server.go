@@ -283,6 +283,12 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = enc.Encode(v)
 }
 
+// WriteError answers {"error": ...} with code, as every endpoint's
+// failures do.
+func WriteError(w http.ResponseWriter, code int, format string, args ...any) {
+	writeError(w, code, format, args...)
+}
+
 func writeError(w http.ResponseWriter, code int, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	writeJSON(w, code, struct {
