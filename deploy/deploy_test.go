@@ -423,7 +423,7 @@ const scrapeJob = "foldhost"
 var boundedLabels = map[string][]string{
 	"state": stateNames(),
 	"outcome": append([]string{"published", "superseded", "skipped", "failed", "accepted", "refused", "done", "cancelled",
-		"answered", "no_owner"}, httpapi.QueryOutcomes...),
+		"answered", "no_owner", "fenced"}, httpapi.QueryOutcomes...),
 	"plan":  {"key-listing-diff", "relist-only", "refuse", "restore"},
 	"query": {"hosts_of_upstream", "top_upstreams", httpapi.UnknownQueryLabel},
 	"role":  httpapi.FleetRoles,

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/testhook"
 )
@@ -34,6 +35,10 @@ const (
 	FleetChildPlugin = "FOLDHOST_TEST_FLEET_PLUGIN"
 	FleetChildStopAt = "FOLDHOST_TEST_FLEET_STOP_AT"
 	FleetChildBatch  = "FOLDHOST_TEST_FLEET_BATCH"
+	// FleetChildArtifacts: a directory artifact store the node exports
+	// to (and FleetChildStopAt may be "before-upload-N": its Nth export
+	// round, staged, stops before its upload).
+	FleetChildArtifacts = "FOLDHOST_TEST_FLEET_ARTIFACTS"
 )
 
 func fleetChild() {
@@ -46,21 +51,32 @@ func fleetChild() {
 		step, want := at[:i], 0
 		want, _ = strconv.Atoi(at[i+1:])
 		var n atomic.Int64
-		testhook.EffectsStep = func(_ context.Context, s string) {
+		stop := func(_ context.Context, s string) {
 			if s == step && n.Add(1) == int64(want) {
 				fmt.Println("stopping")
 				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 			}
 		}
+		testhook.EffectsStep, testhook.ExportStep = stop, stop
+	}
+	var arts ArtifactOptions
+	if dir := os.Getenv(FleetChildArtifacts); dir != "" {
+		st, err := dirstore.New(dir)
+		if err != nil {
+			fail(err)
+		}
+		arts = ArtifactOptions{Store: st, Where: "shared", LeaseTTL: time.Minute}
 	}
 	fo := FoldOptions{Name: "routes", Plugin: os.Getenv(FleetChildPlugin), DataDir: os.Getenv(FleetChildDir), EffectsStream: "EV", BatchSize: 1}
 	if os.Getenv(FleetChildBatch) == "big" {
 		fo.BatchSize, fo.BatchWindow = 100, 300*time.Millisecond
 	}
 	node := os.Getenv(FleetChildNode)
+	arts.Holder = node
 	h, err := New(Options{
 		NATS:           NATSOptions{Conn: natskv.ConnOptions{URL: os.Getenv(FleetChildURL), Name: node}},
 		Admin:          AdminOptions{Node: node},
+		Artifacts:      arts,
 		Fleet:          FleetOptions{Name: "kill", Heartbeat: 100 * time.Millisecond, NodeTTL: time.Second},
 		Folds:          []FoldOptions{fo},
 		Logger:         slog.New(slog.DiscardHandler),

@@ -181,7 +181,7 @@ func (h *Host) joinFleet(ctx context.Context) error {
 	var err error
 	h.fleet, err = fleet.Join(ctx, h.nc, fleet.Options{Name: fl.Name, Node: h.o.Admin.Node, Advertise: fl.Advertise, Units: units,
 		Heartbeat: fl.Heartbeat, NodeTTL: fl.NodeTTL, Replicas: fl.Replicas, RequestTimeout: h.o.NATS.RequestTimeout,
-		Runner: h.runner, Logger: h.log})
+		Runner: h.runner, Logger: h.log, Floor: h.epochFloor})
 	if err != nil {
 		return err
 	}
@@ -190,6 +190,21 @@ func (h *Host) joinFleet(ctx context.Context) error {
 		return err
 	}
 	return h.metrics.Registry().Register(fleetCollector{h.fleet, h.reads})
+}
+
+// epochFloor is the highest epoch any fold's owner left in its effects
+// stream (claim mark) or artifact pointer: a fleet bucket this node makes
+// numbers its epochs above it (fleet.Options.Floor).
+func (h *Host) epochFloor(ctx context.Context) (protocol.Revision, error) {
+	var floor protocol.Revision
+	for _, f := range h.folds {
+		e, err := f.EpochFloor(ctx)
+		if err != nil {
+			return 0, err
+		}
+		floor = max(floor, e)
+	}
+	return floor, nil
 }
 
 // placement is where a fold's partitions run (httpapi.Options.Placement):

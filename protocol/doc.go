@@ -23,7 +23,8 @@
 //   - One fenced owner per unit of a fleet, placed without a coordinator:
 //     [Place] and [RankNodes] (where a unit runs), [Decide] and [RoleOf]
 //     (when a node claims, hands over, folds as owner or standby),
-//     [FenceMark] (an owner's epoch in the stream its effects go to).
+//     [FenceMark] (an owner's epoch in the stream its effects go to),
+//     [PointerSwapAllowed] (and on its artifact pointer).
 //
 // See RATIONALE.md at the repository root for why each guard has its shape.
 package protocol

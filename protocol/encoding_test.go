@@ -363,6 +363,8 @@ func TestPointerStateText(t *testing.T) {
 		{"rank 0", protocol.PointerAt(0), "rank:0"},
 		{"rank 1", protocol.PointerAt(1), "rank:1"},
 		{"rank max", protocol.PointerAt(maxRev), "rank:18446744073709551615"},
+		{"rank 7 at epoch 3", protocol.PointerAtEpoch(7, 3), "rank:7@3"},
+		{"epoch 0 is no epoch", protocol.PointerAtEpoch(7, 0), "rank:7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -404,6 +406,10 @@ func TestPointerStateUnmarshalText(t *testing.T) {
 		{"rank trailing garbage", "rank:5x", protocol.PointerState{}, true},
 		{"bare number", "5", protocol.PointerState{}, true},
 		{"present is not a state", "present", protocol.PointerState{}, true},
+		{"epoch without number", "rank:5@", protocol.PointerState{}, true},
+		{"epoch 0 written out", "rank:5@0", protocol.PointerState{}, true},
+		{"epoch twice", "rank:5@1@2", protocol.PointerState{}, true},
+		{"epoch without rank", "rank:@2", protocol.PointerState{}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -316,6 +316,37 @@ func TestPointerPublishAllowed(t *testing.T) {
 	}
 }
 
+// TestPointerSwapAllowed: the rank rule and the fleet's fence, each row
+// flipping one. Mutations caught: the fence dropped (a stale owner's swap
+// allowed over a newer owner's pointer), the rank rule dropped, epoch 0
+// fenced (an exporter outside a fleet refused).
+func TestPointerSwapAllowed(t *testing.T) {
+	tests := []struct {
+		name        string
+		current     protocol.PointerState
+		rank, epoch protocol.Revision
+		want        bool
+	}{
+		{"absent slot: any owner", protocol.PointerAbsent(), 1, 4, true},
+		{"corrupt: replaceable by any owner", protocol.PointerCorrupt(), 1, 1, true},
+		{"same owner, newer rank", protocol.PointerAtEpoch(5, 4), 6, 4, true},
+		{"same owner, older rank: superseded", protocol.PointerAtEpoch(5, 4), 4, 4, false},
+		{"newer owner over an older one's pointer", protocol.PointerAtEpoch(5, 4), 5, 9, true},
+		{"older owner over a newer one's pointer: fenced", protocol.PointerAtEpoch(5, 9), 6, 4, false},
+		{"older owner, even far ahead in rank: fenced", protocol.PointerAtEpoch(5, 9), maxRev, 4, false},
+		{"an owner over a pointer from outside a fleet", protocol.PointerAt(5), 5, 1, true},
+		{"outside a fleet over a fleet's pointer: rank rule only", protocol.PointerAtEpoch(5, 9), 6, 0, true},
+		{"outside a fleet, older rank: superseded", protocol.PointerAtEpoch(5, 9), 4, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := protocol.PointerSwapAllowed(tt.current, tt.rank, tt.epoch); got != tt.want {
+				t.Errorf("PointerSwapAllowed(%v, %d, %d) = %v, want %v", tt.current, tt.rank, tt.epoch, got, tt.want)
+			}
+		})
+	}
+}
+
 func TestPayloadPrunable(t *testing.T) {
 	// prunable is every condition at once; rows flip one at a time.
 	prunable := protocol.Payload{Rank: 4, RankKnown: true, IsPointerTarget: false, AgedOut: true}

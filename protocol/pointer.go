@@ -8,13 +8,16 @@ import (
 // PointerState is what an exporter observes at the artifact pointer
 // (`<prefix>/<key>.manifest.json`) just before it tries to swap it: absent,
 // present with a parseable rank (the cursor revision of the artifact it
-// names), or present but corrupt. The zero value is absent.
+// names) and the fleet epoch it was published under (0: outside a fleet),
+// or present but corrupt. The zero value is absent.
 //
-// Text encoding (logs, status): "absent", "rank:<revision>", "corrupt".
+// Text encoding (logs, status): "absent", "rank:<revision>",
+// "rank:<revision>@<epoch>" (epoch > 0), "corrupt".
 type PointerState struct {
 	present bool
 	corrupt bool
 	rank    Revision
+	epoch   Revision
 }
 
 // PointerAbsent is the state of an empty slot.
@@ -22,6 +25,12 @@ func PointerAbsent() PointerState { return PointerState{} }
 
 // PointerAt is a present, parseable pointer naming an artifact at rank.
 func PointerAt(rank Revision) PointerState { return PointerState{present: true, rank: rank} }
+
+// PointerAtEpoch is a present, parseable pointer naming an artifact at
+// rank, published by a fleet's owner at epoch.
+func PointerAtEpoch(rank, epoch Revision) PointerState {
+	return PointerState{present: true, rank: rank, epoch: epoch}
+}
 
 // PointerCorrupt is a present pointer whose rank cannot be read.
 func PointerCorrupt() PointerState { return PointerState{present: true, corrupt: true} }
@@ -34,12 +43,23 @@ func (p PointerState) Rank() (Revision, bool) {
 	return p.rank, p.present && !p.corrupt
 }
 
+// Epoch is the fleet epoch the pointer was published under (0: outside a
+// fleet, absent or corrupt).
+func (p PointerState) Epoch() Revision {
+	if !p.present || p.corrupt {
+		return 0
+	}
+	return p.epoch
+}
+
 func (p PointerState) String() string {
 	switch {
 	case !p.present:
 		return "absent"
 	case p.corrupt:
 		return "corrupt"
+	case p.epoch > 0:
+		return "rank:" + p.rank.String() + "@" + p.epoch.String()
 	}
 	return "rank:" + p.rank.String()
 }
@@ -56,13 +76,19 @@ func (p *PointerState) UnmarshalText(b []byte) error {
 	case s == "corrupt":
 		*p = PointerCorrupt()
 	case strings.HasPrefix(s, "rank:"):
-		var r Revision
-		if err := r.UnmarshalText([]byte(s[len("rank:"):])); err != nil {
+		rank, epoch, hasEpoch := strings.Cut(s[len("rank:"):], "@")
+		var r, e Revision
+		if err := r.UnmarshalText([]byte(rank)); err != nil {
 			return fmt.Errorf("protocol: pointer state %q: %w", s, err)
 		}
-		*p = PointerAt(r)
+		if hasEpoch {
+			if err := e.UnmarshalText([]byte(epoch)); err != nil || e == 0 {
+				return fmt.Errorf("protocol: pointer state %q: the epoch after @ must be a revision above 0", s)
+			}
+		}
+		*p = PointerAtEpoch(r, e)
 	default:
-		return fmt.Errorf("protocol: pointer state %q: want absent, corrupt or rank:N", s)
+		return fmt.Errorf("protocol: pointer state %q: want absent, corrupt, rank:N or rank:N@E", s)
 	}
 	return nil
 }
@@ -77,6 +103,21 @@ func (p *PointerState) UnmarshalText(b []byte) error {
 func PointerPublishAllowed(current PointerState, candidate Revision) bool {
 	rank, ok := current.Rank()
 	return !ok || candidate >= rank
+}
+
+// PointerSwapAllowed is the pointer guard of an exporter in a fleet, at
+// epoch (0: outside a fleet): the rank rule (PointerPublishAllowed), and
+// the fence: a pointer published under a newer owner's epoch refuses an
+// older owner's swap, as a claim mark does (FenceMark: the pointer is the
+// unit's mark in the artifact store). With the conditional write against
+// the pointer it read, the store refuses a stale owner's swap once a newer
+// owner has written its epoch there (RaisePointerEpoch's job at a claim).
+// Epoch 0 is not fenced and fences nothing: an exporter outside a fleet.
+func PointerSwapAllowed(current PointerState, rank, epoch Revision) bool {
+	if !PointerPublishAllowed(current, rank) {
+		return false
+	}
+	return epoch == 0 || FenceMark(current.Epoch(), epoch) != MarkFenced
 }
 
 // Payload describes one stored artifact payload as the pruner sees it.

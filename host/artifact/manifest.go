@@ -76,6 +76,12 @@ type Manifest struct {
 	PluginIdentity *string `json:"plugin_identity"`
 	// Files lists every data file, sorted by Path.
 	Files []File `json:"files"`
+	// Epoch is, in a pointer, the fleet epoch of the owner that published
+	// it (0, omitted: outside a fleet); a newer owner's refuses an older
+	// one's swap ([protocol.PointerSwapAllowed]). It is the pointer's, not
+	// the artifact's: a payload's own manifest has none, and it takes no
+	// part in the artifact's [Address].
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // File is one data file of an artifact.
@@ -112,17 +118,37 @@ func (m Manifest) Origin() fold.Origin { return fold.NewOrigin(m.Bucket, m.Scope
 // CandidateCursor checks the key and the manifest a store is asked to
 // publish as key's pointer ([Store.SwapPointer]) and returns its cursor.
 func CandidateCursor(key string, manifest []byte) (protocol.Cursor, error) {
+	c, _, err := Candidate(key, manifest)
+	return c, err
+}
+
+// Candidate is CandidateCursor with the epoch the pointer would be
+// published under (Manifest.Epoch).
+func Candidate(key string, manifest []byte) (protocol.Cursor, protocol.Revision, error) {
 	if err := CheckKey(key); err != nil {
-		return protocol.Cursor{}, err
+		return protocol.Cursor{}, 0, err
 	}
 	m, err := ParseManifest(manifest)
 	if err == nil {
 		var c protocol.Cursor
 		if c, err = m.DecodeCursor(); err == nil {
-			return c, nil
+			return c, protocol.Revision(m.Epoch), nil
 		}
 	}
-	return protocol.Cursor{}, fmt.Errorf("artifact: swap pointer: %w", err)
+	return protocol.Cursor{}, 0, fmt.Errorf("artifact: swap pointer: %w", err)
+}
+
+// Judge is a store's decision on swapping the pointer at state to an
+// artifact of rank under epoch: 0 (swap it), SupersededByNewer, or
+// FencedOut (protocol.PointerSwapAllowed).
+func Judge(state protocol.PointerState, rank, epoch protocol.Revision) Outcome {
+	switch {
+	case protocol.PointerSwapAllowed(state, rank, epoch):
+		return 0
+	case protocol.PointerPublishAllowed(state, rank):
+		return FencedOut
+	}
+	return SupersededByNewer
 }
 
 // DecodeCursor decodes m.Cursor.
@@ -141,8 +167,41 @@ func (m Manifest) DecodeCursor() (protocol.Cursor, error) {
 // Address is the content address of manifest bytes: the hex of the first
 // 8 bytes of their BLAKE3 digest. It names the payload.
 func Address(manifest []byte) string {
-	sum := blake3.Sum256(manifest)
+	sum := blake3.Sum256(WithoutEpoch(manifest))
 	return hex.EncodeToString(sum[:8])
+}
+
+// WithoutEpoch is manifest as its artifact's payload holds it: a
+// pointer's epoch removed (canonically re-encoded), other bytes as they
+// are.
+func WithoutEpoch(manifest []byte) []byte {
+	if !bytes.Contains(manifest, []byte(`"epoch":`)) {
+		return manifest
+	}
+	m, err := ParseManifest(manifest)
+	if err != nil || m.Epoch == 0 {
+		return manifest
+	}
+	m.Epoch = 0
+	b, err := m.Encode()
+	if err != nil {
+		return manifest
+	}
+	return b
+}
+
+// WithEpoch is manifest as a pointer published under a fleet's epoch
+// holds it (epoch 0: as it is).
+func WithEpoch(manifest []byte, epoch protocol.Revision) ([]byte, error) {
+	m, err := ParseManifest(manifest)
+	if err != nil {
+		return nil, err
+	}
+	if uint64(epoch) == m.Epoch {
+		return manifest, nil
+	}
+	m.Epoch = uint64(epoch)
+	return m.Encode()
 }
 
 // ParseManifest decodes and validates manifest bytes (unknown fields are

@@ -214,6 +214,60 @@ func Upload(ctx context.Context, s Store, key, dir string) (Outcome, error) {
 	return s.SwapPointer(ctx, key, manifest)
 }
 
+// UploadAt is Upload by a fleet's owner at epoch: its pointer carries the
+// epoch, and a pointer of a newer owner refuses it ([FencedOut]). Epoch
+// 0 is Upload.
+func UploadAt(ctx context.Context, s Store, key, dir string, epoch protocol.Revision) (Outcome, error) {
+	manifest, err := s.UploadPayload(ctx, key, dir)
+	if err != nil {
+		return 0, err
+	}
+	if manifest, err = WithEpoch(manifest, epoch); err != nil {
+		return 0, err
+	}
+	return s.SwapPointer(ctx, key, manifest)
+}
+
+// RaisePointerEpoch writes a fleet owner's epoch into key's pointer, as it
+// is, so that from then on the store refuses a swap of any older owner
+// (one paused past its lease, resumed). It returns FencedOut when a newer
+// owner's epoch is there; nothing is done when there is no pointer (the
+// owner's first export carries its epoch) or a corrupt one (replaced by
+// the next export). Each write is the store's conditional swap; a pointer
+// moved meanwhile is read again.
+func RaisePointerEpoch(ctx context.Context, s Store, key string, epoch protocol.Revision) (Outcome, error) {
+	for attempt := 0; ; attempt++ {
+		b, err := s.Pointer(ctx, key)
+		if errors.Is(err, ErrNoPointer) {
+			return Published, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		m, err := ParseManifest(b)
+		if err != nil {
+			return Published, nil
+		}
+		switch protocol.FenceMark(protocol.Revision(m.Epoch), epoch) {
+		case protocol.MarkHeld:
+			return Published, nil
+		case protocol.MarkFenced:
+			return FencedOut, nil
+		}
+		raised, err := WithEpoch(b, epoch)
+		if err != nil {
+			return 0, err
+		}
+		out, err := s.SwapPointer(ctx, key, raised)
+		if err != nil || out == Published || out == FencedOut {
+			return out, err
+		}
+		if attempt >= 8 { // superseded each time: another exporter keeps publishing
+			return 0, fmt.Errorf("%w: raising the epoch of %s's pointer to %d", ErrSwapContended, key, epoch)
+		}
+	}
+}
+
 // StagedManifest checks key and reads and parses the manifest of the
 // artifact in dir: the first step of every Store's UploadPayload.
 func StagedManifest(key, dir string) ([]byte, error) {
@@ -324,6 +378,10 @@ const (
 	// SupersededByNewer: the pointer names a strictly newer artifact; the
 	// candidate was not published. A normal outcome, not an error.
 	SupersededByNewer
+	// FencedOut: the pointer was published by a newer owner of the fold
+	// in a fleet (its epoch above the candidate's); the candidate was not
+	// published: this exporter is a stale owner.
+	FencedOut
 )
 
 func (o Outcome) String() string {
@@ -332,6 +390,8 @@ func (o Outcome) String() string {
 		return "published"
 	case SupersededByNewer:
 		return "superseded by newer"
+	case FencedOut:
+		return "fenced out by a newer owner"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -403,5 +463,5 @@ func PointerState(b []byte) protocol.PointerState {
 	if err != nil {
 		return protocol.PointerCorrupt()
 	}
-	return protocol.PointerAt(c.Rev)
+	return protocol.PointerAtEpoch(c.Rev, protocol.Revision(m.Epoch))
 }

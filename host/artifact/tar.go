@@ -250,6 +250,7 @@ func extract(r io.Reader, m Manifest, manifest []byte, stage string) error {
 }
 
 func checkEmbeddedManifest(tr *tar.Reader, hdr *tar.Header, manifest []byte) error {
+	manifest = WithoutEpoch(manifest) // the pointer's, not the payload's
 	if hdr.Size != int64(len(manifest)) || hdr.Size > MaxManifestSize {
 		return invalid("embedded manifest differs from the pointer (size %d, want %d)", hdr.Size, len(manifest))
 	}

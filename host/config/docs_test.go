@@ -96,6 +96,7 @@ var fieldKeys = map[string]string{
 	"FoldConfig.NoCreateBucket":        "create_bucket", // create_bucket = false
 	"BucketConfig.Name":                "-",             // the fold's bucket
 	"BucketConfig.Memory":              "storage",       // storage = "memory"
+	"BucketConfig.FirstRevision":       "-",             // a fleet's own bucket only
 	"FoldConfig.EffectsStreamSettings": "[create_effects_stream]",
 	"EffectsStreamConfig.Memory":       "storage", // storage = "memory"
 	"Limits.MaxOutputBytes":            wasm.KeyMaxOutput,

@@ -22,6 +22,7 @@ import (
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact/dirstore"
+	"github.com/foldhost/foldhost/host/artifact/round"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/natstest"
@@ -972,7 +973,7 @@ func TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence(t *testing.T) {
 		{protocol.RepairNone, "relist-only"},
 		{protocol.RepairRestore, "restore"},
 		{protocol.RepairRestore, "restore-of-a-held-node"},
-		{protocol.RepairRestore, "restore-of-a-hosttest.Quiet-node"},
+		{protocol.RepairRestore, "restore-of-a-quiet-node"},
 	} {
 		t.Run(c.plan, func(t *testing.T) { replicaRepairingBesideAnother(t, c.mode, c.plan) })
 	}
@@ -980,7 +981,7 @@ func TestEffectsAReplicaRepairingBesideAnotherWaitsForTheFence(t *testing.T) {
 
 func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, variant string) {
 	plan, _, _ := strings.Cut(variant, "-of-")
-	restore, ofHeld, ofQuiet := plan == "restore", variant == "restore-of-a-held-node", variant == "restore-of-a-hosttest.Quiet-node"
+	restore, ofHeld, ofQuiet := plan == "restore", variant == "restore-of-a-held-node", variant == "restore-of-a-quiet-node"
 	url, b := hosttest.RepairServer(t, natskv.BucketConfig{History: 1})
 	js, err := jetstream.New(hosttest.Conn(t, url))
 	if err != nil {
@@ -1035,8 +1036,8 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 	last = set("h0", "10.0.0.3:80")
 	hosttest.WaitCursor(t, other.H.Fold("routes"), last)
 	if restore && !ofHeld && !ofQuiet {
-		if _, err := other.H.Fold("routes").Export(context.Background(), true); err != nil {
-			t.Fatal(err)
+		if rep, err := other.H.Fold("routes").Export(context.Background(), true); err != nil || rep.(round.Report).Outcome != round.Published {
+			t.Fatalf("export: %v %v", rep, err)
 		}
 	}
 	if ofQuiet {
@@ -1048,8 +1049,8 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 		q.Folds[0].EffectsStream = ""
 		silent := hosttest.StartHost(t, q)
 		hosttest.WaitCursor(t, silent.H.Fold("routes"), last)
-		if _, err := silent.H.Fold("routes").Export(context.Background(), true); err != nil {
-			t.Fatal(err)
+		if rep, err := silent.H.Fold("routes").Export(context.Background(), true); err != nil || rep.(round.Report).Outcome != round.Published {
+			t.Fatalf("export: %v %v", rep, err)
 		}
 		if err := silent.Stop(t); err != nil {
 			t.Fatal(err)
@@ -1068,8 +1069,8 @@ func replicaRepairingBesideAnother(t *testing.T, mode protocol.RepairMode, varia
 		if n := hosttest.OutboxLen(tf); n != 0 {
 			t.Fatalf("the joining node filed %d effects, want none", n)
 		}
-		if _, err := tf.Export(context.Background(), true); err != nil {
-			t.Fatal(err)
+		if rep, err := tf.Export(context.Background(), true); err != nil || rep.(round.Report).Outcome != round.Published {
+			t.Fatalf("export: %v %v", rep, err)
 		}
 		if err := third.Stop(t); err != nil {
 			t.Fatal(err)

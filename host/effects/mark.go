@@ -56,6 +56,17 @@ func (t *Target) readMark(ctx context.Context) (mark, error) {
 	return mark{seq: m.Sequence, epoch: protocol.Revision(e)}, nil
 }
 
+// MarkEpoch is the epoch of the claim mark in the fold's effects stream
+// (0: none, no effects stream, or not in a fleet): an epoch the fleet's
+// must stay above.
+func (p *Publisher) MarkEpoch(ctx context.Context) (protocol.Revision, error) {
+	if p.target == nil || p.target.claim == "" {
+		return 0, nil
+	}
+	m, err := p.target.readMark(ctx)
+	return m.epoch, err
+}
+
 // errMarkMoved: the claim subject moved between the read and the write of
 // a mark (another owner's mark, or this one's whose answer was lost).
 var errMarkMoved = errors.New("the claim mark moved")

@@ -71,6 +71,14 @@ type Options struct {
 	Logger         *slog.Logger
 	// Clock reads the time liveness is measured with; default time.Now.
 	Clock func() time.Time
+	// Floor reads the highest epoch an owner of the fleet's units left
+	// where a server or store fences by it (claim marks in effects
+	// streams, artifact pointers); nil: none. A bucket this node creates
+	// (the first, or one made again after a deletion) numbers its
+	// revisions, the epochs, above it: an epoch never goes back, even
+	// across the bucket's deletion. A Floor that fails refuses the
+	// creation (retried).
+	Floor func(ctx context.Context) (protocol.Revision, error)
 }
 
 // ErrNameInUse: another process runs as this node in the fleet (its
@@ -82,9 +90,15 @@ var ErrNameInUse = errors.New("fleet: the node's name is in use by another proce
 // fleet.
 var ErrSuperseded = errors.New("fleet: another process took over this node's name")
 
+// errRecordGone: the node's record was gone from the bucket (written
+// anew): the bucket may have been made again, and what the node's watch
+// showed of the old one must be forgotten (Run watches it again).
+var errRecordGone = errors.New("fleet: this node's record was gone from the bucket")
+
 // Fleet is this node's membership of a fleet.
 type Fleet struct {
 	o   Options
+	nc  *nats.Conn
 	kv  jetstream.KeyValue
 	inc string
 	log *slog.Logger
@@ -146,21 +160,49 @@ func Join(ctx context.Context, nc *nats.Conn, o Options) (*Fleet, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	b, err := natskv.OpenBucket(ctx, nc, natskv.BucketConfig{Name: BucketPrefix + o.Name, History: 1, Replicas: o.Replicas},
-		natskv.Options{RequestTimeout: o.RequestTimeout})
-	if err != nil {
-		return nil, fmt.Errorf("fleet %s: %w", o.Name, err)
-	}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
-	f := &Fleet{o: o, kv: b.KV(), inc: hex.EncodeToString(rnd[:]), log: o.Logger.With("fleet", o.Name, "node", o.Node),
+	f := &Fleet{o: o, nc: nc, inc: hex.EncodeToString(rnd[:]), log: o.Logger.With("fleet", o.Name, "node", o.Node),
 		nodes: map[string]*seenNode{}, claims: map[protocol.Unit]protocol.Claim{}, roles: map[protocol.Unit]placed{},
 		leaveReq: make(chan struct{}), left: make(chan struct{}), done: make(chan struct{})}
+	var err error
+	if f.kv, err = f.openBucket(ctx); err != nil {
+		return nil, err
+	}
 	if err := f.takeName(ctx); err != nil {
 		return nil, err
 	}
 	f.log.Info("joined the fleet", "incarnation", f.inc, "bucket", BucketPrefix+o.Name)
 	return f, nil
+}
+
+// openBucket opens the fleet's bucket, making it when it does not exist
+// with its revisions above Options.Floor.
+func (f *Fleet) openBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	name := BucketPrefix + f.o.Name
+	kv, err := natskv.OpenExisting(ctx, f.nc, name, f.o.RequestTimeout)
+	if err == nil || !errors.Is(err, natskv.ErrNoBucket) {
+		if err != nil {
+			return nil, fmt.Errorf("fleet %s: %w", f.o.Name, err)
+		}
+		return kv, nil
+	}
+	var floor protocol.Revision
+	if f.o.Floor != nil {
+		if floor, err = f.o.Floor(ctx); err != nil {
+			return nil, fmt.Errorf("fleet %s: its bucket %s does not exist, and the epochs it must start above cannot be read: %w", f.o.Name, name, err)
+		}
+	}
+	b, err := natskv.OpenBucket(ctx, f.nc, natskv.BucketConfig{Name: name, History: 1, Replicas: f.o.Replicas, FirstRevision: uint64(floor) + 1},
+		natskv.Options{RequestTimeout: f.o.RequestTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("fleet %s: %w", f.o.Name, err)
+	}
+	if b.Created() {
+		f.log.Warn("the fleet's bucket did not exist: made it (a new fleet, or its bucket was deleted)", "bucket", name,
+			"epochs_above", uint64(floor), "replicas", f.o.Replicas)
+	}
+	return b.KV(), nil
 }
 
 // Incarnation is this process's in the fleet.
@@ -240,10 +282,18 @@ func (f *Fleet) beat(ctx context.Context) error {
 	rev, err := f.kv.Update(rctx, nodeKey(f.o.Node), f.record(), f.myRev)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		// Ours, whose answer was lost (a timeout after the server stored
-		// it), or another process's.
+		// it), or another process's; or none any more (the bucket was
+		// made again after a deletion): written anew.
 		e, gerr := f.kv.Get(rctx, nodeKey(f.o.Node))
 		var rec nodeRecord
-		if gerr == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Incarnation == f.inc {
+		switch {
+		case errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted):
+			if f.myRev, err = f.kv.Create(rctx, nodeKey(f.o.Node), f.record()); err != nil {
+				return err
+			}
+			f.log.Warn("this node's record was gone from the fleet's bucket (deleted, or the bucket made again): wrote it anew")
+			return errRecordGone
+		case gerr == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Incarnation == f.inc:
 			f.myRev = e.Revision()
 			return nil
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -45,6 +46,15 @@ func (r *recordingRunner) role(u protocol.Unit) placed {
 	return r.roles[u]
 }
 
+// testLogger is where the fleets under test log: nowhere, unless
+// FOLDHOST_TEST_FLEET_LOG is set.
+var testLogger = func() *slog.Logger {
+	if os.Getenv("FOLDHOST_TEST_FLEET_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}()
+
 // member is a node of the fleet under test, running until stop.
 type member struct {
 	f      *Fleet
@@ -61,12 +71,16 @@ var testUnits = func() []UnitSpec {
 	return out
 }()
 
-func join(t *testing.T, nc *nats.Conn, node string) (*member, error) {
+func join(t *testing.T, nc *nats.Conn, node string, floor ...func(context.Context) (protocol.Revision, error)) (*member, error) {
 	t.Helper()
 	r := &recordingRunner{roles: map[protocol.Unit]placed{}, notReady: map[protocol.Unit]bool{}}
-	f, err := Join(context.Background(), nc, Options{Name: "t", Node: node, Advertise: node + ":8080", Units: testUnits,
+	o := Options{Name: "t", Node: node, Advertise: node + ":8080", Units: testUnits,
 		Heartbeat: 50 * time.Millisecond, NodeTTL: 400 * time.Millisecond, Runner: r,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: testLogger}
+	if len(floor) > 0 {
+		o.Floor = floor[0]
+	}
+	f, err := Join(context.Background(), nc, o)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/protocol"
@@ -48,13 +49,14 @@ func (f *Fleet) Run(ctx context.Context) error {
 		case e, ok := <-w.Updates():
 			if !ok {
 				// The watcher ended (the bucket deleted, the connection
-				// closed): watch again.
-				if w, err = f.kv.WatchAll(ctx); err != nil {
+				// closed): watch again, from what the bucket holds now.
+				if w, err = f.rewatch(ctx); err != nil {
 					if ctx.Err() != nil {
 						return nil
 					}
 					return fmt.Errorf("fleet %s: watching the bucket again: %w", f.o.Name, err)
 				}
+				synced = false
 				continue
 			}
 			if e == nil {
@@ -70,11 +72,68 @@ func (f *Fleet) Run(ctx context.Context) error {
 				if errors.Is(err, ErrSuperseded) {
 					return f.stop(err)
 				}
-				f.log.Warn("fleet heartbeat failed; the others take this node for dead after node_ttl", "err", err, "node_ttl", f.o.NodeTTL.String())
+				if !errors.Is(err, errRecordGone) {
+					f.log.Warn("fleet heartbeat failed; the others take this node for dead after node_ttl", "err", err, "node_ttl", f.o.NodeTTL.String())
+				}
+				if bucketGone(err) || errors.Is(err, errRecordGone) {
+					// Deleted: made again (above the floor), and watched
+					// from scratch (a watch of the deleted bucket may
+					// never end, nor show the new one's).
+					_ = w.Stop()
+					if w, err = f.rewatch(ctx); err != nil {
+						if ctx.Err() != nil {
+							return nil
+						}
+						return fmt.Errorf("fleet %s: watching the bucket again: %w", f.o.Name, err)
+					}
+					synced = false
+					continue
+				}
 			}
 			if synced && f.step(ctx) && f.leaving {
 				return f.leave(ctx)
 			}
+		}
+	}
+}
+
+// bucketGone reports whether err says the fleet's bucket does not exist
+// (its stream deleted: no stream answers its subjects).
+func bucketGone(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrStreamNotFound) // the KV watcher's (nats.go's legacy API)
+}
+
+// rewatch watches the bucket again, making it again (above the floor)
+// when it was deleted, and forgets what the old watch showed: the new
+// one delivers what the bucket holds now (a bucket made again holds none
+// of the old claims, whose epochs must not shadow the new ones).
+func (f *Fleet) rewatch(ctx context.Context) (jetstream.KeyWatcher, error) {
+	for attempt := 1; ; attempt++ {
+		w, err := f.kv.WatchAll(ctx)
+		if err == nil {
+			f.nodes, f.claims = map[string]*seenNode{}, map[protocol.Unit]protocol.Claim{}
+			return w, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if bucketGone(err) {
+			kv, oerr := f.openBucket(ctx)
+			if oerr == nil {
+				f.kv = kv
+				continue
+			}
+			err = oerr
+		}
+		if attempt%10 == 1 {
+			f.log.Warn("cannot watch the fleet's bucket; retrying", "attempt", attempt, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(min(time.Duration(attempt)*f.o.Heartbeat, f.o.NodeTTL)):
 		}
 	}
 }

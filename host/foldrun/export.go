@@ -92,7 +92,17 @@ func (f *Fold) exportRound(ctx context.Context, force bool) (round.Report, error
 		// one anyway (a stopped loop refuses): say why.
 		return round.Report{Fold: f.o.Name}, errors.New("the fold is repairing an expired cursor: no artifact of a half-repaired store; the next round after the repair exports")
 	}
-	res, err := f.env.Exporter.Round(ctx, f.o.Exportee(), f.store, loop, force, f.settleNow)
+	ex := f.o.Exportee()
+	if f.env.Fleet {
+		// In a fleet a round runs under the owner's epoch, read once
+		// here: the pointer carries it, and a newer owner's refuses it.
+		role, epoch := f.Role()
+		if role != protocol.RoleOwner || epoch == 0 {
+			return round.Report{Fold: f.o.Name}, fmt.Errorf("this node does not own fold %s (any more): its owner exports it", f.o.Name)
+		}
+		ex.Epoch = epoch
+	}
+	res, err := f.env.Exporter.Round(ctx, ex, f.store, loop, force, f.settleNow)
 	if err != nil {
 		res.Outcome, res.Error = round.Failed, err.Error()
 	}
@@ -114,6 +124,8 @@ func (f *Fold) exportRound(ctx context.Context, force bool) (round.Report, error
 		x.exportedCursor, x.exported = max(x.exportedCursor, res.Cursor), true
 	case round.Skipped:
 		x.rounds.Skipped++
+	case round.Fenced:
+		x.rounds.Fenced++
 	}
 	return res, err
 }

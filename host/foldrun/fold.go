@@ -71,8 +71,9 @@ type Fold struct {
 
 	// role is the fold's protocol.Role in a fleet (owner without one), and
 	// epoch its unit's owner epoch (role.go).
-	role  atomic.Int32
-	epoch atomic.Uint64
+	role        atomic.Int32
+	epoch       atomic.Uint64
+	roleChanged chan struct{} // cap 1: SetRole was called (pointerfence.go)
 
 	loop   atomic.Pointer[fold.Loop]       // the live loop rounds run on
 	runCtx atomic.Pointer[context.Context] // the fold's context while it runs
@@ -101,6 +102,7 @@ func New(o Options, env *Env) (*Fold, error) {
 	f.state = newStateCell(f.log)
 	f.sup.wake = make(chan struct{}, 1)
 	f.waitKick = make(chan struct{}, 1)
+	f.roleChanged = make(chan struct{}, 1)
 	f.dead.stored.Store(-1) // counted on first demand
 	// A repair --reset killed mid-swap left its fresh store recorded:
 	// put in place before the data dir is opened (else an empty store

@@ -19,6 +19,10 @@ func (f *Fold) SetRole(role protocol.Role, epoch protocol.Revision) {
 	f.epoch.Store(uint64(epoch))
 	f.role.Store(int32(role))
 	f.fx.Wake()
+	select {
+	case f.roleChanged <- struct{}{}:
+	default:
+	}
 }
 
 // Role is the fold's role and its epoch (the owner's).

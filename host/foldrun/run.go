@@ -58,6 +58,7 @@ func (f *Fold) Run(ctx context.Context) error {
 	bgWG.Go(func() { f.pollHead(bg) })
 	bgWG.Go(func() { f.logProgress(bg, start) })
 	bgWG.Go(func() { f.exportEvery(bg) })
+	bgWG.Go(func() { f.fencePointer(bg) })
 	if f.fx.Publishing() {
 		bgWG.Go(func() { f.fx.Run(bg) })
 	}

@@ -262,7 +262,7 @@ var foldMetrics = []metricDef{
 
 var (
 	exportRoundsDesc = prometheus.NewDesc("foldhost_fold_export_rounds_total",
-		"Export rounds this process ran, by outcome (published, superseded, skipped, failed).", []string{"fold", "outcome"}, nil)
+		"Export rounds this process ran, by outcome (published, superseded, skipped, failed, fenced: a newer owner of the fold in a fleet holds the pointer).", []string{"fold", "outcome"}, nil)
 	repairsDesc = prometheus.NewDesc("foldhost_fold_repairs_total",
 		"Cursor-expiry repairs this process ran, by plan (key-listing-diff, relist-only, refuse, restore) and outcome (done, failed, refused, cancelled; skipped: a restore at a first start found no artifact).", []string{"fold", "plan", "outcome"}, nil)
 	stateDesc = prometheus.NewDesc("foldhost_fold_state",
@@ -391,7 +391,7 @@ func (c *foldCollector) Collect(ch chan<- prometheus.Metric) {
 			for _, o := range []struct {
 				name string
 				n    uint64
-			}{{"published", e.Rounds.Published}, {"superseded", e.Rounds.Superseded}, {"skipped", e.Rounds.Skipped}, {"failed", e.Rounds.Failed}} {
+			}{{"published", e.Rounds.Published}, {"superseded", e.Rounds.Superseded}, {"skipped", e.Rounds.Skipped}, {"failed", e.Rounds.Failed}, {"fenced", e.Rounds.Fenced}} {
 				ch <- prometheus.MustNewConstMetric(exportRoundsDesc, prometheus.CounterValue, float64(o.n), f.Name(), o.name)
 			}
 			if d, err := time.ParseDuration(e.Interval); err == nil {

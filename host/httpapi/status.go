@@ -367,6 +367,9 @@ type ExportRounds struct {
 	Superseded uint64 `json:"superseded"`
 	Skipped    uint64 `json:"skipped"`
 	Failed     uint64 `json:"failed"`
+	// Fenced: in a fleet, rounds of this node refused because a newer
+	// owner of the fold holds the pointer (this node was a stale owner).
+	Fenced uint64 `json:"fenced"`
 }
 
 // Counters count since this process started the fold.

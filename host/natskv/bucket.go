@@ -39,6 +39,11 @@ type BucketConfig struct {
 	// LimitMarkerTTL > 0 makes age expiry visible to watchers as purge
 	// markers (NATS 2.11+), kept for this long.
 	LimitMarkerTTL time.Duration
+	// FirstRevision > 1 makes a created bucket's revisions start there
+	// (its stream's first sequence): a bucket recreated after a deletion
+	// whose revisions must stay above the old one's (a fleet's epochs).
+	// Without LimitMarkerTTL only.
+	FirstRevision uint64
 }
 
 // Options tunes a Bucket.
@@ -111,7 +116,11 @@ func OpenBucket(ctx context.Context, nc *nats.Conn, cfg BucketConfig, o Options)
 			return nil, missingBucket(rctx, js, cfg.Name)
 		}
 		b.near, _ = nearestBucket(rctx, js, cfg.Name)
-		kv, err = js.CreateKeyValue(rctx, toKVConfig(cfg))
+		if cfg.FirstRevision > 1 {
+			kv, err = createFrom(rctx, js, cfg)
+		} else {
+			kv, err = js.CreateKeyValue(rctx, toKVConfig(cfg))
+		}
 		b.created = err == nil
 		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			kv, err = js.KeyValue(rctx, cfg.Name) // lost a creation race: use the winner's
@@ -181,6 +190,38 @@ func nearestBucket(ctx context.Context, js jetstream.JetStream, name string) (st
 		names = append(names, n)
 	}
 	return textfmt.Nearest(name, names)
+}
+
+// createFrom creates the bucket's stream as nats.go's CreateKeyValue
+// does (its configuration field for field), with the first sequence
+// cfg.FirstRevision, which KeyValueConfig cannot set.
+func createFrom(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) (jetstream.KeyValue, error) {
+	if cfg.LimitMarkerTTL != 0 {
+		return nil, fmt.Errorf("%w: FirstRevision with LimitMarkerTTL", ErrBucketConfig)
+	}
+	kc := toKVConfig(cfg)
+	dup := 2 * time.Minute
+	if kc.TTL > 0 && kc.TTL < dup {
+		dup = kc.TTL
+	}
+	replicas := kc.Replicas
+	if replicas == 0 {
+		replicas = 1
+	}
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "KV_" + cfg.Name, Subjects: []string{"$KV." + cfg.Name + ".>"},
+		MaxMsgsPerSubject: int64(kc.History), MaxBytes: kc.MaxBytes, MaxAge: kc.TTL, MaxMsgSize: -1,
+		Storage: kc.Storage, Replicas: replicas, AllowRollup: true, DenyDelete: true, Duplicates: dup,
+		MaxMsgs: -1, MaxConsumers: -1, AllowDirect: true, Discard: jetstream.DiscardNew,
+		FirstSeq: cfg.FirstRevision,
+	})
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return nil, fmt.Errorf("%w: %w", jetstream.ErrBucketExists, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return js.KeyValue(ctx, cfg.Name)
 }
 
 func toKVConfig(c BucketConfig) jetstream.KeyValueConfig {

@@ -46,6 +46,9 @@ var (
 	// commit). A publisher whose ctx ended there stops as a killed process
 	// would.
 	EffectsStep func(ctx context.Context, step string)
+	// ExportStep runs at steps of an export round: "before-upload" (the
+	// artifact staged, its payload and pointer not yet written).
+	ExportStep func(ctx context.Context, step string)
 	// FailHoldRecords makes every record of an effects hold fail with
 	// ErrHoldRecordFault.
 	FailHoldRecords atomic.Bool
@@ -71,6 +74,13 @@ func Set[T any](t interface{ Cleanup(func()) }, hook *T, v T) {
 // Step calls EffectsStep with step when it is set.
 func Step(ctx context.Context, step string) {
 	if h := EffectsStep; h != nil {
+		h(ctx, step)
+	}
+}
+
+// Export runs ExportStep, if set, at step.
+func Export(ctx context.Context, step string) {
+	if h := ExportStep; h != nil {
 		h(ctx, step)
 	}
 }

@@ -105,13 +105,13 @@ func (l *Store) UploadPayload(ctx context.Context, key, dir string) ([]byte, err
 }
 
 // SwapPointer publishes manifest as key's pointer if
-// [protocol.PointerPublishAllowed] admits its rank against the current
-// pointer (absent, parseable rank, or corrupt), atomically with respect to
-// every other SwapPointer and Prune on the key. The payload it names must
-// already be stored. It returns [SupersededByNewer] when the pointer is
-// strictly newer.
+// [protocol.PointerSwapAllowed] admits its rank and epoch against the
+// current pointer (absent, parseable rank, or corrupt), atomically with
+// respect to every other SwapPointer and Prune on the key. The payload it
+// names must already be stored. It returns [SupersededByNewer] when the
+// pointer is strictly newer, [FencedOut] when a newer owner published it.
 func (l *Store) SwapPointer(ctx context.Context, key string, manifest []byte) (artifact.Outcome, error) {
-	cur, err := artifact.CandidateCursor(key, manifest)
+	cur, epoch, err := artifact.Candidate(key, manifest)
 	if err != nil {
 		return 0, err
 	}
@@ -127,8 +127,8 @@ func (l *Store) SwapPointer(ctx context.Context, key string, manifest []byte) (a
 	if err != nil {
 		return 0, err
 	}
-	if !protocol.PointerPublishAllowed(state, cur.Rev) {
-		return artifact.SupersededByNewer, nil
+	if out := artifact.Judge(state, cur.Rev, epoch); out != 0 {
+		return out, nil
 	}
 	if bytes.Equal(old, manifest) {
 		return artifact.Published, nil

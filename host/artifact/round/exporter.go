@@ -2,6 +2,7 @@ package round
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -32,12 +33,16 @@ const (
 	Skipped
 	// Failed: the round failed (Report.Error says why).
 	Failed
+	// Fenced: a newer owner of the fold (a fleet's epoch above this
+	// node's) holds the key's pointer: this node exported as a stale owner
+	// (paused or cut off past its lease); nothing was published.
+	Fenced
 )
 
-var outcomeNames = [...]string{Published: "published", Superseded: "superseded", Skipped: "skipped", Failed: "failed"}
+var outcomeNames = [...]string{Published: "published", Superseded: "superseded", Skipped: "skipped", Failed: "failed", Fenced: "fenced"}
 
 func (o Outcome) String() string {
-	if o >= Published && o <= Failed {
+	if o >= Published && o <= Fenced {
 		return outcomeNames[o]
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
@@ -103,6 +108,9 @@ func (r Report) String() string {
 			r.Fold, r.Store, r.Key, r.Cursor)
 	case Failed:
 		return fmt.Sprintf("fold %s: export failed: %s", r.Fold, r.Error)
+	case Fenced:
+		return fmt.Sprintf("fold %s: fenced: a newer owner of the fold holds the pointer of %q in %s; this node is not the fold's owner any more, nothing published",
+			r.Fold, r.Key, r.Store)
 	}
 	return fmt.Sprintf("fold %s: published artifact %q at cursor %d to %s in %s (pruned %d old payloads)",
 		r.Fold, r.Key, r.Cursor, r.Store, time.Duration(r.TookMS)*time.Millisecond, len(r.Pruned))
@@ -153,6 +161,30 @@ type Fold struct {
 	Name        string
 	ArtifactKey string // the artifact key (and the lease's)
 	DataDir     string // its store's directory: the round stages beside it
+	// Epoch is, in a fleet, the owner's epoch the round exports under:
+	// its pointer carries it, and a newer owner's refuses it. 0: outside
+	// a fleet.
+	Epoch protocol.Revision
+}
+
+// PointerEpoch is the fleet epoch key's pointer carries (0: none, no
+// pointer, or a corrupt one).
+func (e *Exporter) PointerEpoch(ctx context.Context, key string) (protocol.Revision, error) {
+	b, err := e.o.Store.Pointer(ctx, key)
+	if errors.Is(err, artifact.ErrNoPointer) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return artifact.PointerState(b).Epoch(), nil
+}
+
+// RaiseEpoch writes a fleet owner's epoch into key's pointer, as it is
+// (artifact.RaisePointerEpoch): from then on the store refuses an older
+// owner's swap.
+func (e *Exporter) RaiseEpoch(ctx context.Context, key string, epoch protocol.Revision) (artifact.Outcome, error) {
+	return artifact.RaisePointerEpoch(ctx, e.o.Store, key, epoch)
 }
 
 // leaseFor opens the lease bucket on first use.
@@ -191,6 +223,7 @@ func (e *Exporter) Round(ctx context.Context, o Fold, store *fold.Store, loop *f
 	rr, err := Run(ctx, loop, store, e.o.Store, ls, Config{
 		Key: o.ArtifactKey, Holder: e.o.Holder, TTL: e.o.LeaseTTL,
 		StageDir: datadir.StageDir(o.DataDir), IgnoreLease: ls == nil, Logger: e.o.Logger.With("fold", o.Name), Settle: settle,
+		Epoch: o.Epoch,
 	})
 	res.TookMS = time.Since(start).Milliseconds()
 	if err != nil {
@@ -206,6 +239,8 @@ func (e *Exporter) Round(ctx context.Context, o Fold, store *fold.Store, loop *f
 		}
 	case rr.Outcome == artifact.SupersededByNewer:
 		res.Outcome, res.Cursor = Superseded, uint64(rr.Cursor.Rev)
+	case rr.Outcome == artifact.FencedOut:
+		res.Outcome, res.Cursor = Fenced, uint64(rr.Cursor.Rev)
 	default:
 		res.Outcome, res.Cursor, res.Pruned = Published, uint64(rr.Cursor.Rev), rr.Pruned
 	}

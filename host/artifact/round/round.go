@@ -12,6 +12,7 @@ import (
 	"github.com/foldhost/foldhost/host/artifact/lease"
 
 	"github.com/foldhost/foldhost/host/fold"
+	"github.com/foldhost/foldhost/internal/testhook"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -33,6 +34,9 @@ type Config struct {
 	// nothing pending (a prefix fold settles its cursor there, so the
 	// artifact carries a settled one).
 	Settle func(context.Context, fold.Target) error
+	// Epoch is, in a fleet, the owner's epoch the pointer is published
+	// under (artifact.UploadAt); 0 outside a fleet.
+	Epoch protocol.Revision
 }
 
 // Result is what a round did.
@@ -41,7 +45,7 @@ type Result struct {
 	// nothing was exported.
 	Skipped bool
 	Holder  lease.Record
-	Outcome artifact.Outcome // artifact.Published or artifact.SupersededByNewer (when not skipped)
+	Outcome artifact.Outcome // artifact.Published, SupersededByNewer or FencedOut (when not skipped)
 	Cursor  protocol.Cursor  // the exported cursor
 	Pruned  []string         // payloads deleted after a publish
 }
@@ -130,11 +134,18 @@ func Run(ctx context.Context, loop *fold.Loop, store *fold.Store, st artifact.St
 	if err != nil {
 		return Result{}, abandon(fmt.Errorf("export round %s: %w", cfg.Key, err))
 	}
-	out, err := artifact.Upload(ctx, st, cfg.Key, dir)
+	testhook.Export(ctx, "before-upload")
+	out, err := artifact.UploadAt(ctx, st, cfg.Key, dir, cfg.Epoch)
 	if err != nil {
 		return Result{}, abandon(fmt.Errorf("export round %s: upload: %w", cfg.Key, err))
 	}
 	res := Result{Outcome: out, Cursor: cursor}
+	if out == artifact.FencedOut {
+		_ = abandon(nil)
+		log.Warn("export round refused: a newer owner of the fold holds the artifact pointer (this node was paused or cut off past its lease)",
+			"key", cfg.Key, "cursor", uint64(cursor.Rev), "epoch", uint64(cfg.Epoch))
+		return res, nil
+	}
 	if out != artifact.Published {
 		_ = abandon(nil)
 		log.Info("export round superseded by a newer artifact", "key", cfg.Key, "cursor", uint64(cursor.Rev))

@@ -16,15 +16,16 @@ import (
 )
 
 // SwapPointer publishes manifest as key's pointer if
-// [protocol.PointerPublishAllowed] admits its rank against the pointer it
-// reads, by a conditional write against exactly the pointer it read
+// [protocol.PointerSwapAllowed] admits its rank and epoch against the
+// pointer it reads, by a conditional write against exactly the pointer it read
 // (If-None-Match "*" when absent, If-Match its ETag when present). A lost
 // conditional write is retried from the read, at most [MaxSwapRetries]
 // times, then it fails with [ErrSwapContended]. The payload must already be
-// stored. It returns [SupersededByNewer] when the pointer is strictly newer.
+// stored. It returns [SupersededByNewer] when the pointer is strictly newer,
+// [FencedOut] when a newer owner of the fold published it.
 func (s *Store) SwapPointer(ctx context.Context, key string, manifest []byte) (_ artifact.Outcome, err error) {
 	defer func() { err = classify(ctx, err) }()
-	cur, err := artifact.CandidateCursor(key, manifest)
+	cur, epoch, err := artifact.Candidate(key, manifest)
 	if err != nil {
 		return 0, err
 	}
@@ -41,8 +42,8 @@ func (s *Store) SwapPointer(ctx context.Context, key string, manifest []byte) (_
 		if err != nil {
 			return 0, err
 		}
-		if !protocol.PointerPublishAllowed(state, cur.Rev) {
-			return artifact.SupersededByNewer, nil
+		if out := artifact.Judge(state, cur.Rev, epoch); out != 0 {
+			return out, nil
 		}
 		if state.Present() && bytes.Equal(old, manifest) {
 			return artifact.Published, nil

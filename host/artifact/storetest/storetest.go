@@ -41,6 +41,7 @@ type Harness struct {
 func Run(t *testing.T, newT func(t *testing.T) Harness) {
 	t.Run("RoundTrip", func(t *testing.T) { contractRoundTrip(t, newT(t)) })
 	t.Run("SupersededByNewer", func(t *testing.T) { contractSuperseded(t, newT(t)) })
+	t.Run("FencedByANewerOwner", func(t *testing.T) { contractFenced(t, newT(t)) })
 	t.Run("RaceNeverRegresses", func(t *testing.T) { contractRace(t, newT(t)) })
 	t.Run("CrashBetweenPayloadAndSwap", func(t *testing.T) { contractCrash(t, newT(t)) })
 	t.Run("SwapNeedsPayload", func(t *testing.T) { contractSwapNeedsPayload(t, newT(t)) })
@@ -128,6 +129,56 @@ func contractSuperseded(t *testing.T, h Harness) {
 	}
 	if b, _ := h.Pointer(t.Context(), "f"); artifact.Address(b) != same.Addr {
 		t.Fatalf("pointer names %s, want %s", artifact.Address(b), same.Addr)
+	}
+}
+
+// contractFenced: a fleet's pointer carries its owner's epoch; an older
+// owner's swap is refused (FencedOut) whatever its rank; a newer owner
+// raises the epoch of the pointer as it is (the same artifact, which still
+// downloads whole), fencing the older one out before its own first export;
+// an exporter outside a fleet (epoch 0) is judged by rank alone.
+func contractFenced(t *testing.T, h Harness) {
+	ctx := t.Context()
+	st := OpenStore(t)
+	epochOf := func() protocol.Revision {
+		t.Helper()
+		b, err := h.Pointer(ctx, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return artifact.PointerState(b).Epoch()
+	}
+	first := ExportAt(t, st, 5, nil)
+	if out, err := artifact.UploadAt(ctx, h, "f", first.Dir, 4); err != nil || out != artifact.Published || epochOf() != 4 {
+		t.Fatalf("an owner at epoch 4: %v %v, pointer epoch %d", out, err, epochOf())
+	}
+	ahead := ExportAt(t, st, 5, nil)
+	if out, err := artifact.UploadAt(ctx, h, "f", ahead.Dir, 3); err != nil || out != artifact.FencedOut {
+		t.Fatalf("an older owner, ahead in rank: %v %v, want fenced out", out, err)
+	}
+	if out, err := artifact.RaisePointerEpoch(ctx, h, "f", 9); err != nil || out != artifact.Published || epochOf() != 9 {
+		t.Fatalf("raising the epoch to 9: %v %v, pointer epoch %d", out, err, epochOf())
+	}
+	if b, _ := h.Pointer(ctx, "f"); artifact.Address(b) != first.Addr || PointerRank(t, h, "f") != first.Cursor.Rev {
+		t.Fatalf("the raised pointer names %s at rank %d, want the artifact it named: %s at %d", artifact.Address(b), PointerRank(t, h, "f"), first.Addr, first.Cursor.Rev)
+	}
+	dest := filepath.Join(t.TempDir(), "fold")
+	if _, err := artifact.Download(ctx, h, "f", dest, artifact.DownloadOptions{}); err != nil {
+		t.Fatalf("downloading the artifact a raised pointer names: %v", err)
+	}
+	CheckImported(t, dest, first.Cursor, first.Data)
+	if out, err := artifact.UploadAt(ctx, h, "f", ahead.Dir, 4); err != nil || out != artifact.FencedOut {
+		t.Fatalf("the owner at epoch 4, resumed after the raise: %v %v, want fenced out", out, err)
+	}
+	if out, err := artifact.RaisePointerEpoch(ctx, h, "f", 4); err != nil || out != artifact.FencedOut || epochOf() != 9 {
+		t.Fatalf("raising to 4 over 9: %v %v (epoch %d), want fenced out", out, err, epochOf())
+	}
+	if out, err := artifact.UploadAt(ctx, h, "f", ahead.Dir, 9); err != nil || out != artifact.Published || PointerRank(t, h, "f") != ahead.Cursor.Rev {
+		t.Fatalf("the owner at epoch 9: %v %v", out, err)
+	}
+	outside := ExportAt(t, st, 5, nil)
+	if out, err := artifact.Upload(ctx, h, "f", outside.Dir); err != nil || out != artifact.Published {
+		t.Fatalf("an exporter outside a fleet, newer: %v %v", out, err)
 	}
 }
 
