@@ -93,26 +93,25 @@ func (h *Host) Start(ctx context.Context) (err error) {
 		DisconnectGrace: h.o.NATS.DisconnectGrace, HeadPollInterval: h.o.HeadPollInterval, ProgressInterval: h.o.ProgressInterval,
 		Fleet: h.o.Fleet.Name != ""}
 	h.folds = make([]*Fold, len(h.o.Folds))
-	for i, fo := range h.o.Folds {
-		f, err := foldrun.New(fo, &h.env)
-		if err != nil {
-			return err
+	warm := h.toWarmUp() // opened once warmed up, after NATS connects
+	for i := range h.o.Folds {
+		if !warm[i] {
+			if err := h.openFold(ctx, i, false); err != nil {
+				return err
+			}
 		}
-		h.folds[i] = f
-		h.closers = append(h.closers, f.CloseStore)
 	}
 	phase("stores opened")
 	// Plugin files load before NATS is touched (a bad module fails the
 	// start first); modules from a NATS object store once it is connected.
 	loadPlugins := func(fromObjectStore bool) error {
 		for _, f := range h.folds {
-			if f.UsesObjectStore() != fromObjectStore {
+			if f == nil || f.UsesObjectStore() != fromObjectStore {
 				continue
 			}
-			if err := f.LoadPlugin(ctx); err != nil {
+			if err := h.loadPlugin(ctx, f); err != nil {
 				return err
 			}
-			h.closers = append(h.closers, f.ClosePlugin)
 		}
 		return nil
 	}
@@ -124,6 +123,15 @@ func (h *Host) Start(ctx context.Context) (err error) {
 		return err
 	}
 	phase("NATS connected")
+	for i := range warm {
+		if warm[i] {
+			h.warmUp(ctx, h.o.Folds[i])
+			if err := h.openFold(ctx, i, true); err != nil {
+				return err
+			}
+		}
+	}
+	phase("folds warmed up")
 	if err := loadPlugins(true); err != nil {
 		return err
 	}
@@ -161,6 +169,29 @@ func (h *Host) Start(ctx context.Context) (err error) {
 		}
 		h.closers = append(h.closers, func() { cancel(); stop() })
 	}
+	return nil
+}
+
+// openFold opens fold i's store (New); withPlugin also loads its plugin
+// file (one from the object store loads with the others).
+func (h *Host) openFold(ctx context.Context, i int, withPlugin bool) error {
+	f, err := foldrun.New(h.o.Folds[i], &h.env)
+	if err != nil {
+		return err
+	}
+	h.folds[i] = f
+	h.closers = append(h.closers, f.CloseStore)
+	if withPlugin && !f.UsesObjectStore() {
+		return h.loadPlugin(ctx, f)
+	}
+	return nil
+}
+
+func (h *Host) loadPlugin(ctx context.Context, f *Fold) error {
+	if err := f.LoadPlugin(ctx); err != nil {
+		return err
+	}
+	h.closers = append(h.closers, f.ClosePlugin)
 	return nil
 }
 
