@@ -24,7 +24,8 @@
 //     [Place] and [RankNodes] (where a unit runs), [Decide] and [RoleOf]
 //     (when a node claims, hands over, folds as owner or standby),
 //     [FenceMark] (an owner's epoch in the stream its effects go to),
-//     [PointerSwapAllowed] (and on its artifact pointer).
+//     [PointerSwapAllowed] (and on its artifact pointer), [PartitionOf]
+//     (the unit of a key: the server's own partition of its subject).
 //
 // See RATIONALE.md at the repository root for why each guard has its shape.
 package protocol
