@@ -65,6 +65,9 @@ func (f *Fold) Export(_ context.Context, force bool) (any, error) {
 		return nil, errors.New("the fold is not running")
 	}
 	if !f.owner() {
+		if f.state.Load() == httpapi.StateElsewhere {
+			return nil, fmt.Errorf("this node does not fold %s now: its owner exports it (foldhost fleet status names the owner)", f.o.Name)
+		}
 		return nil, fmt.Errorf("this node is a standby of fold %s: its owner exports it (foldhost fleet status names the owner)", f.o.Name)
 	}
 	res, err := f.exportRound(*ctx, force)
