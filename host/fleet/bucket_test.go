@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -87,5 +88,46 @@ func waitOwnedAbove(t *testing.T, ms map[string]*member, floor protocol.Revision
 		if above {
 			return
 		}
+	}
+}
+
+// TestFleetRunEndsDuringARewatch: a node whose Run ends (SIGTERM, a
+// leave past its time) while it watches its deleted bucket again returns
+// nil, without a panic. Mutation caught: the deferred stop of the watcher
+// called on the nil one the ended rewatch left (a nil-pointer panic that
+// killed the process at shutdown).
+func TestFleetRunEndsDuringARewatch(t *testing.T) {
+	_, nc := natstest.Start(t)
+	var block atomic.Bool
+	entered := make(chan struct{})
+	var once sync.Once
+	floor := func(ctx context.Context) (protocol.Revision, error) {
+		if !block.Load() {
+			return 0, nil
+		}
+		once.Do(func() { close(entered) })
+		<-ctx.Done() // the remade bucket's floor is being read as Run ends
+		return 0, ctx.Err()
+	}
+	m, err := join(t, nc, "n1", floor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, map[string]*member{"n1": m})
+	block.Store(true)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(context.Background(), BucketPrefix+"t"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(time.Minute):
+		t.Fatal("the node did not remake its deleted bucket within 1m")
+	}
+	if err := m.stop(); err != nil {
+		t.Fatalf("Run: %v, want nil (its ctx ended)", err)
 	}
 }

@@ -29,7 +29,11 @@ func (f *Fleet) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fleet %s: watching the bucket: %w", f.o.Name, err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() {
+		if w != nil { // nil when a rewatch failed
+			_ = w.Stop()
+		}
+	}()
 	tick := time.NewTicker(f.o.Heartbeat)
 	defer tick.Stop()
 	synced := false
