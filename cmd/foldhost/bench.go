@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,7 +14,7 @@ import (
 )
 
 func cmdBench(c *cli, args []string) error {
-	fs := c.flagSet("bench", "bench [--keys N] [--rounds N] [--shape S] [--nats URL] [--plugins DIR] [--json]", about("bench"))
+	fs := c.flagSet("bench", "bench [--keys N] [--rounds N] [--shape S] [--nats URL] [--plugins DIR] [--fleet] [--json]", about("bench"))
 	keys := fs.Int("keys", 100_000, "route keys in the bucket")
 	rounds := fs.Int("rounds", 3, "rounds of every variant, alternating")
 	delta := fs.Int("delta", 1000, "updates written before the restart's resume")
@@ -22,9 +23,12 @@ func cmdBench(c *cli, args []string) error {
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	seed := fs.Uint64("seed", 1, "the workload's seed")
 	only := fs.String("only", "", "measure only the variants whose name matches this `regexp` (the WatchAll read and the raw-only fold always run: the ratios need them)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of each shape's rounds to `file`.<shape>")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of each shape's rounds to `file`.<shape> (with --fleet, to file.fleet)")
 	probes := fs.Int("probes", 200, "probes of each steady-state latency (write to fold, read your writes, effects)")
 	shape := fs.String("shape", "both", "the workload's `shape`: ordered (ascending keys, clustered upstreams), random (random key order and upstreams) or both")
+	fleetOn := fs.Bool("fleet", false, "measure a fleet of 3 nodes instead: its folding rate against one node's, a forwarded read against a local one, a takeover against node_ttl")
+	kills := fs.Int("fleet-kills", bench.DefaultFleetKills, "with --fleet, the fold owner's kills measured at each --fleet-ttl (0: none)")
+	ttls := fs.String("fleet-ttl", bench.DefaultFleetTTLs, "with --fleet, the `node_ttl/heartbeat` pairs the takeover is measured at, comma-separated")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -38,6 +42,22 @@ func cmdBench(c *cli, args []string) error {
 		return usagef("--rounds must be between 1 and 100, got %d", *rounds)
 	case *delta < 1 || *delta > *keys:
 		return usagef("--delta must be between 1 and --keys, got %d", *delta)
+	}
+	var fleetCfg *bench.FleetConfig
+	if *fleetOn {
+		if fleetCfg, err = bench.NewFleetConfig(*kills, *ttls); err != nil {
+			return usagef("%v", err)
+		}
+	} else {
+		var set []string
+		fs.Visit(func(f *flag.Flag) {
+			if strings.HasPrefix(f.Name, "fleet-") {
+				set = append(set, "--"+f.Name)
+			}
+		})
+		if len(set) > 0 {
+			return usagef("%s: only with --fleet", strings.Join(set, ", "))
+		}
 	}
 	var onlyRE *regexp.Regexp
 	if *only != "" {
@@ -56,7 +76,7 @@ func cmdBench(c *cli, args []string) error {
 	}
 	prog := progress.New(c.stderr, "bench: ", 2*time.Second)
 	res, err := bench.Run(c.ctx, bench.Config{Dir: scratch, Keys: *keys, Rounds: *rounds, Delta: *delta, Probes: *probes, Seed: *seed, Shapes: shapes,
-		NATSURL: *natsURL, PluginDir: *pluginDir, Only: onlyRE, CPUProfile: *cpuProfile, Progress: prog, Warn: c.stderr})
+		NATSURL: *natsURL, PluginDir: *pluginDir, Only: onlyRE, CPUProfile: *cpuProfile, Fleet: fleetCfg, Progress: prog, Warn: c.stderr})
 	prog.End()
 	return printBench(c.stdout, res, err, *asJSON)
 }

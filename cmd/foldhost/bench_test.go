@@ -7,12 +7,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host/bench"
+	"github.com/foldhost/foldhost/internal/command"
 	"github.com/foldhost/foldhost/internal/natstest"
 )
 
@@ -191,5 +193,75 @@ func TestBenchPrintsItsFiguresWhateverFails(t *testing.T) {
 	phase := errors.New("bench: restart: boom")
 	if err := printBench(&out, res, phase, false); !errors.Is(err, phase) || !strings.Contains(out.String(), bench.WatchAll) {
 		t.Errorf("a failed phase: %v, printed:\n%s", err, out.String())
+	}
+}
+
+// TestBenchFleet: `foldhost bench --fleet` measures the fleet instead of
+// the variants (none of them run): its folding runs against one node
+// (rates and ratios above 0), its reads on a fold's owner against
+// forwarded ones, and --fleet-kills takeovers at the --fleet-ttl given,
+// each timed; the goals are judged on what was measured; printed as JSON
+// and as a table with a row for each run and each goal. A --fleet-ttl the
+// fleet would refuse, or a --fleet-* flag without --fleet, is a usage
+// error before anything runs.
+func TestBenchFleet(t *testing.T) {
+	for _, args := range [][]string{{"--fleet", "--fleet-ttl", "1s/500ms"}, {"--fleet-kills", "2"}} {
+		code, _, errOut := runCLI(t, nil, append([]string{"bench"}, args...)...)
+		if code != command.ExitUsage || !strings.Contains(errOut, args[len(args)-2]) {
+			t.Fatalf("bench %v: exit %d, %s", args, code, errOut)
+		}
+	}
+	srv, _ := natstest.Start(t)
+	const kills, seed = 2, "7"
+	t.Logf("workload seed %s", seed)
+	code, out, errOut := runCLI(t, nil, "bench", "--fleet", "--fleet-kills", strconv.Itoa(kills), "--fleet-ttl", "1s/100ms",
+		"--nats", srv.ClientURL(), "--keys", "1000", "--rounds", "1", "--seed", seed,
+		"--plugins", filepath.Dir(builtPlugin(t, "example-router", "router-c")), "--json")
+	if code != 0 {
+		t.Fatalf("bench --fleet: exit %d: %s", code, errOut)
+	}
+	var res bench.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("bench --fleet --json printed %s: %v", out, err)
+	}
+	fr := res.Fleet
+	if fr == nil || len(res.Variants) != 0 || res.Restart != nil || res.Steady != nil || len(fr.Throughput) != 3 || fr.Reads == nil ||
+		fr.Nodes != 3 || fr.Module != "router-c.wasm" || len(res.Checks) != 0 {
+		t.Fatalf("bench --fleet: %s", out)
+	}
+	for i, name := range []string{bench.FleetOneNode, bench.FleetStandbys0, bench.FleetStandbys1} {
+		if tp := fr.Throughput[i]; tp.Name != name || tp.Rate <= 0 || tp.VsOneNode <= 0 || len(tp.Seconds) != 1 || math.IsInf(tp.VsOneNode, 0) {
+			t.Errorf("folding run %d: %+v, want %s", i, tp, name)
+		}
+	}
+	if rd := fr.Reads; rd.Reads != bench.DefaultFleetReads || rd.Found == 0 || rd.LocalP99Seconds <= 0 || rd.ForwardedP99Seconds <= 0 ||
+		rd.P50Ratio <= 0 || rd.P99Ratio <= 0 || math.IsInf(rd.P99Ratio, 0) {
+		t.Errorf("reads %+v", rd)
+	}
+	if len(fr.Takeovers) != 1 {
+		t.Fatalf("takeovers %+v, want one --fleet-ttl's", fr.Takeovers)
+	}
+	if to := fr.Takeovers[0]; to.Kills != kills || len(to.Seconds) != kills || to.NodeTTLSeconds != 1 || to.HeartbeatSeconds != 0.1 ||
+		to.P50Seconds <= 0 || to.P99Seconds < to.P50Seconds {
+		t.Errorf("takeover %+v", to)
+	}
+	// Not at the fleet's default node_ttl: no takeover goal.
+	if len(fr.Goals) != 2 || fr.Goals[0].Bound != bench.GoalVsOneNode || fr.Goals[1].Bound != bench.GoalForwardedP99 {
+		t.Errorf("goals %+v", fr.Goals)
+	}
+	t.Logf("fleet/one node %.2f× (goal ≥ %.2f×); read p99 forwarded/local %.2f× (goal ≤ %.2f×); takeover at node_ttl 1s p50 %.3fs p99 %.3fs",
+		fr.Throughput[1].VsOneNode, bench.GoalVsOneNode, fr.Reads.P99Ratio, bench.GoalForwardedP99, fr.Takeovers[0].P50Seconds, fr.Takeovers[0].P99Seconds)
+	var table strings.Builder
+	if err := printBench(&table, &res, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"VS ONE NODE", bench.FleetOneNode, bench.FleetStandbys0, bench.FleetStandbys1, "forwarded / local p50",
+		"fleet takeover at node_ttl 1s, heartbeat 100ms (the owner killed, 2 times", "fleet goals", bench.FleetStandbys0 + ": rate / one node's", "read p99: forwarded / local"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("bench --fleet's table: no %q in\n%s", want, table.String())
+		}
+	}
+	if strings.Contains(table.String(), "VS WATCHALL") {
+		t.Errorf("bench --fleet's table prints the variants' header:\n%s", table.String())
 	}
 }

@@ -57,15 +57,19 @@ type Config struct {
 	Only *regexp.Regexp
 	// CPUProfile, when set, is the file a CPU profile of the rounds goes to.
 	CPUProfile string
-	Progress   *progress.Progress // where the phases are shown
-	Warn       io.Writer          // the bench's warnings (a bucket it could not delete)
+	// Fleet, when set, measures a fleet instead of every section above
+	// (the Fleet section: its baselines run beside it).
+	Fleet    *FleetConfig
+	Progress *progress.Progress // where the phases are shown
+	Warn     io.Writer          // the bench's warnings (a bucket it could not delete)
 }
 
 // Run measures, and returns what it measured even when a later phase
 // failed (with that phase's error): the figures stand on their own.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	b := &bench{warn: cfg.Warn, dir: cfg.Dir, keys: cfg.Keys, delta: cfg.Delta, probes: cfg.Probes,
-		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed)), prog: cfg.Progress, only: cfg.Only, cpuProfile: cfg.CPUProfile, shapes: cfg.Shapes}
+		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed)), prog: cfg.Progress, only: cfg.Only, cpuProfile: cfg.CPUProfile, shapes: cfg.Shapes,
+		fleet: cfg.Fleet}
 	if len(b.shapes) == 0 {
 		b.shapes = []workload.Shape{workload.Random, workload.Ordered}
 	}
@@ -81,7 +85,8 @@ type bench struct {
 	rng        *rand.Rand
 	only       *regexp.Regexp
 	cpuProfile string
-	probes     int // the effects steady state's probes
+	fleet      *FleetConfig // nil: not measured
+	probes     int          // the effects steady state's probes
 	prog       *progress.Progress
 	url        string
 	nc         *nats.Conn
@@ -114,6 +119,7 @@ type Result struct {
 	Effects  *Effects  `json:"effects,omitempty"`
 	Queries  *Queries  `json:"queries,omitempty"`
 	Reads    *Reads    `json:"reads,omitempty"`
+	Fleet    *Fleet    `json:"fleet,omitempty"`
 	// Checks are the bench's own checks that did not hold (the command
 	// exits 1 after printing the figures).
 	Checks []string `json:"failed_checks,omitempty"`
@@ -252,6 +258,11 @@ func (b *bench) run(ctx context.Context, natsURL, pluginDir string, rounds int) 
 	// longer). A stall is still caught: every probe has 2 minutes.
 	if b.js, err = jetstream.New(b.nc, jetstream.WithDefaultTimeout(time.Minute)); err != nil {
 		return nil, err
+	}
+	if b.fleet != nil {
+		err := b.runFleet(ctx, res, pluginDir, rounds)
+		res.Checks = append(res.Checks, b.checks...)
+		return res, err
 	}
 	var builds []string
 	var effectsBuild string

@@ -13,18 +13,26 @@ import (
 // rates and ratios, then a line for the restart, the hot swap and the
 // effects, and the checks that failed.
 func (r *Result) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "foldhost bench: %d keys, %d rounds, %s NATS server (median of the rounds; rates vary with the machine's load, ratios hold)\n\n", r.Keys, r.Rounds, r.Server)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHAPE\tVARIANT\tUPDATES/S\tVS WATCHALL\tVS RAW FOLD")
-	for _, v := range r.Variants {
-		vsRaw := ""
-		if v.VsRawFold > 0 {
-			vsRaw = fmt.Sprintf("%.2f×", v.VsRawFold)
+	fmt.Fprintf(w, "foldhost bench: %d keys, %d rounds, %s NATS server (median of the rounds; rates vary with the machine's load, ratios hold)\n", r.Keys, r.Rounds, r.Server)
+	if len(r.Variants) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SHAPE\tVARIANT\tUPDATES/S\tVS WATCHALL\tVS RAW FOLD")
+		for _, v := range r.Variants {
+			vsRaw := ""
+			if v.VsRawFold > 0 {
+				vsRaw = fmt.Sprintf("%.2f×", v.VsRawFold)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f×\t%s\n", v.Shape, v.Name, humanRate(v.Rate), v.VsWatchAll, vsRaw)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f×\t%s\n", v.Shape, v.Name, humanRate(v.Rate), v.VsWatchAll, vsRaw)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	if r.Fleet != nil {
+		if err := r.Fleet.writeTable(w); err != nil {
+			return err
+		}
 	}
 	if rs := r.Restart; rs != nil {
 		fmt.Fprintf(w, "\nrestart, raw-only fold: resume after a delta of %d updates %s; full replay of the bucket %s; resume / replay = %.1f%%\n",
