@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,18 +17,14 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/command"
+	"github.com/foldhost/foldhost/internal/hosttest"
 )
 
 // freeAddr returns a loopback address with a port free right now (for a
 // daemon that `foldhost export` must find through http.addr).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", hosttest.FreePort(t))
 }
 
 func writeConfig(t *testing.T, dir, text string) string {

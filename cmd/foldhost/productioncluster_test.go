@@ -10,14 +10,12 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
-	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +28,7 @@ import (
 
 	"github.com/foldhost/foldhost/host/artifact/s3test"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/hosttest"
 )
 
 // What TestProductionExample deploys the example on, the way the guide
@@ -229,7 +228,7 @@ func startExampleNATS(t *testing.T, conf string, ca *testCA, root string) *examp
 	type ports struct{ client, route, monitor int }
 	var ps []ports
 	for range 3 {
-		ps = append(ps, ports{listenPort(t), listenPort(t), listenPort(t)})
+		ps = append(ps, ports{hosttest.FreePort(t), hosttest.FreePort(t), hosttest.FreePort(t)})
 	}
 	n := &exampleNATS{}
 	var urls []string
@@ -304,36 +303,4 @@ func startExampleNATS(t *testing.T, conf string, ca *testCA, root string) *examp
 		return err == nil, fmt.Sprint(err)
 	})
 	return n
-}
-
-// pickedPorts are the ports listenPort gave, never given twice.
-var pickedPorts sync.Map
-
-// listenPort is a loopback port free a moment ago, below the kernel's
-// ephemeral range: a port :0 gave could be taken meanwhile by an outgoing
-// connection of the servers or nodes started before the one that listens
-// on it (their routes, their clients), as ports from :0 are the ones
-// connections get.
-func listenPort(t *testing.T) int {
-	t.Helper()
-	low := 32768 // Linux's default start of the ephemeral range
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
-				low = n
-			}
-		}
-	}
-	for range 1000 {
-		p := 10000 + mrand.IntN(low-10000)
-		if _, taken := pickedPorts.LoadOrStore(p, true); taken {
-			continue
-		}
-		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
-			_ = l.Close()
-			return p
-		}
-	}
-	t.Fatalf("no free loopback port between 10000 and %d", low)
-	return 0
 }
