@@ -198,9 +198,18 @@ func (f *Fleet) apply(e jetstream.KeyValueEntry) error {
 	case strings.HasPrefix(key, nodePrefix):
 		name := strings.TrimPrefix(key, nodePrefix)
 		if name == f.o.Node {
+			// Another incarnation's record written after this one's is a
+			// second process under this name. One from before it (an
+			// earlier process of this node) is history a watch can still
+			// show: a consumer on a replica that is catching up (a server
+			// restarted under a leader change) delivered one.
 			var rec nodeRecord
 			if !deleted && json.Unmarshal(e.Value(), &rec) == nil && rec.Incarnation != f.inc {
-				return fmt.Errorf("%w (%s, incarnation %s)", ErrSuperseded, f.o.Node, rec.Incarnation)
+				if e.Revision() > f.myRev {
+					return fmt.Errorf("%w (%s, incarnation %s, at revision %d after this process's %d)", ErrSuperseded, f.o.Node, rec.Incarnation, e.Revision(), f.myRev)
+				}
+				f.log.Debug("an earlier process's record of this node, shown late by the watch: ignored",
+					"incarnation", rec.Incarnation, "revision", e.Revision(), "own_revision", f.myRev)
 			}
 			return nil
 		}
