@@ -209,7 +209,7 @@ func (f *Fleet) apply(e jetstream.KeyValueEntry) error {
 					return fmt.Errorf("%w (%s, incarnation %s, at revision %d after this process's %d)", ErrSuperseded, f.o.Node, rec.Incarnation, e.Revision(), f.myRev)
 				}
 				f.log.Debug("an earlier process's record of this node, shown late by the watch: ignored",
-					"incarnation", rec.Incarnation, "revision", e.Revision(), "own_revision", f.myRev)
+					"incarnation", rec.Incarnation, "revision", protocol.Revision(e.Revision()), "own_revision", protocol.Revision(f.myRev))
 			}
 			return nil
 		}
