@@ -17,14 +17,14 @@ import (
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/command"
-	"github.com/foldhost/foldhost/internal/hosttest"
+	"github.com/foldhost/foldhost/internal/freeport"
 )
 
 // freeAddr returns a loopback address with a port free right now (for a
 // daemon that `foldhost export` must find through http.addr).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	return fmt.Sprintf("127.0.0.1:%d", hosttest.FreePort(t))
+	return fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
 }
 
 func writeConfig(t *testing.T, dir, text string) string {

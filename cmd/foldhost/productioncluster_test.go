@@ -28,7 +28,7 @@ import (
 
 	"github.com/foldhost/foldhost/host/artifact/s3test"
 	"github.com/foldhost/foldhost/host/natskv"
-	"github.com/foldhost/foldhost/internal/hosttest"
+	"github.com/foldhost/foldhost/internal/freeport"
 )
 
 // What TestProductionExample deploys the example on, the way the guide
@@ -228,7 +228,7 @@ func startExampleNATS(t *testing.T, conf string, ca *testCA, root string) *examp
 	type ports struct{ client, route, monitor int }
 	var ps []ports
 	for range 3 {
-		ps = append(ps, ports{hosttest.FreePort(t), hosttest.FreePort(t), hosttest.FreePort(t)})
+		ps = append(ps, ports{freeport.Port(t), freeport.Port(t), freeport.Port(t)})
 	}
 	n := &exampleNATS{}
 	var urls []string

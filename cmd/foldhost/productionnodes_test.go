@@ -25,7 +25,7 @@ import (
 	"github.com/foldhost/foldhost/host/config"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/internal/command"
-	"github.com/foldhost/foldhost/internal/hosttest"
+	"github.com/foldhost/foldhost/internal/freeport"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -47,7 +47,7 @@ type exampleNode struct {
 func installNode(t *testing.T, file, text string, ca *testCA, machine, endpoint string, env map[string]string) *exampleNode {
 	t.Helper()
 	name := tomlString(t, file, text, "holder")
-	addr := fmt.Sprintf("127.0.0.1:%d", hosttest.FreePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
 	cfgText := replaceIn(t, file, text,
 		`"/var/lib/foldhost"`, `"`+machine+`/var/lib/foldhost"`,
 		`"/etc/foldhost/`, `"`+machine+`/etc/foldhost/`,
