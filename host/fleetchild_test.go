@@ -74,12 +74,13 @@ func fleetChild() {
 	node := os.Getenv(FleetChildNode)
 	arts.Holder = node
 	h, err := New(Options{
-		NATS:           NATSOptions{Conn: natskv.ConnOptions{URL: os.Getenv(FleetChildURL), Name: node}},
-		Admin:          AdminOptions{Node: node},
-		Artifacts:      arts,
-		Fleet:          FleetOptions{Name: "kill", Heartbeat: 100 * time.Millisecond, NodeTTL: time.Second},
-		Folds:          []FoldOptions{fo},
-		Logger:         slog.New(slog.DiscardHandler),
+		NATS:      NATSOptions{Conn: natskv.ConnOptions{URL: os.Getenv(FleetChildURL), Name: node}},
+		Admin:     AdminOptions{Node: node},
+		Artifacts: arts,
+		Fleet:     FleetOptions{Name: "kill", Heartbeat: 100 * time.Millisecond, NodeTTL: time.Second},
+		Folds:     []FoldOptions{fo},
+		// Warnings and errors to stderr: a test that fails prints them.
+		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		PluginCacheDir: os.Getenv("FOLDHOST_TEST_WASM_CACHE"),
 	})
 	if err != nil {

@@ -233,10 +233,15 @@ func TestFleetPausedOwnerIsRefusedByTheServer(t *testing.T) {
 	if err := o.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	hosttest.WaitFor(t, func() bool {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		st, ok := o.status(t)
-		return ok && st.Effects != nil && st.Effects.RefusedStale > 0
-	})
+		if ok && st.Effects != nil && st.Effects.RefusedStale > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the resumed owner's batch was not refused within 2m: its effects status %+v (read: %v); its warnings:\n%s", st.Effects, ok, o.stderr.String())
+		}
+	}
 	// Then it stands by, or, the placement's owner again once caught up,
 	// is handed the fold back under a newer epoch still.
 	hosttest.WaitFor(t, func() bool {

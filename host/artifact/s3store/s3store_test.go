@@ -9,7 +9,6 @@ import (
 	"io"
 	"log"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -29,6 +28,7 @@ import (
 	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/artifact/s3test"
 	"github.com/foldhost/foldhost/host/artifact/storetest"
+	"github.com/foldhost/foldhost/internal/freeport"
 )
 
 // versityGW is a real S3 server (package s3test) for one test.
@@ -448,12 +448,10 @@ func TestS3DownloadStallFails(t *testing.T) {
 // ErrNoPointer.
 func TestS3ErrorsAreTyped(t *testing.T) {
 	gw := startVersityGW(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedPort := "http://" + l.Addr().String()
-	l.Close()
+	// A port nothing listens on: below the ephemeral range and never
+	// given twice in this process (a port from :0, closed, could be given
+	// at once to another test's server, which then answered 404).
+	closedPort := fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t))
 	for _, c := range []struct {
 		name string
 		opts func(*Options)

@@ -3,7 +3,6 @@ package s3test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/foldhost/foldhost/internal/freeport"
 	"github.com/foldhost/foldhost/internal/syncbuf"
 )
 
@@ -68,12 +69,10 @@ func Start(t testing.TB) *Server {
 	_ = os.Remove(probe)
 	args = append(args, root)
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	// Below the ephemeral range and never given twice (freeport): a port
+	// from :0 closed here can be given again at once to another test's
+	// :0, which then finds this server listening.
+	addr := fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
 	args[1] = addr
 
 	var logBuf syncbuf.Buffer
