@@ -101,24 +101,7 @@ func TestFleetPausedOwnersExportIsRefused(t *testing.T) {
 		second <- result{rep, err}
 	}()
 	defer func() { o.kill(); <-second }() // joined on every path: a killed node ends the request
-	stopped := make(chan bool, 1)
-	go func() {
-		for o.out.Scan() {
-			if o.out.Text() == "stopping" {
-				stopped <- true
-				return
-			}
-		}
-		stopped <- false
-	}()
-	select {
-	case ok := <-stopped:
-		if !ok {
-			t.Fatalf("the owner ended without stopping: %s", o.stderr.String())
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the owner's second export never reached its upload")
-	}
+	o.waitStopped(t, "its second export's upload")
 
 	// Past its lease the standby owns the fold, and its epoch is on the
 	// pointer, which names the same artifact.

@@ -87,6 +87,30 @@ func (n *fleetNode) status(t *testing.T) (httpapi.Status, bool) {
 	return st, true
 }
 
+// waitStopped waits until n, a child told to stop at a step, says it
+// stopped there (what names the step in the failure).
+func (n *fleetNode) waitStopped(t *testing.T, what string) {
+	t.Helper()
+	stopped := make(chan bool, 1)
+	go func() { // ends with the child's output, at the latest when it is killed
+		for n.out.Scan() {
+			if n.out.Text() == "stopping" {
+				stopped <- true
+				return
+			}
+		}
+		stopped <- false
+	}()
+	select {
+	case ok := <-stopped:
+		if !ok {
+			t.Fatalf("node %s ended without stopping: %s", n.name, n.stderr.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("node %s never reached %s", n.name, what)
+	}
+}
+
 // owner is the node whose status says it owns fold routes, and its epoch
 // ("" when none does).
 func owner(t *testing.T, nodes []*fleetNode) (*fleetNode, uint64) {
@@ -201,24 +225,7 @@ func TestFleetPausedOwnerIsRefusedByTheServer(t *testing.T) {
 	for range 3 {
 		put()
 	}
-	stopped := make(chan bool, 1)
-	go func() {
-		for o.out.Scan() {
-			if o.out.Text() == "stopping" {
-				stopped <- true
-				return
-			}
-		}
-		stopped <- false
-	}()
-	select {
-	case ok := <-stopped:
-		if !ok {
-			t.Fatalf("the owner ended without stopping: %s", o.stderr.String())
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the owner never reached its second batch")
-	}
+	o.waitStopped(t, "its second batch")
 
 	// Past its lease the standby takes over and publishes what is new.
 	var newEpoch uint64

@@ -53,7 +53,7 @@ func TestFleetRollingPluginUpgrade(t *testing.T) {
 	hs := map[string]*hosttest.Running{c: start(c), owner: start(owner)}
 	a := hosttest.Put(t, b, "a", "1")
 	hosttest.WaitCursor(t, hs[c].H.Fold("routes"), a)
-	if v := hostViews(t, hs[c].H.Fold("routes")); v["s1/a"] != "1" {
+	if v := hosttest.ViewsOf(t, hs[c].H.Fold("routes")); v["s1/a"] != "1" {
 		t.Fatalf("%s's views with schema 1: %v", c, v)
 	}
 	hs[standby] = start(standby)
@@ -66,7 +66,7 @@ func TestFleetRollingPluginUpgrade(t *testing.T) {
 	for _, n := range []string{owner, standby} {
 		f := hs[n].H.Fold("routes")
 		hosttest.WaitFor(t, func() bool {
-			v := hostViews(t, f)
+			v := hosttest.ViewsOf(t, f)
 			return f.Status().Plugin.SHA256 == v2 && f.Status().Cursor >= bk && v["s2/a"] == "1" && v["s2/b"] == "2" && v["s1/a"] == ""
 		})
 	}
@@ -74,7 +74,7 @@ func TestFleetRollingPluginUpgrade(t *testing.T) {
 	// keeps its schema-1 views as they are meanwhile.
 	cf := hs[c].H.Fold("routes")
 	hosttest.WaitFor(t, func() bool { return cf.Status().Plugin.SHA256 == v2 })
-	if v := hostViews(t, cf); len(v) != 1 || v["s1/a"] != "1" {
+	if v := hosttest.ViewsOf(t, cf); len(v) != 1 || v["s1/a"] != "1" {
 		t.Fatalf("%s's views while it folds nothing: %v, want its schema-1 views as they were", c, v)
 	}
 	if err := hs[owner].Stop(t); err != nil {
@@ -87,7 +87,7 @@ func TestFleetRollingPluginUpgrade(t *testing.T) {
 	hosttest.WaitCursor(t, hs[standby].H.Fold("routes"), last)
 	want := map[string]string{"s2/a": "1", "s2/b": "2", "s2/c": "3"}
 	for n, r := range hs {
-		got := hostViews(t, r.H.Fold("routes"))
+		got := hosttest.ViewsOf(t, r.H.Fold("routes"))
 		if len(got) != len(want) {
 			t.Errorf("%s's views %v, want %v", n, got, want)
 		}
@@ -101,21 +101,6 @@ func TestFleetRollingPluginUpgrade(t *testing.T) {
 	if rb := cf.Status().Rebuild; rb == nil || rb.Last == nil || rb.Last.Live || !strings.Contains(rb.Last.Why, "view schema 1") {
 		t.Errorf("%s's last rebuild: %+v, want one before following, from view schema 1", c, rebuildText(rb))
 	}
-}
-
-// hostViews reads every view entry of f from one snapshot.
-func hostViews(t testing.TB, f *host.Fold) map[string]string {
-	t.Helper()
-	sn, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sn.Close()
-	got := map[string]string{}
-	if err := sn.ViewRange(nil, func(k, v []byte) error { got[string(k)] = string(v); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	return got
 }
 
 func rebuildText(rb *httpapi.RebuildStatus) string {

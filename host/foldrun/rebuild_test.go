@@ -25,19 +25,7 @@ import (
 )
 
 // foldViews reads every view entry of f from one snapshot.
-func foldViews(t testing.TB, f *host.Fold) map[string]string {
-	t.Helper()
-	sn, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sn.Close()
-	got := map[string]string{}
-	if err := sn.ViewRange(nil, func(k, v []byte) error { got[string(k)] = string(v); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	return got
-}
+func foldViews(t testing.TB, f *host.Fold) map[string]string { return hosttest.ViewsOf(t, f) }
 
 // keyviewOf is what the keyview plugin of schema makes of f's raw fold.
 func keyviewOf(t testing.TB, f *host.Fold, schema int) map[string]string {

@@ -194,6 +194,21 @@ func FoldOf(t testing.TB, f *host.Fold) map[string]KVEntry {
 	return m
 }
 
+// ViewsOf reads every view entry of f from one snapshot.
+func ViewsOf(t testing.TB, f *host.Fold) map[string]string {
+	t.Helper()
+	sn, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Close()
+	got := map[string]string{}
+	if err := sn.ViewRange(nil, func(k, v []byte) error { got[string(k)] = string(v); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // SameEntries fails the test (naming who) where got differs from want.
 func SameEntries(t testing.TB, who string, got, want map[string]KVEntry) {
 	t.Helper()
