@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,6 +18,7 @@ import (
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/wasm"
+	"github.com/foldhost/foldhost/internal/tcpproxy"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -360,15 +359,7 @@ func (fl *benchFleet) waitPlaced(ctx context.Context, head uint64) (map[string]*
 // the node loses the server as a killed process does (the server drops
 // its connection and subscriptions, its record stops beating) and cannot
 // reconnect.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	conns []net.Conn
-	done  bool
-	wg    sync.WaitGroup
-}
+type cutProxy struct{ p *tcpproxy.Proxy }
 
 // newCutProxy proxies to the first server of natsURL, and returns the
 // URL that reaches it through the proxy.
@@ -378,58 +369,13 @@ func newCutProxy(natsURL string) (*cutProxy, string, error) {
 	if err != nil || u.Host == "" {
 		return nil, "", fmt.Errorf("the NATS URL %q has no host:port to proxy", natskv.Redact(first))
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := tcpproxy.New(u.Host)
 	if err != nil {
 		return nil, "", err
 	}
-	p := &cutProxy{ln: ln, target: u.Host}
-	u.Host = ln.Addr().String()
-	p.wg.Add(1)
-	go p.accept()
-	return p, u.String(), nil
-}
-
-func (p *cutProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.done {
-			p.mu.Unlock()
-			_, _ = c.Close(), s.Close()
-			return
-		}
-		p.conns = append(p.conns, c, s)
-		p.wg.Add(2)
-		p.mu.Unlock()
-		go p.pipe(s, c)
-		go p.pipe(c, s)
-	}
-}
-
-func (p *cutProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
-	_, _ = dst.Close(), src.Close()
+	u.Host = p.Addr()
+	return &cutProxy{p}, u.String(), nil
 }
 
 // cut closes the proxy for good, and waits for its goroutines.
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	p.done = true
-	_ = p.ln.Close()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-	p.mu.Unlock()
-	p.wg.Wait()
-}
+func (c *cutProxy) cut() { c.p.Close() }

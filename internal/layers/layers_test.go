@@ -21,7 +21,7 @@ var levels = []struct {
 }{
 	{"foundations: the pure kernels, the ABI, the SDKs' sources, plain helpers", []string{
 		"", "protocol", "abi", "deploy",
-		"internal/files", "internal/syncbuf", "internal/textfmt", "internal/term", "internal/leakcheck", "internal/freeport",
+		"internal/files", "internal/syncbuf", "internal/textfmt", "internal/term", "internal/leakcheck", "internal/freeport", "internal/tcpproxy",
 		"internal/logattrs", "internal/progress", "internal/natsload",
 		"internal/census", "internal/doccheck", "internal/layers", "internal/kvwrite",
 		"plugins/example-router/embedded", "plugins/example-router/workload",
