@@ -61,7 +61,7 @@ func TestKeyFilterLevels(t *testing.T) {
 // along a fixed script, then along seeded random walks.
 //
 // The script, on a fresh store, catches each of these mutations in every
-// run (whatever the seed): a commit that does not add its raw or its view
+// run, before any random walk: a commit that does not add its raw or its view
 // keys to the filter (its keys are read right after the first commit, with
 // both filters live); an activation (a rebuild's shadow switched in) that
 // keeps the old views' filter (the shadow holds keys the old views never
