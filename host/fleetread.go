@@ -66,7 +66,8 @@ func (fr *fleetReads) handler() http.Handler {
 func (fr *fleetReads) serve(ctx context.Context) error {
 	h := fr.h
 	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s := h.runner.slots[protocol.Unit{Fold: r.PathValue("name")}]; s != nil && s.roleNow() == protocol.RoleNone {
+		u, _ := h.unitNamed(r.PathValue("name"))
+		if s := h.runner.slots[u]; s != nil && s.roleNow() == protocol.RoleNone {
 			// The forwarding node's placement is behind this one's.
 			w.Header().Set("Retry-After", "1")
 			httpapi.WriteError(w, http.StatusServiceUnavailable, "node %s does not fold %s now (the fold moved): retry", h.o.Admin.Node, r.PathValue("name"))
@@ -93,7 +94,8 @@ func (fr *fleetReads) serve(ctx context.Context) error {
 // answerLocally answers a read from this node's fold, with the fleet's
 // headers.
 func (fr *fleetReads) answerLocally(w http.ResponseWriter, r *http.Request) {
-	if st, ok := fr.h.fleet.Unit(protocol.Unit{Fold: r.PathValue("name")}); ok {
+	u, _ := fr.h.unitNamed(r.PathValue("name"))
+	if st, ok := fr.h.fleet.Unit(u); ok {
 		w.Header().Set(PartitionHeader, strconv.Itoa(int(st.Unit.Partition)))
 		w.Header().Set(EpochHeader, strconv.FormatUint(uint64(st.Epoch), 10))
 	}
@@ -105,7 +107,7 @@ func (fr *fleetReads) answerLocally(w http.ResponseWriter, r *http.Request) {
 // forwards it to the unit's owner.
 func (fr *fleetReads) read(w http.ResponseWriter, r *http.Request) {
 	h := fr.h
-	u := protocol.Unit{Fold: r.PathValue("name")}
+	u, _ := h.unitNamed(r.PathValue("name"))
 	s := h.runner.slots[u]
 	if s == nil {
 		fr.local.ServeHTTP(w, r) // not a fold: httpapi's 404

@@ -19,8 +19,9 @@ import (
 // none. A fold keeps its store and plugin open either way (only its watch
 // stops): a unit that comes back is warm.
 
-// unitOf is the fleet's unit of a fold (one partition per fold for now).
-func unitOf(f *Fold) protocol.Unit { return protocol.Unit{Fold: f.Name(), Partition: 0} }
+// unitOf is the fleet's unit a fold runs (the fold, or one partition of
+// it).
+func unitOf(f *Fold) protocol.Unit { return f.Options().Unit() }
 
 // foldSlot is one fold as the fleet drives it.
 type foldSlot struct {
@@ -210,14 +211,15 @@ func (h *Host) epochFloor(ctx context.Context) (protocol.Revision, error) {
 // placement is where a fold's partitions run (httpapi.Options.Placement):
 // this node's, without a fleet; else the fleet's view of them.
 func (h *Host) placement(hf httpapi.Fold) []httpapi.PartitionStatus {
+	unit, _ := h.unitNamed(hf.Name())
 	if h.fleet == nil {
 		st := hf.Status()
-		return []httpapi.PartitionStatus{{Owner: h.o.Admin.Node, Standbys: []string{}, State: string(st.State), Cursor: st.Cursor}}
+		return []httpapi.PartitionStatus{{Partition: unit.Partition, Owner: h.o.Admin.Node, Standbys: []string{}, State: string(st.State), Cursor: st.Cursor}}
 	}
 	snap := h.fleet.Snapshot()
 	var out []httpapi.PartitionStatus
 	for _, u := range snap.Units {
-		if u.Unit.Fold != hf.Name() {
+		if u.Unit != unit {
 			continue
 		}
 		standbys := u.Standbys

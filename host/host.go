@@ -92,6 +92,13 @@ func (h *Host) Start(ctx context.Context) (err error) {
 		Node: h.o.Admin.Node, PluginCacheDir: h.o.PluginCacheDir, RequestTimeout: h.o.NATS.RequestTimeout,
 		DisconnectGrace: h.o.NATS.DisconnectGrace, HeadPollInterval: h.o.HeadPollInterval, ProgressInterval: h.o.ProgressInterval,
 		Fleet: h.o.Fleet.Name != ""}
+	for _, f := range h.o.Folds {
+		if f.Partition == 0 {
+			if err := checkPartitionLayout(f); err != nil {
+				return err
+			}
+		}
+	}
 	h.folds = make([]*Fold, len(h.o.Folds))
 	warm := h.toWarmUp() // opened once warmed up, after NATS connects
 	for i := range h.o.Folds {
@@ -333,9 +340,9 @@ func (h *Host) httpFolds() []httpapi.Fold {
 // health, readiness, metrics, status, reads, export. Valid after Start.
 func (h *Host) Handler() http.Handler {
 	if h.reads != nil {
-		return h.reads.handler() // a fleet's reads find their owner (fleetread.go)
+		return h.routePartitions(h.reads.handler()) // a fleet's reads find their owner (fleetread.go)
 	}
-	return h.apiHandler()
+	return h.routePartitions(h.apiHandler())
 }
 
 // apiHandler is the HTTP API over this node's folds.

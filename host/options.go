@@ -239,7 +239,7 @@ func (o Options) withDefaults() (Options, error) {
 		}
 	}
 	names := map[string]bool{}
-	o.Folds = append([]FoldOptions(nil), o.Folds...)
+	o.Folds = expandPartitions(o.Folds)
 	for i := range o.Folds {
 		f := &o.Folds[i]
 		switch {
@@ -257,7 +257,7 @@ func (o Options) withDefaults() (Options, error) {
 		}
 		if pluginobj.IsRef(f.Plugin) {
 			// Its record's key is FOLD.NODE: both must be KV key tokens.
-			if !recordToken.MatchString(f.Name) {
+			if !recordToken.MatchString(f.Unit().Fold) {
 				bad("fold %q: a fold whose plugin comes from a NATS object store needs a name of A-Z a-z 0-9 - _ = only (its record's key)", f.Name)
 			}
 			if !recordToken.MatchString(o.Admin.Node) {

@@ -44,3 +44,37 @@ func TestPartitionOfSpreads(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitionStringRoundTrip: what stores and artifacts record of a
+// partition reads back as the same partition, and nonsense is refused.
+func TestPartitionStringRoundTrip(t *testing.T) {
+	for _, p := range []Partition{{}, {Index: 0, Count: 2}, {Index: 3, Count: 4}, {Index: 1023, Count: MaxPartitions}} {
+		got, err := ParsePartition(p.String())
+		if err != nil || got.String() != p.String() || got.Whole() != p.Whole() {
+			t.Errorf("ParsePartition(%q) = %v, %v; want %v", p.String(), got, err, p)
+		}
+	}
+	for _, s := range []string{"1", "4/4", "-1/4", "0/1", "0/0", "a/b", "1/2000", "1/2/3"} {
+		if p, err := ParsePartition(s); err == nil {
+			t.Errorf("ParsePartition(%q) = %v, want an error", s, p)
+		}
+	}
+	if (Partition{Index: 1, Count: 1}).Validate() == nil || (Partition{Index: 4, Count: 4}).Validate() == nil {
+		t.Error("Validate accepts a partition out of range")
+	}
+	var keys [4]int
+	for i := range 1000 {
+		k := fmt.Sprintf("k%d", i)
+		for p := range 4 {
+			if (Partition{Index: p, Count: 4}).Holds("b", k) {
+				keys[p]++
+			}
+		}
+		if !(Partition{}).Holds("b", k) {
+			t.Fatalf("the whole bucket does not hold %q", k)
+		}
+	}
+	if keys[0]+keys[1]+keys[2]+keys[3] != 1000 {
+		t.Errorf("the 4 partitions hold %v of 1000 keys: each key must be in exactly one", keys)
+	}
+}

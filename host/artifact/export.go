@@ -99,6 +99,7 @@ func Export(store *fold.Store, stageParent string) (dir string, m Manifest, err 
 		Bucket:        src.Bucket,
 		Scope:         slices.Clone(src.Scope),
 		StreamCreated: src.StreamCreated,
+		Partition:     src.Partition,
 	}
 	if m.Scope == nil {
 		m.Scope = []string{}

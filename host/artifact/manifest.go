@@ -71,6 +71,10 @@ type Manifest struct {
 	// belong to ([fold.Origin]); zero (omitted) when the store did not
 	// know it, and always in schema 1.
 	StreamCreated time.Time `json:"stream_created,omitzero"`
+	// Partition is the partition of the bucket's keys the fold folds
+	// ([fold.Origin]), "" for the whole bucket: an artifact restores only
+	// a fold of the same partition.
+	Partition string `json:"partition,omitempty"`
 	// PluginIdentity is the hex of the store's plugin identity bytes, or
 	// nil when the store has none.
 	PluginIdentity *string `json:"plugin_identity"`
@@ -113,7 +117,11 @@ func (m Manifest) Encode() ([]byte, error) {
 }
 
 // Origin is the source the artifact's store folds, as the manifest says.
-func (m Manifest) Origin() fold.Origin { return fold.NewOrigin(m.Bucket, m.Scope, m.StreamCreated) }
+func (m Manifest) Origin() fold.Origin {
+	o := fold.NewOrigin(m.Bucket, m.Scope, m.StreamCreated)
+	o.Partition = m.Partition
+	return o
+}
 
 // CandidateCursor checks the key and the manifest a store is asked to
 // publish as key's pointer ([Store.SwapPointer]) and returns its cursor.

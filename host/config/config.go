@@ -173,8 +173,8 @@ type FoldConfig struct {
 	ExportInterval time.Duration
 	ArtifactKey    string
 	// Standbys: how many other nodes of a fleet keep a warm copy (default
-	// 1); Partitions: the fold's partitions, fixed for its life (only 1
-	// for now).
+	// 1); Partitions: the fold's partitions, fixed for its life (each
+	// runs as a unit of its own: host.UnitName).
 	Standbys, Partitions int
 	// Repair is the cursor-expiry repair mode; default auto.
 	Repair protocol.RepairMode

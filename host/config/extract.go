@@ -130,8 +130,8 @@ func extractFold(f *table) FoldConfig {
 	if f.integer("standbys", &standbys) && (standbys < 0 || standbys > 8) {
 		f.problem("standbys", "must be between 0 and 8, got %d", standbys)
 	}
-	if f.integer("partitions", &partitions) && partitions != 1 {
-		f.problem("partitions", "must be 1 for now (a fold is placed whole; partitions > 1 are specified, not built yet), got %d", partitions)
+	if f.integer("partitions", &partitions) && (partitions < 1 || partitions > protocol.MaxPartitions) {
+		f.problem("partitions", "must be 1 to %d, got %d", protocol.MaxPartitions, partitions)
 	}
 	fc.Standbys, fc.Partitions = int(standbys), int(partitions)
 	if f.duration("batch_window", &fc.BatchWindow) && (fc.BatchWindow <= 0 || fc.BatchWindow > maxWindow) {

@@ -12,8 +12,8 @@ import (
 // its defaults (advertise: http.addr; the node's name: artifacts.holder),
 // and each fold's standbys and partitions reach its options; every mistake
 // is refused naming its key: a fleet on the embedded server, a node named
-// twice, a TTL within two beats, partitions above 1, standbys out of
-// range, fleet keys without a name.
+// twice, a TTL within two beats, partitions out of 1..1024 or with a
+// scope, standbys out of range, fleet keys without a name.
 func TestFleetConfig(t *testing.T) {
 	const nats = "[nats]\nurl = \"nats://127.0.0.1:4222\"\n"
 	cfg, err := parseIn(t, t.TempDir(), nats+"[artifacts]\nholder = \"n1\"\n[fleet]\nname = \"prod\"\n[[fold]]\nname = \"a\"\nstandbys = 2\n[[fold]]\nname = \"b\"\nstandbys = 0\n", noEnv)
@@ -35,13 +35,15 @@ func TestFleetConfig(t *testing.T) {
 		t.Errorf("fold options: a standbys %d partitions %d, b standbys %d (want none: negative)", a.Standbys, a.Partitions, b.Standbys)
 	}
 	for text, key := range map[string]string{
-		"[fleet]\nname = \"prod\"\n":                                                "fleet.name",
-		nats + "[fleet]\nname = \"prod\"\n[admin]\nnode = \"x\"\n":                  "admin.node",
-		nats + "[fleet]\nname = \"prod\"\nheartbeat = \"2s\"\nnode_ttl = \"3s\"\n":  "fleet.node_ttl",
-		nats + "[fleet]\nname = \"a.b\"\n":                                          "fleet.name",
-		nats + "[fleet]\nadvertise = \"h:1\"\n":                                     "fleet.advertise",
-		nats + "[fleet]\nname = \"prod\"\n[[fold]]\nname = \"c\"\npartitions = 4\n": "fold[0].partitions",
-		nats + "[fleet]\nname = \"prod\"\n[[fold]]\nname = \"c\"\nstandbys = 9\n":   "fold[0].standbys",
+		"[fleet]\nname = \"prod\"\n":                                                   "fleet.name",
+		nats + "[fleet]\nname = \"prod\"\n[admin]\nnode = \"x\"\n":                     "admin.node",
+		nats + "[fleet]\nname = \"prod\"\nheartbeat = \"2s\"\nnode_ttl = \"3s\"\n":     "fleet.node_ttl",
+		nats + "[fleet]\nname = \"a.b\"\n":                                             "fleet.name",
+		nats + "[fleet]\nadvertise = \"h:1\"\n":                                        "fleet.advertise",
+		nats + "[fleet]\nname = \"prod\"\n[[fold]]\nname = \"c\"\npartitions = 0\n":    "fold[0].partitions",
+		nats + "[fleet]\nname = \"prod\"\n[[fold]]\nname = \"c\"\npartitions = 2000\n": "fold[0].partitions",
+		nats + "[[fold]]\nname = \"c\"\npartitions = 2\nscope = [\"a.\"]\n":            "fold[0].scope",
+		nats + "[fleet]\nname = \"prod\"\n[[fold]]\nname = \"c\"\nstandbys = 9\n":      "fold[0].standbys",
 	} {
 		_, err := parseIn(t, t.TempDir(), text+"[[fold]]\nname = \"a\"\n", noEnv)
 		if err == nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/pluginobj"
 	"github.com/foldhost/foldhost/internal/files"
+	"github.com/foldhost/foldhost/protocol"
 )
 
 // validate checks cross-key rules and applies defaults.
@@ -157,7 +158,7 @@ func (c *Config) validate(ps *problems) {
 		} else if f.Bucket != "" && !bucketRE.MatchString(f.Bucket) {
 			ps.add(key("bucket"), "%q is not a valid KV bucket name (A-Z a-z 0-9 _ -)", f.Bucket)
 		}
-		if err := (natskv.Scope{Prefixes: f.Scope}).Validate(); err != nil {
+		if err := (natskv.Scope{Prefixes: f.Scope, Partition: protocol.Partition{Count: f.Partitions}}).Validate(); err != nil {
 			ps.add(key("scope"), "%v", err)
 		}
 		if pluginobj.IsRef(f.Plugin) {

@@ -90,6 +90,12 @@ var ErrNameInUse = errors.New("fleet: the node's name is in use by another proce
 // fleet.
 var ErrSuperseded = errors.New("fleet: another process took over this node's name")
 
+// ErrPartitionsMismatch: this node's count of partitions of a fold
+// differs from the one the fleet recorded (its first node's): a fold's
+// partitions are fixed for its life, and every node must split its keys
+// alike.
+var ErrPartitionsMismatch = errors.New("fleet: a fold's count of partitions differs from the fleet's")
+
 // errRecordGone: the node's record was gone from the bucket (written
 // anew): the bucket may have been made again, and what the node's watch
 // showed of the old one must be forgotten (Run watches it again).
@@ -169,6 +175,9 @@ func Join(ctx context.Context, nc *nats.Conn, o Options) (*Fleet, error) {
 	if f.kv, err = f.openBucket(ctx); err != nil {
 		return nil, err
 	}
+	if err := f.checkPartitions(ctx); err != nil {
+		return nil, err
+	}
 	if err := f.takeName(ctx); err != nil {
 		return nil, err
 	}
@@ -203,6 +212,37 @@ func (f *Fleet) openBucket(ctx context.Context) (jetstream.KeyValue, error) {
 			"epochs_above", uint64(floor), "replicas", f.o.Replicas)
 	}
 	return b.KV(), nil
+}
+
+// checkPartitions records each of this node's folds' count of partitions
+// in the fleet's bucket (fold.<name>), or, when one is recorded, refuses
+// another (ErrPartitionsMismatch).
+func (f *Fleet) checkPartitions(ctx context.Context) error {
+	counts := map[string]int{}
+	for _, us := range f.o.Units {
+		counts[us.Unit.Fold] = max(counts[us.Unit.Fold], us.Unit.Partition+1)
+	}
+	for fold, n := range counts {
+		b, _ := json.Marshal(foldRecord{Partitions: n})
+		rctx, cancel := f.rctx(ctx)
+		_, err := f.kv.Create(rctx, foldPrefix+fold, b)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			var e jetstream.KeyValueEntry
+			if e, err = f.kv.Get(rctx, foldPrefix+fold); err == nil {
+				var rec foldRecord
+				if json.Unmarshal(e.Value(), &rec) == nil && rec.Partitions != n {
+					err = fmt.Errorf("%w: fold %s has %d partitions in fleet %s, %d on this node: partitions are fixed for a fold's life; "+
+						"to re-partition, fold the bucket into a new fold (or stop every node, delete the key %s%s of bucket %s%s, and move every node's data dir of the fold aside)",
+						ErrPartitionsMismatch, fold, rec.Partitions, f.o.Name, n, foldPrefix, fold, BucketPrefix, f.o.Name)
+				}
+			}
+		}
+		cancel()
+		if err != nil {
+			return fmt.Errorf("fleet %s: fold %s: %w", f.o.Name, fold, err)
+		}
+	}
+	return nil
 }
 
 // Incarnation is this process's in the fleet.

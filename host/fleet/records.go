@@ -10,12 +10,19 @@ import (
 )
 
 // The bucket's keys: node.<name> (a node's record), claim.<fold>.<p> (a
-// unit's claim register). Names and folds are single KV key tokens
-// (checked by the config: A-Z a-z 0-9 - _).
+// unit's claim register), fold.<fold> (the fold's count of partitions,
+// written once by the first node that runs it). Names and folds are
+// single KV key tokens (checked by the config: A-Z a-z 0-9 - _).
 const (
 	nodePrefix  = "node."
 	claimPrefix = "claim."
+	foldPrefix  = "fold."
 )
+
+// foldRecord is what every node of a fleet must agree on about a fold.
+type foldRecord struct {
+	Partitions int `json:"partitions"`
+}
 
 func nodeKey(name string) string { return nodePrefix + name }
 

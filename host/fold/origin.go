@@ -31,6 +31,11 @@ type Origin struct {
 	// revisions start again. Zero when unknown (a record upgraded from a
 	// store or artifact written before streams were recorded).
 	StreamCreated time.Time `json:"stream_created,omitzero"`
+	// Partition is the partition of the bucket's keys the store folds,
+	// as protocol.Partition.String writes it ("2/4"); "" for the whole
+	// bucket. A store of one partition holds no other's keys, so it is
+	// another fold than one of the same partition of another count.
+	Partition string `json:"partition,omitempty"`
 }
 
 // NewOrigin returns the origin of a fold of bucket through scope (in any
@@ -59,6 +64,9 @@ func (o Origin) Mismatch(want Origin) string {
 	if !slices.Equal(NewOrigin("", o.Scope, time.Time{}).Scope, NewOrigin("", want.Scope, time.Time{}).Scope) {
 		diffs = append(diffs, fmt.Sprintf("scope %s, not %s", scopeString(o.Scope), scopeString(want.Scope)))
 	}
+	if o.Partition != want.Partition {
+		diffs = append(diffs, fmt.Sprintf("partition %s, not %s", partitionString(o.Partition), partitionString(want.Partition)))
+	}
 	if o.Bucket == want.Bucket && !o.StreamCreated.IsZero() && !want.StreamCreated.IsZero() && !o.StreamCreated.Equal(want.StreamCreated) {
 		diffs = append(diffs, fmt.Sprintf("the stream created at %s, not the one created at %s (the bucket was deleted and made again?)",
 			o.StreamCreated.UTC().Format(time.RFC3339Nano), want.StreamCreated.UTC().Format(time.RFC3339Nano)))
@@ -69,17 +77,34 @@ func (o Origin) Mismatch(want Origin) string {
 // Equal reports whether o and p record the same origin, stream identity
 // included (an unknown one equals only an unknown one).
 func (o Origin) Equal(p Origin) bool {
-	o, p = NewOrigin(o.Bucket, o.Scope, o.StreamCreated), NewOrigin(p.Bucket, p.Scope, p.StreamCreated)
-	return o.Bucket == p.Bucket && slices.Equal(o.Scope, p.Scope) && o.StreamCreated.Equal(p.StreamCreated)
+	o, p = o.normal(), p.normal()
+	return o.Bucket == p.Bucket && slices.Equal(o.Scope, p.Scope) && o.StreamCreated.Equal(p.StreamCreated) && o.Partition == p.Partition
 }
 
 // String is a one-line description for logs and errors.
 func (o Origin) String() string {
 	s := fmt.Sprintf("bucket %q scope %s", o.Bucket, scopeString(o.Scope))
+	if o.Partition != "" {
+		s += " partition " + o.Partition
+	}
 	if !o.StreamCreated.IsZero() {
 		s += " stream created " + o.StreamCreated.UTC().Format(time.RFC3339Nano)
 	}
 	return s
+}
+
+// normal is o as NewOrigin makes it, its partition kept.
+func (o Origin) normal() Origin {
+	n := NewOrigin(o.Bucket, o.Scope, o.StreamCreated)
+	n.Partition = o.Partition
+	return n
+}
+
+func partitionString(p string) string {
+	if p == "" {
+		return "(whole bucket)"
+	}
+	return p
 }
 
 func scopeString(scope []string) string {
@@ -116,7 +141,7 @@ func (s *Store) SetOrigin(o Origin) error {
 		return ErrClosed
 	}
 	defer s.gate.exit()
-	o = NewOrigin(o.Bucket, o.Scope, o.StreamCreated)
+	o = o.normal()
 	b, err := json.Marshal(o)
 	if err != nil {
 		return fmt.Errorf("fold: encode origin: %w", err)
@@ -141,5 +166,5 @@ func readOrigin(r pebble.Reader) (Origin, bool, error) {
 	if err := json.Unmarshal(b, &o); err != nil {
 		return Origin{}, false, fmt.Errorf("%w: origin record %q: %v", ErrCorrupt, b, err)
 	}
-	return NewOrigin(o.Bucket, o.Scope, o.StreamCreated), true, nil
+	return o.normal(), true, nil
 }

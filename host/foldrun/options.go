@@ -152,8 +152,16 @@ type Options struct {
 	// negative: none. Without a fleet it is not used.
 	Standbys int
 	// Partitions is the fold's count of partitions, fixed for its life;
-	// default 1 (the whole fold is one unit). Only 1 is supported yet.
+	// default 1 (the whole fold is one unit). A host runs a fold of
+	// Partitions > 1 as that many units, each a Fold of one Partition
+	// (0-based) named FoldName.Partition (host.Options' expansion sets
+	// Name, FoldName, Partition and the per-unit DataDir, ArtifactKey and
+	// EffectsFence). RATIONALE.md, "Partitions".
 	Partitions int
+	Partition  int
+	// FoldName is the configured fold's name when this is one partition
+	// of it; default Name.
+	FoldName string
 	// Refold marks the fresh fold of a reset (host.ResetStopped): it
 	// folds history again, so the plugin's effects are dropped. Never set
 	// by a config.
@@ -173,8 +181,11 @@ const DefaultBuffer = 256
 func (o *Options) Defaults() []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if o.FoldName == "" {
+		o.FoldName = o.Name
+	}
 	if o.Bucket == "" {
-		o.Bucket = o.Name
+		o.Bucket = o.FoldName
 	}
 	if o.ArtifactKey == "" {
 		o.ArtifactKey = o.Name
@@ -193,11 +204,11 @@ func (o *Options) Defaults() []error {
 	} else if o.Standbys < 0 {
 		o.Standbys = 0
 	}
-	switch {
-	case o.Partitions == 0:
+	if o.Partitions == 0 {
 		o.Partitions = 1
-	case o.Partitions != 1:
-		bad("Partitions %d: a fold is one partition for now (partitions > 1 are specified, not built yet)", o.Partitions)
+	}
+	if err := o.PartitionOf().Validate(); err != nil {
+		bad("%v", err)
 	}
 	if o.EffectsMaxWait == 0 {
 		o.EffectsMaxWait = DefaultEffectsMaxWait
@@ -228,7 +239,7 @@ func (o *Options) Defaults() []error {
 	if o.DeadLetterMaxAge <= 0 {
 		o.DeadLetterMaxAge = DefaultDeadLetterMaxAge
 	}
-	if err := (natskv.Scope{Prefixes: o.Scope}).Validate(); err != nil {
+	if err := o.scope().Validate(); err != nil {
 		bad("%v", err)
 	}
 	if pluginobj.IsRef(o.Plugin) {
@@ -259,5 +270,26 @@ func (o Options) Exportee() round.Fold {
 // Origin is the origin the fold's config names, on the stream created at
 // created (zero: not known here, e.g. offline).
 func (o Options) Origin(created time.Time) fold.Origin {
-	return fold.NewOrigin(o.Bucket, o.Scope, created)
+	or := fold.NewOrigin(o.Bucket, o.Scope, created)
+	or.Partition = o.PartitionOf().String()
+	return or
+}
+
+// PartitionOf is the partition of the bucket's keys the fold folds.
+func (o Options) PartitionOf() protocol.Partition {
+	return protocol.Partition{Index: o.Partition, Count: o.Partitions}
+}
+
+// Unit is the fold's unit in a fleet.
+func (o Options) Unit() protocol.Unit {
+	name := o.FoldName
+	if name == "" {
+		name = o.Name
+	}
+	return protocol.Unit{Fold: name, Partition: o.Partition}
+}
+
+// scope is what the fold's watch covers.
+func (o Options) scope() natskv.Scope {
+	return natskv.Scope{Prefixes: o.Scope, Partition: o.PartitionOf()}
 }

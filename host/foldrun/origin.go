@@ -39,6 +39,10 @@ func (e *OriginError) Error() string {
 		return fmt.Sprintf("the store in %s folds scope %s of bucket %q, the fold's config says scope %s: a store holds only what its scope let through, so a new scope needs a fresh fold: "+
 			"move the data_dir aside (or bootstrap). %s would keep the cursor: keys of added prefixes below it would never be folded, keys of dropped ones would stay",
 			e.DataDir, scopeText(r.Scope), r.Bucket, scopeText(w.Scope), adopt)
+	case r.Partition != w.Partition:
+		return fmt.Sprintf("the store in %s folds partition %s of bucket %q, the fold's config says partition %s: partitions are fixed for a fold's life (a store holds only its partition's keys). "+
+			"To fold the bucket with another count of partitions, move the fold's data_dir aside and fold it again, or configure a new fold beside it; %s cannot make one partition's store another's",
+			e.DataDir, orWhole(r.Partition), r.Bucket, orWhole(w.Partition), adopt)
 	default:
 		return fmt.Sprintf("the store in %s folds the stream of bucket %q created at %s; the bucket's stream now was created at %s: "+
 			"the bucket was deleted and made again, and its revisions number another history. Move the data_dir aside to fold the new stream from scratch "+
@@ -52,6 +56,13 @@ func scopeText(scope []string) string {
 		return "(whole bucket)"
 	}
 	return fmt.Sprintf("%q", scope)
+}
+
+func orWhole(p string) string {
+	if p == "" {
+		return "(whole bucket)"
+	}
+	return p
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
@@ -92,7 +103,7 @@ func DecideOrigin(st *fold.Store, o Options, want fold.Origin) (fold.Origin, Ori
 	case err != nil:
 		return fold.Origin{}, OriginUpdate{}, err
 	case ok && rec.Mismatch(want) != "":
-		if !o.Adopt {
+		if !o.Adopt || rec.Partition != want.Partition {
 			return rec, OriginUpdate{}, &OriginError{Fold: o.Name, DataDir: o.DataDir, Recorded: rec, Want: want}
 		}
 		u.warn, u.why, u.was = true, "adopting the store (--adopt): it recorded another origin; recording the config's", rec.String()

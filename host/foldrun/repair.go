@@ -21,11 +21,12 @@ import (
 // repairs.
 func (f *Fold) newRepairer() *repair.Runner {
 	return &repair.Runner{
-		Mode:   f.o.Repair,
-		Bucket: f.o.Bucket,
-		Scope:  f.o.Scope,
-		Stream: f.origin.StreamCreated,
-		Store:  f.store,
+		Mode:      f.o.Repair,
+		Bucket:    f.o.Bucket,
+		Scope:     f.o.Scope,
+		Stream:    f.origin.StreamCreated,
+		Partition: f.o.PartitionOf().String(),
+		Store:     f.store,
 		Retention: func(ctx context.Context) (protocol.Retention, error) {
 			ret, _, err := f.bucket.Retention(ctx)
 			if err == nil {

@@ -40,7 +40,7 @@ func (f *Fold) Run(ctx context.Context) error {
 	if cur.Rev == protocol.NoRevision {
 		mode = "state-sync"
 	}
-	f.log.Info("fold starting", "bucket", f.o.Bucket, "scope", natskv.Scope{Prefixes: f.o.Scope}.String(),
+	f.log.Info("fold starting", "bucket", f.o.Bucket, "scope", f.o.scope().String(),
 		"mode", mode, "cursor", uint64(cur.Rev), "stream_head", f.headAtStart.Load(), "data_dir", f.o.DataDir)
 	// A state-sync of a bucket with history (or one not known to have
 	// none) may join another publisher's effects: the first attempt that
@@ -120,7 +120,7 @@ func (f *Fold) applier() fold.Plugin {
 // feed is the fold's watch source: its bucket and scope, on the stream its
 // store records.
 func (f *Fold) feed() fold.Feed {
-	return f.bucket.Feed(natskv.Scope{Prefixes: f.o.Scope}, natskv.WatchOptions{Buffer: f.o.Buffer, Stream: f.origin.StreamCreated})
+	return f.bucket.Feed(f.o.scope(), natskv.WatchOptions{Buffer: f.o.Buffer, Stream: f.origin.StreamCreated})
 }
 
 // poisonHook is the loop's Poison for on_plugin_error = "skip", nil

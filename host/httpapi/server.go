@@ -275,6 +275,9 @@ func bytesParam(q url.Values, name string) (v string, has bool, err error) {
 	return q.Get(name), q.Has(name), nil
 }
 
+// WriteJSON answers v as JSON with code, as every endpoint does.
+func WriteJSON(w http.ResponseWriter, code int, v any) { writeJSON(w, code, v) }
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)

@@ -96,3 +96,87 @@ func sourced(t *testing.T, st jetstream.Stream, want int) map[string]int {
 	}
 	return got
 }
+
+// TestPartitionedWatchHandsOnItsKeysAndSettlesTheRest: a watch of one
+// partition of 4 hands on exactly the partition's keys (every one of them,
+// none of another), and settles the fold's cursor over the other
+// partitions' updates: after its Synced marker the highest revision it
+// vouched for is the head, although the head's update is another
+// partition's, and a live update of another partition is settled at once.
+// Its settle marks are coalesced (at most one per settleEvery skipped
+// updates, plus one at the head). Mutations caught: no partition filter
+// (a foreign key handed on); no settle mark at the head (the cursor stays
+// below it, and a caught-up fold would never look caught up); a settle
+// mark per skipped update (too many marks).
+func TestPartitionedWatchHandsOnItsKeysAndSettlesTheRest(t *testing.T) {
+	s := startServer(t, t.TempDir(), 0)
+	b := openBucket(t, connect(t, s.ClientURL()), BucketConfig{Name: "parts", History: 1, Replicas: 1})
+	const n, keys, p = 4, 5000, 1
+	part := protocol.Partition{Index: p, Count: n}
+	want := map[string]bool{}
+	var head protocol.Revision
+	var foreign string
+	for i := range keys {
+		k := "k." + strconv.Itoa(i)
+		head = put(t, b, k, "v")
+		if part.Holds("parts", k) {
+			want[k] = true
+		} else {
+			foreign = k
+		}
+	}
+	if part.Holds("parts", "k."+strconv.Itoa(keys-1)) {
+		head = put(t, b, foreign, "again") // the head must be another partition's
+	}
+	w, err := b.Watch(t.Context(), Scope{Partition: part}, protocol.Cursor{}, WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	got := map[string]bool{}
+	var reached protocol.Revision
+	marks := 0
+	for {
+		ev, ok := next(t, w)
+		if !ok {
+			t.Fatalf("watch ended: %v", w.Err())
+		}
+		reached = max(reached, ev.Settle)
+		if ev.Synced {
+			break
+		}
+		if ev.SettleOnly() {
+			marks++
+			continue
+		}
+		if !part.Holds("parts", ev.Key) {
+			t.Fatalf("the watch of partition %v handed on key %q of partition %d", part, ev.Key, protocol.PartitionOf("parts", ev.Key, n))
+		}
+		got[ev.Key] = true
+		reached = max(reached, ev.Rev)
+	}
+	if len(got) != len(want) {
+		t.Errorf("the watch handed on %d keys of the partition, it holds %d", len(got), len(want))
+	}
+	if reached != head {
+		t.Errorf("after the state-sync the watch vouched up to revision %d, the head is %d (another partition's)", reached, head)
+	}
+	if foreignN := keys - len(want); marks > foreignN/settleEvery+2 {
+		t.Errorf("%d settle marks for %d skipped updates: want at most %d (coalesced)", marks, foreignN, foreignN/settleEvery+2)
+	}
+	t.Logf("partition %v: %d keys of %d, %d settle marks", part, len(got), keys, marks)
+
+	rev := put(t, b, foreign, "live")
+	if ev, _ := next(t, w); !ev.SettleOnly() || ev.Settle != rev {
+		t.Errorf("a live update of another partition at %d gave %+v, want a settle mark at %d", rev, ev, rev)
+	}
+	var mine string
+	for k := range want {
+		mine = k
+		break
+	}
+	rev = put(t, b, mine, "live")
+	if ev, _ := next(t, w); ev.Key != mine || ev.Rev != rev {
+		t.Errorf("a live update of the partition (%q at %d) gave %+v", mine, rev, ev)
+	}
+}

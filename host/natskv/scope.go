@@ -3,6 +3,8 @@ package natskv
 import (
 	"fmt"
 	"strings"
+
+	"github.com/foldhost/foldhost/protocol"
 )
 
 // Scope is what a watch covers: the whole bucket (no prefixes), or the union
@@ -11,8 +13,15 @@ import (
 // A prefix is a whole-token subject prefix ending in "." ("route.",
 // "tenant.a."): NATS filters by subject tokens, so "rou" cannot be a filter.
 // Prefixes must not overlap (NATS refuses overlapping consumer filters).
+//
+// Partition, when not whole, narrows a whole-bucket scope to one partition
+// of its keys (protocol.PartitionOf): the watch reads the bucket's whole
+// stream and hands on only the partition's updates, settling the fold's
+// cursor over the others (RATIONALE.md, "Partitions"). A partition of a
+// prefix scope is specified, not built: Validate refuses it.
 type Scope struct {
-	Prefixes []string
+	Prefixes  []string
+	Partition protocol.Partition
 }
 
 // WholeBucket reports whether s covers every key.
@@ -31,8 +40,19 @@ func (s Scope) Contains(key string) bool {
 	return false
 }
 
+// Holds reports whether key of bucket is in scope, partition included.
+func (s Scope) Holds(bucket, key string) bool {
+	return s.Contains(key) && s.Partition.Holds(bucket, key)
+}
+
 // Validate reports the first problem with s.
 func (s Scope) Validate() error {
+	if err := s.Partition.Validate(); err != nil {
+		return fmt.Errorf("natskv: scope %w", err)
+	}
+	if !s.Partition.Whole() && !s.WholeBucket() {
+		return fmt.Errorf("natskv: scope prefixes %q with partitions: a partitioned fold covers the whole bucket (prefixes and partitions together are specified, not built)", s.Prefixes)
+	}
 	for i, p := range s.Prefixes {
 		switch {
 		case p == "":
@@ -67,6 +87,9 @@ func (s Scope) filters() []string {
 }
 
 func (s Scope) String() string {
+	if !s.Partition.Whole() {
+		return "partition " + s.Partition.String()
+	}
 	if s.WholeBucket() {
 		return "bucket"
 	}

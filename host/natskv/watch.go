@@ -248,6 +248,10 @@ func (b *Bucket) resumePoint(ctx context.Context, from protocol.Cursor, stream t
 	}
 }
 
+// settleEvery is how many updates of other partitions a partitioned watch
+// skips at most between two settle marks.
+const settleEvery = 1024
+
 // watchDrain bounds how many messages the watcher takes from its inbox
 // between two looks at stop, status and the probe.
 const watchDrain = 256
@@ -286,6 +290,11 @@ func (w *Watcher) run(c *consumer, g *floorGuard, resuming bool, status chan nat
 	heartbeats := time.NewTicker(2 * consumerHeartbeat)
 	defer heartbeats.Stop()
 	delivered := false
+	var keep func(key string) bool // nil: every update of the consumer
+	if !w.scope.Partition.Whole() {
+		keep = func(key string) bool { return w.scope.Partition.Holds(w.b.name, key) }
+	}
+	skipped := 0 // updates of other partitions since the last settle mark
 	send := func(ev fold.Event) bool {
 		select {
 		case w.events <- ev: // room in the buffer: one channel, no select
@@ -370,6 +379,19 @@ func (w *Watcher) run(c *consumer, g *floorGuard, resuming bool, status chan nat
 			g.frontier, g.frontierTime = rev, u.Time
 		}
 		delivered = true
+		if keep != nil && !keep(u.Key) {
+			// Another partition's: the fold's cursor passes it with a
+			// settle mark, sent at the head (so that a caught-up fold's
+			// cursor reaches it) and every settleEvery skipped updates
+			// (so that a resume does not read them all again); a kept
+			// update in between carries it anyway.
+			if skipped++; behind == 0 || skipped >= settleEvery {
+				skipped = 0
+				return send(fold.Event{Settle: rev, SettleTime: u.Time, Behind: behind})
+			}
+			return true
+		}
+		skipped = 0
 		return send(fold.Event{Update: u, Unsettled: settling, Behind: behind})
 	}
 	// take handles one message of the inbox (false ends the watch).

@@ -73,7 +73,7 @@ func (r *Runner) restore(ctx context.Context, feed fold.Feed, plugin fold.Plugin
 		return nil, fmt.Errorf("restore: opening the imported artifact: %w", err)
 	}
 	defer art.Close()
-	if o, ok, err := art.Origin(); err != nil || !ok || o.Bucket != m.Bucket || !o.StreamCreated.Equal(m.StreamCreated) {
+	if o, ok, err := art.Origin(); err != nil || !ok || o.Bucket != m.Bucket || !o.StreamCreated.Equal(m.StreamCreated) || o.Partition != m.Partition {
 		return nil, refuse("the imported artifact's store records origin %v (%t, %v), its manifest says %v", o, ok, err, m.Origin())
 	}
 	if err := r.join(ctx, plan, art); err != nil {
@@ -129,6 +129,9 @@ func (r *Runner) CheckArtifact(m artifact.Manifest, local protocol.Cursor, ret p
 	if m.Bucket != r.Bucket {
 		return fmt.Errorf("it folds bucket %q, the fold %q", m.Bucket, r.Bucket)
 	}
+	if m.Partition != r.Partition {
+		return fmt.Errorf("it folds partition %s of the bucket, the fold partition %s", partitionText(m.Partition), partitionText(r.Partition))
+	}
 	if !covers(m.Scope, r.Scope) {
 		return fmt.Errorf("its scope %s does not cover the fold's %s", scopeText(m.Scope), scopeText(r.Scope))
 	}
@@ -159,6 +162,13 @@ func (r *Runner) CheckArtifact(m artifact.Manifest, local protocol.Cursor, ret p
 // scope ours (no prefixes: the whole bucket): each of our prefixes must
 // start with one of theirs. A narrower artifact lacks keys the fold holds,
 // and a restore would delete those the bucket no longer lists.
+func partitionText(p string) string {
+	if p == "" {
+		return "(whole bucket)"
+	}
+	return p
+}
+
 func covers(theirs, ours []string) bool {
 	if len(theirs) == 0 {
 		return true

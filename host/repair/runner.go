@@ -40,6 +40,10 @@ type Runner struct {
 	Bucket string
 	Scope  []string
 	Stream time.Time
+	// Partition is the partition of the bucket's keys the fold folds
+	// (protocol.Partition.String; "" for the whole bucket): an artifact
+	// must be of the same one.
+	Partition string
 	// Store is the fold's store.
 	Store fold.Target
 	// Retention reads the bucket's live retention (natskv.Bucket.Retention).

@@ -1,0 +1,162 @@
+package host_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/foldrun"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/hosttest"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// rawKeysOf is every raw key a fold holds, with its value.
+func rawKeysOf(t *testing.T, f *host.Fold) map[string]string {
+	t.Helper()
+	sn, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Close()
+	got := map[string]string{}
+	if err := sn.RawRange("", func(k []byte, _ protocol.Revision, v []byte) error { got[string(k)] = string(v); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestPartitionedFoldOnOneNode: a fold of 4 partitions runs as 4 units
+// (routes.0 to routes.3), each folding exactly its partition's keys (all
+// of them, none of another's), each cursor at the head although the
+// head's update is of one partition only; a key's raw value is read by the
+// fold's name from the unit of its partition (X-Foldhost-Partition says
+// which), the partitions endpoint lists the 4, and a merged read the
+// units cannot answer yet is refused with their names. A restart resumes
+// every unit; a restart with another count of partitions is refused, its
+// stores untouched, whichever way the count changed. Mutations caught: a
+// unit's watch without its partition (every unit holds every key); raw
+// reads not routed by partition (a key of another unit is not found); the
+// layout check off (1 partition over 4's directories starts a new fold);
+// the partition missing from a store's origin, or --adopt overriding it
+// (8 partitions over 4's stores start).
+func TestPartitionedFoldOnOneNode(t *testing.T) {
+	url, b := hosttest.NATSServer(t)
+	dir := t.TempDir()
+	opts := func(n int) host.Options {
+		return host.Options{
+			NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+			Folds: []host.FoldOptions{{Name: "routes", DataDir: filepath.Join(dir, "routes"), Partitions: n}},
+		}
+	}
+	const n, keys = 4, 400
+	want := map[string]string{}
+	var last uint64
+	for i := range keys {
+		k, v := fmt.Sprintf("route.h%d", i), fmt.Sprintf("v%d", i)
+		last, want[k] = hosttest.Put(t, b, k, v), v
+	}
+	r := hosttest.StartHost(t, opts(n))
+	if len(r.H.Folds()) != n {
+		t.Fatalf("%d folds run, want %d units", len(r.H.Folds()), n)
+	}
+	all := map[string]string{}
+	for p := range n {
+		f := r.H.Fold(host.UnitName("routes", p))
+		if f == nil {
+			t.Fatalf("no unit %s", host.UnitName("routes", p))
+		}
+		hosttest.WaitCursor(t, f, last)
+		held := rawKeysOf(t, f)
+		for k, v := range held {
+			if q := protocol.PartitionOf("routes", k, n); q != p {
+				t.Errorf("unit %d holds key %q of partition %d", p, k, q)
+			}
+			all[k] = v
+		}
+		t.Logf("unit %s: %d keys, cursor %d", f.Name(), len(held), f.Status().Cursor)
+	}
+	if len(all) != len(want) {
+		t.Fatalf("the units hold %d keys together, the bucket %d", len(all), len(want))
+	}
+	srv := hosttest.LoopbackAPI(t, r.H.Handler())
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range keys {
+		k := fmt.Sprintf("route.h%d", i)
+		resp, err := client.Get(srv.URL + "/v1/folds/routes/raw/" + k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(host.PartitionHeader) != fmt.Sprint(protocol.PartitionOf("routes", k, n)) {
+			t.Fatalf("GET raw %s: %d, partition header %q, want 200 and %d", k, resp.StatusCode, resp.Header.Get(host.PartitionHeader), protocol.PartitionOf("routes", k, n))
+		}
+	}
+	if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes/partitions"); code != http.StatusOK || strings.Count(body, `"partition":`) != n || !strings.Contains(body, `"partition":3`) {
+		t.Errorf("partitions: %d %s", code, body)
+	}
+	if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes/raw?prefix=route."); code != http.StatusNotImplemented || !strings.Contains(body, "routes.P") {
+		t.Errorf("a range of the partitioned fold by its name: %d %s, want 501 naming its units", code, body)
+	}
+	if code, _ := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes.2/raw?prefix=route."); code != http.StatusOK {
+		t.Errorf("a range of one unit: %d, want 200", code)
+	}
+	// A live update lands in its unit only; the others' cursors pass it.
+	last = hosttest.Put(t, b, "route.h0", "live")
+	for _, f := range r.H.Folds() {
+		hosttest.WaitCursor(t, f, last)
+	}
+	if err := r.Stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	r = hosttest.StartHost(t, opts(n))
+	last = hosttest.Put(t, b, "route.h1", "after restart")
+	for _, f := range r.H.Folds() {
+		hosttest.WaitCursor(t, f, last)
+	}
+	srv2 := hosttest.LoopbackAPI(t, r.H.Handler())
+	if code, body := hosttest.HTTPGet(t, srv2.URL+"/v1/folds/routes/raw/route.h1"); code != http.StatusOK || !strings.Contains(body, "after restart") {
+		t.Errorf("after a restart: %d %s", code, body)
+	}
+	srv2.Close()
+	if err := r.Stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, m := range []int{1, 2, 8} {
+		err := hosttest.StartErr(t, opts(m))
+		if err == nil || !strings.Contains(err.Error(), "partition") || !strings.Contains(err.Error(), "fixed for a fold's life") {
+			t.Errorf("a restart with %d partitions over a fold of %d: %v, want a refusal naming the partitions", m, n, err)
+		}
+	}
+	// Without the data dir's record of its count, each unit's store
+	// still says which partition of how many it holds.
+	if err := os.Remove(filepath.Join(dir, "routes", "partitions")); err != nil {
+		t.Fatal(err)
+	}
+	if err := hosttest.StartErr(t, opts(8)); !errors.Is(err, foldrun.ErrOriginMismatch) || !strings.Contains(err.Error(), "partition 0/4") {
+		t.Errorf("8 partitions over 4's stores, the count's record gone: %v, want an origin mismatch naming partition 0/4", err)
+	}
+	adopt := opts(8)
+	adopt.Folds[0].Adopt = true
+	if err := hosttest.StartErr(t, adopt); !errors.Is(err, foldrun.ErrOriginMismatch) {
+		t.Errorf("8 partitions over 4's stores with --adopt: %v, want the origin mismatch all the same", err)
+	}
+	for p := 4; p < 8; p++ {
+		_ = os.RemoveAll(filepath.Join(dir, "routes", fmt.Sprintf("partition-%d", p))) // made empty by that start
+	}
+	if err := os.WriteFile(filepath.Join(dir, "routes", "partitions"), []byte("4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = hosttest.StartHost(t, opts(n))
+	for _, f := range r.H.Folds() {
+		hosttest.WaitCursor(t, f, last) // untouched by the refused starts
+	}
+}

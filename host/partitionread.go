@@ -1,0 +1,110 @@
+package host
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/foldhost/foldhost/host/httpapi"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// Reads of a partitioned fold by its own name find their unit: a key's
+// raw value is read from the unit of the key's partition (FOLD.P, on this
+// node or, in a fleet, wherever that unit's owner is), and the fold's
+// partitions endpoint lists every unit. The other reads of a partitioned
+// fold by its name (views, ranges, queries, status) need its units'
+// answers merged: specified, not built; they are refused with the units'
+// names, each of which answers for its own partition.
+
+// partitionedFold is a fold of several partitions, as reads find it.
+type partitionedFold struct {
+	name, bucket string
+	n            int
+}
+
+// partitionedFolds are the host's folds of several partitions, by name.
+func (h *Host) partitionedFolds() map[string]partitionedFold {
+	out := map[string]partitionedFold{}
+	for _, f := range h.o.Folds {
+		if f.Partitions > 1 {
+			out[f.FoldName] = partitionedFold{name: f.FoldName, bucket: f.Bucket, n: f.Partitions}
+		}
+	}
+	return out
+}
+
+// unitNamed is the unit the fold named name runs (a unit's name is
+// FOLD.P, an unpartitioned fold's its own); ok false for no fold of this
+// host.
+func (h *Host) unitNamed(name string) (protocol.Unit, bool) {
+	for _, f := range h.o.Folds {
+		if f.Name == name {
+			return f.Unit(), true
+		}
+	}
+	return protocol.Unit{}, false
+}
+
+// routePartitions serves the reads of partitioned folds by their names,
+// and hands everything else to next.
+func (h *Host) routePartitions(next http.Handler) http.Handler {
+	parts := h.partitionedFolds()
+	if len(parts) == 0 {
+		return next
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", next)
+	of := func(w http.ResponseWriter, r *http.Request) (partitionedFold, bool) {
+		pf, ok := parts[r.PathValue("name")]
+		if !ok {
+			next.ServeHTTP(w, r)
+		}
+		return pf, ok
+	}
+	mux.HandleFunc("GET /v1/folds/{name}/raw/{key...}", func(w http.ResponseWriter, r *http.Request) {
+		pf, ok := of(w, r)
+		if !ok {
+			return
+		}
+		p := protocol.PartitionOf(pf.bucket, r.PathValue("key"), pf.n)
+		unit := UnitName(pf.name, p)
+		r2 := r.Clone(r.Context())
+		r2.URL.Path = "/v1/folds/" + unit + strings.TrimPrefix(r.URL.Path, "/v1/folds/"+pf.name)
+		if r.URL.RawPath != "" {
+			r2.URL.RawPath = "/v1/folds/" + url.PathEscape(unit) + strings.TrimPrefix(r.URL.RawPath, "/v1/folds/"+url.PathEscape(pf.name))
+		}
+		r2.RequestURI = r2.URL.RequestURI()
+		w.Header().Set(PartitionHeader, strconv.Itoa(p))
+		next.ServeHTTP(w, r2)
+	})
+	mux.HandleFunc("GET /v1/folds/{name}/partitions", func(w http.ResponseWriter, r *http.Request) {
+		pf, ok := of(w, r)
+		if !ok {
+			return
+		}
+		ps := []httpapi.PartitionStatus{}
+		for p := range pf.n {
+			if f := h.Fold(UnitName(pf.name, p)); f != nil {
+				ps = append(ps, h.placement(f)...)
+			}
+		}
+		httpapi.WriteJSON(w, http.StatusOK, httpapi.Partitions{Fold: pf.name, Partitions: ps})
+	})
+	refuse := func(w http.ResponseWriter, r *http.Request) {
+		pf, ok := of(w, r)
+		if !ok {
+			return
+		}
+		httpapi.WriteError(w, http.StatusNotImplemented, "fold %s has %d partitions: by its name it answers a key's raw value (GET /v1/folds/%s/raw/KEY) and its partitions (GET /v1/folds/%s/partitions); "+
+			"its views, ranges, queries and status merged over partitions are specified, not built: each partition answers for its own keys at /v1/folds/%s.P/... (P from 0 to %d)",
+			pf.name, pf.n, pf.name, pf.name, pf.name, pf.n-1)
+	}
+	// The endpoints without a trailing part are named too: a mux with
+	// only "/raw/{key...}" would redirect "/raw" to "/raw/".
+	for _, p := range []string{"/v1/folds/{name}", "/v1/folds/{name}/{rest...}", "/v1/folds/{name}/raw", "/v1/folds/{name}/view"} {
+		mux.HandleFunc(p, refuse)
+	}
+	return mux
+}

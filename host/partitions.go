@@ -1,0 +1,124 @@
+package host
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/foldhost/foldhost/internal/files"
+	"github.com/foldhost/foldhost/protocol"
+)
+
+// A fold of Partitions > 1 runs as that many units, one per partition of
+// its bucket's keys (protocol.PartitionOf), each a Fold of its own: its
+// own store, watch, loop, cursor, effects fence, artifact key and claim in
+// a fleet. RATIONALE.md, "Partitions".
+
+// partitionDirPrefix names a unit's data dir inside its fold's:
+// DATA_DIR/partition-P.
+const partitionDirPrefix = "partition-"
+
+// partitionsFile, in a partitioned fold's data dir, records its count of
+// partitions.
+const partitionsFile = "partitions"
+
+// UnitName is the name of partition p of fold: FOLD.P (a fold's name
+// has no dot, so it never collides with another fold's).
+func UnitName(fold string, p int) string { return fold + "." + strconv.Itoa(p) }
+
+// expandPartitions returns folds with each fold of Partitions > 1
+// replaced by its units, in partition order.
+func expandPartitions(folds []FoldOptions) []FoldOptions {
+	out := make([]FoldOptions, 0, len(folds))
+	for _, f := range folds {
+		if f.Partitions < 2 || f.FoldName != "" {
+			out = append(out, f)
+			continue
+		}
+		for p := range min(f.Partitions, protocol.MaxPartitions) {
+			u := f
+			u.FoldName, u.Partition = f.Name, p
+			u.Name = UnitName(f.Name, p)
+			u.DataDir = filepath.Join(f.DataDir, partitionDirPrefix+strconv.Itoa(p))
+			if f.Bucket == "" {
+				u.Bucket = f.Name
+			}
+			if f.ArtifactKey != "" {
+				u.ArtifactKey = UnitName(f.ArtifactKey, p)
+			}
+			if f.EffectsFence != "" {
+				u.EffectsFence = UnitName(f.EffectsFence, p)
+			}
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// checkPartitionLayout refuses a fold's data dir laid out for another
+// count of partitions than its options' (partitions are fixed for a
+// fold's life): a store where units belong, or units where a store does,
+// or a unit beyond the count. A unit whose store records another count is
+// refused by its origin check.
+func checkPartitionLayout(f FoldOptions) error {
+	dir, n := f.DataDir, f.Partitions
+	if f.FoldName != f.Name {
+		dir = filepath.Dir(f.DataDir)
+	}
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	how := fmt.Sprintf("partitions are fixed for a fold's life: to fold it with %d, move %s aside and fold the bucket again (or configure a new fold beside it)", n, dir)
+	marker := filepath.Join(dir, partitionsFile)
+	if b, err := os.ReadFile(marker); err == nil {
+		if had, _ := strconv.Atoi(strings.TrimSpace(string(b))); had != n {
+			return fmt.Errorf("fold %s: its data dir %s holds a fold of %d partitions, configured with %d: %s", f.Unit().Fold, dir, had, n, how)
+		}
+	} else if !os.IsNotExist(err) {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if name == partitionsFile+".tmp" || (name == partitionsFile && n >= 2) {
+			continue
+		}
+		p, isUnit := strings.CutPrefix(name, partitionDirPrefix)
+		idx, err := strconv.Atoi(p)
+		isUnit = isUnit && e.IsDir() && err == nil
+		switch {
+		case n < 2 && name == partitionsFile:
+			return fmt.Errorf("fold %s: its data dir %s holds a fold of several partitions: %s", f.Unit().Fold, dir, how)
+		case n < 2 && isUnit:
+			return fmt.Errorf("fold %s: its data dir %s holds %s, a partition of a fold of several: %s", f.Unit().Fold, dir, name, how)
+		case n >= 2 && isUnit && idx >= n:
+			return fmt.Errorf("fold %s: its data dir %s holds %s, but the fold has %d partitions (0 to %d): %s", f.Unit().Fold, dir, name, n, n-1, how)
+		case n >= 2 && !isUnit && !strings.HasPrefix(name, "."+partitionDirPrefix):
+			return fmt.Errorf("fold %s: its data dir %s holds %s, not a partition's directory: it is the store of the fold with one partition (or something else): %s", f.Unit().Fold, dir, name, how)
+		}
+	}
+	if n < 2 {
+		return nil
+	}
+	// Recorded before any unit's store is made: a start refused later
+	// leaves the directory as a fold of n.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if _, err := os.Stat(marker); err == nil {
+		return nil
+	}
+	tmp := marker + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(n)+"\n"), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, marker); err != nil {
+		return err
+	}
+	return files.SyncDir(dir)
+}

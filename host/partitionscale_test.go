@@ -1,0 +1,79 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/internal/hosttest"
+	"github.com/foldhost/foldhost/internal/natstest"
+)
+
+// TestPartitionScaleUpMeasure is a measurement, run only with
+// FOLDHOST_TEST_PARTITION_SCALE=KEYS: the time one node takes to hydrate
+// a bucket of KEYS routes through the example router plugin as a fold of
+// 1, 2 and 4 partitions (each run on a fresh data dir, in turns A B C A B
+// C), logged with the ratios to 1 partition.
+// FOLDHOST_TEST_PARTITION_PLUGIN names another build of the router
+// (router-go: the Go guest, whose apply costs several times the C one's).
+func TestPartitionScaleUpMeasure(t *testing.T) {
+	v := os.Getenv("FOLDHOST_TEST_PARTITION_SCALE")
+	if v == "" {
+		t.Skip("a measurement: set FOLDHOST_TEST_PARTITION_SCALE=KEYS to run it")
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, nc := natstest.Start(t)
+	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "f0", History: 1}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	putMany(t, hosttest.JS(t, srv.ClientURL()), 0, n)
+	last := lastRev(t, b)
+	name := "router-c"
+	if p := os.Getenv("FOLDHOST_TEST_PARTITION_PLUGIN"); p != "" {
+		name = p
+	}
+	plugin := hosttest.BuiltPlugin(t, "example-router", name)
+	times := map[int][]time.Duration{}
+	for round := range 3 {
+		for _, parts := range []int{1, 2, 4} {
+			dir := filepath.Join(t.TempDir(), fmt.Sprint(round, parts))
+			start := time.Now()
+			r := hosttest.StartHost(t, host.Options{
+				NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: srv.ClientURL()}},
+				Folds: []host.FoldOptions{{Name: "f0", Plugin: plugin, DataDir: dir, Partitions: parts}},
+			})
+			for _, f := range r.H.Folds() {
+				hosttest.WaitCursor(t, f, last)
+			}
+			times[parts] = append(times[parts], time.Since(start))
+			if err := r.Stop(t); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	med := func(ds []time.Duration) time.Duration {
+		s := append([]time.Duration(nil), ds...)
+		for i := range s {
+			for j := i + 1; j < len(s); j++ {
+				if s[j] < s[i] {
+					s[i], s[j] = s[j], s[i]
+				}
+			}
+		}
+		return s[len(s)/2]
+	}
+	base := med(times[1])
+	for _, parts := range []int{1, 2, 4} {
+		t.Logf("%s, %d keys, %d partitions: median %v of %v, ratio to 1 partition %.2f", name, n, parts, med(times[parts]), times[parts], float64(med(times[parts]))/float64(base))
+	}
+}
