@@ -81,7 +81,7 @@ func TestFleetPlacesPartitions(t *testing.T) {
 			}
 			return true
 		})
-		for k := range rawKeysOf(t, hs[pl.Owner].H.Fold(unit)) {
+		for k := range hosttest.RawOf(t, hs[pl.Owner].H.Fold(unit)) {
 			if q := protocol.PartitionOf("routes", k, n); q != p {
 				t.Errorf("unit %s on its owner %s holds key %q of partition %d", unit, pl.Owner, k, q)
 			}

@@ -280,8 +280,15 @@ func (o Options) withDefaults() (Options, error) {
 
 // fold returns the options of the fold named name.
 func (o Options) fold(name string) (FoldOptions, error) {
-	names := make([]string, len(o.Folds))
-	for i, f := range o.Folds {
+	for _, f := range o.Folds {
+		if f.Name == name && f.Partitions > 1 && f.FoldName == "" {
+			return FoldOptions{}, fmt.Errorf("fold %q has %d partitions, each a fold of its own: name one of them (%s to %s)",
+				name, f.Partitions, UnitName(name, 0), UnitName(name, f.Partitions-1))
+		}
+	}
+	folds := expandPartitions(o.Folds)
+	names := make([]string, len(folds))
+	for i, f := range folds {
 		if f.Name == name {
 			return f, nil
 		}

@@ -16,21 +16,6 @@ import (
 	"github.com/foldhost/foldhost/protocol"
 )
 
-// rawKeysOf is every raw key a fold holds, with its value.
-func rawKeysOf(t *testing.T, f *host.Fold) map[string]string {
-	t.Helper()
-	sn, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sn.Close()
-	got := map[string]string{}
-	if err := sn.RawRange("", func(k []byte, _ protocol.Revision, v []byte) error { got[string(k)] = string(v); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	return got
-}
-
 // TestPartitionedFoldOnOneNode: a fold of 4 partitions runs as 4 units
 // (routes.0 to routes.3), each folding exactly its partition's keys (all
 // of them, none of another's), each cursor at the head although the
@@ -39,12 +24,14 @@ func rawKeysOf(t *testing.T, f *host.Fold) map[string]string {
 // which), the partitions endpoint lists the 4, and a merged read the
 // units cannot answer yet is refused with their names. A restart resumes
 // every unit; a restart with another count of partitions is refused, its
-// stores untouched, whichever way the count changed. Mutations caught: a
+// stores untouched, whichever way the count changed; an offline command
+// given the fold's name is told to name one of its units. Mutations caught: a
 // unit's watch without its partition (every unit holds every key); raw
 // reads not routed by partition (a key of another unit is not found); the
 // layout check off (1 partition over 4's directories starts a new fold);
 // the partition missing from a store's origin, or --adopt overriding it
-// (8 partitions over 4's stores start).
+// (8 partitions over 4's stores start); the fold's name looked up among
+// units only (a bare "no fold named").
 func TestPartitionedFoldOnOneNode(t *testing.T) {
 	url, b := hosttest.NATSServer(t)
 	dir := t.TempDir()
@@ -72,7 +59,7 @@ func TestPartitionedFoldOnOneNode(t *testing.T) {
 			t.Fatalf("no unit %s", host.UnitName("routes", p))
 		}
 		hosttest.WaitCursor(t, f, last)
-		held := rawKeysOf(t, f)
+		held := hosttest.RawOf(t, f)
 		for k, v := range held {
 			if q := protocol.PartitionOf("routes", k, n); q != p {
 				t.Errorf("unit %d holds key %q of partition %d", p, k, q)
@@ -158,5 +145,12 @@ func TestPartitionedFoldOnOneNode(t *testing.T) {
 	r = hosttest.StartHost(t, opts(n))
 	for _, f := range r.H.Folds() {
 		hosttest.WaitCursor(t, f, last) // untouched by the refused starts
+	}
+	if err := r.Stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// An offline command names a unit: the fold's name says which.
+	if _, err := host.ResetStopped(t.Context(), opts(n), "routes", nil); err == nil || !strings.Contains(err.Error(), "routes.0 to routes.3") {
+		t.Errorf("reset of the partitioned fold by its name: %v, want a refusal naming its units", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/host/pluginobj"
 	"github.com/foldhost/foldhost/host/wasm"
@@ -197,13 +198,26 @@ func FoldOf(t testing.TB, f *host.Fold) map[string]KVEntry {
 // ViewsOf reads every view entry of f from one snapshot.
 func ViewsOf(t testing.TB, f *host.Fold) map[string]string {
 	t.Helper()
+	return entriesOf(t, f, func(sn *fold.Snapshot, add func(k, v []byte) error) error { return sn.ViewRange(nil, add) })
+}
+
+// RawOf reads every raw entry (key and value) of f from one snapshot.
+func RawOf(t testing.TB, f *host.Fold) map[string]string {
+	t.Helper()
+	return entriesOf(t, f, func(sn *fold.Snapshot, add func(k, v []byte) error) error {
+		return sn.RawRange("", func(k []byte, _ protocol.Revision, v []byte) error { return add(k, v) })
+	})
+}
+
+func entriesOf(t testing.TB, f *host.Fold, scan func(sn *fold.Snapshot, add func(k, v []byte) error) error) map[string]string {
+	t.Helper()
 	sn, err := f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sn.Close()
 	got := map[string]string{}
-	if err := sn.ViewRange(nil, func(k, v []byte) error { got[string(k)] = string(v); return nil }); err != nil {
+	if err := scan(sn, func(k, v []byte) error { got[string(k)] = string(v); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return got
