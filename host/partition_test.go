@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/artifact/dirstore"
 	"github.com/foldhost/foldhost/host/foldrun"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/hosttest"
@@ -152,5 +153,66 @@ func TestPartitionedFoldOnOneNode(t *testing.T) {
 	// An offline command names a unit: the fold's name says which.
 	if _, err := host.ResetStopped(t.Context(), opts(n), "routes", nil); err == nil || !strings.Contains(err.Error(), "routes.0 to routes.3") {
 		t.Errorf("reset of the partitioned fold by its name: %v, want a refusal naming its units", err)
+	}
+}
+
+// TestPartitionArtifactsStayInTheirPartition: each unit of a partitioned
+// fold exports under its own key (KEY.P), its artifact records its
+// partition, and it bootstraps only a store of the same partition: unit 0
+// bootstrapped from unit 1's artifact is refused (an origin mismatch
+// naming both partitions), nothing installed; unit 1 from its own holds
+// exactly its keys. Mutation caught: origins compared without their
+// partitions (unit 0 installs unit 1's keys).
+func TestPartitionArtifactsStayInTheirPartition(t *testing.T) {
+	url, b := hosttest.NATSServer(t)
+	store, err := dirstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := func(dir string) host.Options {
+		return host.Options{
+			NATS:      host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+			Artifacts: host.ArtifactOptions{Store: store, Where: "test", Holder: "t"},
+			Logger:    hosttest.Quiet,
+			Folds:     []host.FoldOptions{{Name: "routes", DataDir: filepath.Join(dir, "routes"), Partitions: 2}},
+		}
+	}
+	var last uint64
+	for i := range 100 {
+		last = hosttest.Put(t, b, fmt.Sprintf("route.h%d", i), "v")
+	}
+	src := t.TempDir()
+	r := hosttest.StartHost(t, opts(src))
+	for _, f := range r.H.Folds() {
+		hosttest.WaitCursor(t, f, last)
+	}
+	if err := r.Stop(t); err != nil {
+		t.Fatal(err)
+	}
+	for _, unit := range []string{"routes.0", "routes.1"} {
+		res, err := host.ExportStopped(t.Context(), opts(src), unit, true)
+		if err != nil || res.Key != unit {
+			t.Fatalf("export of %s: %+v, %v (want its own key %s)", unit, res, err, unit)
+		}
+	}
+
+	dst := t.TempDir()
+	_, err = host.Bootstrap(t.Context(), opts(dst), "routes.0", host.BootstrapOptions{Key: "routes.1"})
+	if !errors.Is(err, foldrun.ErrOriginMismatch) || !strings.Contains(err.Error(), "partition 1/2, not 0/2") {
+		t.Fatalf("unit 0 bootstrapped from unit 1's artifact: %v, want an origin mismatch naming the partitions", err)
+	}
+	if _, err := host.Bootstrap(t.Context(), opts(dst), "routes.1", host.BootstrapOptions{}); err != nil {
+		t.Fatalf("unit 1 from its own artifact: %v", err)
+	}
+	r = hosttest.StartHost(t, opts(dst))
+	for _, f := range r.H.Folds() {
+		hosttest.WaitCursor(t, f, last)
+	}
+	for p, f := range r.H.Folds() {
+		for k := range hosttest.RawOf(t, f) {
+			if q := protocol.PartitionOf("routes", k, 2); q != p {
+				t.Errorf("unit %d holds key %q of partition %d", p, k, q)
+			}
+		}
 	}
 }

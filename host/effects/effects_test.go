@@ -96,7 +96,8 @@ func streamEffects(t *testing.T, s jetstream.Stream) []string {
 			continue
 		}
 		id := msg.Header.Get("Foldhost-Effect-Id")
-		if msg.Subject != "route.changed" || !strings.HasPrefix(id, "routes/") || strings.Count(id, "/") != 2 {
+		unit, _, _ := strings.Cut(id, "/") // the fold's, or one partition's (routes.P)
+		if msg.Subject != "route.changed" || (unit != "routes" && !strings.HasPrefix(unit, "routes.")) || strings.Count(id, "/") != 2 {
 			t.Fatalf("message %d: subject %q, id %q", seq, msg.Subject, id)
 		}
 		got = append(got, msg.Header.Get("Route-Op")+"|"+string(msg.Data))
