@@ -34,8 +34,10 @@ func partitionedFleetHost(t *testing.T, url, dir, name string, n int) host.Optio
 // key's raw value read by the fold's name on any node is answered by its
 // partition's unit, locally or forwarded to the unit's owner, right after
 // its write (min_revision), with the partition in a header; every node's
-// partitions endpoint lists the 4 owners. A node configured with another
-// count of partitions is refused by the fleet. Mutations caught: the
+// partitions endpoint lists the 4 owners. When the owner of a partition
+// leaves, its units go to their standbys and every key still reads right
+// through the other nodes. A node configured with another count of
+// partitions is refused by the fleet. Mutations caught: the
 // fleet's check of the count off (the node joins); the fleet's reads
 // routed by the fold's name instead of the unit's (a unit elsewhere
 // answers from its stopped copy: below min_revision).
@@ -104,6 +106,37 @@ func TestFleetPlacesPartitions(t *testing.T) {
 		for p := range n {
 			if code != 200 || !strings.Contains(body, fmt.Sprintf(`{"partition":%d,"owner":"%s"`, p, owners[p])) {
 				t.Errorf("partitions on %s: %d %s, want partition %d owned by %s", name, code, body, p, owners[p])
+			}
+		}
+	}
+
+	// The owner of partition 0 leaves (SIGTERM's path): its units go to
+	// their standbys, and every key reads right through the other nodes.
+	gone := owners[0]
+	if err := hs[gone].Stop(t); err != nil {
+		t.Fatal(err)
+	}
+	delete(hs, gone)
+	var rest []string
+	for _, name := range nodes {
+		if name != gone {
+			rest = append(rest, name)
+		}
+	}
+	for p := range n {
+		pl := protocol.Place(protocol.Unit{Fold: "routes", Partition: p}, rest, 1)
+		hosttest.WaitFor(t, func() bool {
+			role, _ := hs[pl.Owner].H.Fold(host.UnitName("routes", p)).Role()
+			return role == protocol.RoleOwner
+		})
+	}
+	for i := range 40 {
+		k := fmt.Sprintf("route.h%d", i)
+		rev := hosttest.Put(t, b, k, "after")
+		for _, name := range rest {
+			code, body, hdr := fleetGet(t, fmt.Sprintf("%s/v1/folds/routes/raw/%s?min_revision=%d&wait=10s", apis[name], k, rev))
+			if code != 200 || !strings.Contains(body, `"after"`) {
+				t.Fatalf("GET %s on %s after %s left: %d %s, headers %v", k, name, gone, code, body, hdr)
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package host_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -214,5 +215,81 @@ func TestPartitionArtifactsStayInTheirPartition(t *testing.T) {
 				t.Errorf("unit %d holds key %q of partition %d", p, k, q)
 			}
 		}
+	}
+}
+
+// TestPartitionedViewReads: a view key read by a partitioned fold's name
+// is asked of every unit and answered by the one that holds it, whatever
+// partition its name would hash to (the plugin names views), with that
+// unit's partition in X-Foldhost-Partition and min_revision honoured; a
+// key no unit holds is a 404; one held by two units is a 409 (merging
+// is not built). Mutations caught: the fan-out asking only the view
+// key's own hash partition (a view written by another partition's key is
+// not found); several holders answered with one of them (no 409).
+func TestPartitionedViewReads(t *testing.T) {
+	url, b := hosttest.NATSServer(t)
+	const n = 4
+	r := hosttest.StartHost(t, host.Options{
+		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: url}},
+		Folds: []host.FoldOptions{{Name: "routes", Plugin: hosttest.BuiltPlugin(t, "testdata", "keyview1"),
+			DataDir: filepath.Join(t.TempDir(), "routes"), Partitions: n}},
+	})
+	// Two keys of different partitions write the view key "s1/shared";
+	// one writes "s1/single", from a partition other than the one
+	// "s1/single" hashes to.
+	var writers []string
+	for i := 0; len(writers) < 2; i++ {
+		k := fmt.Sprintf("w%d", i)
+		if len(writers) == 0 || protocol.PartitionOf("routes", k, n) != protocol.PartitionOf("routes", writers[0], n) {
+			writers = append(writers, k)
+		}
+	}
+	single := ""
+	for i := 0; single == ""; i++ {
+		if k := fmt.Sprintf("x%d", i); protocol.PartitionOf("routes", k, n) != protocol.PartitionOf("routes", "s1/single", n) {
+			single = k
+		}
+	}
+	var last uint64
+	for i := range 40 {
+		last = hosttest.Put(t, b, fmt.Sprintf("route.h%d", i), fmt.Sprintf("v%d", i))
+	}
+	hosttest.Put(t, b, writers[0], "to:shared")
+	hosttest.Put(t, b, writers[1], "to:shared")
+	last = hosttest.Put(t, b, single, "to:single")
+	for _, f := range r.H.Folds() {
+		hosttest.WaitCursor(t, f, last)
+	}
+	srv := hosttest.LoopbackAPI(t, r.H.Handler())
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(path string) (int, string, string) {
+		t.Helper()
+		resp, err := client.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), resp.Header.Get(host.PartitionHeader)
+	}
+	for i := range 40 {
+		k := fmt.Sprintf("route.h%d", i)
+		if code, body, p := get("/v1/folds/routes/view/s1/" + k); code != 200 || !strings.Contains(body, fmt.Sprintf(`"v%d"`, i)) || p != fmt.Sprint(protocol.PartitionOf("routes", k, n)) {
+			t.Fatalf("view s1/%s: %d %s partition %q, want its key's partition %d", k, code, body, p, protocol.PartitionOf("routes", k, n))
+		}
+	}
+	if code, body, p := get("/v1/folds/routes/view/s1/single"); code != 200 || !strings.Contains(body, single) || p != fmt.Sprint(protocol.PartitionOf("routes", single, n)) {
+		t.Errorf("view s1/single: %d %s partition %q, want the writer %s's partition %d", code, body, p, single, protocol.PartitionOf("routes", single, n))
+	}
+	if code, body, _ := get("/v1/folds/routes/view/s1/shared"); code != http.StatusConflict || !strings.Contains(body, "2 partitions") {
+		t.Errorf("view s1/shared, held by two units: %d %s, want 409", code, body)
+	}
+	if code, _, _ := get("/v1/folds/routes/view/s1/none"); code != http.StatusNotFound {
+		t.Errorf("view s1/none: %d, want 404", code)
+	}
+	rev := hosttest.Put(t, b, "route.h3", "fresh")
+	if code, body, _ := get(fmt.Sprintf("/v1/folds/routes/view/s1/route.h3?min_revision=%d&wait=30s", rev)); code != 200 || !strings.Contains(body, "fresh") {
+		t.Errorf("view s1/route.h3 with min_revision %d: %d %s", rev, code, body)
 	}
 }

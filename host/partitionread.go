@@ -2,9 +2,11 @@ package host
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/protocol"
@@ -13,10 +15,12 @@ import (
 // Reads of a partitioned fold by its own name find their unit: a key's
 // raw value is read from the unit of the key's partition (FOLD.P, on this
 // node or, in a fleet, wherever that unit's owner is), and the fold's
-// partitions endpoint lists every unit. The other reads of a partitioned
-// fold by its name (views, ranges, queries, status) need its units'
-// answers merged: specified, not built; they are refused with the units'
-// names, each of which answers for its own partition.
+// partitions endpoint lists every unit. A view key has no partition (the
+// plugin names views): its read asks every unit, and answers the one that
+// holds it; held by several, it needs their values merged. That, and the
+// other reads by the fold's name (ranges, queries, status), are
+// specified, not built: they are refused with the units' names, each of
+// which answers for its own partition.
 
 // partitionedFold is a fold of several partitions, as reads find it.
 type partitionedFold struct {
@@ -79,6 +83,13 @@ func (h *Host) routePartitions(next http.Handler) http.Handler {
 		w.Header().Set(PartitionHeader, strconv.Itoa(p))
 		next.ServeHTTP(w, r2)
 	})
+	mux.HandleFunc("GET /v1/folds/{name}/view/{key...}", func(w http.ResponseWriter, r *http.Request) {
+		pf, ok := of(w, r)
+		if !ok {
+			return
+		}
+		h.viewOfPartitions(w, r, next, pf)
+	})
 	mux.HandleFunc("GET /v1/folds/{name}/partitions", func(w http.ResponseWriter, r *http.Request) {
 		pf, ok := of(w, r)
 		if !ok {
@@ -93,13 +104,15 @@ func (h *Host) routePartitions(next http.Handler) http.Handler {
 		httpapi.WriteJSON(w, http.StatusOK, httpapi.Partitions{Fold: pf.name, Partitions: ps})
 	})
 	refuse := func(w http.ResponseWriter, r *http.Request) {
+		// (A key read by its query form, ?key=, is refused too: the path
+		// form routes it.)
 		pf, ok := of(w, r)
 		if !ok {
 			return
 		}
-		httpapi.WriteError(w, http.StatusNotImplemented, "fold %s has %d partitions: by its name it answers a key's raw value (GET /v1/folds/%s/raw/KEY) and its partitions (GET /v1/folds/%s/partitions); "+
-			"its views, ranges, queries and status merged over partitions are specified, not built: each partition answers for its own keys at /v1/folds/%s.P/... (P from 0 to %d)",
-			pf.name, pf.n, pf.name, pf.name, pf.name, pf.n-1)
+		httpapi.WriteError(w, http.StatusNotImplemented, "fold %s has %d partitions: by its name it answers a key's raw value (GET /v1/folds/%s/raw/KEY), a view key one partition holds (GET /v1/folds/%s/view/KEY) and its partitions (GET /v1/folds/%s/partitions); "+
+			"ranges, queries, status and view keys merged over partitions are specified, not built: each partition answers for its own at /v1/folds/%s.P/... (P from 0 to %d)",
+			pf.name, pf.n, pf.name, pf.name, pf.name, pf.name, pf.n-1)
 	}
 	// The endpoints without a trailing part are named too: a mux with
 	// only "/raw/{key...}" would redirect "/raw" to "/raw/".
@@ -107,4 +120,70 @@ func (h *Host) routePartitions(next http.Handler) http.Handler {
 		mux.HandleFunc(p, refuse)
 	}
 	return mux
+}
+
+// viewOfPartitions answers a view key's read by a partitioned fold's name:
+// every unit is asked (through next: locally, or forwarded to its owner,
+// min_revision and wait included); the one unit that holds the key
+// answers, with its partition in X-Foldhost-Partition; none: the first
+// unit's 404; several: 409 (their values would need a merge); a unit that
+// fails: its answer.
+func (h *Host) viewOfPartitions(w http.ResponseWriter, r *http.Request, next http.Handler, pf partitionedFold) {
+	answers := make([]*httptest.ResponseRecorder, pf.n)
+	var wg sync.WaitGroup
+	for p := range pf.n {
+		unit := UnitName(pf.name, p)
+		r2 := r.Clone(r.Context())
+		r2.URL.Path = "/v1/folds/" + unit + strings.TrimPrefix(r.URL.Path, "/v1/folds/"+pf.name)
+		if r.URL.RawPath != "" {
+			r2.URL.RawPath = "/v1/folds/" + url.PathEscape(unit) + strings.TrimPrefix(r.URL.RawPath, "/v1/folds/"+url.PathEscape(pf.name))
+		}
+		r2.RequestURI = r2.URL.RequestURI()
+		answers[p] = httptest.NewRecorder()
+		wg.Go(func() {
+			defer func() {
+				// A forwarded read that broke off aborts its handler
+				// (http.ErrAbortHandler): here, that one answer.
+				if v := recover(); v != nil {
+					if v != http.ErrAbortHandler {
+						panic(v)
+					}
+					answers[p] = httptest.NewRecorder()
+					httpapi.WriteError(answers[p], http.StatusBadGateway, "partition %d of fold %s: its answer broke off", p, pf.name)
+				}
+			}()
+			next.ServeHTTP(answers[p], r2)
+		})
+	}
+	wg.Wait()
+	var found []int
+	for p, a := range answers {
+		switch a.Code {
+		case http.StatusOK:
+			found = append(found, p)
+		case http.StatusNotFound:
+		default:
+			replay(w, a, p)
+			return
+		}
+	}
+	switch len(found) {
+	case 0:
+		replay(w, answers[0], 0)
+	case 1:
+		replay(w, answers[found[0]], found[0])
+	default:
+		httpapi.WriteError(w, http.StatusConflict, "view key %q is held by %d partitions of fold %s (%v): merging their values is specified, not built; read each at /v1/folds/%s.P/view/KEY",
+			r.PathValue("key"), len(found), pf.name, found, pf.name)
+	}
+}
+
+// replay writes a recorded answer of partition p.
+func replay(w http.ResponseWriter, a *httptest.ResponseRecorder, p int) {
+	for k, vs := range a.Header() {
+		w.Header()[k] = vs
+	}
+	w.Header().Set(PartitionHeader, strconv.Itoa(p))
+	w.WriteHeader(a.Code)
+	_, _ = w.Write(a.Body.Bytes())
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +58,10 @@ func TestPartitionScaleUpMeasure(t *testing.T) {
 				hosttest.WaitCursor(t, f, last)
 			}
 			times[parts] = append(times[parts], time.Since(start))
+			if round == 2 {
+				runtime.GC()
+				t.Logf("%d partitions: RSS %s after hydrating (the process: server, client and host)", parts, rss(t))
+			}
 			if err := r.Stop(t); err != nil {
 				t.Fatal(err)
 			}
@@ -76,4 +82,18 @@ func TestPartitionScaleUpMeasure(t *testing.T) {
 	for _, parts := range []int{1, 2, 4} {
 		t.Logf("%s, %d keys, %d partitions: median %v of %v, ratio to 1 partition %.2f", name, n, parts, med(times[parts]), times[parts], float64(med(times[parts]))/float64(base))
 	}
+}
+
+// rss is the process's resident set size, from /proc.
+func rss(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "unknown"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
 }

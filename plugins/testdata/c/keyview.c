@@ -2,7 +2,10 @@
  * key K with value V sets view "s<SCHEMA>/K" = V, a delete or purge removes
  * it. Built twice, with -DSCHEMA=1 and -DSCHEMA=2 (keyview1.wasm,
  * keyview2.wasm): two view schemas of one plugin, for the view rebuild
- * tests. A value "trap<SCHEMA>" traps (a module that cannot fold that key). */
+ * tests. A value "trap<SCHEMA>" traps (a module that cannot fold that key).
+ * A put of a value "to:NAME" also sets view "s<SCHEMA>/NAME" = K: a view
+ * key no partition of the bucket's keys owns (the partitioned reads'
+ * tests). */
 #include <string.h>
 
 #include "foldhost.h"
@@ -15,6 +18,7 @@
 
 static const char pfx[] = "s" STR(SCHEMA) "/";
 static const char bad[] = "trap" STR(SCHEMA);
+static const char to[] = "to:";
 
 struct rec {
 	uint8_t op;
@@ -41,6 +45,14 @@ static int apply(struct rec *rs, uint32_t n) {
 			fh_put(k, kl, r->value.ptr, r->value.len);
 		else
 			fh_delete(k, kl);
+		if (r->op == FH_OP_PUT && r->value.len > sizeof to - 1 && memcmp(r->value.ptr, to, sizeof to - 1) == 0) {
+			uint32_t nl = r->value.len - (uint32_t)(sizeof to - 1);
+			uint32_t vl = (uint32_t)(sizeof pfx - 1) + nl;
+			uint8_t *v = fh_alloc(vl);
+			memcpy(v, pfx, sizeof pfx - 1);
+			memcpy(v + sizeof pfx - 1, r->value.ptr + sizeof to - 1, nl);
+			fh_put(v, vl, r->key.ptr, r->key.len);
+		}
 	}
 	return FH_OK;
 }
