@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -223,7 +224,8 @@ func TestPartitionArtifactsStayInTheirPartition(t *testing.T) {
 // partition its name would hash to (the plugin names views), with that
 // unit's partition in X-Foldhost-Partition and min_revision honoured; a
 // key no unit holds is a 404; one held by two units is a 409 (merging
-// is not built). Mutations caught: the fan-out asking only the view
+// is not built). The query forms (?key=, ?key_b64=) route as the path
+// forms do. Mutations caught: the fan-out asking only the view
 // key's own hash partition (a view written by another partition's key is
 // not found); several holders answered with one of them (no 409).
 func TestPartitionedViewReads(t *testing.T) {
@@ -287,6 +289,14 @@ func TestPartitionedViewReads(t *testing.T) {
 	}
 	if code, _, _ := get("/v1/folds/routes/view/s1/none"); code != http.StatusNotFound {
 		t.Errorf("view s1/none: %d, want 404", code)
+	}
+	// The query forms route as the path forms do.
+	if code, body, p := get("/v1/folds/routes/view?key=s1/single"); code != 200 || !strings.Contains(body, single) || p != fmt.Sprint(protocol.PartitionOf("routes", single, n)) {
+		t.Errorf("view ?key=s1/single: %d %s partition %q", code, body, p)
+	}
+	k := "route.h7"
+	if code, body, p := get("/v1/folds/routes/raw?key_b64=" + base64.StdEncoding.EncodeToString([]byte(k))); code != 200 || !strings.Contains(body, `"v7"`) || p != fmt.Sprint(protocol.PartitionOf("routes", k, n)) {
+		t.Errorf("raw ?key_b64=%s: %d %s partition %q", k, code, body, p)
 	}
 	rev := hosttest.Put(t, b, "route.h3", "fresh")
 	if code, body, _ := get(fmt.Sprintf("/v1/folds/routes/view/s1/route.h3?min_revision=%d&wait=30s", rev)); code != 200 || !strings.Contains(body, "fresh") {

@@ -67,28 +67,20 @@ func (h *Host) routePartitions(next http.Handler) http.Handler {
 		}
 		return pf, ok
 	}
-	mux.HandleFunc("GET /v1/folds/{name}/raw/{key...}", func(w http.ResponseWriter, r *http.Request) {
-		pf, ok := of(w, r)
-		if !ok {
-			return
-		}
-		p := protocol.PartitionOf(pf.bucket, r.PathValue("key"), pf.n)
-		unit := UnitName(pf.name, p)
-		r2 := r.Clone(r.Context())
-		r2.URL.Path = "/v1/folds/" + unit + strings.TrimPrefix(r.URL.Path, "/v1/folds/"+pf.name)
-		if r.URL.RawPath != "" {
-			r2.URL.RawPath = "/v1/folds/" + url.PathEscape(unit) + strings.TrimPrefix(r.URL.RawPath, "/v1/folds/"+url.PathEscape(pf.name))
-		}
-		r2.RequestURI = r2.URL.RequestURI()
+	rawKey := func(w http.ResponseWriter, r *http.Request, pf partitionedFold, key string) {
+		p := protocol.PartitionOf(pf.bucket, key, pf.n)
 		w.Header().Set(PartitionHeader, strconv.Itoa(p))
-		next.ServeHTTP(w, r2)
+		next.ServeHTTP(w, toUnit(r, pf, p))
+	}
+	mux.HandleFunc("GET /v1/folds/{name}/raw/{key...}", func(w http.ResponseWriter, r *http.Request) {
+		if pf, ok := of(w, r); ok {
+			rawKey(w, r, pf, r.PathValue("key"))
+		}
 	})
 	mux.HandleFunc("GET /v1/folds/{name}/view/{key...}", func(w http.ResponseWriter, r *http.Request) {
-		pf, ok := of(w, r)
-		if !ok {
-			return
+		if pf, ok := of(w, r); ok {
+			h.viewOfPartitions(w, r, next, pf, r.PathValue("key"))
 		}
-		h.viewOfPartitions(w, r, next, pf)
 	})
 	mux.HandleFunc("GET /v1/folds/{name}/partitions", func(w http.ResponseWriter, r *http.Request) {
 		pf, ok := of(w, r)
@@ -104,11 +96,23 @@ func (h *Host) routePartitions(next http.Handler) http.Handler {
 		httpapi.WriteJSON(w, http.StatusOK, httpapi.Partitions{Fold: pf.name, Partitions: ps})
 	})
 	refuse := func(w http.ResponseWriter, r *http.Request) {
-		// (A key read by its query form, ?key=, is refused too: the path
-		// form routes it.)
 		pf, ok := of(w, r)
 		if !ok {
 			return
+		}
+		// A key read by its query form (?key=, ?key_b64=) is routed as
+		// the path form is; a malformed one is the unit's to refuse.
+		if q := r.URL.Query(); r.Method == http.MethodGet && !q.Has("prefix") && !q.Has("prefix_b64") {
+			if key, has, err := httpapi.KeyParam(q); err == nil && has {
+				switch r.URL.Path {
+				case "/v1/folds/" + pf.name + "/raw":
+					rawKey(w, r, pf, key)
+					return
+				case "/v1/folds/" + pf.name + "/view":
+					h.viewOfPartitions(w, r, next, pf, key)
+					return
+				}
+			}
 		}
 		httpapi.WriteError(w, http.StatusNotImplemented, "fold %s has %d partitions: by its name it answers a key's raw value (GET /v1/folds/%s/raw/KEY), a view key one partition holds (GET /v1/folds/%s/view/KEY) and its partitions (GET /v1/folds/%s/partitions); "+
 			"ranges, queries, status and view keys merged over partitions are specified, not built: each partition answers for its own at /v1/folds/%s.P/... (P from 0 to %d)",
@@ -128,17 +132,11 @@ func (h *Host) routePartitions(next http.Handler) http.Handler {
 // answers, with its partition in X-Foldhost-Partition; none: the first
 // unit's 404; several: 409 (their values would need a merge); a unit that
 // fails: its answer.
-func (h *Host) viewOfPartitions(w http.ResponseWriter, r *http.Request, next http.Handler, pf partitionedFold) {
+func (h *Host) viewOfPartitions(w http.ResponseWriter, r *http.Request, next http.Handler, pf partitionedFold, key string) {
 	answers := make([]*httptest.ResponseRecorder, pf.n)
 	var wg sync.WaitGroup
 	for p := range pf.n {
-		unit := UnitName(pf.name, p)
-		r2 := r.Clone(r.Context())
-		r2.URL.Path = "/v1/folds/" + unit + strings.TrimPrefix(r.URL.Path, "/v1/folds/"+pf.name)
-		if r.URL.RawPath != "" {
-			r2.URL.RawPath = "/v1/folds/" + url.PathEscape(unit) + strings.TrimPrefix(r.URL.RawPath, "/v1/folds/"+url.PathEscape(pf.name))
-		}
-		r2.RequestURI = r2.URL.RequestURI()
+		r2 := toUnit(r, pf, p)
 		answers[p] = httptest.NewRecorder()
 		wg.Go(func() {
 			defer func() {
@@ -174,8 +172,21 @@ func (h *Host) viewOfPartitions(w http.ResponseWriter, r *http.Request, next htt
 		replay(w, answers[found[0]], found[0])
 	default:
 		httpapi.WriteError(w, http.StatusConflict, "view key %q is held by %d partitions of fold %s (%v): merging their values is specified, not built; read each at /v1/folds/%s.P/view/KEY",
-			r.PathValue("key"), len(found), pf.name, found, pf.name)
+			key, len(found), pf.name, found, pf.name)
 	}
+}
+
+// toUnit is r addressed to partition p's unit: /v1/folds/FOLD/... made
+// /v1/folds/FOLD.P/..., the rest of the path and the query kept.
+func toUnit(r *http.Request, pf partitionedFold, p int) *http.Request {
+	unit := UnitName(pf.name, p)
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = "/v1/folds/" + unit + strings.TrimPrefix(r.URL.Path, "/v1/folds/"+pf.name)
+	if r.URL.RawPath != "" {
+		r2.URL.RawPath = "/v1/folds/" + url.PathEscape(unit) + strings.TrimPrefix(r.URL.RawPath, "/v1/folds/"+url.PathEscape(pf.name))
+	}
+	r2.RequestURI = r2.URL.RequestURI()
+	return r2
 }
 
 // replay writes a recorded answer of partition p.

@@ -22,8 +22,9 @@ import (
 // a bucket of KEYS routes through the example router plugin as a fold of
 // 1, 2 and 4 partitions (each run on a fresh data dir, in turns A B C A B
 // C), logged with the ratios to 1 partition.
-// FOLDHOST_TEST_PARTITION_PLUGIN names another build of the router
-// (router-go: the Go guest, whose apply costs several times the C one's).
+// FOLDHOST_TEST_PARTITION_PLUGIN names another plugin: router-go (the Go
+// guest), or keyview-costly (an apply that spins 20,000 iterations per
+// update: a fold bound by its plugin).
 func TestPartitionScaleUpMeasure(t *testing.T) {
 	v := os.Getenv("FOLDHOST_TEST_PARTITION_SCALE")
 	if v == "" {
@@ -44,7 +45,11 @@ func TestPartitionScaleUpMeasure(t *testing.T) {
 	if p := os.Getenv("FOLDHOST_TEST_PARTITION_PLUGIN"); p != "" {
 		name = p
 	}
-	plugin := hosttest.BuiltPlugin(t, "example-router", name)
+	dir := "example-router"
+	if name == "keyview-costly" {
+		dir = "testdata"
+	}
+	plugin := hosttest.BuiltPlugin(t, dir, name)
 	times := map[int][]time.Duration{}
 	for round := range 3 {
 		for _, parts := range []int{1, 2, 4} {

@@ -258,6 +258,9 @@ func (s *server) storeError(w http.ResponseWriter, f Fold, err error) {
 	writeError(w, http.StatusInternalServerError, "fold %s: read failed: %v", f.Name(), err)
 }
 
+// KeyParam is the key a ?key= or ?key_b64= read names.
+func KeyParam(q url.Values) (key string, has bool, err error) { return bytesParam(q, "key") }
+
 // bytesParam reads the byte-string parameter name of q, given as text
 // (?name=) or in base64 (?name_b64=), not both.
 func bytesParam(q url.Values, name string) (v string, has bool, err error) {

@@ -5,7 +5,8 @@
  * tests. A value "trap<SCHEMA>" traps (a module that cannot fold that key).
  * A put of a value "to:NAME" also sets view "s<SCHEMA>/NAME" = K: a view
  * key no partition of the bucket's keys owns (the partitioned reads'
- * tests). */
+ * tests). Built with -DCOST=N (keyview-costly.wasm), its apply also
+ * spins N iterations per update: a plugin whose apply is what costs. */
 #include <string.h>
 
 #include "foldhost.h"
@@ -32,9 +33,17 @@ static int parse(const fh_update *u, struct rec *r) {
 	return FH_ACCEPT;
 }
 
+#ifdef COST
+static volatile uint32_t burned;
+#endif
+
 static int apply(struct rec *rs, uint32_t n) {
 	for (uint32_t i = 0; i < n; i++) {
 		struct rec *r = &rs[i];
+#ifdef COST
+		for (uint32_t c = 0; c < COST; c++)
+			burned += c;
+#endif
 		if (r->value.len == sizeof bad - 1 && memcmp(r->value.ptr, bad, r->value.len) == 0)
 			__builtin_trap();
 		uint32_t kl = (uint32_t)(sizeof pfx - 1) + r->key.len;
