@@ -28,13 +28,17 @@ import (
 // units cannot answer yet is refused with their names. A restart resumes
 // every unit; a restart with another count of partitions is refused, its
 // stores untouched, whichever way the count changed; an offline command
-// given the fold's name is told to name one of its units. Mutations caught: a
+// given the fold's name is told to name one of its units; each unit
+// repairs by a listing of its partition, and a unit reset (its old store
+// kept beside the units) leaves a fold that starts. Mutations caught: a
 // unit's watch without its partition (every unit holds every key); raw
 // reads not routed by partition (a key of another unit is not found); the
 // layout check off (1 partition over 4's directories starts a new fold);
 // the partition missing from a store's origin, or --adopt overriding it
 // (8 partitions over 4's stores start); the fold's name looked up among
-// units only (a bare "no fold named").
+// units only (a bare "no fold named"); a listing that takes a settle
+// mark for an entry (every repair fails); a reset's kept store taken for
+// a foreign entry (the start after it refused).
 func TestPartitionedFoldOnOneNode(t *testing.T) {
 	url, b := hosttest.NATSServer(t)
 	dir := t.TempDir()
@@ -54,6 +58,9 @@ func TestPartitionedFoldOnOneNode(t *testing.T) {
 	r := hosttest.StartHost(t, opts(n))
 	if len(r.H.Folds()) != n {
 		t.Fatalf("%d folds run, want %d units", len(r.H.Folds()), n)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "routes", "partitions")); err != nil || string(b) != "4\n" {
+		t.Fatalf("the fresh fold's record of its count: %q, %v", b, err)
 	}
 	all := map[string]string{}
 	for p := range n {
@@ -155,6 +162,29 @@ func TestPartitionedFoldOnOneNode(t *testing.T) {
 	// An offline command names a unit: the fold's name says which.
 	if _, err := host.ResetStopped(t.Context(), opts(n), "routes", nil); err == nil || !strings.Contains(err.Error(), "routes.0 to routes.3") {
 		t.Errorf("reset of the partitioned fold by its name: %v, want a refusal naming its units", err)
+	}
+	// Each unit repairs by a listing of its partition (the listing's
+	// watch passes the other partitions' updates as settle marks), and
+	// a unit reset keeps its old store beside the units; the fold starts
+	// after both, every unit at the head with its own keys.
+	mode := protocol.RepairNone
+	for p := range n {
+		if _, err := host.RepairStopped(t.Context(), opts(n), host.UnitName("routes", p), &mode, nil); err != nil {
+			t.Fatalf("repair of unit %d: %v", p, err)
+		}
+	}
+	res, err := host.ResetStopped(t.Context(), opts(n), "routes.1", nil)
+	if err != nil || !strings.Contains(res.Kept, "partition-1.replaced-") {
+		t.Fatalf("reset of unit 1: %+v, %v", res, err)
+	}
+	r = hosttest.StartHost(t, opts(n))
+	for p, f := range r.H.Folds() {
+		hosttest.WaitCursor(t, f, last)
+		for k := range hosttest.RawOf(t, f) {
+			if q := protocol.PartitionOf("routes", k, n); q != p {
+				t.Errorf("after the repairs and the reset, unit %d holds key %q of partition %d", p, k, q)
+			}
+		}
 	}
 }
 

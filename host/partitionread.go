@@ -3,7 +3,6 @@ package host
 import (
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -134,22 +133,29 @@ func (h *Host) routePartitions(next http.Handler) http.Handler {
 // fails: its answer.
 func (h *Host) viewOfPartitions(w http.ResponseWriter, r *http.Request, next http.Handler, pf partitionedFold, key string) {
 	answers := make([]*httptest.ResponseRecorder, pf.n)
+	sem := make(chan struct{}, maxViewFanOut)
 	var wg sync.WaitGroup
 	for p := range pf.n {
 		r2 := toUnit(r, pf, p)
 		answers[p] = httptest.NewRecorder()
 		wg.Go(func() {
 			defer func() {
-				// A forwarded read that broke off aborts its handler
-				// (http.ErrAbortHandler): here, that one answer.
+				// A panic here would end the process (net/http recovers
+				// only its own goroutines): a forwarded read that broke
+				// off (http.ErrAbortHandler) is a 502 of that partition,
+				// anything else a 500, logged.
 				if v := recover(); v != nil {
-					if v != http.ErrAbortHandler {
-						panic(v)
-					}
 					answers[p] = httptest.NewRecorder()
-					httpapi.WriteError(answers[p], http.StatusBadGateway, "partition %d of fold %s: its answer broke off", p, pf.name)
+					if v == http.ErrAbortHandler {
+						httpapi.WriteError(answers[p], http.StatusBadGateway, "partition %d of fold %s: its answer broke off", p, pf.name)
+						return
+					}
+					h.log.Error("a view read of one partition panicked", "fold", pf.name, "partition", p, "panic", v)
+					httpapi.WriteError(answers[p], http.StatusInternalServerError, "partition %d of fold %s: the read failed", p, pf.name)
 				}
 			}()
+			sem <- struct{}{}
+			defer func() { <-sem }()
 			next.ServeHTTP(answers[p], r2)
 		})
 	}
@@ -176,15 +182,16 @@ func (h *Host) viewOfPartitions(w http.ResponseWriter, r *http.Request, next htt
 	}
 }
 
+// maxViewFanOut bounds the units one view read asks at once.
+const maxViewFanOut = 16
+
 // toUnit is r addressed to partition p's unit: /v1/folds/FOLD/... made
 // /v1/folds/FOLD.P/..., the rest of the path and the query kept.
 func toUnit(r *http.Request, pf partitionedFold, p int) *http.Request {
-	unit := UnitName(pf.name, p)
 	r2 := r.Clone(r.Context())
-	r2.URL.Path = "/v1/folds/" + unit + strings.TrimPrefix(r.URL.Path, "/v1/folds/"+pf.name)
-	if r.URL.RawPath != "" {
-		r2.URL.RawPath = "/v1/folds/" + url.PathEscape(unit) + strings.TrimPrefix(r.URL.RawPath, "/v1/folds/"+url.PathEscape(pf.name))
-	}
+	r2.Body = http.NoBody // a GET's: never shared by the fan-out's readers
+	r2.URL.Path = "/v1/folds/" + UnitName(pf.name, p) + strings.TrimPrefix(r.URL.Path, "/v1/folds/"+pf.name)
+	r2.URL.RawPath = "" // the path escaped anew from the decoded one
 	r2.RequestURI = r2.URL.RequestURI()
 	return r2
 }

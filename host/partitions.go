@@ -61,57 +61,58 @@ func expandPartitions(folds []FoldOptions) []FoldOptions {
 // count of partitions than its options' (partitions are fixed for a
 // fold's life): a store where units belong, or units where a store does,
 // or a unit beyond the count. A unit whose store records another count is
-// refused by its origin check.
+// refused by its origin check. A partitioned fold's fresh data dir gets
+// its count recorded (partitionsFile) before any unit's store is made.
 func checkPartitionLayout(f FoldOptions) error {
 	dir, n := f.DataDir, f.Partitions
 	if f.FoldName != f.Name {
 		dir = filepath.Dir(f.DataDir)
 	}
 	entries, err := os.ReadDir(dir)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
+	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
 	how := fmt.Sprintf("partitions are fixed for a fold's life: to fold it with %d, move %s aside and fold the bucket again (or configure a new fold beside it)", n, dir)
 	marker := filepath.Join(dir, partitionsFile)
+	hasMarker := false
 	if b, err := os.ReadFile(marker); err == nil {
+		hasMarker = true
 		if had, _ := strconv.Atoi(strings.TrimSpace(string(b))); had != n {
 			return fmt.Errorf("fold %s: its data dir %s holds a fold of %d partitions, configured with %d: %s", f.Unit().Fold, dir, had, n, how)
 		}
 	} else if !os.IsNotExist(err) {
 		return err
 	}
+	units := false
 	for _, e := range entries {
 		name := e.Name()
-		if name == partitionsFile+".tmp" || (name == partitionsFile && n >= 2) {
+		if name == partitionsFile+".tmp" || name == "lost+found" || (name == partitionsFile && n >= 2) {
 			continue
 		}
 		p, isUnit := strings.CutPrefix(name, partitionDirPrefix)
+		// A unit's store kept by a reset: partition-P.replaced-TIME.
+		p, _, kept := strings.Cut(p, ".replaced-")
 		idx, err := strconv.Atoi(p)
 		isUnit = isUnit && e.IsDir() && err == nil
+		units = units || isUnit
 		switch {
 		case n < 2 && name == partitionsFile:
 			return fmt.Errorf("fold %s: its data dir %s holds a fold of several partitions: %s", f.Unit().Fold, dir, how)
 		case n < 2 && isUnit:
 			return fmt.Errorf("fold %s: its data dir %s holds %s, a partition of a fold of several: %s", f.Unit().Fold, dir, name, how)
-		case n >= 2 && isUnit && idx >= n:
+		case n >= 2 && isUnit && !kept && idx >= n:
 			return fmt.Errorf("fold %s: its data dir %s holds %s, but the fold has %d partitions (0 to %d): %s", f.Unit().Fold, dir, name, n, n-1, how)
-		case n >= 2 && !isUnit && !strings.HasPrefix(name, "."+partitionDirPrefix):
+		case n >= 2 && !isUnit && !strings.HasPrefix(name, "."): // hidden: a unit's siblings (stage, repair, reset, locks)
 			return fmt.Errorf("fold %s: its data dir %s holds %s, not a partition's directory: it is the store of the fold with one partition (or something else): %s", f.Unit().Fold, dir, name, how)
 		}
 	}
-	if n < 2 {
+	if n < 2 || hasMarker || units {
+		// Units without the record of their count: their stores' origins
+		// say which count they were made for.
 		return nil
 	}
-	// Recorded before any unit's store is made: a start refused later
-	// leaves the directory as a fold of n.
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
-	}
-	if _, err := os.Stat(marker); err == nil {
-		return nil
 	}
 	tmp := marker + ".tmp"
 	if err := os.WriteFile(tmp, []byte(strconv.Itoa(n)+"\n"), 0o644); err != nil {

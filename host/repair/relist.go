@@ -239,8 +239,12 @@ func (r *job) listAll(ctx context.Context, src fold.Source, indexed <-chan error
 				}
 				return r.endMatch(ctx)
 			}
-			if err := r.take(ev.Update, indexed == nil); err != nil {
-				return err
+			// A bare settle mark (a partitioned watch passing another
+			// partition's updates) lists nothing.
+			if !ev.SettleOnly() {
+				if err := r.take(ev.Update, indexed == nil); err != nil {
+					return err
+				}
 			}
 			if n == listDrain {
 				break
