@@ -16,7 +16,6 @@ import (
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/hosttest"
-	"github.com/foldhost/foldhost/internal/natstest"
 	"github.com/foldhost/foldhost/protocol"
 )
 
@@ -46,20 +45,7 @@ func TestEffectsPartitionedFoldPublishesEachOnce(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	_, nc := natstest.Start(t)
-	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes", History: 64}, natskv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream := hosttest.EffectsStream("ROUTE_EVENTS", "route.changed")
-	s, err := js.CreateStream(context.Background(), stream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, b, js, stream, s := routesAndEvents(t)
 	const n = 4
 	opts := host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: nc.ConnectedUrl()}},

@@ -139,19 +139,11 @@ func diffEffects(got, want []string) string {
 	return fmt.Sprintf("%d effects, want %d:\n got %q\nwant %q", len(got), len(want), got, want)
 }
 
-// TestEffectsPublishedExactlyInOrderAcrossRestarts: the example router
-// (C build) folds seeded updates; the effects stream ends up holding
-// exactly the router's effects, in order, once each, each with its id as
-// Nats-Msg-Id. While the stream takes nothing (its subjects moved away)
-// the effects wait in the outbox; the host is stopped without draining
-// it; restarted (the store reopened), it publishes them before the next
-// ones: nothing lost, nothing twice. Mutations caught: deleting an entry
-// before its ack (the stopped host's would be lost), a publisher that
-// skips a failed entry, an outbox not read in order.
-func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+// routesAndEvents is a NATS server with the bucket "routes" and the
+// effects stream ROUTE_EVENTS capturing route.changed (its config, to
+// edit and update).
+func routesAndEvents(t *testing.T) (*nats.Conn, *natskv.Bucket, jetstream.JetStream, jetstream.StreamConfig, jetstream.Stream) {
+	t.Helper()
 	_, nc := natstest.Start(t)
 	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes", History: 64}, natskv.Options{})
 	if err != nil {
@@ -166,6 +158,23 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return nc, b, js, stream, s
+}
+
+// TestEffectsPublishedExactlyInOrderAcrossRestarts: the example router
+// (C build) folds seeded updates; the effects stream ends up holding
+// exactly the router's effects, in order, once each, each with its id as
+// Nats-Msg-Id. While the stream takes nothing (its subjects moved away)
+// the effects wait in the outbox; the host is stopped without draining
+// it; restarted (the store reopened), it publishes them before the next
+// ones: nothing lost, nothing twice. Mutations caught: deleting an entry
+// before its ack (the stopped host's would be lost), a publisher that
+// skips a failed entry, an outbox not read in order.
+func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	nc, b, js, stream, s := routesAndEvents(t)
 	dir := t.TempDir()
 	opts := host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: nc.ConnectedUrl()}},
