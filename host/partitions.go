@@ -28,6 +28,12 @@ const partitionsFile = "partitions"
 // has no dot, so it never collides with another fold's).
 func UnitName(fold string, p int) string { return fold + "." + strconv.Itoa(p) }
 
+// UnitDataDir is the data dir of partition p of a fold whose data dir is
+// dir.
+func UnitDataDir(dir string, p int) string {
+	return filepath.Join(dir, partitionDirPrefix+strconv.Itoa(p))
+}
+
 // expandPartitions returns folds with each fold of Partitions > 1
 // replaced by its units, in partition order.
 func expandPartitions(folds []FoldOptions) []FoldOptions {
@@ -41,7 +47,7 @@ func expandPartitions(folds []FoldOptions) []FoldOptions {
 			u := f
 			u.FoldName, u.Partition = f.Name, p
 			u.Name = UnitName(f.Name, p)
-			u.DataDir = filepath.Join(f.DataDir, partitionDirPrefix+strconv.Itoa(p))
+			u.DataDir = UnitDataDir(f.DataDir, p)
 			if f.Bucket == "" {
 				u.Bucket = f.Name
 			}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -35,7 +36,11 @@ func cmdRun(c *cli, args []string) error {
 		return err
 	}
 	for i := range opts.Folds {
-		opts.Folds[i].Adopt = slices.Contains(adopt, opts.Folds[i].Name)
+		// A partition's name (FOLD.P) adopts its fold's every unit.
+		opts.Folds[i].Adopt = slices.ContainsFunc(adopt, func(a string) bool {
+			f, p, _ := strings.Cut(a, ".")
+			return a == opts.Folds[i].Name || (f == opts.Folds[i].Name && p != "")
+		})
 	}
 	opts.AdminToken = c.adminToken()
 	h, err := host.New(opts)

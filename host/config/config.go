@@ -13,6 +13,8 @@ import (
 	"io/fs"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/foldhost/foldhost/host"
@@ -262,6 +264,15 @@ func (c *Config) Fold(name string) (FoldConfig, error) {
 			return f, nil
 		}
 		names[i] = f.Name
+	}
+	// A partition of a fold of several: FOLD.P, with its own data dir.
+	if fold, p, ok := strings.Cut(name, "."); ok {
+		for _, f := range c.Folds {
+			if i, err := strconv.Atoi(p); err == nil && f.Name == fold && f.Partitions > 1 && i >= 0 && i < f.Partitions && strconv.Itoa(i) == p {
+				f.Name, f.DataDir = host.UnitName(fold, i), host.UnitDataDir(f.DataDir, i)
+				return f, nil
+			}
+		}
 	}
 	return FoldConfig{}, fmt.Errorf("no fold named %q in the config: %s", name, textfmt.NoSuch("its folds", name, names))
 }

@@ -59,3 +59,25 @@ func TestFleetConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestFoldNamesAPartition: a command naming FOLD.P of a fold of several
+// partitions finds that unit (its name, its data dir); a partition out of
+// range, a padded number or a partition of an unpartitioned fold is no
+// fold. Mutation caught: unit names not looked up (every command given a
+// unit's name refused).
+func TestFoldNamesAPartition(t *testing.T) {
+	const nats = "[nats]\nurl = \"nats://127.0.0.1:4222\"\n"
+	cfg, err := parseIn(t, t.TempDir(), nats+"[[fold]]\nname = \"c\"\npartitions = 4\n[[fold]]\nname = \"a\"\n", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := cfg.Fold("c.2")
+	if err != nil || f.Name != "c.2" || !strings.HasSuffix(f.DataDir, "/c/partition-2") {
+		t.Errorf("Fold(c.2) = %q in %q, %v", f.Name, f.DataDir, err)
+	}
+	for _, name := range []string{"c.4", "c.02", "c.-1", "a.0", "c."} {
+		if f, err := cfg.Fold(name); err == nil {
+			t.Errorf("Fold(%q) = %q, want no fold", name, f.Name)
+		}
+	}
+}
