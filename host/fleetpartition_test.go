@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -34,7 +35,8 @@ func partitionedFleetHost(t *testing.T, url, dir, name string, n int) host.Optio
 // key's raw value read by the fold's name on any node is answered by its
 // partition's unit, locally or forwarded to the unit's owner, right after
 // its write (min_revision), with the partition in a header; every node's
-// partitions endpoint lists the 4 owners. When the owner of a partition
+// partitions endpoint lists the 4 owners; a range by the fold's name on
+// any node holds every key once (the units' pages merged). When the owner of a partition
 // leaves, its units go to their standbys and every key still reads right
 // through the other nodes. A node configured with another count of
 // partitions is refused by the fleet. Mutations caught: the
@@ -107,6 +109,41 @@ func TestFleetPlacesPartitions(t *testing.T) {
 			if code != 200 || !strings.Contains(body, fmt.Sprintf(`{"partition":%d,"owner":"%s"`, p, owners[p])) {
 				t.Errorf("partitions on %s: %d %s, want partition %d owned by %s", name, code, body, p, owners[p])
 			}
+		}
+	}
+
+	// A range by the fold's name on any node merges the units' pages,
+	// each from its owner (forwarded) or this node's copy.
+	for _, name := range nodes {
+		seen, next := map[string]bool{}, ""
+		for page := 0; page < 20; page++ {
+			path := apis[name] + "/v1/folds/routes/raw?prefix=route.&limit=50"
+			if next != "" {
+				path += "&next=" + next
+			}
+			code, body, _ := fleetGet(t, path)
+			var pg struct {
+				Truncated bool   `json:"truncated"`
+				Next      string `json:"next"`
+				Items     []struct {
+					Key string `json:"key"`
+				} `json:"items"`
+			}
+			if code != 200 || json.Unmarshal([]byte(body), &pg) != nil {
+				t.Fatalf("range page %d on %s: %d %s", page, name, code, body)
+			}
+			for _, it := range pg.Items {
+				if seen[it.Key] {
+					t.Fatalf("range on %s: key %q twice", name, it.Key)
+				}
+				seen[it.Key] = true
+			}
+			if next = pg.Next; !pg.Truncated {
+				break
+			}
+		}
+		if len(seen) != 200 {
+			t.Errorf("the merged range on %s: %d keys, want 200", name, len(seen))
 		}
 	}
 

@@ -2,12 +2,15 @@ package host_test
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -98,13 +101,58 @@ func TestPartitionedFoldOnOneNode(t *testing.T) {
 	if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes/partitions"); code != http.StatusOK || strings.Count(body, `"partition":`) != n || !strings.Contains(body, `"partition":3`) {
 		t.Errorf("partitions: %d %s", code, body)
 	}
-	if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes/raw?prefix=route."); code != http.StatusNotImplemented || !strings.Contains(body, "routes.P") {
-		t.Errorf("a range of the partitioned fold by its name: %d %s, want 501 naming its units", code, body)
+	// A range by the fold's name: the units' pages merged in key order,
+	// each unit's from its first snapshot (a write between pages shows
+	// in none).
+	var paged []string
+	next := ""
+	for page := 0; ; page++ {
+		path := "/v1/folds/routes/raw?prefix=route.&limit=37"
+		if next != "" {
+			path += "&next=" + next
+		}
+		code, body := hosttest.HTTPGet(t, srv.URL+path)
+		var pg struct {
+			Truncated bool   `json:"truncated"`
+			Next      string `json:"next"`
+			Items     []struct {
+				Key   string `json:"key"`
+				Value string `json:"value"`
+			} `json:"items"`
+		}
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &pg) != nil || len(pg.Items) > 37 {
+			t.Fatalf("page %d of the merged range: %d %s", page, code, body)
+		}
+		for _, it := range pg.Items {
+			paged = append(paged, it.Key+"="+it.Value)
+		}
+		if page == 0 {
+			hosttest.Put(t, b, "route.h1", "changed between pages")
+			hosttest.Put(t, b, "route.zz", "new between pages")
+		}
+		if !pg.Truncated {
+			break
+		}
+		if page > 2*keys/37 {
+			t.Fatalf("the merged range is still truncated after %d pages of 37 (%d entries)", page+1, len(paged))
+		}
+		next = pg.Next
+	}
+	var wantPaged []string
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		wantPaged = append(wantPaged, k+"="+want[k])
+	}
+	if !slices.Equal(paged, wantPaged) {
+		t.Errorf("the merged pages hold %d entries, want the %d of the first snapshots in key order:\n got %q\nwant %q", len(paged), len(wantPaged), paged, wantPaged)
+	}
+	if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes/raw?prefix=route.&format=ndjson"); code != http.StatusNotImplemented || !strings.Contains(body, "routes.P") {
+		t.Errorf("an ndjson stream of the partitioned fold by its name: %d %s, want 501 naming its units", code, body)
 	}
 	if code, _ := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes.2/raw?prefix=route."); code != http.StatusOK {
 		t.Errorf("a range of one unit: %d, want 200", code)
 	}
 	// A live update lands in its unit only; the others' cursors pass it.
+	want["route.h1"], want["route.zz"] = "changed between pages", "new between pages"
 	last = hosttest.Put(t, b, "route.h0", "live")
 	for _, f := range r.H.Folds() {
 		hosttest.WaitCursor(t, f, last)
@@ -327,6 +375,50 @@ func TestPartitionedViewReads(t *testing.T) {
 	k := "route.h7"
 	if code, body, p := get("/v1/folds/routes/raw?key_b64=" + base64.StdEncoding.EncodeToString([]byte(k))); code != 200 || !strings.Contains(body, `"v7"`) || p != fmt.Sprint(protocol.PartitionOf("routes", k, n)) {
 		t.Errorf("raw ?key_b64=%s: %d %s partition %q", k, code, body, p)
+	}
+	// A view range merges the units' pages: every view entry of every
+	// unit once (s1/shared once per unit that holds it), keys in order.
+	var wantViews []string
+	for _, f := range r.H.Folds() {
+		for k, v := range hosttest.ViewsOf(t, f) {
+			wantViews = append(wantViews, k+"="+v)
+		}
+	}
+	var gotViews []string
+	prev, next := "", ""
+	for page := 0; ; page++ {
+		path := "/v1/folds/routes/view?prefix=s1/&limit=41" // its first page ends between the two s1/shared
+		if next != "" {
+			path += "&next=" + next
+		}
+		code, body, _ := get(path)
+		var pg struct {
+			Truncated bool   `json:"truncated"`
+			Next      string `json:"next"`
+			Items     []struct {
+				Key   string `json:"key"`
+				Value string `json:"value"`
+			} `json:"items"`
+		}
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &pg) != nil {
+			t.Fatalf("view range page %d: %d %s", page, code, body)
+		}
+		for _, it := range pg.Items {
+			if it.Key < prev {
+				t.Fatalf("view range: key %q after %q", it.Key, prev)
+			}
+			prev = it.Key
+			gotViews = append(gotViews, it.Key+"="+it.Value)
+		}
+		if !pg.Truncated || page > len(wantViews) {
+			break
+		}
+		next = pg.Next
+	}
+	slices.Sort(gotViews)
+	slices.Sort(wantViews)
+	if !slices.Equal(gotViews, wantViews) {
+		t.Errorf("the merged view range: %d entries, want %d:\n got %q\nwant %q", len(gotViews), len(wantViews), gotViews, wantViews)
 	}
 	rev := hosttest.Put(t, b, "route.h3", "fresh")
 	if code, body, _ := get(fmt.Sprintf("/v1/folds/routes/view/s1/route.h3?min_revision=%d&wait=30s", rev)); code != 200 || !strings.Contains(body, "fresh") {

@@ -100,22 +100,26 @@ func (h *Host) routePartitions(next http.Handler) http.Handler {
 			return
 		}
 		// A key read by its query form (?key=, ?key_b64=) is routed as
-		// the path form is; a malformed one is the unit's to refuse.
-		if q := r.URL.Query(); r.Method == http.MethodGet && !q.Has("prefix") && !q.Has("prefix_b64") {
-			if key, has, err := httpapi.KeyParam(q); err == nil && has {
-				switch r.URL.Path {
-				case "/v1/folds/" + pf.name + "/raw":
-					rawKey(w, r, pf, key)
-					return
-				case "/v1/folds/" + pf.name + "/view":
-					h.viewOfPartitions(w, r, next, pf, key)
-					return
-				}
+		// the path form is (a malformed one is the unit's to refuse); a
+		// range merges the units' pages.
+		isRaw, isView := r.URL.Path == "/v1/folds/"+pf.name+"/raw", r.URL.Path == "/v1/folds/"+pf.name+"/view"
+		if q := r.URL.Query(); r.Method == http.MethodGet && (isRaw || isView) && !q.Has("format") {
+			key, has, err := httpapi.KeyParam(q)
+			switch {
+			case err == nil && has && isRaw && !q.Has("prefix") && !q.Has("prefix_b64"):
+				rawKey(w, r, pf, key)
+			case err == nil && has && !q.Has("prefix") && !q.Has("prefix_b64"):
+				h.viewOfPartitions(w, r, next, pf, key)
+			case has || err != nil:
+				next.ServeHTTP(w, toUnit(r, pf, 0)) // the unit's refusal of the mix
+			default:
+				h.rangeOfPartitions(w, r, next, pf)
 			}
+			return
 		}
-		httpapi.WriteError(w, http.StatusNotImplemented, "fold %s has %d partitions: by its name it answers a key's raw value (GET /v1/folds/%s/raw/KEY), a view key one partition holds (GET /v1/folds/%s/view/KEY) and its partitions (GET /v1/folds/%s/partitions); "+
-			"ranges, queries, status and view keys merged over partitions are specified, not built: each partition answers for its own at /v1/folds/%s.P/... (P from 0 to %d)",
-			pf.name, pf.n, pf.name, pf.name, pf.name, pf.name, pf.n-1)
+		httpapi.WriteError(w, http.StatusNotImplemented, "fold %s has %d partitions: by its name it answers a key's raw value (GET /v1/folds/%s/raw/KEY), a view key one partition holds (GET /v1/folds/%s/view/KEY), ranges merged in key order (GET /v1/folds/%s/raw?prefix=P) and its partitions (GET /v1/folds/%s/partitions); "+
+			"ndjson streams, queries, status and view keys merged over partitions are specified, not built: each partition answers for its own at /v1/folds/%s.P/... (P from 0 to %d)",
+			pf.name, pf.n, pf.name, pf.name, pf.name, pf.name, pf.name, pf.n-1)
 	}
 	// The endpoints without a trailing part are named too: a mux with
 	// only "/raw/{key...}" would redirect "/raw" to "/raw/".

@@ -113,3 +113,14 @@ func parsePageToken(s string) (id uint64, after []byte, err error) {
 	}
 	return binary.BigEndian.Uint64(b[1:9]), b[9:], nil
 }
+
+// PageTokenAfter is token (a page's next) made to continue after key
+// instead, in the same snapshot: a merge over several folds' pages that
+// took only part of one (key non-empty).
+func PageTokenAfter(token string, key []byte) (string, error) {
+	id, _, err := parsePageToken(token)
+	if err != nil || len(key) == 0 {
+		return "", errPageToken
+	}
+	return pageToken(id, key), nil
+}

@@ -54,7 +54,7 @@ func (s *server) collection(sp space) http.HandlerFunc {
 		q := r.URL.Query()
 		for name, vals := range q {
 			switch name {
-			case "prefix", "prefix_b64", "limit", "key", "key_b64", "next", "format", "min_revision", "wait":
+			case "prefix", "prefix_b64", "limit", "key", "key_b64", "next", "format", "min_revision", "wait", "pin":
 			default:
 				writeError(w, http.StatusBadRequest, "unknown query parameter %q (want prefix or prefix_b64, limit and next, or key or key_b64, or format; and min_revision, wait)", name)
 				return
@@ -167,7 +167,11 @@ func (s *server) collection(sp space) http.HandlerFunc {
 			})
 			resp.Items, resp.Count = items, len(items)
 		}
-		if resp.Truncated {
+		// ?pin=1 (a partitioned fold's merged range, asking each unit)
+		// keeps the snapshot and answers a token even for a last page:
+		// the merge may take fewer of its entries than it answered, and
+		// continues after the last one it took (PageTokenAfter).
+		if resp.Truncated || (q.Get("pin") == "1" && len(last) > 0) {
 			if id == 0 {
 				id = s.pages.keep(sn, f.Name(), sp, time.Now())
 			}

@@ -1,0 +1,205 @@
+package host
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/foldhost/foldhost/host/httpapi"
+)
+
+// A range of a partitioned fold by its name (raw or view, ?prefix= and
+// ?limit=, paged by ?next=) merges its units' pages in key order. Each
+// unit is asked for a page of the limit from its own snapshot, pinned
+// (?pin=1: a token even on its last page); the merged page takes the
+// first limit entries in key order (never past the last key of a unit's
+// page cut short: that page alone holds limit entries up to it), and the
+// merged token carries each unit's token, moved to continue after the
+// merged page's last key (httpapi.PageTokenAfter). So the
+// pages, together, are every entry once, in key order, each unit's from
+// one snapshot (for the snapshots' time to live), as one fold's pages
+// are.
+
+// mergedToken is a merged range's next token: a token per unit ("" not
+// asked yet, "-" done).
+type mergedToken struct {
+	Units []string `json:"u"`
+}
+
+// mergedRange is the merged page's body.
+type mergedRange struct {
+	Fold string `json:"fold"`
+	// Cursors are each unit's snapshot's cursor (a unit done: 0).
+	Cursors         []uint64          `json:"cursors"`
+	Limit           int               `json:"limit"`
+	Count           int               `json:"count"`
+	Truncated       bool              `json:"truncated"`
+	Next            string            `json:"next,omitempty"`
+	SnapshotExpired bool              `json:"snapshot_expired,omitempty"`
+	Items           []json.RawMessage `json:"items"`
+}
+
+// unitPage is what a unit answered.
+type unitPage struct {
+	Cursor          uint64            `json:"cursor"`
+	Truncated       bool              `json:"truncated"`
+	Next            string            `json:"next"`
+	SnapshotExpired bool              `json:"snapshot_expired"`
+	Items           []json.RawMessage `json:"items"`
+	keys            [][]byte
+}
+
+// rangeOfPartitions answers a range of the partitioned fold pf.
+func (h *Host) rangeOfPartitions(w http.ResponseWriter, r *http.Request, next http.Handler, pf partitionedFold) {
+	q := r.URL.Query()
+	limit := httpapi.DefaultLimit
+	if q.Has("limit") {
+		n, err := strconv.Atoi(q.Get("limit"))
+		if err != nil || n < 1 || n > httpapi.MaxLimit {
+			httpapi.WriteError(w, http.StatusBadRequest, "limit must be an integer between 1 and %d, got %q", httpapi.MaxLimit, q.Get("limit"))
+			return
+		}
+		limit = n
+	}
+	tok := mergedToken{Units: make([]string, pf.n)}
+	if q.Has("next") {
+		b, err := base64.RawURLEncoding.DecodeString(q.Get("next"))
+		if err != nil || json.Unmarshal(b, &tok) != nil || len(tok.Units) != pf.n {
+			httpapi.WriteError(w, http.StatusBadRequest, "next must be the token a truncated range of fold %s answered, got %q", pf.name, q.Get("next"))
+			return
+		}
+	}
+	pages := make([]*unitPage, pf.n)
+	failed := make([]*httptest.ResponseRecorder, pf.n)
+	sem := make(chan struct{}, maxViewFanOut)
+	var wg sync.WaitGroup
+	for p := range pf.n {
+		if tok.Units[p] == "-" {
+			continue
+		}
+		uq := url.Values{}
+		for k, vs := range q {
+			if k != "next" {
+				uq[k] = vs
+			}
+		}
+		uq.Set("pin", "1")
+		if tok.Units[p] != "" {
+			uq.Set("next", tok.Units[p])
+		}
+		r2 := toUnit(r, pf, p)
+		r2.URL.RawQuery = uq.Encode()
+		r2.RequestURI = r2.URL.RequestURI()
+		wg.Go(func() {
+			rec := httptest.NewRecorder()
+			defer func() {
+				if v := recover(); v != nil {
+					rec = httptest.NewRecorder()
+					httpapi.WriteError(rec, http.StatusBadGateway, "partition %d of fold %s: its answer broke off", p, pf.name)
+					if v != http.ErrAbortHandler {
+						h.log.Error("a range read of one partition panicked", "fold", pf.name, "partition", p, "panic", v)
+					}
+				}
+				if rec.Code != http.StatusOK {
+					failed[p] = rec
+					return
+				}
+				var pg unitPage
+				if err := json.Unmarshal(rec.Body.Bytes(), &pg); err != nil {
+					failed[p] = httptest.NewRecorder()
+					httpapi.WriteError(failed[p], http.StatusBadGateway, "partition %d of fold %s: its page does not parse: %v", p, pf.name, err)
+					return
+				}
+				for _, it := range pg.Items {
+					var k struct {
+						KeyB64 string `json:"key_b64"`
+					}
+					_ = json.Unmarshal(it, &k)
+					kb, _ := httpapi.DecodeB64(k.KeyB64)
+					pg.keys = append(pg.keys, kb)
+				}
+				pages[p] = &pg
+			}()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			next.ServeHTTP(rec, r2)
+		})
+	}
+	wg.Wait()
+	for p, f := range failed {
+		if f != nil {
+			replay(w, f, p)
+			return
+		}
+	}
+	type entry struct {
+		p   int
+		key []byte
+		it  json.RawMessage
+	}
+	var all []entry
+	for p, pg := range pages {
+		if pg == nil {
+			continue
+		}
+		for i, k := range pg.keys {
+			all = append(all, entry{p, k, pg.Items[i]})
+		}
+	}
+	slices.SortFunc(all, func(a, b entry) int { return bytes.Compare(a.key, b.key) })
+	if len(all) > limit {
+		// A view key several units hold is one entry per unit: the page
+		// takes all of them or none.
+		n := limit
+		for n < len(all) && bytes.Equal(all[n].key, all[limit-1].key) {
+			n++
+		}
+		all = all[:n]
+	}
+	resp := mergedRange{Fold: pf.name, Cursors: make([]uint64, pf.n), Limit: limit, Count: len(all), Items: make([]json.RawMessage, len(all))}
+	for i, e := range all {
+		resp.Items[i] = e.it
+	}
+	var last []byte
+	if len(all) > 0 {
+		last = all[len(all)-1].key
+	}
+	more := false
+	for p, pg := range pages {
+		switch {
+		case pg == nil: // done before this page
+			tok.Units[p] = "-"
+			continue
+		case pg.SnapshotExpired:
+			resp.SnapshotExpired = true
+		}
+		resp.Cursors[p] = pg.Cursor
+		// Taken whole (every entry it answered is at or before the
+		// page's last key, and it was not cut short): done.
+		if !pg.Truncated && (len(pg.keys) == 0 || (last != nil && bytes.Compare(pg.keys[len(pg.keys)-1], last) <= 0)) {
+			tok.Units[p] = "-"
+			continue
+		}
+		more = true
+		if last == nil || pg.Next == "" {
+			continue // nothing taken: asked again as it was
+		}
+		t, err := httpapi.PageTokenAfter(pg.Next, last)
+		if err != nil {
+			httpapi.WriteError(w, http.StatusBadGateway, "partition %d of fold %s: its page token %q: %v", p, pf.name, pg.Next, err)
+			return
+		}
+		tok.Units[p] = t
+	}
+	if more {
+		b, _ := json.Marshal(tok)
+		resp.Truncated, resp.Next = true, base64.RawURLEncoding.EncodeToString(b)
+	}
+	httpapi.WriteJSON(w, http.StatusOK, resp)
+}
