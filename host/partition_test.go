@@ -425,3 +425,19 @@ func TestPartitionedViewReads(t *testing.T) {
 		t.Errorf("view s1/route.h3 with min_revision %d: %d %s", rev, code, body)
 	}
 }
+
+// TestAdoptsNamesAFoldOrAUnit: --adopt picks a fold by its name or by
+// one of its units' (FOLD.P), and nothing else.
+func TestAdoptsNamesAFoldOrAUnit(t *testing.T) {
+	for _, c := range []struct {
+		names []string
+		want  bool
+	}{
+		{[]string{"routes"}, true}, {[]string{"routes.1"}, true}, {[]string{"x", "routes.0"}, true},
+		{[]string{"routesx.1"}, false}, {[]string{"route"}, false}, {[]string{"routes."}, false}, {nil, false},
+	} {
+		if got := host.Adopts(c.names, "routes"); got != c.want {
+			t.Errorf("Adopts(%q, routes) = %v, want %v", c.names, got, c.want)
+		}
+	}
+}

@@ -34,6 +34,18 @@ func UnitDataDir(dir string, p int) string {
 	return filepath.Join(dir, partitionDirPrefix+strconv.Itoa(p))
 }
 
+// Adopts reports whether the names given to --adopt pick the fold named
+// fold: its own name, or one of its units' (FOLD.P adopts every unit of
+// the fold).
+func Adopts(names []string, fold string) bool {
+	for _, a := range names {
+		if f, p, _ := strings.Cut(a, "."); a == fold || (f == fold && p != "") {
+			return true
+		}
+	}
+	return false
+}
+
 // expandPartitions returns folds with each fold of Partitions > 1
 // replaced by its units, in partition order.
 func expandPartitions(folds []FoldOptions) []FoldOptions {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"slices"
-	"strings"
 	"sync"
 	"syscall"
 
@@ -36,11 +34,7 @@ func cmdRun(c *cli, args []string) error {
 		return err
 	}
 	for i := range opts.Folds {
-		// A partition's name (FOLD.P) adopts its fold's every unit.
-		opts.Folds[i].Adopt = slices.ContainsFunc(adopt, func(a string) bool {
-			f, p, _ := strings.Cut(a, ".")
-			return a == opts.Folds[i].Name || (f == opts.Folds[i].Name && p != "")
-		})
+		opts.Folds[i].Adopt = host.Adopts(adopt, opts.Folds[i].Name)
 	}
 	opts.AdminToken = c.adminToken()
 	h, err := host.New(opts)
