@@ -145,6 +145,22 @@ func TestPartitionedFoldOnOneNode(t *testing.T) {
 	if !slices.Equal(paged, wantPaged) {
 		t.Errorf("the merged pages hold %d entries, want the %d of the first snapshots in key order:\n got %q\nwant %q", len(paged), len(wantPaged), paged, wantPaged)
 	}
+	// Merged reads pin their units' pages apart: 40 one-page merged
+	// reads (160 pins) do not let go of a unit's own paging snapshot.
+	var first struct {
+		Next string `json:"next"`
+	}
+	if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes.1/raw?prefix=route.&limit=5"); code != 200 || json.Unmarshal([]byte(body), &first) != nil || first.Next == "" {
+		t.Fatalf("a unit's first page: %d %s", code, body)
+	}
+	for range 40 {
+		if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes/raw?prefix=route.&limit=1000"); code != 200 || strings.Contains(body, `"truncated":true`) {
+			t.Fatalf("a one-page merged read: %d %.200s", code, body)
+		}
+	}
+	if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes.1/raw?prefix=route.&limit=5&next="+first.Next); code != 200 || strings.Contains(body, "snapshot_expired") {
+		t.Errorf("the unit's second page after 40 merged reads: %d %.300s, want it from its first page's snapshot", code, body)
+	}
 	if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes/raw?prefix=route.&format=ndjson"); code != http.StatusNotImplemented || !strings.Contains(body, "routes.P") {
 		t.Errorf("an ndjson stream of the partitioned fold by its name: %d %s, want 501 naming its units", code, body)
 	}

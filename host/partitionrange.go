@@ -2,6 +2,7 @@ package host
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -23,8 +24,9 @@ import (
 // merged token carries each unit's token, moved to continue after the
 // merged page's last key (httpapi.PageTokenAfter). So the
 // pages, together, are every entry once, in key order, each unit's from
-// one snapshot (for the snapshots' time to live), as one fold's pages
-// are.
+// one snapshot (for httpapi.PinnedSnapshotTTL between pages), as one
+// fold's pages are; a view key several units hold comes once per unit,
+// in partition order.
 
 // mergedToken is a merged range's next token: a token per unit ("" not
 // asked yet, "-" done).
@@ -118,10 +120,18 @@ func (h *Host) rangeOfPartitions(w http.ResponseWriter, r *http.Request, next ht
 				}
 				for _, it := range pg.Items {
 					var k struct {
-						KeyB64 string `json:"key_b64"`
+						KeyB64 *string `json:"key_b64"`
 					}
-					_ = json.Unmarshal(it, &k)
-					kb, _ := httpapi.DecodeB64(k.KeyB64)
+					var kb []byte
+					err := json.Unmarshal(it, &k)
+					if err == nil && k.KeyB64 != nil {
+						kb, err = httpapi.DecodeB64(*k.KeyB64)
+					}
+					if err != nil || k.KeyB64 == nil {
+						failed[p] = httptest.NewRecorder()
+						httpapi.WriteError(failed[p], http.StatusBadGateway, "partition %d of fold %s: an entry of its page has no key: %s", p, pf.name, it)
+						return
+					}
 					pg.keys = append(pg.keys, kb)
 				}
 				pages[p] = &pg
@@ -152,7 +162,7 @@ func (h *Host) rangeOfPartitions(w http.ResponseWriter, r *http.Request, next ht
 			all = append(all, entry{p, k, pg.Items[i]})
 		}
 	}
-	slices.SortFunc(all, func(a, b entry) int { return bytes.Compare(a.key, b.key) })
+	slices.SortFunc(all, func(a, b entry) int { return cmp.Or(bytes.Compare(a.key, b.key), cmp.Compare(a.p, b.p)) })
 	if len(all) > limit {
 		// A view key several units hold is one entry per unit: the page
 		// takes all of them or none.

@@ -22,6 +22,16 @@ const (
 	MaxPageSnapshots       = 64
 )
 
+// A partitioned fold's merged range pins every unit's page (?pin=1),
+// also a page that turns out to be its last: those snapshots are held
+// for PinnedSnapshotTTL at most, up to MaxPinnedSnapshots apart from the
+// others, so that merged reads (a dashboard polling a small prefix)
+// never let go of another reader's paging snapshot.
+const (
+	PinnedSnapshotTTL  = 5 * time.Second
+	MaxPinnedSnapshots = 64
+)
+
 // pageSnaps holds the snapshots of ranges being paged.
 type pageSnaps struct {
 	ttl  time.Duration
@@ -34,6 +44,7 @@ type pageSnap struct {
 	space   space
 	sn      *fold.Snapshot
 	expires time.Time
+	pinned  bool // kept for a merged range (?pin=1)
 }
 
 // take returns a share of the snapshot held under id for fold and space
@@ -56,8 +67,9 @@ func (p *pageSnaps) take(id uint64, foldName string, sp space, now time.Time) *f
 }
 
 // keep holds a share of sn under a new id and returns the id (0: nothing
-// held, the store closing).
-func (p *pageSnaps) keep(sn *fold.Snapshot, foldName string, sp space, now time.Time) uint64 {
+// held, the store closing); pinned: for a merged range (shorter-lived,
+// counted apart).
+func (p *pageSnaps) keep(sn *fold.Snapshot, foldName string, sp space, now time.Time, pinned bool) uint64 {
 	share, err := sn.Share()
 	if err != nil {
 		return 0
@@ -71,17 +83,28 @@ func (p *pageSnaps) keep(sn *fold.Snapshot, foldName string, sp space, now time.
 	if p.held == nil {
 		p.held = map[uint64]*pageSnap{}
 	}
-	for len(p.held) >= MaxPageSnapshots { // let the oldest go
+	limit, ttl := MaxPageSnapshots, p.ttl
+	if pinned {
+		limit, ttl = MaxPinnedSnapshots, min(p.ttl, PinnedSnapshotTTL)
+	}
+	for { // let the oldest of its kind go
 		var oldest uint64
+		n := 0
 		for k, h := range p.held {
-			if oldest == 0 || h.expires.Before(p.held[oldest].expires) {
+			if h.pinned != pinned {
+				continue
+			}
+			if n++; oldest == 0 || h.expires.Before(p.held[oldest].expires) {
 				oldest = k
 			}
+		}
+		if n < limit {
+			break
 		}
 		_ = p.held[oldest].sn.Close()
 		delete(p.held, oldest)
 	}
-	p.held[id] = &pageSnap{fold: foldName, space: sp, sn: share, expires: now.Add(p.ttl)}
+	p.held[id] = &pageSnap{fold: foldName, space: sp, sn: share, expires: now.Add(ttl), pinned: pinned}
 	return id
 }
 

@@ -171,9 +171,9 @@ func (s *server) collection(sp space) http.HandlerFunc {
 		// keeps the snapshot and answers a token even for a last page:
 		// the merge may take fewer of its entries than it answered, and
 		// continues after the last one it took (PageTokenAfter).
-		if resp.Truncated || (q.Get("pin") == "1" && len(last) > 0) {
+		if pin := q.Get("pin") == "1"; resp.Truncated || (pin && len(last) > 0) {
 			if id == 0 {
-				id = s.pages.keep(sn, f.Name(), sp, time.Now())
+				id = s.pages.keep(sn, f.Name(), sp, time.Now(), pin)
 			}
 			resp.Next = pageToken(id, last)
 		}
