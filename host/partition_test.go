@@ -104,46 +104,36 @@ func TestPartitionedFoldOnOneNode(t *testing.T) {
 	// A range by the fold's name: the units' pages merged in key order,
 	// each unit's from its first snapshot (a write between pages shows
 	// in none).
-	var paged []string
-	next := ""
-	for page := 0; ; page++ {
-		path := "/v1/folds/routes/raw?prefix=route.&limit=37"
-		if next != "" {
-			path += "&next=" + next
-		}
-		code, body := hosttest.HTTPGet(t, srv.URL+path)
-		var pg struct {
-			Truncated bool   `json:"truncated"`
-			Next      string `json:"next"`
-			Items     []struct {
-				Key   string `json:"key"`
-				Value string `json:"value"`
-			} `json:"items"`
-		}
-		if code != http.StatusOK || json.Unmarshal([]byte(body), &pg) != nil || len(pg.Items) > 37 {
-			t.Fatalf("page %d of the merged range: %d %s", page, code, body)
-		}
-		for _, it := range pg.Items {
-			paged = append(paged, it.Key+"="+it.Value)
-		}
-		if page == 0 {
-			hosttest.Put(t, b, "route.h1", "changed between pages")
-			hosttest.Put(t, b, "route.zz", "new between pages")
-		}
-		if !pg.Truncated {
-			break
-		}
-		if page > 2*keys/37 {
-			t.Fatalf("the merged range is still truncated after %d pages of 37 (%d entries)", page+1, len(paged))
-		}
-		next = pg.Next
-	}
+	paged, _ := mergedRawPages(t, srv.URL, 37, func() {
+		hosttest.Put(t, b, "route.h1", "changed between pages")
+		hosttest.Put(t, b, "route.zz", "new between pages")
+	})
 	var wantPaged []string
 	for _, k := range slices.Sorted(maps.Keys(want)) {
 		wantPaged = append(wantPaged, k+"="+want[k])
 	}
 	if !slices.Equal(paged, wantPaged) {
 		t.Errorf("the merged pages hold %d entries, want the %d of the first snapshots in key order:\n got %q\nwant %q", len(paged), len(wantPaged), paged, wantPaged)
+	}
+	// With a budget of 12 entries a page over the 4 units, each unit is
+	// asked for 3 of the 37: a page ends at the first unit's cut, and the
+	// pages still hold every entry once, in key order.
+	restore := host.SetMergedRangeBudget(12)
+	want["route.h1"], want["route.zz"] = "changed between pages", "new between pages"
+	hosttest.WaitFor(t, func() bool {
+		return r.H.Fold(host.UnitName("routes", protocol.PartitionOf("routes", "route.zz", n))).Status().Cursor >= last+2
+	})
+	budgeted, pages := mergedRawPages(t, srv.URL, 37, nil)
+	restore()
+	if full := (len(want) + 36) / 37; pages <= full {
+		t.Errorf("on a budget the merged range took %d pages, as many as %d full ones: the units were asked for the whole limit", pages, full)
+	}
+	wantPaged = wantPaged[:0]
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		wantPaged = append(wantPaged, k+"="+want[k])
+	}
+	if !slices.Equal(budgeted, wantPaged) {
+		t.Errorf("the merged pages on a budget hold %d entries, want %d in key order:\n got %q\nwant %q", len(budgeted), len(wantPaged), budgeted, wantPaged)
 	}
 	// Merged reads pin their units' pages apart: 40 one-page merged
 	// reads (160 pins) do not let go of a unit's own paging snapshot.
@@ -168,7 +158,6 @@ func TestPartitionedFoldOnOneNode(t *testing.T) {
 		t.Errorf("a range of one unit: %d, want 200", code)
 	}
 	// A live update lands in its unit only; the others' cursors pass it.
-	want["route.h1"], want["route.zz"] = "changed between pages", "new between pages"
 	last = hosttest.Put(t, b, "route.h0", "live")
 	for _, f := range r.H.Folds() {
 		hosttest.WaitCursor(t, f, last)
@@ -455,5 +444,46 @@ func TestAdoptsNamesAFoldOrAUnit(t *testing.T) {
 		if got := host.Adopts(c.names, "routes"); got != c.want {
 			t.Errorf("Adopts(%q, routes) = %v, want %v", c.names, got, c.want)
 		}
+	}
+}
+
+// mergedRawPages pages through the raw range "route." of the partitioned
+// fold routes by its name, limit entries a page, calling between (if
+// set) after the first page; it returns the entries as key=value, and
+// the pages.
+func mergedRawPages(t *testing.T, base string, limit int, between func()) ([]string, int) {
+	t.Helper()
+	var paged []string
+	next := ""
+	for page := 0; ; page++ {
+		path := fmt.Sprintf("%s/v1/folds/routes/raw?prefix=route.&limit=%d", base, limit)
+		if next != "" {
+			path += "&next=" + next
+		}
+		code, body := hosttest.HTTPGet(t, path)
+		var pg struct {
+			Truncated bool   `json:"truncated"`
+			Next      string `json:"next"`
+			Items     []struct {
+				Key   string `json:"key"`
+				Value string `json:"value"`
+			} `json:"items"`
+		}
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &pg) != nil || len(pg.Items) > limit {
+			t.Fatalf("page %d of the merged range: %d %s", page, code, body)
+		}
+		for _, it := range pg.Items {
+			paged = append(paged, it.Key+"="+it.Value)
+		}
+		if page == 0 && between != nil {
+			between()
+		}
+		if !pg.Truncated {
+			return paged, page + 1
+		}
+		if page > 1000 {
+			t.Fatalf("the merged range is still truncated after %d pages of %d (%d entries)", page+1, limit, len(paged))
+		}
+		next = pg.Next
 	}
 }

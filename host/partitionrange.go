@@ -19,14 +19,20 @@ import (
 // ?limit=, paged by ?next=) merges its units' pages in key order. Each
 // unit is asked for a page of the limit from its own snapshot, pinned
 // (?pin=1: a token even on its last page); the merged page takes the
-// first limit entries in key order (never past the last key of a unit's
-// page cut short: that page alone holds limit entries up to it), and the
-// merged token carries each unit's token, moved to continue after the
-// merged page's last key (httpapi.PageTokenAfter). So the
+// first limit entries in key order, never past the last key of a unit's
+// page cut short, and the merged token carries each unit's token, moved
+// to continue after the merged page's last key
+// (httpapi.PageTokenAfter). So the
 // pages, together, are every entry once, in key order, each unit's from
 // one snapshot (for httpapi.PinnedSnapshotTTL between pages), as one
 // fold's pages are; a view key several units hold comes once per unit,
 // in partition order.
+
+// mergedRangeBudget bounds the entries one merged page asks its units
+// for together (httpapi.MaxLimit, what one fold's page may hold): with
+// many units, each is asked for its share, and a page may then hold
+// fewer than its limit (still truncated, its token going on).
+var mergedRangeBudget = httpapi.MaxLimit
 
 // mergedToken is a merged range's next token: a token per unit ("" not
 // asked yet, "-" done).
@@ -77,6 +83,12 @@ func (h *Host) rangeOfPartitions(w http.ResponseWriter, r *http.Request, next ht
 			return
 		}
 	}
+	// Each unit is asked for the limit, or for its share of
+	// mergedRangeBudget when the limit over every unit would pass it.
+	perUnit := limit
+	if perUnit*pf.n > mergedRangeBudget {
+		perUnit = max(1, mergedRangeBudget/pf.n)
+	}
 	pages := make([]*unitPage, pf.n)
 	failed := make([]*httptest.ResponseRecorder, pf.n)
 	sem := make(chan struct{}, maxViewFanOut)
@@ -92,6 +104,7 @@ func (h *Host) rangeOfPartitions(w http.ResponseWriter, r *http.Request, next ht
 			}
 		}
 		uq.Set("pin", "1")
+		uq.Set("limit", strconv.Itoa(perUnit))
 		if tok.Units[p] != "" {
 			uq.Set("next", tok.Units[p])
 		}
@@ -148,6 +161,18 @@ func (h *Host) rangeOfPartitions(w http.ResponseWriter, r *http.Request, next ht
 			return
 		}
 	}
+	// The bound: no entry past the last key of a page cut short (that
+	// unit may hold keys before the next entry of another). A unit asked
+	// for the whole limit never binds (its page alone holds limit
+	// entries up to its last key); one asked for its share may.
+	var bound []byte
+	for _, pg := range pages {
+		if pg != nil && pg.Truncated && len(pg.keys) > 0 {
+			if last := pg.keys[len(pg.keys)-1]; bound == nil || bytes.Compare(last, bound) < 0 {
+				bound = last
+			}
+		}
+	}
 	type entry struct {
 		p   int
 		key []byte
@@ -159,7 +184,9 @@ func (h *Host) rangeOfPartitions(w http.ResponseWriter, r *http.Request, next ht
 			continue
 		}
 		for i, k := range pg.keys {
-			all = append(all, entry{p, k, pg.Items[i]})
+			if bound == nil || bytes.Compare(k, bound) <= 0 {
+				all = append(all, entry{p, k, pg.Items[i]})
+			}
 		}
 	}
 	slices.SortFunc(all, func(a, b entry) int { return cmp.Or(bytes.Compare(a.key, b.key), cmp.Compare(a.p, b.p)) })
