@@ -122,13 +122,7 @@ func TestFleetPlacesPartitions(t *testing.T) {
 				path += "&next=" + next
 			}
 			code, body, _ := fleetGet(t, path)
-			var pg struct {
-				Truncated bool   `json:"truncated"`
-				Next      string `json:"next"`
-				Items     []struct {
-					Key string `json:"key"`
-				} `json:"items"`
-			}
+			var pg rangePage
 			if code != 200 || json.Unmarshal([]byte(body), &pg) != nil {
 				t.Fatalf("range page %d on %s: %d %s", page, name, code, body)
 			}

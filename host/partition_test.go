@@ -397,14 +397,7 @@ func TestPartitionedViewReads(t *testing.T) {
 			path += "&next=" + next
 		}
 		code, body, _ := get(path)
-		var pg struct {
-			Truncated bool   `json:"truncated"`
-			Next      string `json:"next"`
-			Items     []struct {
-				Key   string `json:"key"`
-				Value string `json:"value"`
-			} `json:"items"`
-		}
+		var pg rangePage
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &pg) != nil {
 			t.Fatalf("view range page %d: %d %s", page, code, body)
 		}
@@ -461,14 +454,7 @@ func mergedRawPages(t *testing.T, base string, limit int, between func()) ([]str
 			path += "&next=" + next
 		}
 		code, body := hosttest.HTTPGet(t, path)
-		var pg struct {
-			Truncated bool   `json:"truncated"`
-			Next      string `json:"next"`
-			Items     []struct {
-				Key   string `json:"key"`
-				Value string `json:"value"`
-			} `json:"items"`
-		}
+		var pg rangePage
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &pg) != nil || len(pg.Items) > limit {
 			t.Fatalf("page %d of the merged range: %d %s", page, code, body)
 		}
@@ -486,4 +472,14 @@ func mergedRawPages(t *testing.T, base string, limit int, between func()) ([]str
 		}
 		next = pg.Next
 	}
+}
+
+// rangePage is a range page's body, as the tests read it.
+type rangePage struct {
+	Truncated bool   `json:"truncated"`
+	Next      string `json:"next"`
+	Items     []struct {
+		Key   string `json:"key"`
+		Value string `json:"value"`
+	} `json:"items"`
 }
