@@ -18,6 +18,7 @@ import (
 	"github.com/foldhost/foldhost/host/foldrun"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
+	"github.com/foldhost/foldhost/protocol"
 )
 
 // Host runs folds: each watches its bucket, applies batches through its
@@ -38,8 +39,9 @@ type Host struct {
 	log *slog.Logger
 
 	folds   []*Fold
-	env     foldrun.Env  // what the folds share, filled as Start goes
-	fleet   *fleet.Fleet // nil: no fleet (every fold runs here)
+	units   map[string]protocol.Unit // each fold's unit, by the fold's name (every read asks)
+	env     foldrun.Env              // what the folds share, filled as Start goes
+	fleet   *fleet.Fleet             // nil: no fleet (every fold runs here)
 	runner  *fleetRunner
 	reads   *fleetReads // a fleet's reads routed to their owner (nil: no fleet)
 	metrics *httpapi.Metrics
@@ -63,7 +65,11 @@ func New(o Options) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host: invalid options: %w", err)
 	}
-	return &Host{o: o, log: o.Logger}, nil
+	units := make(map[string]protocol.Unit, len(o.Folds))
+	for _, f := range o.Folds {
+		units[f.Name] = f.Unit()
+	}
+	return &Host{o: o, log: o.Logger, units: units}, nil
 }
 
 // Start opens the folds' stores (first: a store in use fails the start

@@ -5,12 +5,13 @@ import (
 	"cmp"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strconv"
-	"sync"
 
 	"github.com/foldhost/foldhost/host/httpapi"
 )
@@ -63,6 +64,33 @@ type unitPage struct {
 	keys            [][]byte
 }
 
+// parseUnitPage reads a unit's answer: its page, with each entry's key
+// decoded; an error for an answer other than 200, or one that does not
+// parse.
+func parseUnitPage(a *httptest.ResponseRecorder) (*unitPage, error) {
+	if a.Code != http.StatusOK {
+		return nil, errors.New(http.StatusText(a.Code))
+	}
+	var pg unitPage
+	if err := json.Unmarshal(a.Body.Bytes(), &pg); err != nil {
+		return nil, fmt.Errorf("its page does not parse: %w", err)
+	}
+	for _, it := range pg.Items {
+		var k struct {
+			KeyB64 *string `json:"key_b64"`
+		}
+		if err := json.Unmarshal(it, &k); err != nil || k.KeyB64 == nil {
+			return nil, fmt.Errorf("an entry of its page has no key: %s", it)
+		}
+		kb, err := httpapi.DecodeB64(*k.KeyB64)
+		if err != nil {
+			return nil, fmt.Errorf("an entry of its page has no key: %s", it)
+		}
+		pg.keys = append(pg.keys, kb)
+	}
+	return &pg, nil
+}
+
 // rangeOfPartitions answers a range of the partitioned fold pf.
 func (h *Host) rangeOfPartitions(w http.ResponseWriter, r *http.Request, next http.Handler, pf partitionedFold) {
 	q := r.URL.Query()
@@ -89,10 +117,7 @@ func (h *Host) rangeOfPartitions(w http.ResponseWriter, r *http.Request, next ht
 	if perUnit*pf.n > mergedRangeBudget {
 		perUnit = max(1, mergedRangeBudget/pf.n)
 	}
-	pages := make([]*unitPage, pf.n)
-	failed := make([]*httptest.ResponseRecorder, pf.n)
-	sem := make(chan struct{}, maxViewFanOut)
-	var wg sync.WaitGroup
+	reqs := make([]*http.Request, pf.n)
 	for p := range pf.n {
 		if tok.Units[p] == "-" {
 			continue
@@ -108,58 +133,25 @@ func (h *Host) rangeOfPartitions(w http.ResponseWriter, r *http.Request, next ht
 		if tok.Units[p] != "" {
 			uq.Set("next", tok.Units[p])
 		}
-		r2 := toUnit(r, pf, p)
-		r2.URL.RawQuery = uq.Encode()
-		r2.RequestURI = r2.URL.RequestURI()
-		wg.Go(func() {
-			rec := httptest.NewRecorder()
-			defer func() {
-				if v := recover(); v != nil {
-					rec = httptest.NewRecorder()
-					httpapi.WriteError(rec, http.StatusBadGateway, "partition %d of fold %s: its answer broke off", p, pf.name)
-					if v != http.ErrAbortHandler {
-						h.log.Error("a range read of one partition panicked", "fold", pf.name, "partition", p, "panic", v)
-					}
-				}
-				if rec.Code != http.StatusOK {
-					failed[p] = rec
-					return
-				}
-				var pg unitPage
-				if err := json.Unmarshal(rec.Body.Bytes(), &pg); err != nil {
-					failed[p] = httptest.NewRecorder()
-					httpapi.WriteError(failed[p], http.StatusBadGateway, "partition %d of fold %s: its page does not parse: %v", p, pf.name, err)
-					return
-				}
-				for _, it := range pg.Items {
-					var k struct {
-						KeyB64 *string `json:"key_b64"`
-					}
-					var kb []byte
-					err := json.Unmarshal(it, &k)
-					if err == nil && k.KeyB64 != nil {
-						kb, err = httpapi.DecodeB64(*k.KeyB64)
-					}
-					if err != nil || k.KeyB64 == nil {
-						failed[p] = httptest.NewRecorder()
-						httpapi.WriteError(failed[p], http.StatusBadGateway, "partition %d of fold %s: an entry of its page has no key: %s", p, pf.name, it)
-						return
-					}
-					pg.keys = append(pg.keys, kb)
-				}
-				pages[p] = &pg
-			}()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			next.ServeHTTP(rec, r2)
-		})
+		reqs[p] = toUnit(r, pf, p)
+		reqs[p].URL.RawQuery = uq.Encode()
+		reqs[p].RequestURI = reqs[p].URL.RequestURI()
 	}
-	wg.Wait()
-	for p, f := range failed {
-		if f != nil {
-			replay(w, f, p)
+	pages := make([]*unitPage, pf.n)
+	for p, a := range h.askUnits(next, pf, reqs) {
+		if a == nil {
+			continue
+		}
+		pg, err := parseUnitPage(a)
+		if err != nil {
+			if a.Code == http.StatusOK {
+				a = httptest.NewRecorder()
+				httpapi.WriteError(a, http.StatusBadGateway, "partition %d of fold %s: %v", p, pf.name, err)
+			}
+			replay(w, a, p)
 			return
 		}
+		pages[p] = pg
 	}
 	// The bound: no entry past the last key of a page cut short (that
 	// unit may hold keys before the next entry of another). A unit asked

@@ -16,10 +16,10 @@ import (
 // node or, in a fleet, wherever that unit's owner is), and the fold's
 // partitions endpoint lists every unit. A view key has no partition (the
 // plugin names views): its read asks every unit, and answers the one that
-// holds it; held by several, it needs their values merged. That, and the
-// other reads by the fold's name (ranges, queries, status), are
-// specified, not built: they are refused with the units' names, each of
-// which answers for its own partition.
+// holds it; held by several, it needs their values merged. A range merges
+// the units' pages (partitionrange.go). Merging view values, queries,
+// ndjson streams and status is specified, not built: those are refused
+// with the units' names, each of which answers for its own partition.
 
 // partitionedFold is a fold of several partitions, as reads find it.
 type partitionedFold struct {
@@ -42,12 +42,8 @@ func (h *Host) partitionedFolds() map[string]partitionedFold {
 // FOLD.P, an unpartitioned fold's its own); ok false for no fold of this
 // host.
 func (h *Host) unitNamed(name string) (protocol.Unit, bool) {
-	for _, f := range h.o.Folds {
-		if f.Name == name {
-			return f.Unit(), true
-		}
-	}
-	return protocol.Unit{}, false
+	u, ok := h.units[name]
+	return u, ok
 }
 
 // routePartitions serves the reads of partitioned folds by their names,
@@ -136,34 +132,11 @@ func (h *Host) routePartitions(next http.Handler) http.Handler {
 // unit's 404; several: 409 (their values would need a merge); a unit that
 // fails: its answer.
 func (h *Host) viewOfPartitions(w http.ResponseWriter, r *http.Request, next http.Handler, pf partitionedFold, key string) {
-	answers := make([]*httptest.ResponseRecorder, pf.n)
-	sem := make(chan struct{}, maxViewFanOut)
-	var wg sync.WaitGroup
+	reqs := make([]*http.Request, pf.n)
 	for p := range pf.n {
-		r2 := toUnit(r, pf, p)
-		answers[p] = httptest.NewRecorder()
-		wg.Go(func() {
-			defer func() {
-				// A panic here would end the process (net/http recovers
-				// only its own goroutines): a forwarded read that broke
-				// off (http.ErrAbortHandler) is a 502 of that partition,
-				// anything else a 500, logged.
-				if v := recover(); v != nil {
-					answers[p] = httptest.NewRecorder()
-					if v == http.ErrAbortHandler {
-						httpapi.WriteError(answers[p], http.StatusBadGateway, "partition %d of fold %s: its answer broke off", p, pf.name)
-						return
-					}
-					h.log.Error("a view read of one partition panicked", "fold", pf.name, "partition", p, "panic", v)
-					httpapi.WriteError(answers[p], http.StatusInternalServerError, "partition %d of fold %s: the read failed", p, pf.name)
-				}
-			}()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			next.ServeHTTP(answers[p], r2)
-		})
+		reqs[p] = toUnit(r, pf, p)
 	}
-	wg.Wait()
+	answers := h.askUnits(next, pf, reqs)
 	var found []int
 	for p, a := range answers {
 		switch a.Code {
@@ -186,8 +159,43 @@ func (h *Host) viewOfPartitions(w http.ResponseWriter, r *http.Request, next htt
 	}
 }
 
-// maxViewFanOut bounds the units one view read asks at once.
-const maxViewFanOut = 16
+// maxFanOut bounds the units one read asks at once.
+const maxFanOut = 16
+
+// askUnits serves reqs[p] (nil: none) for partition p of pf through next,
+// at most maxFanOut at once, and returns each answer. A panic of one (a
+// forwarded read that broke off raises http.ErrAbortHandler) would end
+// the process, since net/http recovers only its own goroutines: it is
+// that partition's 502 (broken off) or 500 (anything else, logged).
+func (h *Host) askUnits(next http.Handler, pf partitionedFold, reqs []*http.Request) []*httptest.ResponseRecorder {
+	answers := make([]*httptest.ResponseRecorder, len(reqs))
+	sem := make(chan struct{}, maxFanOut)
+	var wg sync.WaitGroup
+	for p, r2 := range reqs {
+		if r2 == nil {
+			continue
+		}
+		answers[p] = httptest.NewRecorder()
+		wg.Go(func() {
+			defer func() {
+				if v := recover(); v != nil {
+					answers[p] = httptest.NewRecorder()
+					if v == http.ErrAbortHandler {
+						httpapi.WriteError(answers[p], http.StatusBadGateway, "partition %d of fold %s: its answer broke off", p, pf.name)
+						return
+					}
+					h.log.Error("a read of one partition panicked", "fold", pf.name, "partition", p, "panic", v)
+					httpapi.WriteError(answers[p], http.StatusInternalServerError, "partition %d of fold %s: the read failed", p, pf.name)
+				}
+			}()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			next.ServeHTTP(answers[p], r2)
+		})
+	}
+	wg.Wait()
+	return answers
+}
 
 // toUnit is r addressed to partition p's unit: /v1/folds/FOLD/... made
 // /v1/folds/FOLD.P/..., the rest of the path and the query kept.

@@ -39,11 +39,22 @@ func UnitDataDir(dir string, p int) string {
 // the fold).
 func Adopts(names []string, fold string) bool {
 	for _, a := range names {
-		if f, p, _ := strings.Cut(a, "."); a == fold || (f == fold && p != "") {
+		if f, _, ok := SplitUnitName(a); a == fold || (ok && f == fold) {
 			return true
 		}
 	}
 	return false
+}
+
+// SplitUnitName reads a unit's name, FOLD.P (UnitName), P a partition
+// number as UnitName writes it; ok false for any other name.
+func SplitUnitName(name string) (fold string, p int, ok bool) {
+	fold, ps, ok := strings.Cut(name, ".")
+	p, err := strconv.Atoi(ps)
+	if !ok || fold == "" || err != nil || p < 0 || strconv.Itoa(p) != ps {
+		return "", 0, false
+	}
+	return fold, p, true
 }
 
 // expandPartitions returns folds with each fold of Partitions > 1

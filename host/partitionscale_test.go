@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -72,17 +73,7 @@ func TestPartitionScaleUpMeasure(t *testing.T) {
 			}
 		}
 	}
-	med := func(ds []time.Duration) time.Duration {
-		s := append([]time.Duration(nil), ds...)
-		for i := range s {
-			for j := i + 1; j < len(s); j++ {
-				if s[j] < s[i] {
-					s[i], s[j] = s[j], s[i]
-				}
-			}
-		}
-		return s[len(s)/2]
-	}
+	med := func(ds []time.Duration) time.Duration { return slices.Sorted(slices.Values(ds))[len(ds)/2] }
 	base := med(times[1])
 	for _, parts := range []int{1, 2, 4} {
 		t.Logf("%s, %d keys, %d partitions: median %v of %v, ratio to 1 partition %.2f", name, n, parts, med(times[parts]), times[parts], float64(med(times[parts]))/float64(base))

@@ -13,8 +13,6 @@ import (
 	"io/fs"
 	"path/filepath"
 	"regexp"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/foldhost/foldhost/host"
@@ -266,10 +264,10 @@ func (c *Config) Fold(name string) (FoldConfig, error) {
 		names[i] = f.Name
 	}
 	// A partition of a fold of several: FOLD.P, with its own data dir.
-	if fold, p, ok := strings.Cut(name, "."); ok {
+	if fold, p, ok := host.SplitUnitName(name); ok {
 		for _, f := range c.Folds {
-			if i, err := strconv.Atoi(p); err == nil && f.Name == fold && f.Partitions > 1 && i >= 0 && i < f.Partitions && strconv.Itoa(i) == p {
-				f.Name, f.DataDir = host.UnitName(fold, i), host.UnitDataDir(f.DataDir, i)
+			if f.Name == fold && f.Partitions > 1 && p < f.Partitions {
+				f.Name, f.DataDir = name, host.UnitDataDir(f.DataDir, p)
 				return f, nil
 			}
 		}
