@@ -45,7 +45,7 @@ func TestEffectsPartitionedFoldPublishesEachOnce(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	nc, b, js, stream, s := routesAndEvents(t)
+	nc, b, s := routesAndEvents(t)
 	const n = 4
 	opts := host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: nc.ConnectedUrl()}},
@@ -94,10 +94,7 @@ func TestEffectsPartitionedFoldPublishesEachOnce(t *testing.T) {
 	wait(r)
 	// Effects wait in the outboxes while the stream takes nothing; the
 	// host stops; restarted, it publishes them, then the next ones.
-	stream.Subjects = []string{"elsewhere", "foldhost.fence.>"}
-	if _, err := js.UpdateStream(context.Background(), stream); err != nil {
-		t.Fatal(err)
-	}
+	hosttest.UpdateStream(t, nc.ConnectedUrl(), "ROUTE_EVENTS", func(c *jetstream.StreamConfig) { c.Subjects = []string{"elsewhere", "foldhost.fence.>"} })
 	before := len(m.want)
 	last := routeWorkload(t, b, m, rng, 100)
 	for _, f := range r.H.Folds() {
@@ -106,10 +103,7 @@ func TestEffectsPartitionedFoldPublishesEachOnce(t *testing.T) {
 	if err := r.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	stream.Subjects = []string{"route.changed", "foldhost.fence.>"}
-	if _, err := js.UpdateStream(context.Background(), stream); err != nil {
-		t.Fatal(err)
-	}
+	hosttest.UpdateStream(t, nc.ConnectedUrl(), "ROUTE_EVENTS", func(c *jetstream.StreamConfig) { c.Subjects = []string{"route.changed", "foldhost.fence.>"} })
 	r = hosttest.StartHost(t, opts)
 	routeWorkload(t, b, m, rng, 50)
 	wait(r)

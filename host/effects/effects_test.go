@@ -140,9 +140,8 @@ func diffEffects(got, want []string) string {
 }
 
 // routesAndEvents is a NATS server with the bucket "routes" and the
-// effects stream ROUTE_EVENTS capturing route.changed (its config, to
-// edit and update).
-func routesAndEvents(t *testing.T) (*nats.Conn, *natskv.Bucket, jetstream.JetStream, jetstream.StreamConfig, jetstream.Stream) {
+// effects stream ROUTE_EVENTS capturing route.changed.
+func routesAndEvents(t *testing.T) (*nats.Conn, *natskv.Bucket, jetstream.Stream) {
 	t.Helper()
 	_, nc := natstest.Start(t)
 	b, err := natskv.OpenBucket(context.Background(), nc, natskv.BucketConfig{Name: "routes", History: 64}, natskv.Options{})
@@ -158,7 +157,7 @@ func routesAndEvents(t *testing.T) (*nats.Conn, *natskv.Bucket, jetstream.JetStr
 	if err != nil {
 		t.Fatal(err)
 	}
-	return nc, b, js, stream, s
+	return nc, b, s
 }
 
 // TestEffectsPublishedExactlyInOrderAcrossRestarts: the example router
@@ -174,7 +173,7 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	nc, b, js, stream, s := routesAndEvents(t)
+	nc, b, s := routesAndEvents(t)
 	dir := t.TempDir()
 	opts := host.Options{
 		NATS: host.NATSOptions{Conn: natskv.ConnOptions{URL: nc.ConnectedUrl()}},
@@ -194,10 +193,7 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 	}
 
 	// The stream stops taking the subject: effects wait in the outbox.
-	stream.Subjects = []string{"elsewhere", "foldhost.fence.>"}
-	if _, err := js.UpdateStream(context.Background(), stream); err != nil {
-		t.Fatal(err)
-	}
+	hosttest.UpdateStream(t, nc.ConnectedUrl(), "ROUTE_EVENTS", func(c *jetstream.StreamConfig) { c.Subjects = []string{"elsewhere", "foldhost.fence.>"} })
 	published := len(m.want)
 	hosttest.WaitCursor(t, f, routeWorkload(t, b, m, rng, 120))
 	hosttest.WaitFor(t, func() bool {
@@ -215,10 +211,7 @@ func TestEffectsPublishedExactlyInOrderAcrossRestarts(t *testing.T) {
 
 	// Restarted with the stream taking it again: the waiting effects go
 	// first, then the new ones.
-	stream.Subjects = []string{"route.changed", "foldhost.fence.>"}
-	if _, err := js.UpdateStream(context.Background(), stream); err != nil {
-		t.Fatal(err)
-	}
+	hosttest.UpdateStream(t, nc.ConnectedUrl(), "ROUTE_EVENTS", func(c *jetstream.StreamConfig) { c.Subjects = []string{"route.changed", "foldhost.fence.>"} })
 	r = hosttest.StartHost(t, opts)
 	f = r.H.Fold("routes")
 	hosttest.WaitCursor(t, f, routeWorkload(t, b, m, rng, 60))
