@@ -4,7 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net/http"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -176,4 +180,176 @@ func TestFleetPlacesPartitions(t *testing.T) {
 	if !errors.Is(err, fleet.ErrPartitionsMismatch) || !strings.Contains(err.Error(), "4 partitions") {
 		t.Errorf("a node with 2 partitions of a fold the fleet has in 4: %v, want ErrPartitionsMismatch", err)
 	}
+}
+
+// TestFleetQueriesByTheFoldsName: a query by a partitioned fold's name
+// answers on every node of a fleet of 3 what one fold of the whole
+// bucket answers, read-your-writes through min_revision, wherever the
+// units are: "routes" (2 partitions, a standby each: one node folds both
+// units and the two others forward the query to it, X-Foldhost-Node
+// naming it); a fold of 3 partitions without standbys whose units are on
+// 3 nodes (each node reads its own unit and the two others through their
+// owners, a range in pages); a fold of 2 partitions without standbys on
+// 2 nodes (the third forwards to an owner). Scans forward and reverse
+// (ranges of 2 keys) and gets. When the node that folds both of routes'
+// units leaves, the two left answer every fold themselves. Mutations
+// caught: the query not forwarded (a node without both units answers 503
+// until the test gives up); a unit of another node read from this node's
+// stale copy (its cursor never reaches min_revision: 504); a remote
+// range's next page not moved past the last key (entries twice), or
+// moved without the reverse flag (entries lost).
+func TestFleetQueriesByTheFoldsName(t *testing.T) {
+	srv, nc := natstest.Start(t)
+	b, err := natskv.OpenBucket(t.Context(), nc, natskv.BucketConfig{Name: "routes", History: 4}, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	plugin := hosttest.BuiltPlugin(t, "testdata", "query")
+	nodes := []string{"n1", "n2", "n3"}
+	defer host.SetFirstRemotePage(1)() // a remote range in many pages, even of a few entries
+	// spread is a fold of n partitions without standbys whose units the
+	// placement puts on n nodes.
+	spread := func(prefix string, n int) string {
+		for i := 0; ; i++ {
+			name, seen := fmt.Sprintf("%s%d", prefix, i), map[string]bool{}
+			for p := range n {
+				seen[protocol.Place(protocol.Unit{Fold: name, Partition: p}, nodes, 0).Owner] = true
+			}
+			if len(seen) == n {
+				return name
+			}
+		}
+	}
+	three, two, rthree := spread("three", 3), spread("two", 2), spread("rthree", 3)
+	router := hosttest.BuiltPlugin(t, "example-router", "router-c")
+	hs := map[string]*hosttest.Running{}
+	apis := map[string]string{}
+	for _, name := range nodes {
+		o := partitionedFleetHost(t, srv.ClientURL(), dir, name, 2)
+		o.Folds[0].Plugin = plugin
+		for fold, n := range map[string]int{three: 3, two: 2, rthree: 3, "rwhole": 1} {
+			p := plugin
+			if fold == rthree || fold == "rwhole" {
+				p = router
+			}
+			o.Folds = append(o.Folds, host.FoldOptions{Name: fold, Bucket: "routes", Plugin: p, Partitions: n, Standbys: -1,
+				DataDir: filepath.Join(dir, name, fold)})
+		}
+		hs[name] = hosttest.StartHost(t, o)
+		api := hosttest.LoopbackAPI(t, hs[name].H.Handler())
+		t.Cleanup(api.Close)
+		apis[name] = api.URL
+	}
+	live := map[string]bool{}
+	value := func(k string) string { return hosttest.Route(fmt.Sprintf("10.0.0.%d:80", len(k)*7%10)) }
+	var last uint64
+	for i := range 900 {
+		k := fmt.Sprintf("route.h%03d", i%300+i/300*1000) // hosts of 4 and 5 characters
+		last, live[k] = hosttest.Put(t, b, k, value(k)), true
+	}
+	// holders are the nodes that fold every unit of routes.
+	holders := func(nodes []string) map[string]bool {
+		out := map[string]bool{}
+		for _, name := range nodes {
+			out[name] = true
+		}
+		for p := range 2 {
+			pl := protocol.Place(protocol.Unit{Fold: "routes", Partition: p}, nodes, 1)
+			for name := range out {
+				if name != pl.Owner && !slices.Contains(pl.Standbys, name) {
+					delete(out, name)
+				}
+			}
+		}
+		return out
+	}
+	ask := func(node, fold, query, input string) queryAnswer {
+		t.Helper()
+		var got queryAnswer
+		// A fleet still settling its placement answers 503: ask again.
+		hosttest.WaitFor(t, func() bool {
+			got = askQuery(t, apis[node], fold, query, input, fmt.Sprintf("min_revision=%d&wait=10s", last))
+			return got.code != http.StatusServiceUnavailable
+		})
+		return got
+	}
+	check := func(nodes []string) {
+		t.Helper()
+		want := slices.Sorted(maps.Keys(live))
+		hold := holders(nodes)
+		for _, fold := range []string{"routes", three, two} {
+			forwarded := 0
+			for _, name := range nodes {
+				got := ask(name, fold, "scan", "route.")
+				if got.code != 200 || got.body != strings.Join(want, "\n")+"\n" {
+					t.Fatalf("scan of %s on %s: %d, %d bytes (%.200q), want the %d keys", fold, name, got.code, len(got.body), got.body, len(want))
+				}
+				if c, _ := strconv.ParseUint(got.cursor, 10, 64); c < last {
+					t.Errorf("scan of %s on %s: cursor %q, below min_revision %d", fold, name, got.cursor, last)
+				}
+				if fold == "routes" && !hold[name] {
+					forwarded++
+					if !hold[got.node] {
+						t.Errorf("the query on %s was answered by %q, which does not fold both units (those that do: %v)", name, got.node, hold)
+					}
+				}
+				rev := slices.Clone(want)
+				slices.Reverse(rev)
+				if got := ask(name, fold, "rscan", "route.h1"); got.code != 200 || got.body != strings.Join(filterPrefix(rev, "route.h1"), "\n")+"\n" {
+					t.Fatalf("rscan of %s on %s: %d, %d bytes (%.200q)", fold, name, got.code, len(got.body), got.body)
+				}
+				for _, k := range want[:5] {
+					if got := ask(name, fold, "get", k); got.code != 200 || got.body != value(k) {
+						t.Errorf("get %s of %s on %s: %d %s", k, fold, name, got.code, got.body)
+					}
+				}
+			}
+			if fold == "routes" {
+				t.Logf("nodes %v: %d folding both units of routes (%v), %d queries forwarded", nodes, len(hold), hold, forwarded)
+			}
+		}
+		// The router over 3 units on 3 nodes answers as over the whole
+		// bucket: top_upstreams reads every upstream/ entry, in ranges of
+		// 1,024 (each remote unit's in pages of 1, 2, 4, ...).
+		for _, name := range nodes {
+			for _, q := range [][2]string{{"top_upstreams", "3"}, {"hosts_of_upstream", "10.0.0.0:80"}, {"hosts_of_upstream", "10.0.0.7:80"}} {
+				want, got := ask(name, "rwhole", q[0], q[1]), ask(name, rthree, q[0], q[1])
+				want.body = strings.Replace(want.body, "fold rwhole:", "fold "+rthree+":", 1)
+				if got.code != 200 || got.code != want.code || got.body != want.body {
+					t.Errorf("%s(%s) of %s on %s: %d %.300s\nwant (the whole fold's): %d %.300s", q[0], q[1], rthree, name, got.code, got.body, want.code, want.body)
+				}
+			}
+		}
+	}
+	check(nodes)
+	if len(holders(nodes)) == len(nodes) {
+		t.Fatal("every node folds both units: the placement left nothing to forward")
+	}
+
+	// A node that folds both of routes' units leaves.
+	var gone string
+	for name := range holders(nodes) {
+		gone = name
+	}
+	if err := hs[gone].Stop(t); err != nil {
+		t.Fatal(err)
+	}
+	rest := slices.DeleteFunc(slices.Clone(nodes), func(s string) bool { return s == gone })
+	for i := range 30 {
+		k := fmt.Sprintf("route.h%03d", 500+i)
+		last, live[k] = hosttest.Put(t, b, k, value(k)), true
+	}
+	check(rest)
+}
+
+// filterPrefix is the keys of ks that start with prefix, in their order.
+func filterPrefix(ks []string, prefix string) []string {
+	var out []string
+	for _, k := range ks {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	return out
 }

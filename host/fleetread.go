@@ -124,23 +124,29 @@ func (fr *fleetReads) read(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, http.StatusServiceUnavailable, "fold %s has no owner in the fleet now (a takeover or hand-over is under way, or no node can run it): GET /v1/folds/%s/partitions says", u.Fold, u.Fold)
 		return
 	}
+	fr.forwardTo(w, r, st.Owner, u.Fold)
+}
+
+// forwardTo forwards r to node, which folds the fold named fold.
+func (fr *fleetReads) forwardTo(w http.ResponseWriter, r *http.Request, node, fold string) {
+	h := fr.h
 	wait := h.o.NATS.RequestTimeout
-	err := forward.Do(r.Context(), h.nc, readsSubject(h.o.Fleet.Name, st.Owner), w, r, forward.Options{From: h.o.Admin.Node,
+	err := forward.Do(r.Context(), h.nc, readsSubject(h.o.Fleet.Name, node), w, r, forward.Options{From: h.o.Admin.Node,
 		FirstWait: wait + httpapi.MaxReadWait, ChunkWait: wait})
 	switch {
 	case err == nil:
 		fr.forwarded.Add(1)
 	case errors.Is(err, forward.ErrTruncated):
 		fr.failed.Add(1)
-		h.log.Warn("a forwarded read broke off midway", "fold", u.Fold, "owner", st.Owner, "path", r.URL.Path, "err", err)
+		h.log.Warn("a forwarded read broke off midway", "fold", fold, "node", node, "path", r.URL.Path, "err", err)
 		panic(http.ErrAbortHandler) // the client sees a broken answer, not a short one
 	case errors.Is(err, forward.ErrNoResponder):
 		fr.failed.Add(1)
 		w.Header().Set("Retry-After", "1")
-		httpapi.WriteError(w, http.StatusServiceUnavailable, "fold %s's owner %s does not answer (it left, or is down: the fleet moves the fold within node_ttl %v)", u.Fold, st.Owner, h.o.Fleet.NodeTTL)
+		httpapi.WriteError(w, http.StatusServiceUnavailable, "fold %s: node %s does not answer (it left, or is down: the fleet moves its folds within node_ttl %v)", fold, node, h.o.Fleet.NodeTTL)
 	default:
 		fr.failed.Add(1)
 		w.Header().Set("Retry-After", "1")
-		httpapi.WriteError(w, http.StatusBadGateway, "fold %s: forwarding the read to its owner %s: %v", u.Fold, st.Owner, err)
+		httpapi.WriteError(w, http.StatusBadGateway, "fold %s: forwarding the read to node %s: %v", fold, node, err)
 	}
 }

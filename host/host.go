@@ -354,7 +354,7 @@ func (h *Host) Handler() http.Handler {
 // apiHandler is the HTTP API over this node's folds.
 func (h *Host) apiHandler() http.Handler {
 	return httpapi.NewHandler(httpapi.Options{Folds: h.httpFolds(), Metrics: h.metrics, Logger: h.log, AdminToken: h.o.AdminToken,
-		Placement: h.placement})
+		Placement: h.placement, Groups: h.groups()})
 }
 
 // Metrics is the registry behind GET /metrics, for a program that adds its

@@ -77,6 +77,13 @@ func (h *Host) routePartitions(next http.Handler) http.Handler {
 			h.viewOfPartitions(w, r, next, pf, r.PathValue("key"))
 		}
 	})
+	for _, m := range []string{"GET", "POST"} {
+		mux.HandleFunc(m+" /v1/folds/{name}/query/{query}", func(w http.ResponseWriter, r *http.Request) {
+			if pf, ok := of(w, r); ok {
+				h.queryOfPartitions(w, r, next, pf)
+			}
+		})
+	}
 	mux.HandleFunc("GET /v1/folds/{name}/partitions", func(w http.ResponseWriter, r *http.Request) {
 		pf, ok := of(w, r)
 		if !ok {
@@ -113,9 +120,9 @@ func (h *Host) routePartitions(next http.Handler) http.Handler {
 			}
 			return
 		}
-		httpapi.WriteError(w, http.StatusNotImplemented, "fold %s has %d partitions: by its name it answers a key's raw value (GET /v1/folds/%s/raw/KEY), a view key one partition holds (GET /v1/folds/%s/view/KEY), ranges merged in key order (GET /v1/folds/%s/raw?prefix=P) and its partitions (GET /v1/folds/%s/partitions); "+
-			"ndjson streams, queries, status and view keys merged over partitions are specified, not built: each partition answers for its own at /v1/folds/%s.P/... (P from 0 to %d)",
-			pf.name, pf.n, pf.name, pf.name, pf.name, pf.name, pf.name, pf.n-1)
+		httpapi.WriteError(w, http.StatusNotImplemented, "fold %s has %d partitions: by its name it answers a key's raw value (GET /v1/folds/%s/raw/KEY), a view key one partition holds (GET /v1/folds/%s/view/KEY), ranges merged in key order (GET /v1/folds/%s/raw?prefix=P), its partitions (GET /v1/folds/%s/partitions) and "+
+			"its queries (/v1/folds/%s/query/Q); ndjson streams, status and view keys merged over partitions are specified, not built: each partition answers for its own at /v1/folds/%s.P/... (P from 0 to %d)",
+			pf.name, pf.n, pf.name, pf.name, pf.name, pf.name, pf.name, pf.name, pf.n-1)
 	}
 	// The endpoints without a trailing part are named too: a mux with
 	// only "/raw/{key...}" would redirect "/raw" to "/raw/".

@@ -45,24 +45,35 @@ func (f *Fold) QueryLookup(name string) (httpapi.QueryInfo, error) {
 }
 
 // Query implements httpapi.Querier: the query runs on the plugin's query
-// instances, never the one batches apply on. A snapshot whose views
-// another view schema wrote (a rebuild's switch, just before its module
-// reaches the live plugin) is refused: the module would misread them.
+// instances, never the one batches apply on.
 func (f *Fold) Query(ctx context.Context, sn *fold.Snapshot, name string, input []byte) (httpapi.QueryAnswer, error) {
+	return f.QueryOver(ctx, []*fold.Snapshot{sn}, sn, name, input)
+}
+
+// QueryOver runs the query name over rd, which reads the snapshots sns:
+// one fold's, or a partitioned fold's units read as one fold (their
+// views are each partition's share). A snapshot whose views another view
+// schema wrote (a rebuild's switch, just before its module reaches the
+// live plugin; a unit still on the previous module in a rollout) is
+// refused: the module would misread them. A read rd refuses (a
+// *wasm.ReadRefusal) fails the query with the refusal's error.
+func (f *Fold) QueryOver(ctx context.Context, sns []*fold.Snapshot, rd wasm.QueryReader, name string, input []byte) (httpapi.QueryAnswer, error) {
 	p := f.plug()
 	if p == nil {
 		return httpapi.QueryAnswer{}, f.noQueries()
 	}
 	_, mod := p.Queries()
-	if b, ok, err := sn.PluginIdentity(); err != nil {
-		return httpapi.QueryAnswer{}, err
-	} else if ok {
-		if views, err := fold.ParsePluginIdentity(b); err == nil && views.ViewSchema != mod.ViewSchema {
-			return httpapi.QueryAnswer{}, fmt.Errorf("%w: the views at cursor %d are view schema %d, the plugin's is %d (a view rebuild or its switch is under way; ask again)",
-				httpapi.ErrQueryStale, sn.Cursor().Rev, views.ViewSchema, mod.ViewSchema)
+	for _, sn := range sns {
+		if b, ok, err := sn.PluginIdentity(); err != nil {
+			return httpapi.QueryAnswer{}, err
+		} else if ok {
+			if views, err := fold.ParsePluginIdentity(b); err == nil && views.ViewSchema != mod.ViewSchema {
+				return httpapi.QueryAnswer{}, fmt.Errorf("%w: the views at cursor %d are view schema %d, the plugin's is %d (a view rebuild or its switch is under way; ask again)",
+					httpapi.ErrQueryStale, sn.Cursor().Rev, views.ViewSchema, mod.ViewSchema)
+			}
 		}
 	}
-	a, err := p.Query(ctx, name, input, sn)
+	a, err := p.Query(ctx, name, input, rd)
 	var ie *wasm.QueryInputError
 	var pe *wasm.PluginError
 	switch {
@@ -76,6 +87,8 @@ func (f *Fold) Query(ctx context.Context, sn *fold.Snapshot, name string, input 
 		return httpapi.QueryAnswer{}, fmt.Errorf("%w: %v", httpapi.ErrQueryInputTooLarge, err)
 	case errors.As(err, &pe) && pe.Kind == wasm.KindGuest:
 		return httpapi.QueryAnswer{}, fmt.Errorf("%w: %v", httpapi.ErrQueryRefused, err)
+	case errors.As(err, &pe) && pe.Kind == wasm.KindRefused:
+		return httpapi.QueryAnswer{}, pe.Err // the reader's reason, as it wrapped it
 	}
 	return httpapi.QueryAnswer{}, err
 }

@@ -54,7 +54,8 @@ func (s *server) collection(sp space) http.HandlerFunc {
 		q := r.URL.Query()
 		for name, vals := range q {
 			switch name {
-			case "prefix", "prefix_b64", "limit", "key", "key_b64", "next", "format", "min_revision", "wait", "pin":
+			case "prefix", "prefix_b64", "limit", "key", "key_b64", "next", "format", "min_revision", "wait", "pin",
+				"start", "start_b64", "end", "end_b64", "reverse":
 			default:
 				writeError(w, http.StatusBadRequest, "unknown query parameter %q (want prefix or prefix_b64, limit and next, or key or key_b64, or format; and min_revision, wait)", name)
 				return
@@ -77,6 +78,14 @@ func (s *server) collection(sp space) http.HandlerFunc {
 		prefix, hasPrefix, err := bytesParam(q, "prefix")
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		if q.Has("start") || q.Has("start_b64") || q.Has("end") || q.Has("end_b64") || q.Has("reverse") {
+			if sp != viewSpace || hasKey || hasPrefix || q.Has("next") || q.Has("format") || q.Has("pin") {
+				writeError(w, http.StatusBadRequest, "start, end and reverse read a view range (a plugin query's range): they do not combine with key, prefix, next, format or pin, nor read raw entries")
+				return
+			}
+			s.viewScan(w, r, f, at)
 			return
 		}
 		if hasKey {
@@ -183,6 +192,64 @@ func (s *server) collection(sp space) http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, resp)
 	}
+}
+
+// viewScan serves a view range as a plugin query reads it:
+// ?start=S&end=E (text or _b64; an empty or absent end: no bound) and
+// ?reverse=1, at most ?limit entries from one snapshot, in key order or
+// from the end down; a truncated page names no token: the next page is
+// asked from just past its last key (a partitioned fold's query reads
+// the units of other nodes so).
+func (s *server) viewScan(w http.ResponseWriter, r *http.Request, f Fold, at readAt) {
+	q := r.URL.Query()
+	start, _, err := bytesParam(q, "start")
+	var end string
+	if err == nil {
+		end, _, err = bytesParam(q, "end")
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	reverse := false
+	switch q.Get("reverse") {
+	case "", "0":
+	case "1":
+		reverse = true
+	default:
+		writeError(w, http.StatusBadRequest, "reverse must be 1 or 0, got %q", q.Get("reverse"))
+		return
+	}
+	limit := DefaultLimit
+	if q.Has("limit") {
+		n, err := strconv.Atoi(q.Get("limit"))
+		if err != nil || n < 1 || n > MaxLimit {
+			writeError(w, http.StatusBadRequest, "limit must be an integer between 1 and %d, got %q", MaxLimit, q.Get("limit"))
+			return
+		}
+		limit = n
+	}
+	sn := s.snapshotAt(w, r, f, at)
+	if sn == nil {
+		return
+	}
+	defer sn.Close()
+	resp := rangeResponse{Fold: f.Name(), Cursor: uint64(sn.Cursor().Rev), Staleness: stalenessOf(sn), Limit: limit}
+	items := make([]ViewItem, 0, min(limit, 64))
+	err = sn.ViewScan([]byte(start), []byte(end), reverse, func(k, v []byte) error {
+		if len(items) == limit {
+			resp.Truncated = true
+			return errLimit
+		}
+		items = append(items, NewViewItem(k, v))
+		return nil
+	})
+	if err != nil && !errors.Is(err, errLimit) {
+		s.storeError(w, f, err)
+		return
+	}
+	resp.Items, resp.Count = items, len(items)
+	writeJSON(w, http.StatusOK, resp)
 }
 
 // streamNDJSON streams every entry of the range from one snapshot, one JSON

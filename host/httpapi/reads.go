@@ -34,6 +34,9 @@ type CursorWaiter interface {
 type readAt struct {
 	min  protocol.Revision
 	wait time.Duration
+	// deadline is when the wait ends (now + wait, at the request's
+	// parsing).
+	deadline time.Time
 }
 
 // readAtParams reads ?min_revision and ?wait.
@@ -56,6 +59,7 @@ func readAtParams(q url.Values) (readAt, error) {
 		}
 		at.wait = d
 	}
+	at.deadline = time.Now().Add(at.wait)
 	return at, nil
 }
 

@@ -42,6 +42,9 @@ type Options struct {
 	// /v1/folds/{name}/partitions); nil: one partition, this node's, at
 	// the fold's state and cursor.
 	Placement func(Fold) []PartitionStatus
+	// Groups are the partitioned folds whose queries are asked by the
+	// fold's own name (Group).
+	Groups []Group
 }
 
 // NewHandler returns the API's handler:
@@ -105,6 +108,10 @@ func NewHandler(o Options) http.Handler {
 	}
 	for _, f := range o.Folds {
 		s.folds[f.Name()] = f
+	}
+	s.groups = map[string]Group{}
+	for _, g := range o.Groups {
+		s.groups[g.Name] = g
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.page) // exactly "/": other unknown paths stay 404
@@ -176,6 +183,7 @@ type server struct {
 	pages      pageSnaps
 	rates      pageRates // the status page's rates
 	placement  func(Fold) []PartitionStatus
+	groups     map[string]Group
 }
 
 type space int

@@ -22,7 +22,8 @@ const (
 	KindTimeout   Kind = "timeout"     // the per-call deadline passed
 	KindOOM       Kind = "out-of-memory"
 	KindMalformed Kind = "malformed-output"
-	KindLimit     Kind = "over-limit" // a *LimitError: what it made the host hold
+	KindLimit     Kind = "over-limit"   // a *LimitError: what it made the host hold
+	KindRefused   Kind = "read-refused" // a *ReadRefusal: a read the host would not answer
 )
 
 // PluginError is a failed call into a plugin. The batch it was applying is

@@ -18,7 +18,7 @@ import (
 // travels in the call's context (host functions are shared by every
 // instance of the runtime).
 type callState struct {
-	fold fold.Reader // the committed fold, for read
+	fold PointReader // the committed fold (an apply's) or a snapshot (a query's), for read
 	// snap is the snapshot a query reads, for range; nil in an apply
 	// (range is refused there: the SDKs' overlay of the batch's own
 	// writes covers point reads only).
@@ -187,6 +187,10 @@ func hostRead(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 		st.resp = nil // not kept: the bound applies to what stays, too
 		panic(st.readLimitError(big.size))
 	}
+	var rr *ReadRefusal
+	if errors.As(err, &rr) {
+		panic(rr)
+	}
 	if err != nil {
 		st.logger.Warn("wasm: plugin read failed", "module", st.module, "err", err)
 		return -1
@@ -195,11 +199,42 @@ func hostRead(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 	return int32(len(resp))
 }
 
+// PointReader is what the read import reads: raw entries by NATS key and
+// view keys ([fold.Reader] has both).
+type PointReader interface {
+	Get(key string) (fold.Entry, bool, error)
+	ViewGet(key []byte) ([]byte, bool, error)
+}
+
 // RangeReader is what a query's range reads: a fold snapshot's views
 // ([fold.Snapshot.ViewScan]).
 type RangeReader interface {
 	ViewScan(start, end []byte, reverse bool, fn func(key, value []byte) error) error
 }
+
+// LimitedRangeReader is a RangeReader told how many entries a range will
+// take at most (the plugin's limit and one more), for a reader whose
+// entries cost a round trip (a partition read on another node): it need
+// fetch no more.
+type LimitedRangeReader interface {
+	ViewScanLimit(start, end []byte, reverse bool, limit int, fn func(key, value []byte) error) error
+}
+
+// QueryReader is what a query reads: one fold snapshot, or several
+// partitions' snapshots read as one fold.
+type QueryReader interface {
+	PointReader
+	RangeReader
+}
+
+// ReadRefusal is a reader's error that ends the call rather than failing
+// one read: the plugin could not tell a failed read from a missing key,
+// and its answer would be wrong (a view key that several partitions hold,
+// read as one fold). The call fails with a *PluginError of KindRefused.
+type ReadRefusal struct{ Err error }
+
+func (e *ReadRefusal) Error() string { return e.Err.Error() }
+func (e *ReadRefusal) Unwrap() error { return e.Err }
 
 // errRangeStop ends a range scan early (its limit, or its size bound).
 var errRangeStop = errors.New("range answered")
@@ -223,7 +258,14 @@ func hostRange(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 	bound := min(st.maxRead, st.maxResp, st.maxCallRead-st.callRead)
 	body, count, more, tooBig := st.rangeBuf[:0], uint32(0), false, 0
 	var stop error // a deadline or cancellation met inside the scan
-	err = st.snap.ViewScan(start, end, flags&abi.RangeReverse != 0, func(k, v []byte) error {
+	scan := st.snap.ViewScan
+	if lr, ok := st.snap.(LimitedRangeReader); ok {
+		n := int(min(limit, 1<<20)) + 1 // the one past the limit says "more"
+		scan = func(start, end []byte, reverse bool, fn func(k, v []byte) error) error {
+			return lr.ViewScanLimit(start, end, reverse, n, fn)
+		}
+	}
+	err = scan(start, end, flags&abi.RangeReverse != 0, func(k, v []byte) error {
 		if count == limit {
 			more = true
 			return errRangeStop
@@ -254,6 +296,8 @@ func hostRange(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 	case tooBig > 0:
 		st.resp = nil
 		panic(st.readLimitError(tooBig))
+	case errors.As(err, new(*ReadRefusal)):
+		panic(err)
 	case err != nil && !errors.Is(err, errRangeStop):
 		st.logger.Warn("wasm: plugin range read failed", "module", st.module, "err", err)
 		return -1
@@ -287,7 +331,7 @@ func (e *errAnswerTooLarge) Error() string { return fmt.Sprintf("read answer ove
 // request is bounded by guest memory, but its answer is not (one large
 // value asked for many times): an answer that would pass maxResp bytes
 // stops at the entry that would pass it, with an *errAnswerTooLarge.
-func answerRead(r fold.Reader, space uint32, req, resp []byte, maxResp int, each func()) ([]byte, error) {
+func answerRead(r PointReader, space uint32, req, resp []byte, maxResp int, each func()) ([]byte, error) {
 	if br, ok := r.(fold.ViewBatchReader); ok && space == abi.SpaceView {
 		return answerViewBatch(br, req, resp, maxResp, each)
 	}

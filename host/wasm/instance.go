@@ -191,11 +191,14 @@ func (in *instance) classify(err error) error {
 	pe := &PluginError{Kind: KindTrap, Module: in.m.Short(), Err: err, Stderr: in.stderr.String()}
 	var exit *sys.ExitError
 	var le *LimitError
+	var rr *ReadRefusal
 	switch {
 	case errors.Is(err, errDeadline), errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded:
 		pe.Kind = KindTimeout
 	case errors.As(err, &le):
 		pe.Kind, pe.Err = KindLimit, le // the limit, not wazero's stack trace of the read
+	case errors.As(err, &rr):
+		pe.Kind, pe.Err = KindRefused, rr
 	case in.outOfMemory():
 		pe.Kind = KindOOM
 	}

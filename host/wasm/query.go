@@ -160,7 +160,7 @@ func findQuery(m *Module, name string) (abi.Query, error) {
 // *PluginError (a trap, a timeout, a limit, a malformed answer) discards
 // the instance, and the next query gets a fresh one. A query is never
 // retried.
-func (p *Plugin) Query(ctx context.Context, name string, input []byte, sn *fold.Snapshot) (Answer, error) {
+func (p *Plugin) Query(ctx context.Context, name string, input []byte, sn QueryReader) (Answer, error) {
 	p.mu.Lock()
 	m := p.upcoming()
 	if m == nil {
@@ -217,7 +217,7 @@ func (p *Plugin) Query(ctx context.Context, name string, input []byte, sn *fold.
 
 // runQuery makes one query call on qi; the answer is copied out of guest
 // memory. A status-1 answer is returned as the *abi.GuestError.
-func (p *Plugin) runQuery(ctx context.Context, qi *queryInstance, name string, input []byte, sn *fold.Snapshot) ([]byte, error) {
+func (p *Plugin) runQuery(ctx context.Context, qi *queryInstance, name string, input []byte, sn QueryReader) ([]byte, error) {
 	o := &p.r.opts
 	st, in := qi.st, qi.in
 	st.fold, st.snap = sn, sn

@@ -17,6 +17,9 @@
  * past the SDK (which refuses it there itself), with a valid request, and
  * sets view "range-in-apply" to what the host returned, in decimal: -1,
  * as the host refuses range outside a query.
+ *
+ * A put of a value "to:NAME" also sets view NAME = K: a view key no
+ * partition of the bucket's keys owns (the partitioned queries' tests).
  */
 #include <stdio.h>
 #include <string.h>
@@ -56,6 +59,9 @@ static int apply(struct rec *rs, uint32_t n) {
 			fh_put(rs[i].key.ptr, rs[i].key.len, rs[i].value.ptr, rs[i].value.len);
 		else
 			fh_delete(rs[i].key.ptr, rs[i].key.len);
+		fh_bytes v = rs[i].value;
+		if (rs[i].op == FH_OP_PUT && v.len > 3 && memcmp(v.ptr, "to:", 3) == 0)
+			fh_put(v.ptr + 3, v.len - 3, rs[i].key.ptr, rs[i].key.len);
 	}
 	return FH_OK;
 }
