@@ -40,7 +40,8 @@ func partitionedFleetHost(t *testing.T, url, dir, name string, n int) host.Optio
 // partition's unit, locally or forwarded to the unit's owner, right after
 // its write (min_revision), with the partition in a header; every node's
 // partitions endpoint lists the 4 owners; a range by the fold's name on
-// any node holds every key once (the units' pages merged). When the owner of a partition
+// any node holds every key once (the units' pages merged), and so does
+// its ndjson stream. When the owner of a partition
 // leaves, its units go to their standbys and every key still reads right
 // through the other nodes. A node configured with another count of
 // partitions is refused by the fleet. Mutations caught: the
@@ -142,6 +143,11 @@ func TestFleetPlacesPartitions(t *testing.T) {
 		}
 		if len(seen) != 200 {
 			t.Errorf("the merged range on %s: %d keys, want 200", name, len(seen))
+		}
+		// Its ndjson stream: those pages back to back.
+		code, body, _ := fleetGet(t, apis[name]+"/v1/folds/routes/raw?prefix=route.&format=ndjson")
+		if lines := strings.Split(strings.TrimSpace(body), "\n"); code != 200 || len(lines) != 201 || !strings.HasPrefix(lines[200], `{"end":true,"count":200,`) {
+			t.Errorf("the merged ndjson stream on %s: %d, %d lines, ending %q", name, code, len(lines), lines[len(lines)-1])
 		}
 	}
 

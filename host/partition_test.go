@@ -151,8 +151,31 @@ func TestPartitionedFoldOnOneNode(t *testing.T) {
 	if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes.1/raw?prefix=route.&limit=5&next="+first.Next); code != 200 || strings.Contains(body, "snapshot_expired") {
 		t.Errorf("the unit's second page after 40 merged reads: %d %.300s, want it from its first page's snapshot", code, body)
 	}
-	if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes/raw?prefix=route.&format=ndjson"); code != http.StatusNotImplemented || !strings.Contains(body, "routes.P") {
-		t.Errorf("an ndjson stream of the partitioned fold by its name: %d %s, want 501 naming its units", code, body)
+	// An ndjson stream by the fold's name: the merged pages back to back
+	// (on a budget of 12 entries a page: many pages), every entry once in
+	// key order, then the end line with each unit's cursor.
+	restore = host.SetMergedRangeBudget(12)
+	code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes/raw?prefix=route.&format=ndjson")
+	restore()
+	lines := strings.Split(strings.TrimSuffix(body, "\n"), "\n")
+	var streamed []string
+	for _, l := range lines[:len(lines)-1] {
+		var it struct{ Key, Value string }
+		if err := json.Unmarshal([]byte(l), &it); err != nil {
+			t.Fatalf("an ndjson line: %q: %v", l, err)
+		}
+		streamed = append(streamed, it.Key+"="+it.Value)
+	}
+	var end struct {
+		End     bool
+		Count   int
+		Cursors []uint64
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &end); code != 200 || err != nil || !end.End || end.Count != len(wantPaged) || len(end.Cursors) != n || !slices.Equal(streamed, wantPaged) {
+		t.Errorf("an ndjson stream by the fold's name: %d, %d items (end line %q), want the %d entries in key order", code, len(streamed), lines[len(lines)-1], len(wantPaged))
+	}
+	if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes/raw?prefix=route.&format=ndjson&limit=3"); code != http.StatusBadRequest {
+		t.Errorf("an ndjson stream with a limit by the fold's name: %d %s, want the unit's 400", code, body)
 	}
 	if code, _ := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes.2/raw?prefix=route."); code != http.StatusOK {
 		t.Errorf("a range of one unit: %d, want 200", code)
@@ -246,11 +269,14 @@ func TestPartitionedFoldOnOneNode(t *testing.T) {
 // partition, and it bootstraps only a store of the same partition: unit 0
 // bootstrapped from unit 1's artifact is refused (an origin mismatch
 // naming both partitions), nothing installed; unit 1 from its own holds
-// exactly its keys. Mutation caught: origins compared without their
-// partitions (unit 0 installs unit 1's keys).
+// exactly its keys. A restoring repair of unit 0 whose key holds unit
+// 1's artifact (planted there) is refused the same way, unit 0's keys
+// kept. Mutation caught: origins compared without their partitions
+// (unit 0 installs unit 1's keys, by bootstrap and by restore).
 func TestPartitionArtifactsStayInTheirPartition(t *testing.T) {
 	url, b := hosttest.NATSServer(t)
-	store, err := dirstore.New(t.TempDir())
+	root := t.TempDir()
+	store, err := dirstore.New(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,6 +305,59 @@ func TestPartitionArtifactsStayInTheirPartition(t *testing.T) {
 		if err != nil || res.Key != unit {
 			t.Fatalf("export of %s: %+v, %v (want its own key %s)", unit, res, err, unit)
 		}
+	}
+
+	// Unit 1's artifact, newer than unit 0's store, planted under unit
+	// 0's key: a restoring repair of unit 0 refuses it, and unit 0's
+	// store keeps its own keys.
+	for i := range 20 {
+		last = hosttest.Put(t, b, fmt.Sprintf("route.n%d", i), "v")
+	}
+	ahead := t.TempDir()
+	r = hosttest.StartHost(t, opts(ahead))
+	for _, f := range r.H.Folds() {
+		hosttest.WaitCursor(t, f, last)
+	}
+	if err := r.Stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.ExportStopped(t.Context(), opts(ahead), "routes.1", true); err != nil {
+		t.Fatal(err)
+	}
+	for _, ext := range []string{".manifest.json", ".payloads"} {
+		if err := os.Rename(filepath.Join(root, "routes.0"+ext), filepath.Join(root, "routes.0.own"+ext)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.CopyFS(filepath.Join(root, "routes.0.payloads"), os.DirFS(filepath.Join(root, "routes.1.payloads"))); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := os.ReadFile(filepath.Join(root, "routes.1.manifest.json")); err != nil || os.WriteFile(filepath.Join(root, "routes.0.manifest.json"), m, 0o644) != nil {
+		t.Fatal(err)
+	}
+	restore := protocol.RepairRestore
+	_, err = host.RepairStopped(t.Context(), opts(src), "routes.0", &restore, nil)
+	if err == nil || !strings.Contains(err.Error(), "partition") {
+		t.Errorf("unit 0 restored from unit 1's artifact: %v, want a refusal naming the partitions", err)
+	}
+	t.Logf("the restore's refusal: %v", err)
+	for _, ext := range []string{".manifest.json", ".payloads"} {
+		if err := os.RemoveAll(filepath.Join(root, "routes.0"+ext)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(root, "routes.0.own"+ext), filepath.Join(root, "routes.0"+ext)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = hosttest.StartHost(t, opts(src))
+	hosttest.WaitCursor(t, r.H.Fold("routes.0"), last)
+	for k := range hosttest.RawOf(t, r.H.Fold("routes.0")) {
+		if q := protocol.PartitionOf("routes", k, 2); q != 0 {
+			t.Errorf("after the refused restore, unit 0 holds key %q of partition %d", k, q)
+		}
+	}
+	if err := r.Stop(t); err != nil {
+		t.Fatal(err)
 	}
 
 	dst := t.TempDir()

@@ -106,9 +106,13 @@ func (h *Host) routePartitions(next http.Handler) http.Handler {
 		// the path form is (a malformed one is the unit's to refuse); a
 		// range merges the units' pages.
 		isRaw, isView := r.URL.Path == "/v1/folds/"+pf.name+"/raw", r.URL.Path == "/v1/folds/"+pf.name+"/view"
-		if q := r.URL.Query(); r.Method == http.MethodGet && (isRaw || isView) && !q.Has("format") {
+		if q := r.URL.Query(); r.Method == http.MethodGet && (isRaw || isView) {
 			key, has, err := httpapi.KeyParam(q)
 			switch {
+			case q.Has("format") && q.Get("format") == "ndjson" && !has && err == nil && !q.Has("limit") && !q.Has("next"):
+				h.ndjsonOfPartitions(w, r, next, pf)
+			case q.Has("format"):
+				next.ServeHTTP(w, toUnit(r, pf, 0)) // the unit's refusal of the mix
 			case err == nil && has && isRaw && !q.Has("prefix") && !q.Has("prefix_b64"):
 				rawKey(w, r, pf, key)
 			case err == nil && has && !q.Has("prefix") && !q.Has("prefix_b64"):
@@ -120,8 +124,8 @@ func (h *Host) routePartitions(next http.Handler) http.Handler {
 			}
 			return
 		}
-		httpapi.WriteError(w, http.StatusNotImplemented, "fold %s has %d partitions: by its name it answers a key's raw value (GET /v1/folds/%s/raw/KEY), a view key one partition holds (GET /v1/folds/%s/view/KEY), ranges merged in key order (GET /v1/folds/%s/raw?prefix=P), its partitions (GET /v1/folds/%s/partitions) and "+
-			"its queries (/v1/folds/%s/query/Q); ndjson streams, status and view keys merged over partitions are specified, not built: each partition answers for its own at /v1/folds/%s.P/... (P from 0 to %d)",
+		httpapi.WriteError(w, http.StatusNotImplemented, "fold %s has %d partitions: by its name it answers a key's raw value (GET /v1/folds/%s/raw/KEY), a view key one partition holds (GET /v1/folds/%s/view/KEY), ranges and ndjson streams merged in key order (GET /v1/folds/%s/raw?prefix=P), its partitions (GET /v1/folds/%s/partitions) and "+
+			"its queries (/v1/folds/%s/query/Q); status, admin actions and view keys merged over partitions are specified, not built: each partition answers for its own at /v1/folds/%s.P/... (P from 0 to %d)",
 			pf.name, pf.n, pf.name, pf.name, pf.name, pf.name, pf.name, pf.name, pf.n-1)
 	}
 	// The endpoints without a trailing part are named too: a mux with
