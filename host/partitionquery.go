@@ -80,6 +80,27 @@ func (g groupQuerier) QueryUnits(ctx context.Context, q httpapi.GroupQuery) (htt
 		ru := &remoteUnit{ctx: ctx, fr: g.h.reads, name: UnitName(g.pf.name, p), partition: p, min: q.MinRevision, deadline: q.Deadline}
 		rd.units[p], remote = ru, append(remote, ru)
 	}
+	// min_revision is waited for before the call, as a local unit's
+	// snapshot is: the call's reads then wait for nothing.
+	for _, ru := range remote {
+		if err := ru.barrier(); err != nil {
+			return httpapi.QueryAnswer{}, err
+		}
+	}
+	// A remote read in the call waits no longer than the call may run (an
+	// owner paused mid-read would hold a query instance for a forwarded
+	// read's whole wait).
+	d := f.Options().PluginCallTimeout
+	if d == 0 {
+		d = wasm.DefaultCallTimeout
+	}
+	if d > 0 && len(remote) > 0 {
+		cctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		for _, ru := range remote {
+			ru.ctx = cctx
+		}
+	}
 	ans, err := f.QueryOver(ctx, local, rd, q.Name, q.Input)
 	for _, ru := range remote {
 		if c := ru.cursor; c > 0 && (ans.Cursor == 0 || c < ans.Cursor) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -44,6 +45,34 @@ var firstRemotePage = 256 // a var for a test (SetFirstRemotePage)
 
 const maxRemotePage = 4096
 
+// barrier waits, within the query's wait, until the unit's owner has
+// folded min_revision (an empty view range asked at it), so that the
+// call's reads need not wait; afterwards a read that finds the unit below
+// it (moved to a node behind) ends the query, to be asked again.
+func (ru *remoteUnit) barrier() error {
+	if ru.min == 0 {
+		return nil
+	}
+	var page struct {
+		Cursor uint64 `json:"cursor"`
+	}
+	q := url.Values{"start_b64": {"AA=="}, "end_b64": {"AA=="}, "limit": {"1"}}
+	found, err := ru.read("/view", q, &page)
+	if err == nil && !found {
+		err = fmt.Errorf("%w: partition %d (%s): its view range answered 404", httpapi.ErrQueryUnitUnavailable, ru.partition, ru.name)
+	}
+	if err != nil {
+		var rr *wasm.ReadRefusal
+		if errors.As(err, &rr) {
+			err = rr.Err // not in a call: the reason itself
+		}
+		return err
+	}
+	ru.saw(page.Cursor)
+	ru.deadline = time.Time{} // reached: later reads do not wait
+	return nil
+}
+
 // read asks the unit's read endpoint (path after /v1/folds/FOLD.P) with
 // q, and decodes a 200 answer into out; found is false for a 404.
 func (ru *remoteUnit) read(path string, q url.Values, out any) (found bool, err error) {
@@ -74,8 +103,12 @@ func (ru *remoteUnit) read(path string, q url.Values, out any) (found bool, err 
 	default:
 		var e struct{ Error string }
 		_ = json.Unmarshal(rec.Body.Bytes(), &e)
+		why := httpapi.ErrQueryUnitUnavailable
+		if rec.Code == http.StatusGatewayTimeout {
+			why = httpapi.ErrQueryUnitBehind
+		}
 		return false, &wasm.ReadRefusal{Err: fmt.Errorf("%w: partition %d (%s, read on node %s): %d %s",
-			httpapi.ErrQueryUnitUnavailable, ru.partition, ru.name, rec.Header().Get(NodeHeader), rec.Code, e.Error)}
+			why, ru.partition, ru.name, rec.Header().Get(NodeHeader), rec.Code, e.Error)}
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
 		return false, &wasm.ReadRefusal{Err: fmt.Errorf("%w: partition %d (%s): a malformed answer: %v", httpapi.ErrQueryUnitUnavailable, ru.partition, ru.name, err)}

@@ -59,6 +59,9 @@ var (
 	// ErrQueryUnitUnavailable: a partition the query read on another
 	// node did not answer (moving, down, or behind min_revision).
 	ErrQueryUnitUnavailable = errors.New("a partition of the fold could not be read")
+	// ErrQueryUnitBehind: a partition read on another node did not reach
+	// min_revision within the wait (504, as a local fold's read).
+	ErrQueryUnitBehind = errors.New("a partition of the fold did not reach min_revision")
 )
 
 // Query answer headers: the module that answered (its sha256), and, when
@@ -148,7 +151,7 @@ type GroupQuerier interface {
 	// here (else QueryUnits reads it elsewhere).
 	Local(p int) bool
 	// QueryUnits runs the query q. Errors are Querier.Query's,
-	// ErrQueryConflict and ErrQueryUnitUnavailable.
+	// ErrQueryConflict, ErrQueryUnitUnavailable and ErrQueryUnitBehind.
 	QueryUnits(ctx context.Context, q GroupQuery) (QueryAnswer, error)
 }
 
@@ -344,6 +347,8 @@ func (s *server) queryError(w http.ResponseWriter, foldName, name string, err er
 		writeError(w, http.StatusUnprocessableEntity, "%s", msg)
 	case errors.Is(err, ErrQueryConflict):
 		writeError(w, http.StatusConflict, "%s", msg)
+	case errors.Is(err, ErrQueryUnitBehind):
+		writeError(w, http.StatusGatewayTimeout, "%s", msg)
 	case errors.Is(err, ErrQueryUnitUnavailable):
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "%s", msg)
