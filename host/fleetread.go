@@ -38,8 +38,9 @@ const maxForwardedInFlight = 64
 
 // fleetReads routes a fleet's reads (Host.Handler).
 type fleetReads struct {
-	h     *Host
-	local http.Handler // this node's own answers
+	h      *Host
+	local  http.Handler    // this node's own answers
+	client *forward.Client // forwards the reads it does not answer (set by serve)
 
 	forwarded, noOwner, failed atomic.Uint64 // reads this node forwarded, by outcome
 	answered                   atomic.Uint64 // reads forwarded to this node it answered
@@ -88,6 +89,10 @@ func (fr *fleetReads) serve(ctx context.Context) error {
 		return fmt.Errorf("fleet %s: serving forwarded reads: %w", h.o.Fleet.Name, err)
 	}
 	h.closers = append(h.closers, srv.Stop)
+	if fr.client, err = forward.NewClient(h.nc); err != nil {
+		return fmt.Errorf("fleet %s: forwarding reads: %w", h.o.Fleet.Name, err)
+	}
+	h.closers = append(h.closers, fr.client.Close)
 	return nil
 }
 
@@ -131,7 +136,7 @@ func (fr *fleetReads) read(w http.ResponseWriter, r *http.Request) {
 func (fr *fleetReads) forwardTo(w http.ResponseWriter, r *http.Request, node, fold string) {
 	h := fr.h
 	wait := h.o.NATS.RequestTimeout
-	err := forward.Do(r.Context(), h.nc, readsSubject(h.o.Fleet.Name, node), w, r, forward.Options{From: h.o.Admin.Node,
+	err := fr.client.Do(r.Context(), readsSubject(h.o.Fleet.Name, node), w, r, forward.Options{From: h.o.Admin.Node,
 		FirstWait: wait + httpapi.MaxReadWait, ChunkWait: wait})
 	switch {
 	case err == nil:

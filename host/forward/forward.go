@@ -65,17 +65,14 @@ type Options struct {
 // as it arrives. Before anything is written it returns ErrNoResponder (no
 // node listens) or the error (a timeout: nothing was written); once the
 // status is written, a failure is ErrTruncated.
-func Do(ctx context.Context, nc *nats.Conn, subject string, w http.ResponseWriter, r *http.Request, o Options) error {
+func (c *Client) Do(ctx context.Context, subject string, w http.ResponseWriter, r *http.Request, o Options) error {
+	nc := c.nc
 	body, err := readBody(r, nc.MaxPayload()-64<<10)
 	if err != nil {
 		return err
 	}
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return err
-	}
-	defer sub.Unsubscribe()
+	inbox, sub := c.open()
+	defer c.close(inbox)
 	m := nats.NewMsg(subject)
 	m.Reply = inbox
 	m.Data = body
@@ -96,11 +93,9 @@ func Do(ctx context.Context, nc *nats.Conn, subject string, w http.ResponseWrite
 		if seq == 1 {
 			wait = o.FirstWait
 		}
-		cctx, cancel := context.WithTimeout(ctx, wait)
-		c, err := sub.NextMsgWithContext(cctx)
-		cancel()
+		c, err := sub.next(ctx, wait)
 		switch {
-		case errors.Is(err, nats.ErrNoResponders) && seq == 1:
+		case errors.Is(err, errNoResponders) && seq == 1:
 			return ErrNoResponder
 		case err != nil && !wrote:
 			return fmt.Errorf("waiting %v for the answer on %s: %w", wait, subject, err)
@@ -194,6 +189,10 @@ func Serve(ctx context.Context, nc *nats.Conn, subject string, h http.Handler, m
 		cancel()
 		return nil, err
 	}
+	// The server has the subscription once Serve returns, so a request
+	// sent right after (from another connection) finds it; best effort:
+	// disconnected, the subscription is made again on reconnecting.
+	_ = nc.FlushTimeout(time.Second)
 	s.sub = sub
 	return s, nil
 }

@@ -3,10 +3,12 @@ package forward_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -40,7 +42,12 @@ func do(t *testing.T, ctx context.Context, url, subject, path, body string) (*ht
 	r = httptest.NewRequestWithContext(ctx, method, path, strings.NewReader(body))
 	r.Header.Set("Accept", "application/json")
 	w := httptest.NewRecorder()
-	return w, forward.Do(ctx, nc, subject, w, r, opts)
+	c, err := forward.NewClient(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return w, c.Do(ctx, subject, w, r, opts)
 }
 
 // TestForwardCarriesTheAnswer: the answer of the answering node's handler
@@ -133,5 +140,54 @@ func TestForwardFailures(t *testing.T) {
 	close(release)
 	if err := <-first; err != nil {
 		t.Fatalf("the first request: %v", err)
+	}
+}
+
+// TestForwardAnswersFindTheirRequests: one client's 40 requests at once,
+// answered out of order (each after a random pause) and in several chunks
+// each, each get their own answer whole: the answers share the client's
+// one inbox subscription and are routed by their inbox. Mutation caught:
+// a chunk routed to another waiting request.
+func TestForwardAnswersFindTheirRequests(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	srv, nc := natstest.Start(t)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.URL.Query().Get("id")
+		n, _ := strconv.Atoi(id)
+		time.Sleep(time.Duration((int64(n)*7919+seed)%20) * time.Millisecond) // answers out of order
+		_, _ = io.WriteString(w, strings.Repeat(id+",", 100<<10))             // several chunks
+	})
+	s, err := forward.Serve(context.Background(), nc, "fwd.many", h, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	nc2, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	c, err := forward.NewClient(nc2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var wg sync.WaitGroup
+	errs := make([]error, 40)
+	for i := range errs {
+		wg.Go(func() {
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest(http.MethodGet, "/x?id="+strconv.Itoa(i), nil)
+			if err := c.Do(context.Background(), "fwd.many", w, r, opts); err != nil {
+				errs[i] = err
+			} else if want := strings.Repeat(strconv.Itoa(i)+",", 100<<10); w.Body.String() != want {
+				errs[i] = fmt.Errorf("request %d: %d bytes, not its own answer (starts %.20q)", i, w.Body.Len(), w.Body.String())
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 }
