@@ -6,15 +6,18 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/fleet"
+	"github.com/foldhost/foldhost/host/forward"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
 	"github.com/foldhost/foldhost/internal/hosttest"
@@ -241,8 +244,12 @@ func TestFleetQueriesByTheFoldsName(t *testing.T) {
 			if fold == rthree || fold == "rwhole" {
 				p = router
 			}
-			o.Folds = append(o.Folds, host.FoldOptions{Name: fold, Bucket: "routes", Plugin: p, Partitions: n, Standbys: -1,
-				DataDir: filepath.Join(dir, name, fold)})
+			fo := host.FoldOptions{Name: fold, Bucket: "routes", Plugin: p, Partitions: n, Standbys: -1,
+				DataDir: filepath.Join(dir, name, fold)}
+			if fold == three { // one query at a time, a second at most: a query waits for its turn
+				fo.PluginQueryInstances, fo.PluginCallTimeout = 1, time.Second
+			}
+			o.Folds = append(o.Folds, fo)
 		}
 		hs[name] = hosttest.StartHost(t, o)
 		api := hosttest.LoopbackAPI(t, hs[name].H.Handler())
@@ -342,6 +349,51 @@ func TestFleetQueriesByTheFoldsName(t *testing.T) {
 	}
 	if len(holders(nodes)) == len(nodes) {
 		t.Fatal("every node folds both units: the placement left nothing to forward")
+	}
+	// An empty key read through a unit's owner is a key not found, as a
+	// whole fold's plugin sees it (the API refuses to read an empty key).
+	for _, fold := range []string{"routes", three, two} {
+		if got := ask("n1", fold, "get", ""); got.code != http.StatusUnprocessableEntity || !strings.Contains(got.body, "not found") {
+			t.Errorf("get of the empty key of %s: %d %s, want the plugin's 422 not found", fold, got.code, got.body)
+		}
+	}
+	// A query that waits longer than the call timeout (1s) for the one
+	// query instance (behind two spinning queries, each cut at 1s) still
+	// reads its remote units: their reads are bounded by its call, not by
+	// its wait.
+	var spins sync.WaitGroup
+	for range 3 {
+		spins.Go(func() { askQuery(t, apis["n1"], three, "spin", "", "") })
+	}
+	hosttest.WaitFor(t, func() bool { // one spin timed out (1s): another runs, the third waits
+		outcomes, _ := queryMetrics(t, hs["n1"].H, three, "spin")
+		return outcomes["error"] >= 1
+	})
+	if got := askQuery(t, apis["n1"], three, "scan", "route.h1", ""); got.code != 200 || got.body != strings.Join(filterPrefix(slices.Sorted(maps.Keys(live)), "route.h1"), "\n")+"\n" {
+		t.Errorf("a query of %s that waited for its instance behind two spins: %d %.300s", three, got.code, got.body)
+	}
+	spins.Wait()
+	// A query forwarded to a node that folds no unit of the fold (its
+	// forwarder's placement behind) is told to retry, not 404.
+	for _, name := range nodes {
+		holdsOne := false
+		for p := range 2 {
+			holdsOne = holdsOne || protocol.Place(protocol.Unit{Fold: two, Partition: p}, nodes, 0).Owner == name
+		}
+		if holdsOne {
+			continue
+		}
+		c, err := forward.NewClient(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		err = c.Do(t.Context(), "foldhost.fleet.t.read."+name, w, httptest.NewRequest(http.MethodGet, "/v1/folds/"+two+"/query/scan?input=route.", nil),
+			forward.Options{From: "test", FirstWait: time.Minute, ChunkWait: time.Minute})
+		c.Close()
+		if err != nil || w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+			t.Errorf("a query of %s forwarded to %s, which folds none of its units: %v %d %s, want 503 with Retry-After", two, name, err, w.Code, w.Body.String())
+		}
 	}
 
 	// A node that folds both of routes' units leaves.

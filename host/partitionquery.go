@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/foldhost/foldhost/host/fold"
 	"github.com/foldhost/foldhost/host/httpapi"
@@ -43,7 +44,7 @@ func (g groupQuerier) runner() (*Fold, error) {
 			return f, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: node %s folds none of its partitions now", httpapi.ErrNoQueries, g.h.o.Admin.Node)
+	return nil, fmt.Errorf("%w: node %s folds none of its partitions now (the fold moved): retry", httpapi.ErrQueryUnitUnavailable, g.h.o.Admin.Node)
 }
 
 func (g groupQuerier) QueryLookup(name string) (httpapi.QueryInfo, error) {
@@ -65,7 +66,8 @@ func (g groupQuerier) QueryUnits(ctx context.Context, q httpapi.GroupQuery) (htt
 	if err != nil {
 		return httpapi.QueryAnswer{}, err
 	}
-	rd := &unitsReader{bucket: g.pf.bucket, units: make([]unitReads, g.pf.n)}
+	rd := &unitsReader{bucket: g.pf.bucket, units: make([]unitReads, g.pf.n), call: &callBudget{base: ctx}}
+	defer rd.call.release()
 	var local []*fold.Snapshot
 	var remote []*remoteUnit
 	for p, sn := range q.Snapshots {
@@ -77,28 +79,15 @@ func (g groupQuerier) QueryUnits(ctx context.Context, q httpapi.GroupQuery) (htt
 		if g.h.reads == nil { // not a fleet: every unit is local
 			return httpapi.QueryAnswer{}, fmt.Errorf("%w: partition %d is not folded here", httpapi.ErrQueryUnitUnavailable, p)
 		}
-		ru := &remoteUnit{ctx: ctx, fr: g.h.reads, name: UnitName(g.pf.name, p), partition: p, min: q.MinRevision, deadline: q.Deadline}
+		ru := &remoteUnit{call: rd.call, fr: g.h.reads, name: UnitName(g.pf.name, p), partition: p, min: q.MinRevision, deadline: q.Deadline}
 		rd.units[p], remote = ru, append(remote, ru)
 	}
-	// min_revision is waited for before the call, as a local unit's
-	// snapshot is: the call's reads then wait for nothing.
+	// Each remote unit is asked before the call for its cursor, once it
+	// reached min_revision, as a local unit's snapshot is taken: the
+	// answer's cursor covers it, and the call's reads wait for nothing.
 	for _, ru := range remote {
 		if err := ru.barrier(); err != nil {
 			return httpapi.QueryAnswer{}, err
-		}
-	}
-	// A remote read in the call waits no longer than the call may run (an
-	// owner paused mid-read would hold a query instance for a forwarded
-	// read's whole wait).
-	d := f.Options().PluginCallTimeout
-	if d == 0 {
-		d = wasm.DefaultCallTimeout
-	}
-	if d > 0 && len(remote) > 0 {
-		cctx, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		for _, ru := range remote {
-			ru.ctx = cctx
 		}
 	}
 	ans, err := f.QueryOver(ctx, local, rd, q.Name, q.Input)
@@ -138,6 +127,15 @@ func (h *Host) groups() []httpapi.Group {
 type unitsReader struct {
 	bucket string
 	units  []unitReads
+	call   *callBudget // bounds the remote units' reads (nil: none)
+}
+
+// CallStarted bounds the remote reads by the plugin's call
+// (wasm.CallClock).
+func (u *unitsReader) CallStarted(deadline time.Time) {
+	if u.call != nil {
+		u.call.start(deadline)
+	}
 }
 
 // unitReads are one unit's reads in a query: its snapshot here
@@ -203,13 +201,16 @@ func (u *unitsReader) ViewGet(key []byte) ([]byte, bool, error) {
 // an entry is passed on before its iterator steps again, so the key and
 // value it lends stay valid for fn. The next entry is the least of the
 // heads, found by a scan of them: a fold has few partitions on one node,
-// and a scan of 4 costs less than a heap's upkeep.
+// and a scan of 4 costs less than a heap's upkeep; another head on the
+// same key is a key held twice.
 func (u *unitsReader) ViewScan(start, end []byte, reverse bool, fn func(key, value []byte) error) error {
 	return u.ViewScanLimit(start, end, reverse, 0, fn)
 }
 
-// ViewScanLimit is ViewScan for a caller that takes at most limit entries
-// (wasm.LimitedRangeReader): no unit is asked for more.
+// ViewScanLimit is ViewScan for a caller that takes at most limit entries,
+// the last only to learn that more follow (wasm.LimitedRangeReader): no
+// unit is asked for more, and a key several units hold is refused only
+// when the caller would take its value.
 func (u *unitsReader) ViewScanLimit(start, end []byte, reverse bool, limit int, fn func(key, value []byte) error) (err error) {
 	type head struct {
 		it        viewIter
@@ -238,6 +239,7 @@ func (u *unitsReader) ViewScanLimit(start, end []byte, reverse bool, limit int, 
 			}
 		}
 	}
+	taken := 0 // entries handed to fn
 	cmp := bytes.Compare
 	if reverse {
 		cmp = func(a, b []byte) int { return bytes.Compare(b, a) }
@@ -245,25 +247,24 @@ func (u *unitsReader) ViewScanLimit(start, end []byte, reverse bool, limit int, 
 	for {
 		first := -1
 		for i := range heads {
-			h := &heads[i]
-			if !h.ok {
-				continue
-			}
-			if first < 0 {
+			if heads[i].ok && (first < 0 || cmp(heads[i].k, heads[first].k) < 0) {
 				first = i
-				continue
-			}
-			switch c := cmp(h.k, heads[first].k); {
-			case c < 0:
-				first = i
-			case c == 0:
-				return heldTwice(h.k, heads[first].partition, h.partition)
 			}
 		}
 		if first < 0 {
 			return nil
 		}
 		h := &heads[first]
+		// Held twice: another unit's next key is this one (checked
+		// against the least key only: a key further on may never be
+		// read; and not for the last entry a limited caller takes, which
+		// only tells it more follow).
+		for i := range heads {
+			if i != first && heads[i].ok && bytes.Equal(heads[i].k, h.k) && (limit <= 0 || taken < limit-1) {
+				return heldTwice(h.k, min(h.partition, heads[i].partition), max(h.partition, heads[i].partition))
+			}
+		}
+		taken++
 		if err := fn(h.k, h.v); err != nil {
 			return err
 		}

@@ -184,6 +184,11 @@ func TestPartitionedQueriesAnswerAsOneFold(t *testing.T) {
 		t.Errorf("scan(route.), which never reads the key two units hold: %d %s", got.code, got.body)
 	}
 
+	// The view scan form reads one unit: by the fold's name it is refused.
+	if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/q/view?start=a&end=b"); code != http.StatusBadRequest || !strings.Contains(body, "one unit's view range") {
+		t.Errorf("a view scan by the fold's name: %d %s, want 400 naming the units", code, body)
+	}
+
 	// min_revision beyond every unit: 504 within the wait.
 	if got := askQuery(t, srv.URL, "routes", "top_upstreams", "", fmt.Sprintf("min_revision=%d&wait=50ms", last+1000)); got.code != http.StatusGatewayTimeout {
 		t.Errorf("a query waiting for a revision no unit reaches: %d %s, want 504", got.code, got.body)
@@ -196,9 +201,12 @@ func TestPartitionedQueriesAnswerAsOneFold(t *testing.T) {
 // that holds it; a range merges the stores in key order, forward and
 // reverse, within its bounds, stopping when its reader says; a view key
 // two stores hold ends the read with a *wasm.ReadRefusal naming both
-// partitions, from a get and from a range, never one of the two values.
-// Mutations caught: a raw key read from the first store holding it; the
-// check for a key held twice off (in the get, or in the merge).
+// partitions, from a get and from a range, never one of the two values,
+// and only when the range reaches that key. Mutations caught: a raw key
+// read from the first store holding it; the check for a key held twice
+// off (in the get, or in the merge), made against a key not yet the
+// least, or made for the entry a limited reader takes only to learn more
+// follow.
 func TestUnitsReaderReadsUnitsAsOneFold(t *testing.T) {
 	const n = 3
 	dir := t.TempDir()
@@ -301,6 +309,27 @@ func TestUnitsReaderReadsUnitsAsOneFold(t *testing.T) {
 	for _, reverse := range []bool{false, true} {
 		if got, err := scan("", "", reverse, -1); !errors.As(err, &rr) || !strings.Contains(err.Error(), `"e"`) || strings.Contains(got, "e") {
 			t.Errorf("a range over a view key two units hold (reverse %v): %q %v, want a refusal before it", reverse, got, err)
+		}
+	}
+	// Two units whose next key is "e", a third's keys before it: a read
+	// of the first 2 entries (and a third to learn more follow, as a
+	// plugin's range does) never meets the refusal; one of 3 does.
+	rd = host.NewUnitsReader("b", []*fold.Snapshot{sn, sn, sns[0]})
+	for _, c := range []struct {
+		limit int
+		want  string
+		err   error
+	}{{3, "ad", nil}, {4, "ad", &wasm.ReadRefusal{}}} {
+		var got []byte
+		err := rd.(wasm.LimitedRangeReader).ViewScanLimit(nil, nil, false, c.limit, func(k, _ []byte) error {
+			if len(got) == c.limit-1 {
+				return io.EOF // the one past the plugin's limit: more follow
+			}
+			got = append(got, k...)
+			return nil
+		})
+		if refused := errors.As(err, &rr); string(got) != c.want || (c.err == nil) != (err == io.EOF) || (c.err != nil) != refused {
+			t.Errorf("the first %d entries (and one to learn more follow), before a key two units hold: %q %v, want %q, refused %v", c.limit-1, got, err, c.want, c.err != nil)
 		}
 	}
 }

@@ -94,14 +94,10 @@ func parseUnitPage(a *httptest.ResponseRecorder) (*unitPage, error) {
 // rangeOfPartitions answers a range of the partitioned fold pf.
 func (h *Host) rangeOfPartitions(w http.ResponseWriter, r *http.Request, next http.Handler, pf partitionedFold) {
 	q := r.URL.Query()
-	limit := httpapi.DefaultLimit
-	if q.Has("limit") {
-		n, err := strconv.Atoi(q.Get("limit"))
-		if err != nil || n < 1 || n > httpapi.MaxLimit {
-			httpapi.WriteError(w, http.StatusBadRequest, "limit must be an integer between 1 and %d, got %q", httpapi.MaxLimit, q.Get("limit"))
-			return
-		}
-		limit = n
+	limit, err := httpapi.LimitParam(q)
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, "%v", err)
+		return
 	}
 	tok := mergedToken{Units: make([]string, pf.n)}
 	if q.Has("next") {

@@ -113,6 +113,8 @@ func (h *Host) routePartitions(next http.Handler) http.Handler {
 				h.ndjsonOfPartitions(w, r, next, pf)
 			case q.Has("format"):
 				next.ServeHTTP(w, toUnit(r, pf, 0)) // the unit's refusal of the mix
+			case q.Has("start") || q.Has("start_b64") || q.Has("end") || q.Has("end_b64") || q.Has("reverse") || q.Has("max_bytes"):
+				httpapi.WriteError(w, http.StatusBadRequest, "start, end, reverse and max_bytes read one unit's view range: ask /v1/folds/%s.P/view (P from 0 to %d), or read a prefix by the fold's name", pf.name, pf.n-1)
 			case err == nil && has && isRaw && !q.Has("prefix") && !q.Has("prefix_b64"):
 				rawKey(w, r, pf, key)
 			case err == nil && has && !q.Has("prefix") && !q.Has("prefix_b64"):

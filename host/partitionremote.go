@@ -23,14 +23,49 @@ import (
 // such a unit is a read forwarded as any client's (fleetReads.read), at
 // min_revision, so a unit's reads in one query may come from several of
 // its owner's snapshots, each at least that new. A range is read in pages
-// (a view scan: ?start=&end=&reverse=), from 256 entries up to 4,096, as
-// the merge pulls them, and never more than the plugin's range takes. A unit that cannot be read ends the query with
+// (a view scan: ?start=&end=&reverse=), from 256 entries up to 4,096 and
+// 1 MiB of keys and values, as the merge pulls them, and never more
+// entries than the plugin's range takes. A unit that cannot be read ends the query with
 // 503 (httpapi.ErrQueryUnitUnavailable): never an answer missing a
 // partition.
 
+// callBudget bounds a query's remote reads: by the request before the
+// plugin's call (the barriers, within the query's wait), by the call's
+// deadline in it, so that an owner paused mid-read holds a query instance
+// no longer than its call may run (the wait for an instance is not
+// counted).
+type callBudget struct {
+	base   context.Context
+	ctx    context.Context // the call's; nil before it started
+	cancel context.CancelFunc
+}
+
+func (b *callBudget) start(deadline time.Time) {
+	b.release()
+	if deadline.IsZero() {
+		b.ctx = b.base
+		return
+	}
+	b.ctx, b.cancel = context.WithDeadline(b.base, deadline)
+}
+
+func (b *callBudget) context() context.Context {
+	if b.ctx != nil {
+		return b.ctx
+	}
+	return b.base
+}
+
+func (b *callBudget) release() {
+	if b.cancel != nil {
+		b.cancel()
+		b.cancel = nil
+	}
+}
+
 // remoteUnit is a unit read through its owner.
 type remoteUnit struct {
-	ctx       context.Context
+	call      *callBudget
 	fr        *fleetReads
 	name      string // FOLD.P
 	partition int
@@ -43,16 +78,18 @@ type remoteUnit struct {
 // few entries of each unit), then larger.
 var firstRemotePage = 256 // a var for a test (SetFirstRemotePage)
 
-const maxRemotePage = 4096
+const (
+	maxRemotePage = 4096
+	// maxRemotePageBytes bounds a page's keys and values (large views
+	// come a few at a time, not 4,096 at once).
+	maxRemotePageBytes = 1 << 20
+)
 
-// barrier waits, within the query's wait, until the unit's owner has
-// folded min_revision (an empty view range asked at it), so that the
-// call's reads need not wait; afterwards a read that finds the unit below
-// it (moved to a node behind) ends the query, to be asked again.
+// barrier asks the unit's owner for its cursor (an empty view range),
+// waiting within the query's wait until it reached min_revision, so that
+// the call's reads need not wait; afterwards a read that finds the unit
+// below it (moved to a node behind) ends the query, to be asked again.
 func (ru *remoteUnit) barrier() error {
-	if ru.min == 0 {
-		return nil
-	}
 	var page struct {
 		Cursor uint64 `json:"cursor"`
 	}
@@ -81,7 +118,7 @@ func (ru *remoteUnit) read(path string, q url.Values, out any) (found bool, err 
 		q.Set("wait", max(time.Until(ru.deadline), 0).Round(time.Millisecond).String())
 	}
 	target := "/v1/folds/" + url.PathEscape(ru.name) + path + "?" + q.Encode()
-	req, err := http.NewRequestWithContext(ru.ctx, http.MethodGet, target, nil)
+	req, err := http.NewRequestWithContext(ru.call.context(), http.MethodGet, target, nil)
 	if err != nil {
 		return false, err
 	}
@@ -107,8 +144,11 @@ func (ru *remoteUnit) read(path string, q url.Values, out any) (found bool, err 
 		if rec.Code == http.StatusGatewayTimeout {
 			why = httpapi.ErrQueryUnitBehind
 		}
-		return false, &wasm.ReadRefusal{Err: fmt.Errorf("%w: partition %d (%s, read on node %s): %d %s",
-			why, ru.partition, ru.name, rec.Header().Get(NodeHeader), rec.Code, e.Error)}
+		where := ru.name
+		if node := rec.Header().Get(NodeHeader); node != "" {
+			where += ", read on node " + node
+		}
+		return false, &wasm.ReadRefusal{Err: fmt.Errorf("%w: partition %d (%s): %d %s", why, ru.partition, where, rec.Code, e.Error)}
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
 		return false, &wasm.ReadRefusal{Err: fmt.Errorf("%w: partition %d (%s): a malformed answer: %v", httpapi.ErrQueryUnitUnavailable, ru.partition, ru.name, err)}
@@ -139,6 +179,9 @@ func (it remoteItem) decode() (k, v []byte, err error) {
 }
 
 func (ru *remoteUnit) Get(key string) (fold.Entry, bool, error) {
+	if key == "" {
+		return fold.Entry{}, false, nil // no key is empty (the API refuses to read one)
+	}
 	var it remoteItem
 	found, err := ru.read("/raw", url.Values{"key_b64": {b64(key)}}, &it)
 	if !found || err != nil {
@@ -150,6 +193,9 @@ func (ru *remoteUnit) Get(key string) (fold.Entry, bool, error) {
 }
 
 func (ru *remoteUnit) ViewGet(key []byte) ([]byte, bool, error) {
+	if len(key) == 0 {
+		return nil, false, nil // no view key is empty (the API refuses to read one)
+	}
 	var it remoteItem
 	found, err := ru.read("/view", url.Values{"key_b64": {b64(string(key))}}, &it)
 	if !found || err != nil {
@@ -196,7 +242,7 @@ func (it *remoteIter) Next() (key, value []byte, ok bool) {
 }
 
 func (it *remoteIter) fetch() error {
-	q := url.Values{"start_b64": {b64(string(it.start))}, "limit": {strconv.Itoa(it.size)}}
+	q := url.Values{"start_b64": {b64(string(it.start))}, "limit": {strconv.Itoa(it.size)}, "max_bytes": {strconv.Itoa(maxRemotePageBytes)}}
 	if len(it.end) > 0 {
 		q.Set("end_b64", b64(string(it.end)))
 	}

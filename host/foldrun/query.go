@@ -28,6 +28,9 @@ func (f *Fold) QueryLookup(name string) (httpapi.QueryInfo, error) {
 		return httpapi.QueryInfo{}, f.noQueries()
 	}
 	qs, id := p.Queries()
+	if id.SHA256 == "" { // closed: the fold is stopping
+		return httpapi.QueryInfo{}, fmt.Errorf("its plugin is closed: %w", fold.ErrClosed)
+	}
 	if len(qs) == 0 {
 		return httpapi.QueryInfo{}, fmt.Errorf("%w: its plugin %s %s (%s, ABI %s) declares none (ABI minor 2: foldhost_queries)",
 			httpapi.ErrNoQueries, id.Name, id.Version, shortSHA(id.SHA256), id.ABI)
@@ -79,6 +82,8 @@ func (f *Fold) QueryOver(ctx context.Context, sns []*fold.Snapshot, rd wasm.Quer
 	switch {
 	case err == nil:
 		return httpapi.QueryAnswer{Body: a.Body, ContentType: a.ContentType, Module: a.Module.SHA256}, nil
+	case errors.Is(err, wasm.ErrPluginClosed):
+		return httpapi.QueryAnswer{}, fmt.Errorf("%v: %w", err, fold.ErrClosed)
 	case errors.Is(err, wasm.ErrNoQueries):
 		return httpapi.QueryAnswer{}, fmt.Errorf("%w: %v", httpapi.ErrNoQueries, err)
 	case errors.Is(err, wasm.ErrUnknownQuery):

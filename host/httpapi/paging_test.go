@@ -174,7 +174,8 @@ func TestRangeNDJSON(t *testing.T) {
 // TestViewScan: ?start=&end=&reverse=1 answers the view keys in
 // [start, end) from one snapshot, in key order or from the end down, at
 // most limit with truncated set when more follow, an empty end meaning
-// no bound and _b64 forms for bytes; mixed with a prefix, key, next,
+// no bound and _b64 forms for bytes, no entry after max_bytes of keys and
+// values; mixed with a prefix, key, next,
 // format or pin, on raw entries, or with a bad reverse, it is refused
 // with 400. Mutations caught: the reverse flag ignored; end taken as
 // inclusive.
@@ -212,12 +213,14 @@ func TestViewScan(t *testing.T) {
 		{"start=a&reverse=1&limit=2", "\xff\x00,e", true},
 		{"start_b64=/w==&end_b64=", "\xff\x00", false},
 		{"start=a&end=a", "", false},
+		{"start=a&max_bytes=5", "a,b", true}, // 3 bytes an entry: the second passes 5
+		{"start=a&max_bytes=1", "a", true},
 	} {
 		if got, tr := keys("/v1/folds/f/view?" + c.q); got != c.want || tr != c.truncated {
 			t.Errorf("view?%s: %q truncated %v, want %q %v", c.q, got, tr, c.want, c.truncated)
 		}
 	}
-	for _, q := range []string{"start=a&prefix=b", "start=a&key=b", "start=a&next=x", "start=a&format=ndjson", "start=a&pin=1", "reverse=2", "start=a&start_b64=YQ=="} {
+	for _, q := range []string{"start=a&max_bytes=0", "max_bytes=x", "start=a&prefix=b", "start=a&key=b", "start=a&next=x", "start=a&format=ndjson", "start=a&pin=1", "reverse=2", "start=a&start_b64=YQ=="} {
 		if code, body := get(t, srv, "/v1/folds/f/view?"+q); code != http.StatusBadRequest {
 			t.Errorf("view?%s: %d %s, want 400", q, code, body)
 		}

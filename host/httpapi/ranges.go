@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -44,6 +47,19 @@ type rangeResponse struct {
 
 var errLimit = errors.New("limit reached")
 
+// LimitParam is a range's ?limit: DefaultLimit when absent, else an
+// integer from 1 to MaxLimit.
+func LimitParam(q url.Values) (int, error) {
+	if !q.Has("limit") {
+		return DefaultLimit, nil
+	}
+	n, err := strconv.Atoi(q.Get("limit"))
+	if err != nil || n < 1 || n > MaxLimit {
+		return 0, fmt.Errorf("limit must be an integer between 1 and %d, got %q", MaxLimit, q.Get("limit"))
+	}
+	return n, nil
+}
+
 // collection serves /{space}?prefix=P&limit=N and /{space}?key=K.
 func (s *server) collection(sp space) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -55,7 +71,7 @@ func (s *server) collection(sp space) http.HandlerFunc {
 		for name, vals := range q {
 			switch name {
 			case "prefix", "prefix_b64", "limit", "key", "key_b64", "next", "format", "min_revision", "wait", "pin",
-				"start", "start_b64", "end", "end_b64", "reverse":
+				"start", "start_b64", "end", "end_b64", "reverse", "max_bytes":
 			default:
 				writeError(w, http.StatusBadRequest, "unknown query parameter %q (want prefix or prefix_b64, limit and next, or key or key_b64, or format; and min_revision, wait)", name)
 				return
@@ -80,9 +96,9 @@ func (s *server) collection(sp space) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
-		if q.Has("start") || q.Has("start_b64") || q.Has("end") || q.Has("end_b64") || q.Has("reverse") {
+		if q.Has("start") || q.Has("start_b64") || q.Has("end") || q.Has("end_b64") || q.Has("reverse") || q.Has("max_bytes") {
 			if sp != viewSpace || hasKey || hasPrefix || q.Has("next") || q.Has("format") || q.Has("pin") {
-				writeError(w, http.StatusBadRequest, "start, end and reverse read a view range (a plugin query's range): they do not combine with key, prefix, next, format or pin, nor read raw entries")
+				writeError(w, http.StatusBadRequest, "start, end, reverse and max_bytes read a view range (a plugin query's range): they do not combine with key, prefix, next, format or pin, nor read raw entries")
 				return
 			}
 			s.viewScan(w, r, f, at)
@@ -112,14 +128,10 @@ func (s *server) collection(sp space) http.HandlerFunc {
 			s.streamNDJSON(w, r, f, sp, prefix, at)
 			return
 		}
-		limit := DefaultLimit
-		if q.Has("limit") {
-			n, err := strconv.Atoi(q.Get("limit"))
-			if err != nil || n < 1 || n > MaxLimit {
-				writeError(w, http.StatusBadRequest, "limit must be an integer between 1 and %d, got %q", MaxLimit, q.Get("limit"))
-				return
-			}
-			limit = n
+		limit, err := LimitParam(q)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
 		}
 		var after []byte
 		var id uint64
@@ -197,9 +209,10 @@ func (s *server) collection(sp space) http.HandlerFunc {
 // viewScan serves a view range as a plugin query reads it:
 // ?start=S&end=E (text or _b64; an empty or absent end: no bound) and
 // ?reverse=1, at most ?limit entries from one snapshot, in key order or
-// from the end down; a truncated page names no token: the next page is
-// asked from just past its last key (a partitioned fold's query reads
-// the units of other nodes so).
+// from the end down, and with ?max_bytes=N no entry after the page's
+// keys and values reached N bytes; a truncated page names no token: the
+// next page is asked from just past its last key (a partitioned fold's
+// query reads the units of other nodes so).
 func (s *server) viewScan(w http.ResponseWriter, r *http.Request, f Fold, at readAt) {
 	q := r.URL.Query()
 	start, _, err := bytesParam(q, "start")
@@ -220,14 +233,17 @@ func (s *server) viewScan(w http.ResponseWriter, r *http.Request, f Fold, at rea
 		writeError(w, http.StatusBadRequest, "reverse must be 1 or 0, got %q", q.Get("reverse"))
 		return
 	}
-	limit := DefaultLimit
-	if q.Has("limit") {
-		n, err := strconv.Atoi(q.Get("limit"))
-		if err != nil || n < 1 || n > MaxLimit {
-			writeError(w, http.StatusBadRequest, "limit must be an integer between 1 and %d, got %q", MaxLimit, q.Get("limit"))
+	limit, err := LimitParam(q)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	maxBytes := math.MaxInt
+	if q.Has("max_bytes") {
+		if maxBytes, err = strconv.Atoi(q.Get("max_bytes")); err != nil || maxBytes < 1 {
+			writeError(w, http.StatusBadRequest, "max_bytes must be a positive integer, got %q", q.Get("max_bytes"))
 			return
 		}
-		limit = n
 	}
 	sn := s.snapshotAt(w, r, f, at)
 	if sn == nil {
@@ -236,12 +252,14 @@ func (s *server) viewScan(w http.ResponseWriter, r *http.Request, f Fold, at rea
 	defer sn.Close()
 	resp := rangeResponse{Fold: f.Name(), Cursor: uint64(sn.Cursor().Rev), Staleness: stalenessOf(sn), Limit: limit}
 	items := make([]ViewItem, 0, min(limit, 64))
+	size := 0
 	err = sn.ViewScan([]byte(start), []byte(end), reverse, func(k, v []byte) error {
-		if len(items) == limit {
+		if len(items) == limit || size >= maxBytes {
 			resp.Truncated = true
 			return errLimit
 		}
 		items = append(items, NewViewItem(k, v))
+		size += len(k) + len(v)
 		return nil
 	})
 	if err != nil && !errors.Is(err, errLimit) {

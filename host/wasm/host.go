@@ -213,11 +213,19 @@ type RangeReader interface {
 }
 
 // LimitedRangeReader is a RangeReader told how many entries a range will
-// take at most (the plugin's limit and one more), for a reader whose
-// entries cost a round trip (a partition read on another node): it need
-// fetch no more.
+// take at most: the plugin's limit, and one more whose key and value are
+// not used (it only says more follow). A reader whose entries cost a
+// round trip (a partition read on another node) need fetch no more.
 type LimitedRangeReader interface {
 	ViewScanLimit(start, end []byte, reverse bool, limit int, fn func(key, value []byte) error) error
+}
+
+// CallClock is a QueryReader told when the query's call starts, with its
+// deadline (zero: none): a reader whose reads wait on the network bounds
+// them by it (the time spent waiting for a query instance is not the
+// call's).
+type CallClock interface {
+	CallStarted(deadline time.Time)
 }
 
 // QueryReader is what a query reads: one fold snapshot, or several
@@ -260,7 +268,7 @@ func hostRange(ctx context.Context, m api.Module, space, ptr, n uint32) int32 {
 	var stop error // a deadline or cancellation met inside the scan
 	scan := st.snap.ViewScan
 	if lr, ok := st.snap.(LimitedRangeReader); ok {
-		n := int(min(limit, 1<<20)) + 1 // the one past the limit says "more"
+		n := int(limit) + 1 // the one past the limit says "more"
 		scan = func(start, end []byte, reverse bool, fn func(k, v []byte) error) error {
 			return lr.ViewScanLimit(start, end, reverse, n, fn)
 		}

@@ -33,6 +33,14 @@ type Plugin struct {
 	batch []fold.Update // Apply's, during the call: what effects name
 
 	queries queryPool // the query instances (query.go)
+
+	// Queries in flight: Close cancels them (stop) and waits for them
+	// (running) before it releases anything: their calls read and write
+	// guest memory the runtime's close would unmap under them.
+	running    sync.WaitGroup
+	stop       context.Context
+	stopCancel context.CancelFunc
+	closing    bool // guarded by mu
 }
 
 // effectSpan locates one effect in Plugin.arena: its subject and payload,
@@ -95,6 +103,7 @@ const (
 // releases it.
 func (r *Runtime) NewPlugin(m *Module) *Plugin {
 	p := &Plugin{r: r, current: m, state: r.newCallState(m.Short())}
+	p.stop, p.stopCancel = context.WithCancel(context.Background())
 	p.queries.init(r.opts.QueryInstances)
 	p.setStatus(m)
 	return p
@@ -218,9 +227,17 @@ func (p *Plugin) Release(ctx context.Context) *Module {
 	return cur
 }
 
-// Close releases the instance and the modules the Plugin owns. It must not
-// run concurrently with Apply.
+// Close releases the instance and the modules the Plugin owns. Queries
+// in flight are cancelled and waited for first (their calls end at their
+// next check of the context, within the call timeout); queries asked
+// from now on fail with ErrPluginClosed. It must not run concurrently
+// with Apply.
 func (p *Plugin) Close(ctx context.Context) {
+	p.mu.Lock()
+	p.closing = true // no query starts from now on
+	p.mu.Unlock()
+	p.stopCancel()
+	p.running.Wait() // each ends at its call's next check of its context
 	p.closeInstance(ctx)
 	p.closeQueries(ctx)
 	p.mu.Lock()

@@ -163,10 +163,15 @@ func findQuery(m *Module, name string) (abi.Query, error) {
 func (p *Plugin) Query(ctx context.Context, name string, input []byte, sn QueryReader) (Answer, error) {
 	p.mu.Lock()
 	m := p.upcoming()
-	if m == nil {
+	if m == nil || p.closing {
 		p.mu.Unlock()
 		return Answer{}, ErrPluginClosed
 	}
+	p.running.Add(1)
+	defer p.running.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(p.stop, cancel)() // Close cancels it
 	q, err := findQuery(m, name)
 	if err != nil {
 		p.mu.Unlock()
@@ -203,6 +208,9 @@ func (p *Plugin) Query(ctx context.Context, name string, input []byte, sn QueryR
 	var ge *abi.GuestError
 	if err != nil && !errors.As(err, &ge) {
 		qi.in.close(ctx) // never reuse an instance after a failure
+		if p.stop.Err() != nil {
+			return Answer{}, ErrPluginClosed // cut short by Close
+		}
 		return Answer{}, err
 	}
 	p.mu.Lock()
@@ -223,6 +231,9 @@ func (p *Plugin) runQuery(ctx context.Context, qi *queryInstance, name string, i
 	st.fold, st.snap = sn, sn
 	defer func() { st.fold, st.snap = nil, nil }() // the snapshot is the caller's, for this call only
 	st.start(o.CallTimeout)                        // one deadline for write, query and gc
+	if cc, ok := sn.(CallClock); ok {
+		cc.CallStarted(st.deadline)
+	}
 	cctx := withCallState(ctx, st)
 	if o.containment == containCloseOnDone {
 		var cancel context.CancelFunc

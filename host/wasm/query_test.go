@@ -561,3 +561,49 @@ func TestASQueriesCannotWrite(t *testing.T) {
 		t.Errorf("the view after the queries: %v", v)
 	}
 }
+
+// TestClosingAPluginEndsItsQueriesFirst: a plugin closed (then its
+// runtime, as a stopping fold does) while a query spins on it, without
+// a call timeout, cancels the query and waits for it before anything is
+// released: Close returns, the query fails with ErrPluginClosed, a query
+// asked afterwards too, and the process lives (the runtime's close
+// unmapped guest memory under the running call: SIGSEGV). Mutation
+// caught: Close not waiting for the queries in flight (a crash, or the
+// query's error another than ErrPluginClosed).
+func TestClosingAPluginEndsItsQueriesFirst(t *testing.T) {
+	spinning := make(chan struct{}, 1)
+	r, err := NewRuntime(context.Background(), Options{CacheDir: testCacheDir, CallTimeout: NoCallTimeout, Logger: slog.New(logSignal{ch: spinning, msg: "query.wasm: spinning"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, st := pluginAndStore(t, r, testPlugin(t, "query"))
+	commitBatch(t, p, st, putU(1, "k", "v"))
+	sn := snapshotOf(t, st)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Query(context.Background(), "spin", nil, sn)
+		done <- err
+	}()
+	select {
+	case <-spinning:
+	case err := <-done:
+		t.Fatalf("the spin query ended: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the spin query did not start spinning within a minute")
+	}
+	p.Close(context.Background())
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrPluginClosed) {
+			t.Errorf("the query cut short by Close: %v, want ErrPluginClosed", err)
+		}
+	default:
+		t.Fatal("Close returned while its query still ran")
+	}
+	if _, err := p.Query(context.Background(), "get", []byte("k"), sn); !errors.Is(err, ErrPluginClosed) {
+		t.Errorf("a query after Close: %v, want ErrPluginClosed", err)
+	}
+}
