@@ -200,15 +200,23 @@ func TestFleetPlacesPartitions(t *testing.T) {
 // 3 nodes (each node reads its own unit and the two others through their
 // owners, a range in pages); a fold of 2 partitions without standbys on
 // 2 nodes (the third forwards to an owner). Scans forward and reverse
-// (ranges of 2 keys) and gets. When the node that folds both of routes'
-// units leaves, the two left answer every fold themselves. Mutations
-// caught: the query not forwarded (a node without both units answers 503
-// until the test gives up); a unit of another node read from this node's
-// stale copy (its cursor never reaches min_revision: 504); a remote
-// range's next page not moved past the last key (entries twice), or
-// moved without the reverse flag (entries lost). A min_revision no unit
-// reaches answers 504 after the wait, for units read through their owners
-// too (a barrier before the plugin's call).
+// (ranges of 2 keys) and gets; the router's queries over 3 units on 3
+// nodes against one whole fold. A min_revision no unit reaches answers
+// 504 after the wait, units read through their owners too; an empty key
+// is a key not found; a query that waited for its query instance longer
+// than the call timeout still reads its remote units; a query forwarded
+// to a node that folds no unit answers 503; a unit read through its owner
+// whose views another view schema wrote (one unit folded by query2.wasm:
+// a rolling upgrade caught midway) is refused with 503. When the node
+// that folds both of routes' units leaves, the two left answer every fold
+// themselves. Mutations caught: the query not forwarded to the node that
+// folds every unit (answered elsewhere); a unit of another node read from
+// this node's stale copy (504); a remote range's next page not moved past
+// the last key (entries twice), or moved as a forward one when reverse
+// (entries lost); the remote reads' deadline started before the wait for
+// an instance (503); the empty key asked of the owner (503); 404 for the
+// node without units; the remote view schema check off (200 over views
+// the module misreads).
 func TestFleetQueriesByTheFoldsName(t *testing.T) {
 	srv, nc := natstest.Start(t)
 	b, err := natskv.OpenBucket(t.Context(), nc, natskv.BucketConfig{Name: "routes", History: 4}, natskv.Options{})
@@ -232,17 +240,24 @@ func TestFleetQueriesByTheFoldsName(t *testing.T) {
 			}
 		}
 	}
-	three, two, rthree := spread("three", 3), spread("two", 2), spread("rthree", 3)
+	three, two, rthree, mixed := spread("three", 3), spread("two", 2), spread("rthree", 3), spread("mixed", 2)
+	// mixed's partition 1 is folded by a module of view schema 2 (a
+	// rolling upgrade caught midway), partition 0 by schema 1's.
+	upgraded := protocol.Place(protocol.Unit{Fold: mixed, Partition: 1}, nodes, 0).Owner
+	notYet := protocol.Place(protocol.Unit{Fold: mixed, Partition: 0}, nodes, 0).Owner
 	router := hosttest.BuiltPlugin(t, "example-router", "router-c")
 	hs := map[string]*hosttest.Running{}
 	apis := map[string]string{}
 	for _, name := range nodes {
 		o := partitionedFleetHost(t, srv.ClientURL(), dir, name, 2)
 		o.Folds[0].Plugin = plugin
-		for fold, n := range map[string]int{three: 3, two: 2, rthree: 3, "rwhole": 1} {
+		for fold, n := range map[string]int{three: 3, two: 2, rthree: 3, "rwhole": 1, mixed: 2} {
 			p := plugin
-			if fold == rthree || fold == "rwhole" {
+			switch {
+			case fold == rthree || fold == "rwhole":
 				p = router
+			case fold == mixed && name == upgraded:
+				p = hosttest.BuiltPlugin(t, "testdata", "query2")
 			}
 			fo := host.FoldOptions{Name: fold, Bucket: "routes", Plugin: p, Partitions: n, Standbys: -1,
 				DataDir: filepath.Join(dir, name, fold)}
@@ -350,6 +365,12 @@ func TestFleetQueriesByTheFoldsName(t *testing.T) {
 	if len(holders(nodes)) == len(nodes) {
 		t.Fatal("every node folds both units: the placement left nothing to forward")
 	}
+	// A unit read through its owner whose views another view schema
+	// wrote is refused (503, ask again), as a local one is: the module
+	// would misread them.
+	if got := ask0(t, apis[notYet], mixed, last); got.code != http.StatusServiceUnavailable || !strings.Contains(got.body, "view schema 2") {
+		t.Errorf("a query of %s on %s (view schema 1) reading partition 1 on %s (view schema 2): %d %s, want 503 naming the schemas", mixed, notYet, upgraded, got.code, got.body)
+	}
 	// An empty key read through a unit's owner is a key not found, as a
 	// whole fold's plugin sees it (the API refuses to read an empty key).
 	for _, fold := range []string{"routes", three, two} {
@@ -421,4 +442,17 @@ func filterPrefix(ks []string, prefix string) []string {
 		}
 	}
 	return out
+}
+
+// ask0 asks a scan of fold on base once its units are placed and caught
+// up to last: until an answer other than a 503 that is not about view
+// schemas (a fleet still settling).
+func ask0(t *testing.T, base, fold string, last uint64) queryAnswer {
+	t.Helper()
+	var got queryAnswer
+	hosttest.WaitFor(t, func() bool {
+		got = askQuery(t, base, fold, "scan", "route.", fmt.Sprintf("min_revision=%d&wait=10s", last))
+		return got.code != http.StatusServiceUnavailable || strings.Contains(got.body, "view schema")
+	})
+	return got
 }

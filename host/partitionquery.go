@@ -85,9 +85,17 @@ func (g groupQuerier) QueryUnits(ctx context.Context, q httpapi.GroupQuery) (htt
 	// Each remote unit is asked before the call for its cursor, once it
 	// reached min_revision, as a local unit's snapshot is taken: the
 	// answer's cursor covers it, and the call's reads wait for nothing.
+	// A unit read elsewhere whose views another view schema wrote (a
+	// rolling upgrade under way) would be misread, as a local one would
+	// (QueryOver checks those).
+	schema, hasSchema := f.QueryViewSchema()
 	for _, ru := range remote {
 		if err := ru.barrier(); err != nil {
 			return httpapi.QueryAnswer{}, err
+		}
+		if vs := ru.viewSchema; hasSchema && vs != nil && *vs != schema {
+			return httpapi.QueryAnswer{}, fmt.Errorf("%w: partition %d's views on its owner are view schema %d, the plugin's here is %d (a rolling upgrade is under way; ask again)",
+				httpapi.ErrQueryStale, ru.partition, *vs, schema)
 		}
 	}
 	ans, err := f.QueryOver(ctx, local, rd, q.Name, q.Input)

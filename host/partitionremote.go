@@ -72,6 +72,9 @@ type remoteUnit struct {
 	min       protocol.Revision
 	deadline  time.Time
 	cursor    uint64 // the least cursor its answers carried (0: none yet)
+	// viewSchema is the view schema of its views, as its barrier found
+	// them (nil: no plugin wrote them yet).
+	viewSchema *uint32
 }
 
 // remote page sizes of a view range: small first (a query may take a
@@ -85,13 +88,15 @@ const (
 	maxRemotePageBytes = 1 << 20
 )
 
-// barrier asks the unit's owner for its cursor (an empty view range),
+// barrier asks the unit's owner for its cursor and its views' view schema
+// (an empty view range),
 // waiting within the query's wait until it reached min_revision, so that
 // the call's reads need not wait; afterwards a read that finds the unit
 // below it (moved to a node behind) ends the query, to be asked again.
 func (ru *remoteUnit) barrier() error {
 	var page struct {
-		Cursor uint64 `json:"cursor"`
+		Cursor     uint64  `json:"cursor"`
+		ViewSchema *uint32 `json:"view_schema"`
 	}
 	q := url.Values{"start_b64": {"AA=="}, "end_b64": {"AA=="}, "limit": {"1"}}
 	found, err := ru.read("/view", q, &page)
@@ -106,6 +111,7 @@ func (ru *remoteUnit) barrier() error {
 		return err
 	}
 	ru.saw(page.Cursor)
+	ru.viewSchema = page.ViewSchema
 	ru.deadline = time.Time{} // reached: later reads do not wait
 	return nil
 }

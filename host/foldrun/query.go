@@ -47,6 +47,17 @@ func (f *Fold) QueryLookup(name string) (httpapi.QueryInfo, error) {
 	return httpapi.QueryInfo{}, fmt.Errorf("%w: its plugin %s %s declares %v", httpapi.ErrUnknownQuery, id.Name, id.Version, names)
 }
 
+// QueryViewSchema is the view schema of the module the fold's queries run
+// (false: no plugin, or closed).
+func (f *Fold) QueryViewSchema() (uint32, bool) {
+	p := f.plug()
+	if p == nil {
+		return 0, false
+	}
+	_, id := p.Queries()
+	return id.ViewSchema, id.SHA256 != ""
+}
+
 // Query implements httpapi.Querier: the query runs on the plugin's query
 // instances, never the one batches apply on.
 func (f *Fold) Query(ctx context.Context, sn *fold.Snapshot, name string, input []byte) (httpapi.QueryAnswer, error) {

@@ -42,7 +42,11 @@ type rangeResponse struct {
 	// snapshot is gone (older than PageSnapshotTTL, or let go): it is
 	// read from a fresh one, at a newer cursor than the pages before.
 	SnapshotExpired bool `json:"snapshot_expired,omitempty"`
-	Items           any  `json:"items"`
+	// ViewSchema is the view schema of the plugin that wrote the views,
+	// in a view scan's answer (a query reading the fold from another node
+	// checks it against its module's).
+	ViewSchema *uint32 `json:"view_schema,omitempty"`
+	Items      any     `json:"items"`
 }
 
 var errLimit = errors.New("limit reached")
@@ -251,6 +255,11 @@ func (s *server) viewScan(w http.ResponseWriter, r *http.Request, f Fold, at rea
 	}
 	defer sn.Close()
 	resp := rangeResponse{Fold: f.Name(), Cursor: uint64(sn.Cursor().Rev), Staleness: stalenessOf(sn), Limit: limit}
+	if b, ok, err := sn.PluginIdentity(); err == nil && ok {
+		if id, err := fold.ParsePluginIdentity(b); err == nil {
+			resp.ViewSchema = &id.ViewSchema
+		}
+	}
 	items := make([]ViewItem, 0, min(limit, 64))
 	size := 0
 	err = sn.ViewScan([]byte(start), []byte(end), reverse, func(k, v []byte) error {

@@ -66,7 +66,10 @@ static int apply(struct rec *rs, uint32_t n) {
 	return FH_OK;
 }
 
-FOLDHOST_PLUGIN("testdata-query", "1.0.0", 1, struct rec, parse, apply);
+#ifndef SCHEMA
+#define SCHEMA 1 /* query2.wasm: 2, the same views under another view schema */
+#endif
+FOLDHOST_PLUGIN("testdata-query", "1.0.0", SCHEMA, struct rec, parse, apply);
 
 static int q_get(fh_bytes in) {
 	fh_bytes v;
