@@ -228,18 +228,7 @@ func TestASpinningQueryDoesNotBlockApply(t *testing.T) {
 	commitBatch(t, p, st, putU(1, "k", "v"))
 	sn := snapshotOf(t, st)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := p.Query(ctx, "spin", nil, sn)
-		done <- err
-	}()
-	select {
-	case <-spinning:
-	case err := <-done:
-		t.Fatalf("the spin query ended: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("the spin query did not start spinning within a minute")
-	}
+	done := startSpin(t, ctx, p, sn, spinning)
 	started := time.Now()
 	applies := make(chan error, 1)
 	go func() {
@@ -579,18 +568,7 @@ func TestClosingAPluginEndsItsQueriesFirst(t *testing.T) {
 	p, st := pluginAndStore(t, r, testPlugin(t, "query"))
 	commitBatch(t, p, st, putU(1, "k", "v"))
 	sn := snapshotOf(t, st)
-	done := make(chan error, 1)
-	go func() {
-		_, err := p.Query(context.Background(), "spin", nil, sn)
-		done <- err
-	}()
-	select {
-	case <-spinning:
-	case err := <-done:
-		t.Fatalf("the spin query ended: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("the spin query did not start spinning within a minute")
-	}
+	done := startSpin(t, context.Background(), p, sn, spinning)
 	p.Close(context.Background())
 	if err := r.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -606,4 +584,24 @@ func TestClosingAPluginEndsItsQueriesFirst(t *testing.T) {
 	if _, err := p.Query(context.Background(), "get", []byte("k"), sn); !errors.Is(err, ErrPluginClosed) {
 		t.Errorf("a query after Close: %v, want ErrPluginClosed", err)
 	}
+}
+
+// startSpin runs the query plugin's spin query on p in a goroutine and
+// returns once it spins (its log line reached spinning); the channel
+// gives the query's error when it ends.
+func startSpin(t *testing.T, ctx context.Context, p *Plugin, sn *fold.Snapshot, spinning <-chan struct{}) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Query(ctx, "spin", nil, sn)
+		done <- err
+	}()
+	select {
+	case <-spinning:
+	case err := <-done:
+		t.Fatalf("the spin query ended: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the spin query did not start spinning within a minute")
+	}
+	return done
 }
