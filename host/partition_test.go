@@ -27,8 +27,9 @@ import (
 // of them, none of another's), each cursor at the head although the
 // head's update is of one partition only; a key's raw value is read by the
 // fold's name from the unit of its partition (X-Foldhost-Partition says
-// which), the partitions endpoint lists the 4, and a merged read the
-// units cannot answer yet is refused with their names. A restart resumes
+// which), the partitions endpoint lists the 4, ranges and ndjson streams
+// by the fold's name merge the units' pages, and the fold's status by
+// its name (not merged yet) is refused with the units' names. A restart resumes
 // every unit; a restart with another count of partitions is refused, its
 // stores untouched, whichever way the count changed; an offline command
 // given the fold's name is told to name one of its units; each unit
@@ -173,6 +174,9 @@ func TestPartitionedFoldOnOneNode(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &end); code != 200 || err != nil || !end.End || end.Count != len(wantPaged) || len(end.Cursors) != n || !slices.Equal(streamed, wantPaged) {
 		t.Errorf("an ndjson stream by the fold's name: %d, %d items (end line %q), want the %d entries in key order", code, len(streamed), lines[len(lines)-1], len(wantPaged))
+	}
+	if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes"); code != http.StatusNotImplemented || !strings.Contains(body, "routes.P") {
+		t.Errorf("the status of the partitioned fold by its name: %d %s, want 501 naming its units", code, body)
 	}
 	if code, body := hosttest.HTTPGet(t, srv.URL+"/v1/folds/routes/raw?prefix=route.&format=ndjson&limit=3"); code != http.StatusBadRequest {
 		t.Errorf("an ndjson stream with a limit by the fold's name: %d %s, want the unit's 400", code, body)

@@ -79,7 +79,7 @@ func (g groupQuerier) QueryUnits(ctx context.Context, q httpapi.GroupQuery) (htt
 		if g.h.reads == nil { // not a fleet: every unit is local
 			return httpapi.QueryAnswer{}, fmt.Errorf("%w: partition %d is not folded here", httpapi.ErrQueryUnitUnavailable, p)
 		}
-		ru := &remoteUnit{call: rd.call, fr: g.h.reads, name: UnitName(g.pf.name, p), partition: p, min: q.MinRevision, deadline: q.Deadline}
+		ru := &remoteUnit{call: rd.call, fr: g.h.reads, fold: g.pf.name, partition: p, min: q.MinRevision, deadline: q.Deadline}
 		rd.units[p], remote = ru, append(remote, ru)
 	}
 	// Each remote unit is asked before the call for its cursor, once it

@@ -176,10 +176,7 @@ func (h *Host) viewOfPartitions(w http.ResponseWriter, r *http.Request, next htt
 const maxFanOut = 16
 
 // askUnits serves reqs[p] (nil: none) for partition p of pf through next,
-// at most maxFanOut at once, and returns each answer. A panic of one (a
-// forwarded read that broke off raises http.ErrAbortHandler) would end
-// the process, since net/http recovers only its own goroutines: it is
-// that partition's 502 (broken off) or 500 (anything else, logged).
+// at most maxFanOut at once, and returns each answer (record's).
 func (h *Host) askUnits(next http.Handler, pf partitionedFold, reqs []*http.Request) []*httptest.ResponseRecorder {
 	answers := make([]*httptest.ResponseRecorder, len(reqs))
 	sem := make(chan struct{}, maxFanOut)
@@ -188,26 +185,36 @@ func (h *Host) askUnits(next http.Handler, pf partitionedFold, reqs []*http.Requ
 		if r2 == nil {
 			continue
 		}
-		answers[p] = httptest.NewRecorder()
 		wg.Go(func() {
-			defer func() {
-				if v := recover(); v != nil {
-					answers[p] = httptest.NewRecorder()
-					if v == http.ErrAbortHandler {
-						httpapi.WriteError(answers[p], http.StatusBadGateway, "partition %d of fold %s: its answer broke off", p, pf.name)
-						return
-					}
-					h.log.Error("a read of one partition panicked", "fold", pf.name, "partition", p, "panic", v)
-					httpapi.WriteError(answers[p], http.StatusInternalServerError, "partition %d of fold %s: the read failed", p, pf.name)
-				}
-			}()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			next.ServeHTTP(answers[p], r2)
+			answers[p] = h.record(next, r2, pf.name, p)
 		})
 	}
 	wg.Wait()
 	return answers
+}
+
+// record serves r (a read of partition p of fold) through next and
+// returns the answer. A panic (a forwarded read that broke off raises
+// http.ErrAbortHandler) would end the process when r is served off
+// net/http's own goroutines: it is that partition's 502 (broken off) or
+// 500 (anything else, logged).
+func (h *Host) record(next http.Handler, r *http.Request, fold string, p int) (rec *httptest.ResponseRecorder) {
+	rec = httptest.NewRecorder()
+	defer func() {
+		if v := recover(); v != nil {
+			rec = httptest.NewRecorder()
+			if v == http.ErrAbortHandler {
+				httpapi.WriteError(rec, http.StatusBadGateway, "partition %d of fold %s: its answer broke off", p, fold)
+				return
+			}
+			h.log.Error("a read of one partition panicked", "fold", fold, "partition", p, "panic", v)
+			httpapi.WriteError(rec, http.StatusInternalServerError, "partition %d of fold %s: the read failed", p, fold)
+		}
+	}()
+	next.ServeHTTP(rec, r)
+	return rec
 }
 
 // toUnit is r addressed to partition p's unit: /v1/folds/FOLD/... made

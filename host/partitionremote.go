@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"time"
@@ -67,7 +66,7 @@ func (b *callBudget) release() {
 type remoteUnit struct {
 	call      *callBudget
 	fr        *fleetReads
-	name      string // FOLD.P
+	fold      string // the partitioned fold's name; the unit's is FOLD.P
 	partition int
 	min       protocol.Revision
 	deadline  time.Time
@@ -101,7 +100,7 @@ func (ru *remoteUnit) barrier() error {
 	q := url.Values{"start_b64": {"AA=="}, "end_b64": {"AA=="}, "limit": {"1"}}
 	found, err := ru.read("/view", q, &page)
 	if err == nil && !found {
-		err = fmt.Errorf("%w: partition %d (%s): its view range answered 404", httpapi.ErrQueryUnitUnavailable, ru.partition, ru.name)
+		err = fmt.Errorf("%w: partition %d (%s): its view range answered 404", httpapi.ErrQueryUnitUnavailable, ru.partition, ru.unit())
 	}
 	if err != nil {
 		var rr *wasm.ReadRefusal
@@ -123,22 +122,13 @@ func (ru *remoteUnit) read(path string, q url.Values, out any) (found bool, err 
 		q.Set("min_revision", strconv.FormatUint(uint64(ru.min), 10))
 		q.Set("wait", max(time.Until(ru.deadline), 0).Round(time.Millisecond).String())
 	}
-	target := "/v1/folds/" + url.PathEscape(ru.name) + path + "?" + q.Encode()
+	target := "/v1/folds/" + url.PathEscape(ru.unit()) + path + "?" + q.Encode()
 	req, err := http.NewRequestWithContext(ru.call.context(), http.MethodGet, target, nil)
 	if err != nil {
 		return false, err
 	}
-	req.SetPathValue("name", ru.name)
-	rec := httptest.NewRecorder()
-	func() {
-		defer func() {
-			if v := recover(); v != nil { // a forwarded answer that broke off
-				rec = httptest.NewRecorder()
-				httpapi.WriteError(rec, http.StatusBadGateway, "the answer broke off: %v", v)
-			}
-		}()
-		ru.fr.read(rec, req)
-	}()
+	req.SetPathValue("name", ru.unit())
+	rec := ru.fr.h.record(http.HandlerFunc(ru.fr.read), req, ru.fold, ru.partition) // a forward broken off: 502
 	switch rec.Code {
 	case http.StatusOK:
 	case http.StatusNotFound:
@@ -150,17 +140,20 @@ func (ru *remoteUnit) read(path string, q url.Values, out any) (found bool, err 
 		if rec.Code == http.StatusGatewayTimeout {
 			why = httpapi.ErrQueryUnitBehind
 		}
-		where := ru.name
+		where := ru.unit()
 		if node := rec.Header().Get(NodeHeader); node != "" {
 			where += ", read on node " + node
 		}
 		return false, &wasm.ReadRefusal{Err: fmt.Errorf("%w: partition %d (%s): %d %s", why, ru.partition, where, rec.Code, e.Error)}
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
-		return false, &wasm.ReadRefusal{Err: fmt.Errorf("%w: partition %d (%s): a malformed answer: %v", httpapi.ErrQueryUnitUnavailable, ru.partition, ru.name, err)}
+		return false, &wasm.ReadRefusal{Err: fmt.Errorf("%w: partition %d (%s): a malformed answer: %v", httpapi.ErrQueryUnitUnavailable, ru.partition, ru.unit(), err)}
 	}
 	return true, nil
 }
+
+// unit is the unit's name, FOLD.P.
+func (ru *remoteUnit) unit() string { return UnitName(ru.fold, ru.partition) }
 
 // saw notes an answer's cursor.
 func (ru *remoteUnit) saw(cursor uint64) {
@@ -265,7 +258,7 @@ func (it *remoteIter) fetch() error {
 		return err
 	}
 	if !found {
-		return &wasm.ReadRefusal{Err: fmt.Errorf("%w: partition %d (%s): its view range answered 404", httpapi.ErrQueryUnitUnavailable, it.ru.partition, it.ru.name)}
+		return &wasm.ReadRefusal{Err: fmt.Errorf("%w: partition %d (%s): its view range answered 404", httpapi.ErrQueryUnitUnavailable, it.ru.partition, it.ru.unit())}
 	}
 	it.ru.saw(page.Cursor)
 	for _, item := range page.Items {
