@@ -30,3 +30,11 @@ func SetFirstRemotePage(n int) func() {
 	firstRemotePage = n
 	return func() { firstRemotePage = old }
 }
+
+// SetDemux turns the Demux on or off for hosts started after it, for a
+// test; the returned func restores it.
+func SetDemux(on bool) func() {
+	old := noDemux
+	noDemux = !on
+	return func() { noDemux = old }
+}

@@ -266,6 +266,10 @@ func (h *Host) connect(ctx context.Context) error {
 	h.nc = nc
 	h.env.NATS = nc
 	h.closers = append(h.closers, nc.Close)
+	if !noDemux {
+		h.env.Demux = natskv.NewDemux()
+		h.closers = append(h.closers, h.env.Demux.Close)
+	}
 	h.log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted())
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/foldhost/foldhost/host"
 	"github.com/foldhost/foldhost/host/artifact/dirstore"
@@ -27,7 +28,8 @@ import (
 // of them, none of another's), each cursor at the head although the
 // head's update is of one partition only; a key's raw value is read by the
 // fold's name from the unit of its partition (X-Foldhost-Partition says
-// which), the partitions endpoint lists the 4, ranges and ndjson streams
+// which), the units read the bucket's stream once (one consumer), the
+// partitions endpoint lists the 4, ranges and ndjson streams
 // by the fold's name merge the units' pages, and the fold's status by
 // its name (not merged yet) is refused with the units' names. A restart resumes
 // every unit; a restart with another count of partitions is refused, its
@@ -39,7 +41,8 @@ import (
 // reads not routed by partition (a key of another unit is not found); the
 // layout check off (1 partition over 4's directories starts a new fold);
 // the partition missing from a store's origin, or --adopt overriding it
-// (8 partitions over 4's stores start); the fold's name looked up among
+// (8 partitions over 4's stores start); the units reading the stream on
+// their own (4 consumers, not 1); the fold's name looked up among
 // units only (a bare "no fold named"); a listing that takes a settle
 // mark for an entry (every repair fails); a reset's kept store taken for
 // a foreign entry (the start after it refused).
@@ -84,6 +87,20 @@ func TestPartitionedFoldOnOneNode(t *testing.T) {
 	}
 	if len(all) != len(want) {
 		t.Fatalf("the units hold %d keys together, the bucket %d", len(all), len(want))
+	}
+	// The 4 units read the bucket's stream once (natskv.Demux): one
+	// consumer on it.
+	js := hosttest.JS(t, url)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		info, err := js.Stream(t.Context(), "KV_routes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := info.CachedInfo().State.Consumers; c == 1 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the bucket's stream has %d consumers after 1m, want 1 (the units' shared read)", c)
+		}
 	}
 	srv := hosttest.LoopbackAPI(t, r.H.Handler())
 	defer srv.Close()

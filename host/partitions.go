@@ -152,3 +152,7 @@ func checkPartitionLayout(f FoldOptions) error {
 	}
 	return files.SyncDir(dir)
 }
+
+// noDemux makes every unit read the stream on its own, as before the
+// Demux: set by tests that measure or prove what the Demux changes.
+var noDemux bool

@@ -51,32 +51,45 @@ func TestPartitionScaleUpMeasure(t *testing.T) {
 		dir = "testdata"
 	}
 	plugin := hosttest.BuiltPlugin(t, dir, name)
-	times := map[int][]time.Duration{}
+	// Each configuration: partitions, and whether its units share one
+	// read of the stream (the Demux) or each read it on its own.
+	type config struct {
+		parts  int
+		shared bool
+	}
+	configs := []config{{1, true}, {2, true}, {4, true}, {2, false}, {4, false}}
+	times := map[config][]time.Duration{}
 	for round := range 3 {
-		for _, parts := range []int{1, 2, 4} {
-			dir := filepath.Join(t.TempDir(), fmt.Sprint(round, parts))
+		for _, c := range configs {
+			restore := host.SetDemux(c.shared)
+			dir := filepath.Join(t.TempDir(), fmt.Sprint(round, c.parts, c.shared))
 			start := time.Now()
 			r := hosttest.StartHost(t, host.Options{
 				NATS:  host.NATSOptions{Conn: natskv.ConnOptions{URL: srv.ClientURL()}},
-				Folds: []host.FoldOptions{{Name: "f0", Plugin: plugin, DataDir: dir, Partitions: parts}},
+				Folds: []host.FoldOptions{{Name: "f0", Plugin: plugin, DataDir: dir, Partitions: c.parts}},
 			})
 			for _, f := range r.H.Folds() {
 				hosttest.WaitCursor(t, f, last)
 			}
-			times[parts] = append(times[parts], time.Since(start))
+			times[c] = append(times[c], time.Since(start))
 			if round == 2 {
 				runtime.GC()
-				t.Logf("%d partitions: RSS %s after hydrating (the process: server, client and host)", parts, rss(t))
+				t.Logf("%d partitions (shared read %v): RSS %s after hydrating (the process: server, client and host)", c.parts, c.shared, rss(t))
 			}
 			if err := r.Stop(t); err != nil {
 				t.Fatal(err)
 			}
+			restore()
 		}
 	}
 	med := func(ds []time.Duration) time.Duration { return slices.Sorted(slices.Values(ds))[len(ds)/2] }
-	base := med(times[1])
-	for _, parts := range []int{1, 2, 4} {
-		t.Logf("%s, %d keys, %d partitions: median %v of %v, ratio to 1 partition %.2f", name, n, parts, med(times[parts]), times[parts], float64(med(times[parts]))/float64(base))
+	base := med(times[configs[0]])
+	for _, c := range configs {
+		how := "one shared read of the stream"
+		if !c.shared {
+			how = "a read of the stream per unit"
+		}
+		t.Logf("%s, %d keys, %d partitions, %s: median %v of %v, ratio to 1 partition %.2f", name, n, c.parts, how, med(times[c]), times[c], float64(med(times[c]))/float64(base))
 	}
 }
 

@@ -35,6 +35,9 @@ type Env struct {
 	// Fleet: the host is a node of a fleet, which sets each fold's role
 	// (SetRole); the status shows it.
 	Fleet bool
+	// Demux reads each bucket's stream once for the partitions of it this
+	// host folds (nil: each unit reads on its own).
+	Demux *natskv.Demux
 	// PluginCacheDir holds compiled plugins across restarts ("": memory).
 	PluginCacheDir string
 	// RequestTimeout bounds each NATS request; DisconnectGrace is how long

@@ -120,7 +120,7 @@ func (f *Fold) applier() fold.Plugin {
 // feed is the fold's watch source: its bucket and scope, on the stream its
 // store records.
 func (f *Fold) feed() fold.Feed {
-	return f.bucket.Feed(f.o.scope(), natskv.WatchOptions{Buffer: f.o.Buffer, Stream: f.origin.StreamCreated})
+	return f.env.Demux.Feed(f.bucket, f.o.scope(), natskv.WatchOptions{Buffer: f.o.Buffer, Stream: f.origin.StreamCreated})
 }
 
 // poisonHook is the loop's Poison for on_plugin_error = "skip", nil
