@@ -26,8 +26,7 @@ import (
 // several units hold fails the query with 409, never a silent pick. A
 // unit this node folds is read from its snapshot; in a fleet, a unit
 // folded elsewhere is read through its owner's answers
-// (partitionremote.go). RATIONALE.md, "Partitions: a unit per partition,
-// each reading the whole stream (for now)".
+// (partitionremote.go). RATIONALE.md, "Partitions".
 
 // groupQuerier runs the queries of a partitioned fold by its name
 // (httpapi.GroupQuerier).

@@ -53,8 +53,9 @@ func (d *Demux) Feed(b *Bucket, scope Scope, o WatchOptions) fold.Feed {
 }
 
 // Close ends every shared reader and the watches on them (their Err is
-// ErrWatchClosed), and waits for the readers to stop. Later watches read
-// on their own.
+// ErrWatchClosed), and waits for the readers to stop. A watch reading on
+// its own Watcher at that moment goes on until stopped; later watches
+// read on their own.
 func (d *Demux) Close() {
 	d.mu.Lock()
 	if !d.closed {
@@ -96,7 +97,7 @@ func (f demuxFeed) Watch(ctx context.Context, from protocol.Cursor) (fold.Source
 		return f.b.Watch(ctx, f.scope, from, f.o)
 	}
 	w := &demuxWatch{r: r, p: f.scope.Partition, o: f.o, events: make(chan fold.Event, f.o.Buffer),
-		stopping: make(chan struct{}), done: make(chan struct{}), floor: from.Rev, floorTime: from.MsgUnixNano}
+		stopping: make(chan struct{}), done: make(chan struct{}), floor: from.Rev, floorTime: from.MsgUnixNano, fresh: from.Rev == 0, first: true}
 	shared, err := r.attach(ctx, w, from)
 	switch {
 	case shared && err != nil:
@@ -111,7 +112,7 @@ func (f demuxFeed) Watch(ctx context.Context, from protocol.Cursor) (fold.Source
 	if err != nil {
 		return nil, err
 	}
-	w.head = pw.HeadAtStart()
+	w.head, w.first = pw.HeadAtStart(), false
 	go w.follow(pw)
 	return w, nil
 }
@@ -153,6 +154,8 @@ type demuxWatch struct {
 	synced    bool
 	skipped   int // updates of other partitions since the last settle mark
 	ended     bool
+	fresh     bool // a state-sync (started from no cursor)
+	first     bool // not yet started: the first join sets head
 }
 
 var _ fold.Source = (*demuxWatch)(nil)
@@ -186,6 +189,11 @@ func (w *demuxWatch) Stop() {
 func (w *demuxWatch) end(err error) {
 	if w.ended {
 		return
+	}
+	select {
+	case <-w.stopping:
+		err = nil // stopped: as a Watcher's, no reason
+	default:
 	}
 	w.ended, w.err = true, err
 	close(w.events)
@@ -263,7 +271,7 @@ func (r *sharedReader) attach(ctx context.Context, w *demuxWatch, from protocol.
 	case <-r.quit:
 		return false, nil
 	case <-ctx.Done():
-		return true, ctx.Err()
+		return true, ctx.Err() // fn was never handed over (ctl is unbuffered)
 	}
 	<-done
 	return shared, err
@@ -307,8 +315,8 @@ func (r *sharedReader) join(ctx context.Context, w *demuxWatch, from protocol.Cu
 	}
 	r.w, r.o, r.syncing = nw, o, fresh
 	r.gen++
-	if w.head == 0 {
-		w.head = nw.HeadAtStart()
+	if w.first {
+		w.head, w.first = nw.HeadAtStart(), false // set before Watch returns it: never written after
 	}
 	r.watches = append(r.watches, w)
 	return true, nil
@@ -366,7 +374,9 @@ func (r *sharedReader) run() {
 			// with its inbox.
 			for n := 1; ; n++ {
 				if !ok {
-					r.fail(r.w.Err())
+					if r.w != nil {
+						r.fail(r.w.Err())
+					}
 					break
 				}
 				if !r.dispatch(ev) || n == watchDrain {
@@ -388,6 +398,9 @@ func (r *sharedReader) run() {
 // (the next one starts from every watch's floor).
 func (r *sharedReader) dispatch(ev fold.Event) bool {
 	gen := r.gen
+	if ev.Synced {
+		r.syncing = false // handed on to some: no state-sync joins any more
+	}
 	part := -1 // the partition of ev's key, by count
 	count := 0
 	for _, w := range r.watches {
@@ -476,8 +489,14 @@ func (r *sharedReader) send(w *demuxWatch, ev fold.Event, gen int) (sent, more b
 				return false, true
 			}
 		case <-stalled.C:
+			if w.synced && w.floor == 0 {
+				// Synced an empty bucket and handed nothing since: no
+				// cursor to resume it from on its own. It waits.
+				stalled.Reset(r.stall)
+				continue
+			}
 			r.evict(w)
-			return false, true
+			return false, r.gen == gen
 		case <-r.quit:
 			return false, false
 		}
@@ -500,7 +519,7 @@ func (r *sharedReader) evict(w *demuxWatch) {
 		r.gen++
 	}
 	from := w.cursor()
-	if !w.synced {
+	if w.fresh && !w.synced {
 		// A state-sync starts over; follow skips what w had.
 		from = protocol.Cursor{}
 	}

@@ -464,3 +464,136 @@ func TestDemuxStalledStateSyncStartsOver(t *testing.T) {
 		got[p].mu.Unlock()
 	}
 }
+
+// TestDemuxEvictsItsLastWatch: the only watch on a shared read stalls
+// past the stall limit; it moves to a Watcher of its own, the shared read
+// goes idle, and the watch hands on everything. Mutation caught: the
+// dispatch going on with the stopped Watcher's events, together with the
+// nil check in run that also guards it (the reader panicked, taking the
+// process down).
+func TestDemuxEvictsItsLastWatch(t *testing.T) {
+	s := startServer(t, t.TempDir(), -1)
+	b := openBucket(t, connect(t, s.ClientURL()), BucketConfig{Name: "parts", History: 64, Replicas: 1})
+	var head protocol.Revision
+	for i := range 400 {
+		head = put(t, b, "k."+strconv.Itoa(i%50), "v")
+	}
+	d := NewDemux()
+	d.stall = 100 * time.Millisecond
+	t.Cleanup(d.Close)
+	part := protocol.Partition{Index: 0, Count: 2}
+	w, err := d.Feed(b, Scope{Partition: part}, WatchOptions{Buffer: 4}).Watch(t.Context(), protocol.Cursor{Rev: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := newSeen(part, 1)
+	resume := got.pause(t)
+	stop := got.tap(w)
+	t.Cleanup(stop)
+	time.Sleep(500 * time.Millisecond) // stalled 5 times the limit
+	resume()
+	got.wait(t, head)
+}
+
+// TestDemuxEvictedResumeStaysAResume: a resumed watch stalled in its
+// backlog (before its Synced marker) moves to a Watcher of its own
+// resumed from its floor, and hands on every update its own Watcher
+// would. Mutation caught: a watch not yet synced restarted as a
+// state-sync (superseded updates lost: 36 of 999).
+func TestDemuxEvictedResumeStaysAResume(t *testing.T) {
+	s := startServer(t, t.TempDir(), -1)
+	b := openBucket(t, connect(t, s.ClientURL()), BucketConfig{Name: "parts", History: 64, Replicas: 1})
+	var head protocol.Revision
+	for i := range 2000 {
+		head = put(t, b, "k."+strconv.Itoa(i%40), strconv.Itoa(i))
+	}
+	d := NewDemux()
+	d.stall = 100 * time.Millisecond
+	t.Cleanup(d.Close)
+	const n = 2
+	got := make([]*seen, n)
+	var resume1 func()
+	for p := range n {
+		part := protocol.Partition{Index: p, Count: n}
+		w, err := d.Feed(b, Scope{Partition: part}, WatchOptions{Buffer: 16}).Watch(t.Context(), protocol.Cursor{Rev: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[p] = newSeen(part, 1)
+		if p == 1 {
+			resume1 = got[p].pause(t)
+		}
+		t.Cleanup(got[p].tap(w))
+	}
+	got[0].wait(t, head)
+	resume1()
+	got[1].wait(t, head)
+	want := own(t, b, got[1].part, 1, head)
+	got[1].mu.Lock()
+	defer got[1].mu.Unlock()
+	if !slices.Equal(got[1].revs, want.revs) {
+		t.Errorf("evicted resume: %d updates, its own watch %d (%s)", len(got[1].revs), len(want.revs), firstDiff(got[1].revs, want.revs))
+	}
+}
+
+// TestDemuxNoStateSyncJoinsOnceSynced: the shared state-sync hands its
+// Synced marker to A, then blocks on B's full buffer; a new state-sync C
+// asks to join meanwhile. It must read on its own: a state-sync started
+// again under A, already live, would skip A's overwritten updates.
+// Mutation caught: the read counted as syncing until every watch had the
+// marker (A missed a revision). The reader's block on B is waited for by
+// a pause, not observed: under heavy load the join may come before it,
+// and the test then passes without reaching the case.
+func TestDemuxNoStateSyncJoinsOnceSynced(t *testing.T) {
+	s := startServer(t, t.TempDir(), -1)
+	b := openBucket(t, connect(t, s.ClientURL()), BucketConfig{Name: "parts", History: 64, Replicas: 1})
+	var keys [2][]string
+	for i := 0; len(keys[0]) < 10 || len(keys[1]) < 4; i++ {
+		k := "k." + strconv.Itoa(i)
+		p := protocol.PartitionOf("parts", k, 2)
+		if len(keys[p]) < map[int]int{0: 10, 1: 4}[p] {
+			keys[p] = append(keys[p], k)
+		}
+	}
+	var head protocol.Revision
+	for _, k := range keys[0] {
+		head = put(t, b, k, "v")
+	}
+	for _, k := range keys[1] {
+		head = put(t, b, k, "v")
+	}
+	d := NewDemux()
+	d.stall = 20 * time.Second
+	t.Cleanup(d.Close)
+	got := make([]*seen, 2)
+	resume := make([]func(), 2)
+	for p := range 2 {
+		part := protocol.Partition{Index: p, Count: 2}
+		w, err := d.Feed(b, Scope{Partition: part}, WatchOptions{Buffer: 4}).Watch(t.Context(), protocol.Cursor{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[p] = newSeen(part, 0)
+		resume[p] = got[p].pause(t)
+		t.Cleanup(got[p].tap(w))
+	}
+	resume[0]()
+	got[0].wait(t, head)
+	time.Sleep(100 * time.Millisecond)
+	put(t, b, keys[0][0], "x")
+	head = put(t, b, keys[0][0], "y")
+	part := protocol.Partition{Index: 0, Count: 2}
+	w, err := d.Feed(b, Scope{Partition: part}, WatchOptions{Buffer: 4}).Watch(t.Context(), protocol.Cursor{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := newSeen(part, 0)
+	t.Cleanup(late.tap(w))
+	got[0].wait(t, head)
+	resume[1]()
+	got[0].mu.Lock()
+	defer got[0].mu.Unlock()
+	if !slices.Contains(got[0].revs, head-1) {
+		t.Errorf("live watch A missed revision %d: last events %v", head-1, got[0].last)
+	}
+}
