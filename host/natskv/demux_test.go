@@ -416,6 +416,24 @@ func diff(a, b map[string]string) []string {
 	return out[:min(len(out), 5)]
 }
 
+// pausedWatches starts the watches of n partitions on d from revision
+// from, each tapped and paused (resume[p] resumes partition p's).
+func pausedWatches(t *testing.T, d *Demux, b *Bucket, n, buffer int, from protocol.Revision) (got []*seen, resume []func()) {
+	t.Helper()
+	got, resume = make([]*seen, n), make([]func(), n)
+	for p := range n {
+		part := protocol.Partition{Index: p, Count: n}
+		w, err := d.Feed(b, Scope{Partition: part}, WatchOptions{Buffer: buffer}).Watch(t.Context(), protocol.Cursor{Rev: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[p] = newSeen(part, from)
+		resume[p] = got[p].pause(t)
+		t.Cleanup(got[p].tap(w))
+	}
+	return got, resume
+}
+
 // TestDemuxStalledStateSyncStartsOver: a watch whose reader stalls in the
 // middle of a shared state-sync leaves it for a state-sync of its own,
 // which hands on only what the watch did not have: it ends with its
@@ -436,18 +454,7 @@ func TestDemuxStalledStateSyncStartsOver(t *testing.T) {
 	d.stall = 100 * time.Millisecond
 	t.Cleanup(d.Close)
 	const n = 2
-	got := make([]*seen, n)
-	resume := make([]func(), n)
-	for p := range n {
-		part := protocol.Partition{Index: p, Count: n}
-		w, err := d.Feed(b, Scope{Partition: part}, WatchOptions{Buffer: 16}).Watch(t.Context(), protocol.Cursor{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got[p] = newSeen(part, 0)
-		resume[p] = got[p].pause(t)
-		t.Cleanup(got[p].tap(w))
-	}
+	got, resume := pausedWatches(t, d, b, n, 16, 0)
 	resume[0]()
 	got[0].wait(t, head)
 	resume[1]()
@@ -510,23 +517,10 @@ func TestDemuxEvictedResumeStaysAResume(t *testing.T) {
 	d := NewDemux()
 	d.stall = 100 * time.Millisecond
 	t.Cleanup(d.Close)
-	const n = 2
-	got := make([]*seen, n)
-	var resume1 func()
-	for p := range n {
-		part := protocol.Partition{Index: p, Count: n}
-		w, err := d.Feed(b, Scope{Partition: part}, WatchOptions{Buffer: 16}).Watch(t.Context(), protocol.Cursor{Rev: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got[p] = newSeen(part, 1)
-		if p == 1 {
-			resume1 = got[p].pause(t)
-		}
-		t.Cleanup(got[p].tap(w))
-	}
+	got, resume := pausedWatches(t, d, b, 2, 16, 1)
+	resume[0]()
 	got[0].wait(t, head)
-	resume1()
+	resume[1]()
 	got[1].wait(t, head)
 	want := own(t, b, got[1].part, 1, head)
 	got[1].mu.Lock()
@@ -565,18 +559,7 @@ func TestDemuxNoStateSyncJoinsOnceSynced(t *testing.T) {
 	d := NewDemux()
 	d.stall = 20 * time.Second
 	t.Cleanup(d.Close)
-	got := make([]*seen, 2)
-	resume := make([]func(), 2)
-	for p := range 2 {
-		part := protocol.Partition{Index: p, Count: 2}
-		w, err := d.Feed(b, Scope{Partition: part}, WatchOptions{Buffer: 4}).Watch(t.Context(), protocol.Cursor{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got[p] = newSeen(part, 0)
-		resume[p] = got[p].pause(t)
-		t.Cleanup(got[p].tap(w))
-	}
+	got, resume := pausedWatches(t, d, b, 2, 4, 0)
 	resume[0]()
 	got[0].wait(t, head)
 	time.Sleep(100 * time.Millisecond)
