@@ -136,9 +136,24 @@ func (h *Host) Start(ctx context.Context) (err error) {
 		return err
 	}
 	phase("NATS connected")
+	// A warm-up downloads and installs an artifact: I/O mostly, so the
+	// folds warm up side by side, warmUpParallel at a time; only the
+	// units the placement will likely give this node (warmShare).
+	share := h.warmShare(ctx, warm)
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, warmUpParallel)
+	for i := range warm {
+		if share[i] {
+			wg.Go(func() {
+				slots <- struct{}{}
+				defer func() { <-slots }()
+				h.warmUp(ctx, h.o.Folds[i])
+			})
+		}
+	}
+	wg.Wait()
 	for i := range warm {
 		if warm[i] {
-			h.warmUp(ctx, h.o.Folds[i])
 			if err := h.openFold(ctx, i, true); err != nil {
 				return err
 			}

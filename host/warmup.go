@@ -3,12 +3,18 @@ package host
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/foldhost/foldhost/host/fleet"
 	"github.com/foldhost/foldhost/host/foldrun"
+	"github.com/foldhost/foldhost/protocol"
 )
+
+// warmUpParallel is how many folds warm up at once.
+const warmUpParallel = 4
 
 // toWarmUp says which folds warm up from their artifacts: in a fleet with
 // an artifact store, those whose data dir is fresh (a node joining the
@@ -25,6 +31,43 @@ func (h *Host) toWarmUp() []bool {
 		warm[i] = fresh && err == nil
 	}
 	return warm
+}
+
+// warmShare narrows warm to the units this node will likely hold a role
+// for: placed (protocol.Place, with their standbys) over the fleet's
+// members as its bucket shows them now, this node included. A node
+// joining installs its share's artifacts, not every fold's: the rest it
+// may never fold (RATIONALE.md, "The fleet"). The guess can be wrong (a
+// node that joins or dies meanwhile): a unit handed to this node that it
+// did not warm up hydrates from NATS, one it warmed and does not get is
+// a copy it keeps. When the members cannot be read, every fresh fold
+// warms up.
+func (h *Host) warmShare(ctx context.Context, warm []bool) []bool {
+	if !slices.Contains(warm, true) {
+		return warm
+	}
+	rctx, cancel := context.WithTimeout(ctx, h.o.NATS.RequestTimeout)
+	defer cancel()
+	members, err := fleet.Members(rctx, h.nc, h.o.Fleet.Name, h.o.Fleet.NodeTTL)
+	if err != nil {
+		h.log.Info("warm-up: the fleet's members are not readable: every fresh fold warms up", "err", err)
+		return warm
+	}
+	live := append(slices.DeleteFunc(members, func(n string) bool { return n == h.o.Admin.Node }), h.o.Admin.Node)
+	slices.Sort(live)
+	share := make([]bool, len(warm))
+	for i, fo := range h.o.Folds {
+		if !warm[i] {
+			continue
+		}
+		p := protocol.Place(fo.Unit(), live, fo.Standbys)
+		share[i] = p.Owner == h.o.Admin.Node || slices.Contains(p.Standbys, h.o.Admin.Node)
+		if !share[i] {
+			h.log.Info("no warm-up: the fleet will likely place the unit on other nodes; it hydrates from NATS if it comes here",
+				"fold", fo.Name, "owner", p.Owner, "standbys", p.Standbys)
+		}
+	}
+	return share
 }
 
 // warmUp fills fold fo's fresh data dir from the newest artifact published

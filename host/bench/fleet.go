@@ -109,6 +109,7 @@ type Fleet struct {
 	Updates    uint64            `json:"updates"`
 	Throughput []FleetThroughput `json:"throughput"`
 	Reads      *FleetReads       `json:"reads,omitempty"`
+	WarmUp     *WarmUp           `json:"warm_up,omitempty"`
 	Takeovers  []Takeover        `json:"takeovers,omitempty"`
 	// Goals are the goals whose figure the run measured.
 	Goals []FleetGoal `json:"goals,omitempty"`
@@ -153,6 +154,9 @@ func (fr *Fleet) judge() {
 	}
 	if rd := fr.Reads; rd != nil {
 		fr.Goals = append(fr.Goals, goal("read p99: forwarded / local", rd.P99Ratio, "<=", GoalForwardedP99, "x"))
+	}
+	if w := fr.WarmUp; w != nil {
+		fr.Goals = append(fr.Goals, goal("a joining node's share: from artifacts / hydrating", w.Ratio, "<=", GoalWarmUp, "x"))
 	}
 }
 
@@ -238,7 +242,8 @@ type fleetRun struct {
 var fleetRuns = []fleetRun{{FleetOneNode, 1, 0}, {FleetStandbys0, FleetNodes, 0}, {FleetStandbys1, FleetNodes, 1}}
 
 // runFleet measures the fleet on a bucket of the last shape: the folding
-// runs' rounds, the reads, then the takeovers at each node_ttl.
+// runs' rounds, the reads, a node joining (warm-up), then the takeovers at
+// each node_ttl.
 func (b *bench) runFleet(ctx context.Context, res *Result, pluginDir string, rounds int) error {
 	_, done, err := b.makeBucket(ctx, b.shapes[len(b.shapes)-1])
 	if err != nil {
@@ -271,6 +276,9 @@ func (b *bench) runFleet(ctx context.Context, res *Result, pluginDir string, rou
 	pprof.Do(ctx, pprof.Labels("variant", "fleet reads"), func(ctx context.Context) { fr.Reads, err = b.fleetReads(ctx, plugin, n) })
 	if err != nil {
 		return fmt.Errorf("bench: fleet, reads: %w", err)
+	}
+	if fr.WarmUp, err = b.warmUp(ctx, plugin); err != nil {
+		return fmt.Errorf("bench: fleet, warm-up: %w", err)
 	}
 	for _, ttl := range b.fleet.TTLs {
 		if b.fleet.Kills == 0 {
@@ -394,6 +402,10 @@ func (fr *Fleet) writeTable(w io.Writer) error {
 			"on the owner p50 %s p99 %s; through the node that does not fold it (forwarded to the owner over NATS) p50 %s p99 %s; forwarded / local p50 %.2f×, p99 %.2f×\n",
 			rd.Fold, fr.Nodes, rd.Reads, rd.Found, fmtLatency(rd.LocalP50Seconds), fmtLatency(rd.LocalP99Seconds),
 			fmtLatency(rd.ForwardedP50Seconds), fmtLatency(rd.ForwardedP99Seconds), rd.P50Ratio, rd.P99Ratio)
+	}
+	if wu := fr.WarmUp; wu != nil {
+		fmt.Fprintf(w, "fleet warm-up (a node joining %d nodes that fold the %d folds, to owning its share of %d, caught up): from the folds' artifacts (a local directory; %d installed) %s; hydrating from NATS %s; from artifacts / hydrating %.2f×\n",
+			WarmUpNodes, fr.Folds, wu.Share, wu.ArtifactFolds, fmtSeconds(wu.FromArtifactsSeconds), fmtSeconds(wu.HydrationSeconds), wu.Ratio)
 	}
 	for _, t := range fr.Takeovers {
 		fmt.Fprintf(w, "fleet takeover at node_ttl %s, heartbeat %s (the owner killed, %d times: its NATS connection cut for good; to another node owning and following): p50 %s p99 %s max %s; p50 / node_ttl %.2f×\n",

@@ -25,12 +25,18 @@ import (
 // to it are answered alike by the owner (else the run fails), and each
 // takeover, timed from the owner's connection cut, takes about node_ttl:
 // not less than half of it (a hand-over, a leave, would take
-// milliseconds), and never the bounded wait's whole. The goals are judged
-// on the figures; the table has a row for each. The server is left with
-// no bucket of the bench's or its fleets'. Mutations caught: the victim
-// stopped (leaving, handing the fold over) before the wait (takeovers of
-// milliseconds); the standbys' option not passed (the standbys 0 run
-// folds 12 copies: it never settles at 6).
+// milliseconds), and never the bounded wait's whole; a node joining takes
+// its share from the folds' artifacts (installing those of its share
+// only), another with no artifact store by folding the bucket (else the
+// run fails). The goals are judged on the
+// figures; the table has a row for each. The server is left with no
+// bucket of the bench's or its fleets' (export leases included).
+// Mutations caught: the victim stopped (leaving, handing the fold over)
+// before the wait (takeovers of milliseconds); the standbys' option not
+// passed (the standbys 0 run folds 12 copies: it never settles at 6); the
+// host's warm-up off (the warm joiner folds the bucket); the artifact
+// store given to the bare joiner too; every fresh fold warmed up, not the
+// joiner's share (6 artifacts installed for a share of 1 or 2).
 func TestFleetBench(t *testing.T) {
 	srv, nc := natstest.Start(t)
 	// node_ttl 1 s: a takeover takes from node_ttl less a heartbeat on,
@@ -97,11 +103,19 @@ func TestFleetBench(t *testing.T) {
 	}
 	t.Logf("fleet/one node %.2f× (standbys 0), %.2f× (standbys 1); reads forwarded/local p50 %.2f× p99 %.2f×; takeover p50 %.3fs p99 %.3fs at node_ttl %v",
 		fr.Throughput[1].VsOneNode, fr.Throughput[2].VsOneNode, rd.P50Ratio, rd.P99Ratio, to.P50Seconds, to.P99Seconds, ttl)
-	// No takeover at the fleet's default node_ttl: two goals, each on its
-	// figure.
-	if len(fr.Goals) != 2 || fr.Goals[0].Value != fr.Throughput[1].VsOneNode || fr.Goals[0].Bound != GoalVsOneNode ||
+	wu := fr.WarmUp
+	if wu == nil || wu.Share < 1 || wu.Share > FleetFolds || wu.ArtifactFolds != wu.Share || wu.FromArtifactsSeconds <= 0 ||
+		wu.HydrationSeconds <= 0 || wu.Ratio != wu.FromArtifactsSeconds/wu.HydrationSeconds {
+		t.Errorf("warm-up %+v", wu)
+	} else {
+		t.Logf("warm-up: a share of %d folds from artifacts in %.3fs, hydrating in %.3fs: %.2f×", wu.Share, wu.FromArtifactsSeconds, wu.HydrationSeconds, wu.Ratio)
+	}
+	// No takeover at the fleet's default node_ttl: three goals, each on
+	// its figure.
+	if len(fr.Goals) != 3 || fr.Goals[0].Value != fr.Throughput[1].VsOneNode || fr.Goals[0].Bound != GoalVsOneNode ||
 		fr.Goals[0].Met != (fr.Throughput[1].VsOneNode >= GoalVsOneNode) ||
-		fr.Goals[1].Value != rd.P99Ratio || fr.Goals[1].Bound != GoalForwardedP99 || fr.Goals[1].Met != (rd.P99Ratio <= GoalForwardedP99) {
+		fr.Goals[1].Value != rd.P99Ratio || fr.Goals[1].Bound != GoalForwardedP99 || fr.Goals[1].Met != (rd.P99Ratio <= GoalForwardedP99) ||
+		wu == nil || fr.Goals[2].Value != wu.Ratio || fr.Goals[2].Bound != GoalWarmUp || fr.Goals[2].Met != (wu.Ratio <= GoalWarmUp) {
 		t.Errorf("goals %+v", fr.Goals)
 	}
 
@@ -110,7 +124,8 @@ func TestFleetBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{"VS ONE NODE", FleetOneNode, FleetStandbys0, FleetStandbys1, "forwarded / local p50",
-		"fleet takeover at node_ttl 1s, heartbeat 100ms (the owner killed, 3 times", "fleet goals", "read p99: forwarded / local"} {
+		"fleet takeover at node_ttl 1s, heartbeat 100ms (the owner killed, 3 times", "fleet goals", "read p99: forwarded / local",
+		"fleet warm-up (a node joining 2 nodes", "a joining node's share: from artifacts / hydrating"} {
 		if !strings.Contains(table.String(), s) {
 			t.Errorf("the table has no %q:\n%s", s, table.String())
 		}

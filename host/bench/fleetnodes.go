@@ -13,7 +13,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/foldhost/foldhost/host"
+	"github.com/foldhost/foldhost/host/artifact"
 	"github.com/foldhost/foldhost/host/fleet"
 	"github.com/foldhost/foldhost/host/httpapi"
 	"github.com/foldhost/foldhost/host/natskv"
@@ -34,6 +37,9 @@ type fleetSpec struct {
 	// proxied: each node's NATS connection goes through a cutProxy of
 	// its own (the takeover cuts it).
 	proxied bool
+	// store, when set, is every node's artifact store (but the bare
+	// ones'), its export leases in a bucket of the fleet's own.
+	store artifact.Store
 }
 
 // benchFleet is the nodes of a fleet the bench runs (n1, n2, …).
@@ -47,6 +53,8 @@ type benchFleet struct {
 	foldNames []string
 	// stopping: nodes taken out of nodes (killed), being stopped.
 	stopping sync.WaitGroup
+	// bare: nodes started without spec.store.
+	bare map[string]bool
 }
 
 // fleetNode is one node: a host, running once run was called.
@@ -60,7 +68,7 @@ type fleetNode struct {
 }
 
 func (b *bench) newFleet(spec fleetSpec) *benchFleet {
-	fl := &benchFleet{b: b, spec: spec, dir: b.nextDir()}
+	fl := &benchFleet{b: b, spec: spec, dir: b.nextDir(), bare: map[string]bool{}}
 	for i := range spec.folds {
 		fl.foldNames = append(fl.foldNames, fmt.Sprintf("f%d", i))
 	}
@@ -70,6 +78,9 @@ func (b *bench) newFleet(spec fleetSpec) *benchFleet {
 	}
 	return fl
 }
+
+// leaseBucket is the bucket of the fleet's export leases.
+func (fl *benchFleet) leaseBucket() string { return "foldhost_export_leases_" + fl.name }
 
 // folds are the fleet's folds' names.
 func (fl *benchFleet) folds() []string { return fl.foldNames }
@@ -106,6 +117,9 @@ func (fl *benchFleet) options(node, natsURL string) host.Options {
 		// (a node whose connection was cut cannot), and is not timed.
 		o.Fleet = host.FleetOptions{Name: fl.name, Advertise: node + ":0", Heartbeat: fl.spec.ttl.Heartbeat, NodeTTL: fl.spec.ttl.NodeTTL,
 			LeaveTimeout: fl.spec.ttl.Heartbeat}
+	}
+	if fl.spec.store != nil && !fl.bare[node] {
+		o.Artifacts = host.ArtifactOptions{Store: fl.spec.store, Where: "bench", Holder: node, LeaseBucket: fl.leaseBucket()}
 	}
 	return o
 }
@@ -200,8 +214,14 @@ func (fl *benchFleet) close() error {
 	if fl.name != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := fl.b.js.DeleteKeyValue(ctx, fleet.BucketPrefix+fl.name); err != nil {
-			fmt.Fprintf(fl.b.warn, "foldhost: bench: could not delete the fleet's bucket %s: %v\n", fleet.BucketPrefix+fl.name, err)
+		buckets := []string{fleet.BucketPrefix + fl.name}
+		if fl.spec.store != nil {
+			buckets = append(buckets, fl.leaseBucket())
+		}
+		for _, b := range buckets {
+			if err := fl.b.js.DeleteKeyValue(ctx, b); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+				fmt.Fprintf(fl.b.warn, "foldhost: bench: could not delete the fleet's bucket %s: %v\n", b, err)
+			}
 		}
 	}
 	return errors.Join(append(errs, os.RemoveAll(fl.dir))...)

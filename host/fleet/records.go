@@ -1,10 +1,16 @@
 package fleet
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foldhost/foldhost/protocol"
 )
@@ -89,4 +95,44 @@ func decodeClaim(b []byte, rev uint64) (protocol.Claim, error) {
 func encodeClaim(c protocol.Claim) []byte {
 	b, _ := json.Marshal(claimValue{Owner: c.Owner, Incarnation: c.Incarnation, To: c.To})
 	return b
+}
+
+// Members are the nodes a fleet's bucket holds a record of, written
+// within nodeTTL of the server's clock and not leaving: the fleet's live
+// nodes as a node about to join can tell them, with no watch of its own
+// (a guess: a record's age is read on this node's clock against the
+// server's write time). A fleet with no bucket yet has none.
+func Members(ctx context.Context, nc *nats.Conn, fleetName string, nodeTTL time.Duration) ([]string, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, BucketPrefix+fleetName)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	keys, err := kv.ListKeysFiltered(ctx, nodePrefix+"*")
+	if err != nil {
+		return nil, err
+	}
+	defer keys.Stop()
+	var names []string
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // left meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		var rec nodeRecord
+		if json.Unmarshal(e.Value(), &rec) != nil || rec.Leaving || time.Since(e.Created()) >= nodeTTL {
+			continue
+		}
+		names = append(names, strings.TrimPrefix(k, nodePrefix))
+	}
+	return names, nil
 }
