@@ -326,6 +326,16 @@ func (fl *benchFleet) waitHead(ctx context.Context, t0 time.Time, head uint64) (
 	return owners, copies, err
 }
 
+// startPlaced starts and runs every node, and waits until the fleet is
+// placed at head (waitPlaced).
+func (fl *benchFleet) startPlaced(ctx context.Context, head uint64) (map[string]*fleetNode, error) {
+	if err := fl.startAll(ctx); err != nil {
+		return nil, err
+	}
+	fl.runAll(ctx)
+	return fl.waitPlaced(ctx, head)
+}
+
 // waitPlaced waits (up to two minutes) until every fold is owned by its
 // placement's owner over the fleet's nodes, folded up to head there and
 // on its standbys, and folded by no other node; it returns each fold's

@@ -26,11 +26,7 @@ func (b *bench) fleetReads(ctx context.Context, plugin string, n int) (fr *Fleet
 	fl := b.newFleet(fleetSpec{nodes: FleetNodes, folds: 1, plugin: plugin, standbys: 1,
 		ttl: FleetTTL{NodeTTL: fleet.DefaultNodeTTL, Heartbeat: fleet.DefaultHeartbeat}})
 	defer func() { err = errors.Join(err, fl.close()) }()
-	if err := fl.startAll(ctx); err != nil {
-		return nil, err
-	}
-	fl.runAll(ctx)
-	owners, err := fl.waitPlaced(ctx, b.head)
+	owners, err := fl.startPlaced(ctx, b.head)
 	if err != nil {
 		return nil, err
 	}

@@ -20,12 +20,8 @@ func (b *bench) takeovers(ctx context.Context, plugin string, ttl FleetTTL, kill
 	defer func() { err = errors.Join(err, fl.close()) }()
 	what := fmt.Sprintf("fleet: takeover at node_ttl %v, heartbeat %v", ttl.NodeTTL, ttl.Heartbeat)
 	b.prog.Status(what + ": starting the fleet")
-	if err := fl.startAll(ctx); err != nil {
-		return nil, err
-	}
-	fl.runAll(ctx)
 	head := b.head
-	owners, err := fl.waitPlaced(ctx, head)
+	owners, err := fl.startPlaced(ctx, head)
 	if err != nil {
 		return nil, err
 	}

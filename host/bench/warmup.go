@@ -52,11 +52,7 @@ func (b *bench) warmUp(ctx context.Context, plugin string) (w *WarmUp, err error
 	fl := b.newFleet(fleetSpec{nodes: WarmUpNodes, folds: FleetFolds, plugin: plugin, standbys: 0, ttl: b.warmUpTTL(), store: store})
 	defer func() { err = errors.Join(err, fl.close()) }()
 	b.prog.Status("fleet: a node joining, warmed up from artifacts or hydrating")
-	if err := fl.startAll(ctx); err != nil {
-		return nil, err
-	}
-	fl.runAll(ctx)
-	owners, err := fl.waitPlaced(ctx, b.head)
+	owners, err := fl.startPlaced(ctx, b.head)
 	if err != nil {
 		return nil, err
 	}
