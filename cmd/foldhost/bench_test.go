@@ -199,8 +199,8 @@ func TestBenchPrintsItsFiguresWhateverFails(t *testing.T) {
 // TestBenchFleet: `foldhost bench --fleet` measures the fleet instead of
 // the variants (none of them run): its folding runs against one node
 // (rates and ratios above 0), its reads on a fold's owner against
-// forwarded ones, and --fleet-kills takeovers at the --fleet-ttl given,
-// each timed; the goals are judged on what was measured; printed as JSON
+// forwarded ones, a node joining from artifacts against one hydrating,
+// and --fleet-kills takeovers at the --fleet-ttl given, each timed; the goals are judged on what was measured; printed as JSON
 // and as a table with a row for each run and each goal. A --fleet-ttl the
 // fleet would refuse, or a --fleet-* flag without --fleet, is a usage
 // error before anything runs.
@@ -245,8 +245,11 @@ func TestBenchFleet(t *testing.T) {
 		to.P50Seconds <= 0 || to.P99Seconds < to.P50Seconds {
 		t.Errorf("takeover %+v", to)
 	}
+	if wu := fr.WarmUp; wu == nil || wu.Share < 1 || wu.ArtifactFolds != wu.Share || wu.FromArtifactsSeconds <= 0 || wu.HydrationSeconds <= 0 {
+		t.Errorf("warm-up %+v", fr.WarmUp)
+	}
 	// Not at the fleet's default node_ttl: no takeover goal.
-	if len(fr.Goals) != 2 || fr.Goals[0].Bound != bench.GoalVsOneNode || fr.Goals[1].Bound != bench.GoalForwardedP99 {
+	if len(fr.Goals) != 3 || fr.Goals[0].Bound != bench.GoalVsOneNode || fr.Goals[1].Bound != bench.GoalForwardedP99 || fr.Goals[2].Bound != bench.GoalWarmUp {
 		t.Errorf("goals %+v", fr.Goals)
 	}
 	t.Logf("fleet/one node %.2f× (goal ≥ %.2f×); read p99 forwarded/local %.2f× (goal ≤ %.2f×); takeover at node_ttl 1s p50 %.3fs p99 %.3fs",
@@ -256,7 +259,8 @@ func TestBenchFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"VS ONE NODE", bench.FleetOneNode, bench.FleetStandbys0, bench.FleetStandbys1, "forwarded / local p50",
-		"fleet takeover at node_ttl 1s, heartbeat 100ms (the owner killed, 2 times", "fleet goals", bench.FleetStandbys0 + ": rate / one node's", "read p99: forwarded / local"} {
+		"fleet takeover at node_ttl 1s, heartbeat 100ms (the owner killed, 2 times", "fleet goals", bench.FleetStandbys0 + ": rate / one node's", "read p99: forwarded / local",
+		"fleet warm-up (a node joining", "a joining node's share: from artifacts / hydrating"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("bench --fleet's table: no %q in\n%s", want, table.String())
 		}
