@@ -37,7 +37,9 @@ import (
 // given the fold's name is told to name one of its units; each unit
 // repairs by a listing of its partition, and a unit reset (its old store
 // kept beside the units) leaves a fold that starts. Mutations caught: a
-// unit's watch without its partition (every unit holds every key); raw
+// unit's shared read handing it every partition's updates (every unit
+// holds every key; the Watcher's own partition filter is
+// TestPartitionedWatchHandsOnItsKeysAndSettlesTheRest's); raw
 // reads not routed by partition (a key of another unit is not found); the
 // layout check off (1 partition over 4's directories starts a new fold);
 // the partition missing from a store's origin, or --adopt overriding it

@@ -229,15 +229,8 @@ func (w *demuxWatch) follow(pw *Watcher) {
 			w.end(pw.Err())
 			return
 		}
-		// What w was handed before (by the shared read it left) is
-		// skipped, as the shared read skips it.
-		switch {
-		case ev.Synced && w.synced:
-			continue
-		case ev.Key != "" && ev.Rev <= w.floor:
-			continue
-		case ev.Key == "" && !ev.Synced && ev.Settle <= w.floor:
-			continue
+		if w.had(ev) {
+			continue // handed before, by the shared read it left
 		}
 		select {
 		case w.events <- ev:
@@ -329,8 +322,14 @@ func (r *sharedReader) leave(w *demuxWatch) {
 		return // on its own Watcher: follow ends it
 	}
 	w.end(nil)
-	// A new slice: a dispatch this closure interrupted still ranges over
-	// the old one.
+	r.drop(w)
+}
+
+// drop takes w off the shared read, and stops the shared Watcher when no
+// watch is left.
+func (r *sharedReader) drop(w *demuxWatch) {
+	// A new slice: a dispatch a closure interrupted still ranges over the
+	// old one.
 	r.watches = slices.DeleteFunc(slices.Clone(r.watches), func(x *demuxWatch) bool { return x == w })
 	if len(r.watches) == 0 && r.w != nil {
 		r.w.Stop()
@@ -428,14 +427,12 @@ func (r *sharedReader) dispatch(ev fold.Event) bool {
 // abandoned on the way is handed on again by the next Watcher).
 func (w *demuxWatch) eventOf(ev fold.Event, bucket string, part, count *int) (fold.Event, bool) {
 	switch {
-	case w.ended:
+	case w.ended || w.had(ev):
 		return fold.Event{}, false
 	case ev.Synced:
-		return fold.Event{Synced: true}, !w.synced
+		return fold.Event{Synced: true}, true
 	case ev.Key == "":
-		return fold.Event{Settle: ev.Settle, SettleTime: ev.SettleTime, Behind: ev.Behind}, ev.Settle != protocol.NoRevision && ev.Settle > w.floor
-	case ev.Rev <= w.floor:
-		return fold.Event{}, false
+		return fold.Event{Settle: ev.Settle, SettleTime: ev.SettleTime, Behind: ev.Behind}, true
 	}
 	if *count != w.p.Count {
 		*count, *part = w.p.Count, protocol.PartitionOf(bucket, ev.Key, w.p.Count)
@@ -451,6 +448,20 @@ func (w *demuxWatch) eventOf(ev fold.Event, bucket string, part, count *int) (fo
 	}
 	w.skipped = 0
 	return fold.Event{Settle: ev.Rev, SettleTime: ev.Time, Behind: ev.Behind}, true
+}
+
+// had reports whether w was handed ev (or what vouches for it) before:
+// its Synced marker, a revision at or below its floor, or a bare settle
+// mark of none.
+func (w *demuxWatch) had(ev fold.Event) bool {
+	switch {
+	case ev.Synced:
+		return w.synced
+	case ev.Key != "":
+		return ev.Rev <= w.floor
+	default:
+		return ev.Settle == protocol.NoRevision || ev.Settle <= w.floor
+	}
 }
 
 // handed records that w was handed ev.
@@ -512,12 +523,7 @@ const stallLimit = 2 * time.Second
 // evict moves w, whose reader stalled the shared read, to a Watcher of
 // its own from its floor; it joins again once caught up (follow).
 func (r *sharedReader) evict(w *demuxWatch) {
-	r.watches = slices.DeleteFunc(slices.Clone(r.watches), func(x *demuxWatch) bool { return x == w })
-	if len(r.watches) == 0 {
-		r.w.Stop()
-		r.w = nil
-		r.gen++
-	}
+	r.drop(w)
 	from := w.cursor()
 	if w.fresh && !w.synced {
 		// A state-sync starts over; follow skips what w had.
